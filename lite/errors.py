@@ -1,0 +1,25 @@
+"""Errors a user can act on. The CLI prints them as one line and exits non-zero."""
+
+
+class LiteError(Exception):
+    """Base of every error lite raises on purpose (bad input, bad flags, a device that cannot fit)."""
+
+
+class GGUFError(LiteError):
+    """A GGUF file that cannot be read: names the file and what is wrong."""
+
+
+class ConfigError(LiteError):
+    """Model metadata lite cannot run (unknown architecture, missing key)."""
+
+
+class ContextOverflowError(LiteError):
+    """A prompt plus generation that does not fit the KV cache."""
+
+
+class UnsupportedQuantError(LiteError):
+    """A quantization type with no implementation on this path."""
+
+
+class DeviceError(LiteError):
+    """A GPU that is missing or ran out of memory."""

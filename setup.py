@@ -1,0 +1,34 @@
+"""lite: a small, fast GGUF inference runtime (CuPy + Numba CUDA, NumPy on the CPU)."""
+from setuptools import setup
+
+setup(
+    name="lite",
+    version="0.1.0",
+    description="Small, fast GGUF LLM inference on NVIDIA GPUs with CuPy and Numba; NumPy on the CPU",
+    python_requires=">=3.10",
+    # kernels/, models/ and cli/ sit at the top of the repository but install under lite.*,
+    # so nothing named `kernels` or `models` lands at the top of site-packages.
+    packages=["lite", "lite.backends", "lite.kernels", "lite.models", "lite.cli"],
+    package_dir={
+        "lite": "lite",
+        "lite.kernels": "kernels",
+        "lite.models": "models",
+        "lite.cli": "cli",
+    },
+    install_requires=[
+        "numpy>=1.24",
+        "numba>=0.59",
+        "numba-cuda>=0.20",
+        "gguf>=0.10",
+        "click>=8.0",
+        "jinja2>=3.0",
+        "regex>=2023.0",
+    ],
+    extras_require={
+        "cuda12": ["cupy-cuda12x>=13"],
+        "cuda13": ["cupy-cuda13x>=13"],
+        "test": ["pytest>=7"],
+        "server": [],
+    },
+    entry_points={"console_scripts": ["lite=lite.cli.main:main"]},
+)
