@@ -1,0 +1,332 @@
+"""The stage chain: a prefill streams chunk after chunk through S stages, every stage busy at once.
+
+The StageRunner protocol (what the engine implements per layer range):
+
+    run(job: ChunkJob, x) -> y
+        Compute this stage's layers for one chunk. On the first stage x is `job.input` (token ids);
+        on the others it is what `from_handoff` returned. Returns hidden states (T, n_embd) with the
+        token axis first, or, on the last stage, whatever the caller wants back (logits).
+        Calls on one runner are serial and in chunk order (a stage keeps a KV cache).
+    alloc_handoff(shape, dtype) -> buf
+        A host buffer for this stage's output: pinned memory on a GPU stage, np.empty on the CPU.
+        The chain keeps depth+1 of them per stage (two by default: double-buffered) and reuses them
+        alternately; it hands `buf[:T]` (a contiguous view) to the calls below.
+    to_handoff(y, buf) -> None
+        Write y into buf. When it returns, buf must hold y (a GPU stage synchronizes its copy).
+    from_handoff(buf) -> x     (called on the successor)
+        Turn the predecessor's buffer into this stage's input (a GPU stage copies it to its device).
+        buf stays untouched until this stage's job for the chunk has returned, so a CPU stage may
+        return buf itself; a GPU stage whose copy is asynchronous must have it finished by the end
+        of its job (a non-last stage's to_handoff synchronizes its stream anyway).
+
+Prefill runs each runner's calls on that stage's worker thread; `decode` runs them on the caller's
+thread. So a runner must not depend on thread-local state: a GPU runner enters its device and
+passes its stream explicitly on every call.
+
+Scheduling (DESIGN.md "The stage chain"): a stage computes a chunk, writes its hand-off buffer,
+waits only if its successor still holds `handoff_depth` earlier chunks, submits the chunk to the
+successor, keeps that future on itself (not in its call frame) and returns to take its next chunk.
+The root submits every chunk to stage 0, then drains the futures once, in order. mode="sync" makes
+each stage wait for the rest of the chain before returning (the old behaviour), for comparison.
+"""
+import logging
+import threading
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from time import perf_counter
+from typing import Any, Protocol, Sequence, runtime_checkable
+
+import numpy as np
+
+from lite.errors import LiteError
+from lite.timeline import Timeline
+
+log = logging.getLogger(__name__)
+
+MODES = ("chain", "sync")
+
+
+class StageError(LiteError):
+    """A stage failed on a chunk; the runner's own exception is the __cause__."""
+
+    def __init__(self, stage, job, cause):
+        self.stage, self.chunk, self.request_id = stage, job.index, job.request_id
+        what = "decode step" if job.decode else f"chunk {job.index}"
+        super().__init__(
+            f"stage {stage} failed on {what} (tokens {job.start}..{job.end - 1}) of request "
+            f"{job.request_id}: {type(cause).__name__}: {cause}")
+        self.__cause__ = cause
+
+
+@dataclass(frozen=True)
+class ChunkJob:
+    request_id: int
+    index: int          # chunk number within the request, from 0
+    start: int          # position of the chunk's first token in the sequence (KV/RoPE position)
+    end: int            # one past its last token
+    input: Any = None   # the first stage's input: token ids (T,) of this chunk
+    last: bool = False  # the request's final chunk (the last stage computes logits for it)
+    decode: bool = False
+
+    @property
+    def n_tokens(self):
+        return self.end - self.start
+
+
+@runtime_checkable
+class StageRunner(Protocol):
+    def run(self, job: ChunkJob, x): ...
+    def alloc_handoff(self, shape, dtype): ...
+    def to_handoff(self, y, buf) -> None: ...
+    def from_handoff(self, buf): ...
+
+
+class HostHandoff:
+    """Hand-off through plain numpy buffers without extra copies; a mixin for CPU runners."""
+
+    def alloc_handoff(self, shape, dtype):
+        return np.empty(shape, dtype)   # (T, n_embd)
+
+    def to_handoff(self, y, buf):
+        np.copyto(buf, y)
+
+    def from_handoff(self, buf):
+        return buf
+
+
+def make_jobs(ids, chunk, request_id=0, start=0):
+    """Split token ids into ChunkJobs of `chunk` tokens (the last may be shorter), positions from
+    `start` (the length of a reused prefix)."""
+    if chunk < 1:
+        raise LiteError(f"chunk size must be at least 1, got {chunk}")
+    n = len(ids)
+    if n == 0:
+        raise LiteError("empty prompt: nothing to prefill")
+    bounds = list(range(0, n, chunk)) + [n]
+    return [ChunkJob(request_id, i, start + a, start + b, ids[a:b], last=(b == n))
+            for i, (a, b) in enumerate(zip(bounds[:-1], bounds[1:]))]
+
+
+class _Cancelled(Exception):
+    """A job skipped because an earlier job of the request failed."""
+
+
+class _Next:
+    """A stage's return value in chain mode: its successor's future for the same chunk."""
+    __slots__ = ("fut",)
+
+    def __init__(self, fut):
+        self.fut = fut
+
+
+class _Stage:
+    def __init__(self, chain, index, runner, threaded):
+        self.chain, self.index, self.runner = chain, index, runner
+        self.next = None                     # successor _Stage
+        self.pending = deque()               # successor futures this stage submitted, oldest first
+        self.slots = [None] * (chain.handoff_depth + 1)
+        self.pool = (ThreadPoolExecutor(1, thread_name_prefix=f"lite-stage{index}")
+                     if threaded else None)
+
+    def submit(self, job, payload):
+        return self.pool.submit(self._work, job, payload)
+
+    def slot(self, i, y):
+        # Grow-only: the short last chunk of a request takes a view, not a new pinned buffer.
+        buf = self.slots[i]
+        T = y.shape[0]
+        if (buf is None or buf.dtype != y.dtype or buf.shape[1:] != y.shape[1:]
+                or buf.shape[0] < T):
+            cap = T if buf is None or buf.shape[1:] != y.shape[1:] else max(T, buf.shape[0])
+            buf = self.runner.alloc_handoff((cap,) + tuple(y.shape[1:]), y.dtype)
+            self.slots[i] = buf
+        return buf[:T]
+
+    def compute(self, job, payload, slot_index):
+        """from_handoff + run + to_handoff; returns (y, buf): buf is None on the last stage."""
+        chain = self.chain
+        try:
+            x = payload if self.index == 0 else self.runner.from_handoff(payload)
+            y = self.runner.run(job, x)
+            if self.next is None:
+                return y, None
+            buf = self.slot(slot_index, y)
+            self.runner.to_handoff(y, buf)
+            return y, buf
+        except Exception as e:
+            err = StageError(self.index, job, e)
+            chain._fail(err)
+            raise err from e
+
+    def _work(self, job, payload):
+        chain = self.chain
+        if chain._abort.is_set():
+            raise _Cancelled()
+        t0 = perf_counter()
+        y, buf = self.compute(job, payload, job.index % len(self.slots))
+        t1 = perf_counter()
+        if buf is None:
+            chain._record(self.index, job, t0, t1, 0.0)
+            return y
+        # One outstanding job per successor (handoff_depth): wait for the oldest to finish, without
+        # raising its error here; the root reports the first failure.
+        while len(self.pending) >= chain.handoff_depth:
+            wait([self.pending.popleft()])
+        t2 = perf_counter()
+        chain._record(self.index, job, t0, t1, t2 - t1)
+        fut = self.next.submit(job, buf)
+        if chain.mode == "sync":
+            return fut.result()        # the old behaviour: wait for the whole rest of the chain
+        self.pending.append(fut)
+        return _Next(fut)
+
+
+class StageChain:
+    """S stages in a row. `run(jobs)` / `prefill(ids, chunk)` return the last stage's output per
+    chunk, in order; `decode(x, job)` passes one step through all stages."""
+
+    def __init__(self, stages: Sequence[StageRunner], mode="chain", handoff_depth=1):
+        if not stages:
+            raise LiteError("a stage chain needs at least one stage")
+        if mode not in MODES:
+            raise LiteError(f"pipeline mode must be one of {', '.join(MODES)}, got {mode!r}")
+        if int(handoff_depth) < 1:
+            raise LiteError(f"hand-off depth must be at least 1, got {handoff_depth}")
+        for i, r in enumerate(stages):
+            if not isinstance(r, StageRunner):
+                raise LiteError(f"stage {i} ({type(r).__name__}) does not implement StageRunner: "
+                                "run, alloc_handoff, to_handoff, from_handoff")
+        self.mode, self.handoff_depth = mode, int(handoff_depth)
+        threaded = len(stages) > 1     # one stage runs as a plain loop on the caller's thread
+        self._stages = [_Stage(self, i, r, threaded) for i, r in enumerate(stages)]
+        for a, b in zip(self._stages, self._stages[1:]):
+            a.next = b
+        self._lock = threading.Lock()       # one request at a time
+        self._err_lock = threading.Lock()
+        self._abort = threading.Event()
+        self._error = None
+        self._timeline = None
+        self.timeline = None                # the Timeline of the last run
+        self._closed = False
+
+    @property
+    def n_stages(self):
+        return len(self._stages)
+
+    @property
+    def runners(self):
+        return [s.runner for s in self._stages]
+
+    def prefill(self, ids, chunk, request_id=0, start=0, timeline=None):
+        return self.run(make_jobs(ids, chunk, request_id, start), timeline)
+
+    def run(self, jobs, timeline=None):
+        """Push every job through the chain; returns the last stage's outputs, one per job."""
+        jobs = list(jobs)
+        with self._lock:
+            self._check_open()
+            self._reset()
+            self.timeline = self._timeline = timeline if timeline is not None else Timeline()
+            if len(self._stages) == 1:
+                return self._run_inline(jobs)
+            return self._run_threaded(jobs)
+
+    def _run_inline(self, jobs):
+        st, outs = self._stages[0], []
+        for job in jobs:
+            t0 = perf_counter()
+            y, _ = st.compute(job, job.input, 0)
+            self._record(0, job, t0, perf_counter(), 0.0)
+            outs.append(y)
+        return outs
+
+    def _run_threaded(self, jobs):
+        root = self._stages[0]
+        futs = [root.submit(job, job.input) for job in jobs]
+        outs = []
+        try:
+            for f in futs:
+                r = f.result()
+                while isinstance(r, _Next):
+                    r = r.fut.result()
+                outs.append(r)
+        except BaseException as e:
+            self._abort.set()
+            self._quiesce()
+            err = self._error
+            self._reset()
+            if err is not None and not isinstance(e, KeyboardInterrupt):
+                raise err from err.__cause__
+            raise
+        for st in self._stages:
+            st.pending.clear()
+        return outs
+
+    def decode(self, x, job, timeline=None):
+        """One step (usually one token) through all stages in order, on the caller's thread.
+
+        Decode is strictly serial: stage k+1 needs stage k's output for the same token, and the
+        next token needs the last stage's. Worker threads could overlap nothing and would add two
+        thread wake-ups per stage per token to a step meant to cost a few graph replays."""
+        with self._lock:
+            self._check_open()
+            self._reset()
+            for st in self._stages:
+                t0 = perf_counter()
+                y, buf = st.compute(job, x, 0)
+                if timeline is not None:
+                    timeline.record(st.index, job.index, t0, perf_counter(), job.request_id,
+                                    name="decode")
+                x = buf
+            return y
+
+    def _reset(self):
+        # Only called while no stage thread runs (between requests), so no lock is needed.
+        self._abort.clear()
+        self._error = None
+
+    def _record(self, stage, job, t0, t1, waited):
+        self._timeline.record(stage, job.index, t0, t1, job.request_id, waited,
+                              "decode" if job.decode else "")
+
+    def _fail(self, err):
+        with self._err_lock:
+            if self._error is None:
+                self._error = err
+                self._abort.set()
+                log.debug("stage chain aborting: %s", err)
+
+    def _quiesce(self):
+        # Stage k receives work only from stage k-1's jobs, so once stage k-1's queue has drained
+        # (aborted jobs return at once) nothing new can reach stage k: drain in order.
+        for st in self._stages:
+            if st.pool is not None:
+                st.pool.submit(lambda: None).result()
+            st.pending.clear()
+
+    def _check_open(self):
+        if self._closed:
+            raise LiteError("the stage chain is closed")
+
+    def close(self):
+        if self._closed:
+            return
+        self._closed = True
+        for st in self._stages:
+            if st.pool is not None:
+                st.pool.shutdown(wait=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            for st in self._stages:
+                if st.pool is not None:
+                    st.pool.shutdown(wait=False)
+        except Exception:
+            pass
