@@ -1,0 +1,11 @@
+"""One module per architecture family; each has forward_layer(ops, cfg, il, x, kv, pos0)."""
+from lite.models import gemma3, llama
+
+FAMILIES = {"llama": llama, "qwen2": llama, "qwen3": llama, "gemma3": gemma3}
+
+
+def family(arch):
+    from lite.errors import ConfigError
+    if arch not in FAMILIES:
+        raise ConfigError(f"architecture {arch!r} has no forward yet; supported: {', '.join(FAMILIES)}")
+    return FAMILIES[arch]

@@ -1,0 +1,192 @@
+"""The `lite` command. Errors a user can act on print one line and exit non-zero, never a traceback."""
+import logging
+import os
+import sys
+
+import click
+
+from lite.errors import LiteError
+from lite.kv_cache import KV_KINDS
+
+DEVICE = click.Choice(["auto", "cpu", "cuda"])
+
+
+def _positive(ctx, param, value):
+    if value is not None and value <= 0:
+        raise click.BadParameter(f"must be positive, got {value}")
+    return value
+
+
+def model_options(f):
+    """Options shared by every command that loads a model."""
+    f = click.option("--layer-split", default=None, metavar="auto|N0,N1,..",
+                     help="Split the layers into pipeline stages: a count per stage (default: one stage).")(f)
+    f = click.option("--prefill", "prefill_chunk", default=None, type=int, callback=_positive,
+                     help="Prefill chunk size in tokens (default 512).")(f)
+    f = click.option("--kv", default="f16", type=click.Choice(KV_KINDS), show_default=True,
+                     help="KV cache element type; int8 halves its memory.")(f)
+    f = click.option("-c", "--max-context", default=None, type=int, callback=_positive,
+                     help="Positions the KV cache holds (default: min(4096, the model's context)).")(f)
+    f = click.option("--device", default="auto", type=DEVICE, show_default=True,
+                     help="auto uses the GPU when one is usable, else the CPU.")(f)
+    return f
+
+
+def parse_split(spec):
+    if spec in (None, "auto"):
+        return spec
+    try:
+        counts = [int(x) for x in spec.split(",")]
+    except ValueError:
+        raise click.BadParameter(f"expected auto or comma-separated layer counts, got {spec!r}",
+                                 param_hint="--layer-split") from None
+    return counts[0] if len(counts) == 1 else counts
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="lite", prog_name="lite")
+@click.option("-v", "--verbose", is_flag=True, help="Log what lite does (to stderr).")
+def cli(verbose):
+    """lite: run GGUF language models on NVIDIA GPUs (CuPy + Numba) or on the CPU (NumPy).
+
+    \b
+    lite run -p "Why is the sky blue?"          default model (SmolLM2-135M-Instruct), fetched once
+    lite run -m model.gguf -p "..." --chat      any GGUF file, with its chat template
+    lite info model.gguf --tensors              what is in a file
+    lite bench model.gguf -p 512 -n 64          prefill and decode speed
+    """
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
+                        format="lite: %(levelname)s: %(message)s")
+
+
+@cli.command()
+@click.option("-m", "--model", default=None,
+              help="GGUF file, or a known model: smollm2 (default), gemma3.")
+@click.option("-p", "--prompt", default=None, help="Prompt text; '-' reads standard input.")
+@click.option("-f", "--file", "prompt_file", type=click.Path(dir_okay=False), default=None,
+              help="Read the prompt from a file.")
+@click.option("-n", "--n-predict", default=256, type=int, callback=_positive, show_default=True,
+              help="Tokens to generate at most (stops earlier at an end-of-turn token).")
+@click.option("--temp", default=0.8, type=click.FloatRange(min=0), show_default=True,
+              help="Temperature; 0 is greedy.")
+@click.option("--top-k", default=40, type=click.IntRange(min=0), show_default=True, help="0 disables.")
+@click.option("--top-p", default=0.95, type=click.FloatRange(0, 1, min_open=True), show_default=True)
+@click.option("--min-p", default=0.05, type=click.FloatRange(0, 1), show_default=True)
+@click.option("--repeat-penalty", default=1.0, type=click.FloatRange(min=0, min_open=True),
+              show_default=True, help="1.0 disables.")
+@click.option("--seed", default=None, type=int, help="Random seed (same seed, same text).")
+@click.option("--chat", is_flag=True, help="Wrap the prompt in the model's chat template as a user turn.")
+@click.option("-s", "--system", default=None, help="System message for --chat.")
+@model_options
+def run(model, prompt, prompt_file, n_predict, temp, top_k, top_p, min_p, repeat_penalty, seed,
+        chat, system, device, max_context, kv, prefill_chunk, layer_split):
+    """Generate text from a prompt, streamed to standard output."""
+    from lite.api import LLM
+    if prompt_file:
+        try:
+            prompt = open(prompt_file, encoding="utf-8").read()
+        except OSError as e:
+            raise LiteError(f"cannot read prompt file {prompt_file}: {e.strerror}") from None
+    elif prompt == "-":
+        prompt = sys.stdin.read()
+    if prompt is None:
+        raise click.UsageError("give a prompt with -p TEXT or -f FILE")
+    llm = LLM(model, device=device, max_context=max_context, kv=kv, prefill_chunk=prefill_chunk,
+              layer_split=parse_split(layer_split))
+    if chat:
+        msgs = ([{"role": "system", "content": system}] if system else [])
+        prompt = llm.chat_prompt(msgs + [{"role": "user", "content": prompt}])
+    else:
+        sys.stdout.write(prompt)
+    for piece in llm.stream(prompt, max_tokens=n_predict, temperature=temp, top_k=top_k,
+                            top_p=top_p, min_p=min_p, repeat_penalty=repeat_penalty, seed=seed):
+        sys.stdout.write(piece)
+        sys.stdout.flush()
+    sys.stdout.write("\n")
+    s = llm.last_stats
+    click.echo(f"lite: {llm.device}: prompt {s.prompt_tokens} tokens ({s.reused_tokens} cached), "
+               f"{s.prefill_tps:.1f} tok/s; generated {s.generated} tokens, {s.decode_tps:.1f} tok/s",
+               err=True)
+
+
+@cli.command()
+@click.argument("model")
+@click.option("--tensors", is_flag=True, help="List every tensor.")
+def info(model, tensors):
+    """Architecture, size, quant mix and context length of a GGUF file."""
+    from lite.info import describe
+    from lite.hub import resolve_model
+    click.echo(describe(resolve_model(model), tensors))
+
+
+@cli.command()
+@click.argument("target")
+@click.option("-p", "--n-prompt", default="512", show_default=True,
+              help="Prompt lengths, comma-separated.")
+@click.option("-n", "--n-gen", default=64, type=int, show_default=True, help="Tokens to decode.")
+@click.option("-r", "--repetitions", default=3, type=int, callback=_positive, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON rows instead of a table.")
+@model_options
+def bench(target, n_prompt, n_gen, repetitions, as_json, device, max_context, kv, prefill_chunk,
+          layer_split):
+    """Measure prefill and decode speed of MODEL (or `lite bench kernels`: GPU kernel bandwidth)."""
+    import json
+    if target == "kernels":
+        from lite.kernels.bench import bench_kernels, format_table
+        rows = bench_kernels()
+        click.echo(json.dumps(rows, indent=1) if as_json else format_table(rows))
+        return
+    from lite.bench import bench_model, format_table
+    from lite.hub import resolve_model
+    try:
+        lens = [int(x) for x in n_prompt.split(",")]
+    except ValueError:
+        raise click.BadParameter(f"expected comma-separated token counts, got {n_prompt!r}",
+                                 param_hint="-p") from None
+    if any(n <= 0 for n in lens) or n_gen < 0:
+        raise click.BadParameter("prompt lengths must be positive and -n non-negative")
+    rows = bench_model(resolve_model(target), lens, n_gen, repetitions, device=device,
+                       max_context=max_context, kv=kv, prefill_chunk=prefill_chunk,
+                       layer_split=parse_split(layer_split))
+    click.echo(json.dumps(rows, indent=1) if as_json else format_table(rows))
+
+
+def main(argv=None):
+    """Entry point: run the click group, turning every failure into one line on stderr."""
+    debug = bool(os.environ.get("LITE_DEBUG"))
+    try:
+        rc = cli.main(args=argv, prog_name="lite", standalone_mode=False)
+        return rc if isinstance(rc, int) else 0
+    except click.exceptions.Exit as e:
+        return e.exit_code
+    except click.ClickException as e:
+        msg = e.format_message().replace("\n", " ")
+        hint = f" (see: lite {e.ctx.info_name} --help)" if getattr(e, "ctx", None) and e.ctx.parent else ""
+        click.echo(f"lite: error: {msg}{hint}", err=True)
+        return e.exit_code
+    except (click.exceptions.Abort, KeyboardInterrupt):
+        click.echo("lite: interrupted", err=True)
+        return 130
+    except BrokenPipeError:
+        return 0
+    except LiteError as e:
+        if debug:
+            raise
+        click.echo(f"lite: error: {e}", err=True)
+        return 1
+    except MemoryError:
+        if debug:
+            raise
+        click.echo("lite: error: out of host memory (try a smaller -c/--max-context or --kv int8)",
+                   err=True)
+        return 1
+    except Exception as e:  # a bug: still one line, with a way to see more
+        if debug:
+            raise
+        click.echo(f"lite: internal error: {type(e).__name__}: {e} "
+                   f"(run with LITE_DEBUG=1 for the traceback)", err=True)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,133 @@
+"""The CPU backend: NumPy, float32. The reference every GPU result is checked against.
+
+Weights are dequantized to float32 when a stage loads them (gguf.quants does the block arithmetic),
+except the token embedding, which stays in its GGUF blocks and is dequantized a row at a time on
+lookup; when the output projection is tied to it, the full table is dequantized once, on first use.
+"""
+import logging
+import math
+
+import numpy as np
+from gguf import quants as gguf_quants
+
+from lite.errors import UnsupportedQuantError
+
+log = logging.getLogger(__name__)
+
+
+def dequantize_tensor(t) -> np.ndarray:
+    """A GGUF tensor as float32 in numpy order."""
+    rows = t.raw.reshape(-1, t.nbytes // max(1, t.n_elements // t.shape[-1]))
+    try:
+        w = gguf_quants.dequantize(rows, t.qtype)
+    except NotImplementedError:
+        raise UnsupportedQuantError(f"tensor {t.name}: quant type {t.type_name} cannot be "
+                                    f"dequantized on the CPU") from None
+    return np.ascontiguousarray(w.reshape(t.shape), dtype=np.float32)
+
+
+class CPUBackend:
+    """Ops over NumPy float32 arrays for the tensors of one stage."""
+
+    name = "cpu"
+    xp = np
+
+    def __init__(self, gguf, names, tied_output=False):
+        self.gguf = gguf
+        self.w = {}
+        for n in names:
+            if n == "token_embd.weight":
+                continue  # kept quantized, see embed()
+            self.w[n] = dequantize_tensor(gguf.tensors[n])
+        self.tied_output = tied_output
+        self._out = None
+
+    # --- ops -----------------------------------------------------------------------------------
+    def embed(self, ids):                                   # -> (T, n_embd)
+        t = self.gguf.tensors["token_embd.weight"]
+        rows = t.raw.reshape(t.shape[0], -1)[np.asarray(ids, dtype=np.int64)]
+        return gguf_quants.dequantize(rows, t.qtype).astype(np.float32, copy=False)
+
+    def has(self, name):
+        return name in self.w
+
+    def linear(self, x, name):                              # (T, in) -> (T, out)
+        y = x @ self.w[name].T
+        bias = name[: -len("weight")] + "bias"
+        if bias in self.w:
+            y += self.w[bias]
+        return y
+
+    def rms_norm(self, x, name, eps):                       # normalizes the last axis
+        ms = np.mean(np.square(x, dtype=np.float32), axis=-1, keepdims=True)
+        return x * (1.0 / np.sqrt(ms + eps)) * self.w[name]
+
+    def rope(self, x, pos0, base, neox, n_rot=None, freq_scale=1.0, freq_factors=None):
+        """Rotary embedding of x (T, H, D) at positions pos0..pos0+T-1, over the first n_rot dims."""
+        T, _, D = x.shape
+        n_rot = n_rot or D
+        half = n_rot // 2
+        inv = base ** (-np.arange(half, dtype=np.float64) * 2.0 / n_rot)
+        if freq_factors is not None:
+            inv = inv / freq_factors[:half]
+        ang = (np.arange(pos0, pos0 + T, dtype=np.float64) * freq_scale)[:, None] * inv[None, :]
+        cos = np.cos(ang).astype(np.float32)[:, None, :]     # (T, 1, half)
+        sin = np.sin(ang).astype(np.float32)[:, None, :]
+        out = x.copy()
+        if neox:
+            a, b = x[..., :half], x[..., half:n_rot]
+            out[..., :half] = a * cos - b * sin
+            out[..., half:n_rot] = a * sin + b * cos
+        else:
+            a, b = x[..., 0:n_rot:2], x[..., 1:n_rot:2]
+            out[..., 0:n_rot:2] = a * cos - b * sin
+            out[..., 1:n_rot:2] = a * sin + b * cos
+        return out
+
+    def attention(self, kv, il, q, k, v, pos0, scale, window=0):
+        """Write k, v (T, Hkv, D) into the cache at pos0; attend q (T, H, D) causally -> (T, H*Dv)."""
+        T, H, D = q.shape
+        kv.write(il, k, v, pos0)
+        K, V = kv.read(il, pos0 + T)                          # (Hkv, S, D), (Hkv, S, Dv)
+        Hkv, S, Dv = V.shape
+        G = H // Hkv
+        qh = q.reshape(T, Hkv, G, D).transpose(1, 2, 0, 3)    # (Hkv, G, T, D)
+        scores = (qh @ K[:, None].transpose(0, 1, 3, 2)) * np.float32(scale)   # (Hkv, G, T, S)
+        qpos = np.arange(pos0, pos0 + T)[:, None]
+        kpos = np.arange(S)[None, :]
+        masked = kpos > qpos
+        if window:
+            masked |= (qpos - kpos) >= window
+        scores = np.where(masked, np.float32(-np.inf), scores)
+        scores -= scores.max(axis=-1, keepdims=True)
+        p = np.exp(scores)
+        p /= p.sum(axis=-1, keepdims=True)
+        out = p @ V[:, None]                                  # (Hkv, G, T, Dv)
+        return np.ascontiguousarray(out.transpose(2, 0, 1, 3)).reshape(T, H * Dv)
+
+    def act_mul(self, gate, up, act):
+        if act == "silu":
+            return gate / (1.0 + np.exp(-gate)) * up
+        if act == "gelu_tanh":
+            c = np.float32(math.sqrt(2.0 / math.pi))
+            return 0.5 * gate * (1.0 + np.tanh(c * (gate + np.float32(0.044715) * gate ** 3))) * up
+        raise ValueError(f"unknown activation {act!r}")
+
+    def add(self, a, b):
+        return a + b
+
+    def scale(self, x, s):
+        return x * np.float32(s)
+
+    def output(self, x):                                      # (T, n_embd) -> (T, n_vocab) f32
+        if "output.weight" in self.w:
+            return x @ self.w["output.weight"].T
+        if self._out is None:
+            self._out = dequantize_tensor(self.gguf.tensors["token_embd.weight"])
+        return x @ self._out.T
+
+    def to_host(self, x):
+        return x
+
+    def synchronize(self):
+        pass

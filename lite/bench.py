@@ -1,0 +1,64 @@
+"""`lite bench MODEL`: prefill and decode speed, in llama-bench's table layout.
+
+Every prompt starts with a unique nonce, so the prefix cache cannot serve it and the figure is
+prefill, not the cache. One warm-up run, then the median of the repetitions.
+"""
+import statistics
+import time
+
+import numpy as np
+
+from lite.engine import Engine
+from lite.sampling import Sampler, SamplingParams
+
+
+def _prompt(engine, n_tokens, nonce):
+    """n_tokens ids: BOS-free random ids from a fixed generator, made unique by the nonce."""
+    rng = np.random.default_rng(nonce)
+    hi = min(engine.cfg.n_vocab, 32000)
+    return [int(x) for x in rng.integers(100, hi, size=n_tokens)]
+
+
+def bench_model(path, prompt_lens, n_gen, repetitions=3, **engine_kw):
+    need = max(prompt_lens) + n_gen
+    if engine_kw.get("max_context") is None:
+        engine_kw["max_context"] = need
+    engine = Engine(path, **engine_kw)
+    greedy = Sampler(SamplingParams.greedy())
+    rows = []
+    nonce = 1
+    for n in prompt_lens:
+        pp, tg = [], []
+        for rep in range(repetitions + 1):          # the first is the warm-up
+            ids = _prompt(engine, n, nonce)
+            nonce += 1
+            t0 = time.perf_counter()
+            logits = engine.prefill(ids)
+            engine.stages[-1].ops.synchronize()
+            t1 = time.perf_counter()
+            tok = greedy(logits)
+            for _ in range(n_gen):
+                tok = greedy(engine.decode_step(tok))
+            t2 = time.perf_counter()
+            if rep:
+                pp.append(n / (t1 - t0))
+                if n_gen:
+                    tg.append(n_gen / (t2 - t1))
+        rows.append({"model": engine.gguf.path.rsplit("/", 1)[-1], "arch": engine.cfg.arch,
+                     "device": engine.device, "kv": engine.stages[0].kv.kind,
+                     "chunk": engine.chunk, "stages": len(engine.stages),
+                     "test": f"pp{n}", "tok_s": statistics.median(pp), "runs": pp})
+        if n_gen:
+            rows.append({**rows[-1], "test": f"tg{n_gen} @ {n}", "tok_s": statistics.median(tg),
+                         "runs": tg})
+    return rows
+
+
+def format_table(rows):
+    head = f"| {'model':36s} | {'device':6s} | {'kv':4s} | {'chunk':>5s} | {'stages':>6s} | {'test':>12s} | {'t/s':>10s} |"
+    sep = "|" + "|".join("-" * (len(c)) for c in head.split("|")[1:-1]) + "|"
+    out = [head, sep]
+    for r in rows:
+        out.append(f"| {r['model'][:36]:36s} | {r['device']:6s} | {r['kv']:4s} | {r['chunk']:5d} | "
+                   f"{r['stages']:6d} | {r['test']:>12s} | {r['tok_s']:10.2f} |")
+    return "\n".join(out)

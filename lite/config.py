@@ -1,0 +1,119 @@
+"""ModelConfig: the one place that reads a model's GGUF metadata keys."""
+import math
+from dataclasses import dataclass, field
+
+from lite.errors import ConfigError
+
+SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3", "qwen3moe", "gemma3")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    arch: str
+    n_layer: int
+    n_embd: int
+    n_head: int
+    n_head_kv: int
+    head_dim: int            # key length per head
+    v_head_dim: int
+    n_ff: int
+    n_vocab: int
+    context_length: int
+    rms_eps: float
+    rope_base: float
+    rope_dim: int
+    rope_neox: bool          # rotate halves (NEOX) rather than adjacent pairs (llama's NORM)
+    act: str                 # "silu" or "gelu_tanh" (gated FFN either way)
+    attn_scale: float
+    embed_scale: float = 1.0
+    qk_norm: bool = False
+    post_norms: bool = False  # gemma3: norms after attention and after the FFN
+    attn_bias: bool = False   # qwen2
+    sliding_window: int = 0
+    swa_pattern: int = 0      # every swa_pattern-th layer is global (gemma3: 6)
+    rope_base_swa: float = 0.0
+    n_expert: int = 0
+    n_expert_used: int = 0
+    n_ff_expert: int = 0
+    expert_weights_norm: bool = True
+    extra: dict = field(default_factory=dict, compare=False)
+
+    def is_swa_layer(self, il: int) -> bool:
+        """Sliding-window (local) layer? llama.cpp's pattern: the last of every swa_pattern is global."""
+        return bool(self.sliding_window and self.swa_pattern and (il % self.swa_pattern) < self.swa_pattern - 1)
+
+    def layer_rope_base(self, il: int) -> float:
+        return self.rope_base_swa if self.is_swa_layer(il) else self.rope_base
+
+    @property
+    def is_moe(self) -> bool:
+        return self.n_expert > 0
+
+    @classmethod
+    def from_gguf(cls, md: dict, path: str = "") -> "ModelConfig":
+        where = f"{path}: " if path else ""
+        arch = md.get("general.architecture")
+        if arch is None:
+            raise ConfigError(f"{where}metadata has no general.architecture")
+        if arch not in SUPPORTED_ARCHS:
+            raise ConfigError(f"{where}unsupported architecture {arch!r}; "
+                              f"supported: {', '.join(SUPPORTED_ARCHS)}")
+
+        def get(key, default=...):
+            full = f"{arch}.{key}"
+            if full in md:
+                return md[full]
+            if default is ...:
+                raise ConfigError(f"{where}metadata key {full!r} is missing")
+            return default
+
+        def scalar(v):
+            # some converters write per-layer arrays (e.g. head_count_kv); all layers alike here
+            if hasattr(v, "__len__") and not isinstance(v, str):
+                vals = set(int(x) for x in v)
+                if len(vals) != 1:
+                    raise ConfigError(f"{where}per-layer values {sorted(vals)} are not supported")
+                return vals.pop()
+            return v
+
+        n_embd = int(get("embedding_length"))
+        n_head = int(scalar(get("attention.head_count")))
+        n_head_kv = int(scalar(get("attention.head_count_kv", n_head)))
+        head_dim = int(get("attention.key_length", n_embd // n_head))
+        v_head_dim = int(get("attention.value_length", head_dim))
+        tokens = md.get("tokenizer.ggml.tokens")
+        n_vocab = int(get("vocab_size", len(tokens) if tokens is not None else 0))
+        if n_vocab <= 0:
+            raise ConfigError(f"{where}neither {arch}.vocab_size nor tokenizer.ggml.tokens is present")
+        for name, v in (("attention.head_count", n_head), ("attention.head_count_kv", n_head_kv),
+                        ("embedding_length", n_embd)):
+            if v <= 0:
+                raise ConfigError(f"{where}{arch}.{name} must be positive, got {v}")
+        if n_head % n_head_kv:
+            raise ConfigError(f"{where}head_count {n_head} is not a multiple of head_count_kv {n_head_kv}")
+
+        common = dict(
+            arch=arch, n_layer=int(get("block_count")), n_embd=n_embd, n_head=n_head,
+            n_head_kv=n_head_kv, head_dim=head_dim, v_head_dim=v_head_dim,
+            n_ff=int(scalar(get("feed_forward_length", 0))), n_vocab=n_vocab,
+            context_length=int(get("context_length", 4096)),
+            rms_eps=float(get("attention.layer_norm_rms_epsilon", 1e-6)),
+            rope_base=float(get("rope.freq_base", 10000.0)),
+            rope_dim=int(get("rope.dimension_count", head_dim)),
+            attn_scale=1.0 / math.sqrt(head_dim),
+        )
+        if arch == "llama":
+            return cls(**common, rope_neox=False, act="silu")
+        if arch == "qwen2":
+            return cls(**common, rope_neox=True, act="silu", attn_bias=True)
+        if arch == "qwen3":
+            return cls(**common, rope_neox=True, act="silu", qk_norm=True)
+        if arch == "qwen3moe":
+            return cls(**common, rope_neox=True, act="silu", qk_norm=True,
+                       n_expert=int(get("expert_count")), n_expert_used=int(get("expert_used_count")),
+                       n_ff_expert=int(get("expert_feed_forward_length")))
+        # gemma3
+        return cls(**common, rope_neox=True, act="gelu_tanh", qk_norm=True, post_norms=True,
+                   embed_scale=math.sqrt(n_embd),
+                   sliding_window=int(get("attention.sliding_window", 0)), swa_pattern=6,
+                   rope_base_swa=10000.0)

@@ -1,0 +1,44 @@
+"""`lite info`: what is in a GGUF file."""
+import os
+from collections import Counter
+
+from lite.config import ModelConfig
+from lite.errors import ConfigError
+from lite.gguf_file import GGUFFile
+
+
+def describe(path, list_tensors=False) -> str:
+    g = GGUFFile(path)
+    md = g.metadata
+    n_params = sum(t.n_elements for t in g.tensors.values())
+    n_bytes = sum(t.nbytes for t in g.tensors.values())
+    mix = Counter()
+    for t in g.tensors.values():
+        mix[t.type_name] += t.n_elements
+    lines = [
+        f"file:          {g.path} ({os.path.getsize(g.path) / 2**20:.1f} MiB, GGUF v{g.version})",
+        f"name:          {md.get('general.name', '?')}",
+        f"architecture:  {g.architecture or '?'}",
+        f"parameters:    {n_params / 1e6:.1f} M ({n_bytes * 8 / max(n_params, 1):.2f} bits per weight)",
+        "quant mix:     " + ", ".join(f"{k} {v / n_params:.1%}" for k, v in mix.most_common()),
+    ]
+    try:
+        cfg = ModelConfig.from_gguf(md, g.path)
+        lines += [
+            f"context:       {cfg.context_length} tokens",
+            f"layers:        {cfg.n_layer}, embedding {cfg.n_embd}, feed-forward {cfg.n_ff}",
+            f"attention:     {cfg.n_head} heads, {cfg.n_head_kv} KV heads, head dim {cfg.head_dim}"
+            + (f", sliding window {cfg.sliding_window}" if cfg.sliding_window else ""),
+            f"vocabulary:    {cfg.n_vocab} ({md.get('tokenizer.ggml.model', '?')} tokenizer)",
+        ]
+        if cfg.is_moe:
+            lines.append(f"experts:       {cfg.n_expert}, {cfg.n_expert_used} used, ffn {cfg.n_ff_expert}")
+    except ConfigError as e:
+        lines.append(f"note:          lite cannot run this file: {e}")
+    lines.append(f"chat template: {'yes' if 'tokenizer.chat_template' in md else 'no'}")
+    if list_tensors:
+        lines.append("")
+        lines.append(f"{'name':40s} {'type':8s} shape")
+        for t in g.tensors.values():
+            lines.append(f"{t.name:40s} {t.type_name:8s} {' x '.join(map(str, t.shape))}")
+    return "\n".join(lines)

@@ -1,0 +1,69 @@
+"""Token sampling on the host, in llama.cpp's order: repetition penalty, top-k, top-p, min-p,
+temperature, then a draw. temperature <= 0 is greedy. The same seed gives the same draws."""
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 0.8
+    top_k: int = 40
+    top_p: float = 0.95
+    min_p: float = 0.05
+    repeat_penalty: float = 1.0
+    repeat_last_n: int = 64
+    seed: int | None = None
+
+    def __post_init__(self):
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if self.top_k < 0:
+            raise ValueError(f"top-k must be >= 0, got {self.top_k}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top-p must be in (0, 1], got {self.top_p}")
+        if not 0.0 <= self.min_p <= 1.0:
+            raise ValueError(f"min-p must be in [0, 1], got {self.min_p}")
+        if self.repeat_penalty <= 0:
+            raise ValueError(f"repeat penalty must be > 0, got {self.repeat_penalty}")
+
+    @classmethod
+    def greedy(cls):
+        return cls(temperature=0.0)
+
+
+class Sampler:
+    def __init__(self, params: SamplingParams):
+        self.p = params
+        self.rng = np.random.default_rng(params.seed)
+
+    def __call__(self, logits, history=()):
+        """logits (n_vocab,) float32 on the host -> token id."""
+        p = self.p
+        logits = np.asarray(logits, dtype=np.float32)
+        if p.repeat_penalty != 1.0 and len(history):
+            logits = logits.copy()
+            recent = np.unique(np.asarray(history[-p.repeat_last_n:], dtype=np.int64))
+            vals = logits[recent]
+            logits[recent] = np.where(vals > 0, vals / p.repeat_penalty, vals * p.repeat_penalty)
+        if p.temperature <= 0:
+            return int(np.argmax(logits))
+        # candidates sorted by logit, descending (stable, so ties keep the lower id first)
+        if p.top_k and p.top_k < logits.size:
+            idx = np.argpartition(-logits, p.top_k - 1)[: p.top_k]
+        else:
+            idx = np.arange(logits.size)
+        idx = idx[np.argsort(-logits[idx], kind="stable")]
+        z = logits[idx].astype(np.float64)
+        probs = np.exp(z - z[0])
+        probs /= probs.sum()
+        if p.top_p < 1.0:
+            keep = int(np.searchsorted(np.cumsum(probs), p.top_p) + 1)
+            idx, z, probs = idx[:keep], z[:keep], probs[:keep]
+        if p.min_p > 0:
+            keep = probs >= p.min_p * probs[0]
+            idx, z = idx[keep], z[keep]
+        z = z / p.temperature
+        w = np.exp(z - z.max())
+        w /= w.sum()
+        return int(idx[self.rng.choice(idx.size, p=w)])

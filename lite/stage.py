@@ -1,0 +1,79 @@
+"""A stage: one contiguous range of layers on one backend, with the KV cache of those layers.
+
+The first stage also embeds tokens; the last also applies the final norm and the output
+projection. With one stage this is the whole model.
+"""
+from dataclasses import dataclass
+
+import numpy as np
+
+from lite.kv_cache import KVCache
+from lite.models import family
+
+
+@dataclass
+class StageSpec:
+    layers: range
+    first: bool
+    last: bool
+
+
+def split_layers(n_layer, split):
+    """Layer ranges from a split spec: None/'auto'/1 -> one stage; an int S -> S near-equal stages;
+    a list of counts -> those counts (must add up to n_layer)."""
+    if split in (None, "auto"):
+        counts = [n_layer]
+    elif isinstance(split, int):
+        if not 1 <= split <= n_layer:
+            raise ValueError(f"cannot split {n_layer} layers into {split} stages")
+        counts = [n_layer // split + (i < n_layer % split) for i in range(split)]
+    else:
+        counts = [int(c) for c in split]
+        if any(c <= 0 for c in counts) or sum(counts) != n_layer:
+            raise ValueError(f"--layer-split {','.join(map(str, counts))} must be positive counts "
+                             f"adding up to the model's {n_layer} layers")
+    specs, start = [], 0
+    for i, c in enumerate(counts):
+        specs.append(StageSpec(range(start, start + c), i == 0, i == len(counts) - 1))
+        start += c
+    return specs
+
+
+def stage_tensor_names(gguf, cfg, spec):
+    names = [n for n in gguf.tensors
+             if n.startswith("blk.") and int(n.split(".")[1]) in spec.layers]
+    if spec.first or spec.last:
+        names.append("token_embd.weight")
+    if spec.last:
+        names += [n for n in ("output_norm.weight", "output.weight", "rope_freqs.weight")
+                  if n in gguf.tensors]
+    return names
+
+
+class Stage:
+    def __init__(self, gguf, cfg, spec, backend_cls, max_context, kv_kind):
+        self.cfg, self.spec = cfg, spec
+        self.fwd = family(cfg.arch).forward_layer
+        self.ops = backend_cls(gguf, stage_tensor_names(gguf, cfg, spec))
+        self.kv = KVCache(cfg, spec.layers, max_context, kv_kind, self.ops.xp)
+
+    def forward(self, x, pos0, all_logits=False):
+        """x: token ids (T,) on the first stage, else hidden states (T, n_embd).
+        Returns hidden states, or on the last stage the logits (T or 1, n_vocab) as float32."""
+        ops, cfg = self.ops, self.cfg
+        if self.spec.first:
+            x = ops.embed(x)
+            if cfg.embed_scale != 1.0:
+                x = ops.scale(x, cfg.embed_scale)
+        for il in self.spec.layers:
+            x = self.fwd(ops, cfg, il, x, self.kv, pos0)
+        if not self.spec.last:
+            return x
+        if not all_logits:
+            x = x[-1:]
+        x = ops.rms_norm(x, "output_norm.weight", cfg.rms_eps)
+        return ops.output(x)
+
+
+def as_ids(ids):
+    return np.asarray(ids, dtype=np.int32)

@@ -1,0 +1,37 @@
+"""The llama family: llama, qwen2 (attention biases), qwen3 (per-head QK RMSNorm).
+
+One layer's forward, written only against backend ops, so the CPU and GPU share it.
+Shapes: x (T, n_embd); q (T, n_head, head_dim); k, v (T, n_head_kv, head_dim).
+"""
+
+
+def attention_block(ops, cfg, il, h, kv, pos0, window=0):
+    """Pre-normed hidden h (T, n_embd) -> attention output (T, n_embd), cache written at pos0."""
+    p = f"blk.{il}."
+    T = h.shape[0]
+    q = ops.linear(h, p + "attn_q.weight").reshape(T, cfg.n_head, cfg.head_dim)
+    k = ops.linear(h, p + "attn_k.weight").reshape(T, cfg.n_head_kv, cfg.head_dim)
+    v = ops.linear(h, p + "attn_v.weight").reshape(T, cfg.n_head_kv, cfg.v_head_dim)
+    if cfg.qk_norm:
+        q = ops.rms_norm(q, p + "attn_q_norm.weight", cfg.rms_eps)
+        k = ops.rms_norm(k, p + "attn_k_norm.weight", cfg.rms_eps)
+    base = cfg.layer_rope_base(il)
+    q = ops.rope(q, pos0, base, cfg.rope_neox, cfg.rope_dim)
+    k = ops.rope(k, pos0, base, cfg.rope_neox, cfg.rope_dim)
+    o = ops.attention(kv, il, q, k, v, pos0, cfg.attn_scale, window)
+    return ops.linear(o, p + "attn_output.weight")
+
+
+def ffn_block(ops, cfg, il, h):
+    p = f"blk.{il}."
+    gate = ops.linear(h, p + "ffn_gate.weight")
+    up = ops.linear(h, p + "ffn_up.weight")
+    return ops.linear(ops.act_mul(gate, up, cfg.act), p + "ffn_down.weight")
+
+
+def forward_layer(ops, cfg, il, x, kv, pos0):
+    p = f"blk.{il}."
+    h = ops.rms_norm(x, p + "attn_norm.weight", cfg.rms_eps)
+    x = ops.add(x, attention_block(ops, cfg, il, h, kv, pos0))
+    h = ops.rms_norm(x, p + "ffn_norm.weight", cfg.rms_eps)
+    return ops.add(x, ffn_block(ops, cfg, il, h))
