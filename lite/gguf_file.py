@@ -18,6 +18,7 @@ GGUF_MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)
 MAX_DIMS = 4
 DEFAULT_ALIGNMENT = 32
+MAX_NESTING = 8
 
 # value type id -> (struct format, size) for fixed-size scalars
 _SCALARS = {
@@ -87,7 +88,7 @@ class _Cursor:
         except UnicodeDecodeError:
             self.fail(f"{what} is not valid UTF-8")
 
-    def value(self, vtype, what):
+    def value(self, vtype, what, depth=0):
         if vtype in _SCALARS:
             return self.scalar(vtype, what)
         if vtype == _STRING:
@@ -105,8 +106,10 @@ class _Cursor:
                 self.need(count * 8, what)  # every string needs at least its 8-byte length
                 return [self.string(f"{what}[{i}]") for i in range(count)]
             if itype == _ARRAY:
+                if depth >= MAX_NESTING:
+                    self.fail(f"{what} nests arrays more than {MAX_NESTING} deep")
                 self.need(count * 12, what)
-                return [self.value(_ARRAY, f"{what}[{i}]") for i in range(count)]
+                return [self.value(_ARRAY, f"{what}[{i}]", depth + 1) for i in range(count)]
             self.fail(f"{what} has unknown array item type {itype}")
         self.fail(f"{what} has unknown value type {vtype}")
 
