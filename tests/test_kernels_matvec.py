@@ -1,0 +1,161 @@
+"""Fused dequantize-and-dot kernels (kernels/matvec_basic.py) and the warp sums (kernels/reduce.py).
+
+Under the simulator on tiny shapes against a float64 product of the gguf-py dequantization; on a GPU
+also one matvec captured into a CUDA graph and replayed.
+"""
+import numpy as np
+import pytest
+
+from conftest import HAS_GPU
+from kernel_blocks import random_blocks, reference
+
+from lite.kernels import matvec, matvec_types
+from lite.kernels.reduce import group_sum, warp_sum
+from numba import cuda  # after lite.kernels: the simulator's numba.cuda is swapped in for kernels
+from lite.kernels.util import SIMULATOR
+
+TYPES = ["Q4_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K"]
+
+# Block counts per row are odd on purpose for the types whose blocks are not a multiple of 4 bytes:
+# rows then start at byte offsets that are not 4-aligned, and the total is not a whole number of words.
+SHAPES = {"Q4_0": (6, 224), "Q8_0": (5, 96), "Q4_K": (6, 512), "Q5_K": (5, 512), "Q6_K": (5, 768)}
+
+
+def _xp():
+    if SIMULATOR:
+        return np
+    import cupy
+    return cupy
+
+
+def _host(a):
+    return a.get() if hasattr(a, "get") else np.asarray(a)
+
+
+def _problem(qtype, rows, cols, n, seed):
+    rng = np.random.default_rng(seed)
+    from lite.kernels import quant_info
+    info = quant_info(qtype)
+    blocks = random_blocks(qtype, rows * cols // info.block_elems, rng)
+    x = rng.standard_normal((n, cols)).astype(np.float32)
+    x[:, ::7] *= 100.0            # a few large activations, as real hidden states have
+    w = reference(blocks, qtype).astype(np.float64).reshape(rows, cols)
+    ref = x.astype(np.float64) @ w.T
+    scale = np.abs(x).astype(np.float64) @ np.abs(w).T
+    return blocks, x, ref, scale
+
+
+def _check(out, ref, scale):
+    out = _host(out).astype(np.float64)
+    assert out.shape == ref.shape
+    assert np.all(np.isfinite(out))
+    # 1e-3 relative to each result, with a floor far below it where a result cancels to ~0
+    # (fp32 accumulation error grows with sum |x_i w_i|, not with the result itself).
+    err = np.abs(out - ref)
+    assert np.all(err <= 1e-3 * np.abs(ref) + 1e-5 * scale), np.max(err / (np.abs(ref) + 1e-30))
+
+
+def test_all_basic_types_registered():
+    assert set(TYPES) <= set(matvec_types())
+
+
+@pytest.mark.parametrize("qtype", TYPES)
+@pytest.mark.parametrize("n", [1, 3])
+def test_matvec_matches_float64_reference(qtype, n):
+    rows, cols = SHAPES[qtype]
+    blocks, x, ref, scale = _problem(qtype, rows, cols, n, seed=10 * TYPES.index(qtype) + n)
+    xp = _xp()
+    out = matvec(xp.asarray(blocks), qtype, xp.asarray(x), rows, cols)
+    _check(out, ref, scale)
+
+
+def test_more_x_rows_than_one_launch_takes():
+    # n = 9 runs as chunks of 8 and 1; each chunk must land in its own rows of out.
+    rows, cols = 4, 256
+    blocks, x, ref, scale = _problem("Q4_K", rows, cols, 9, seed=7)
+    xp = _xp()
+    out = matvec(xp.asarray(blocks), "Q4_K", xp.asarray(x), rows, cols)
+    _check(out, ref, scale)
+
+
+def test_one_dimensional_x_and_unaligned_blocks():
+    # Blocks that start 2 bytes into a buffer (a byte slice of a larger tensor) are realigned.
+    rows, cols = 3, 64
+    blocks, x, ref, scale = _problem("Q8_0", rows, cols, 1, seed=3)
+    xp = _xp()
+    buf = xp.zeros(blocks.size + 2, dtype=np.uint8)
+    buf[2:] = xp.asarray(blocks)
+    out = matvec(buf[2:], "Q8_0", xp.asarray(x[0]), rows, cols)
+    assert out.shape == (rows,)
+    _check(out[None, :], ref, scale)
+
+
+def test_scale_edge_cases_exact():
+    # Every f16 scale category (normal +-, subnormal, +-0) decoded exactly: with x a one-hot
+    # vector the product is a single weight, which must equal gguf-py's value exactly.
+    rows, cols = 4, 64
+    rng = np.random.default_rng(11)
+    blocks = random_blocks("Q4_0", rows * cols // 32, rng)
+    w = reference(blocks, "Q4_0").reshape(rows, cols)
+    xp = _xp()
+    x = np.zeros((2, cols), np.float32)
+    x[0, 5] = 1.0
+    x[1, 40] = 1.0
+    out = _host(matvec(xp.asarray(blocks), "Q4_0", xp.asarray(x), rows, cols))
+    np.testing.assert_array_equal(out, np.stack([w[:, 5], w[:, 40]]))
+
+
+def test_bad_inputs_raise():
+    rows, cols = 2, 256
+    blocks, x, _, _ = _problem("Q6_K", rows, cols, 1, seed=1)
+    xp = _xp()
+    b = xp.asarray(blocks)
+    with pytest.raises(ValueError):
+        matvec(b, "Q6_K", xp.asarray(x[:, :128]), rows, cols)
+    with pytest.raises(ValueError):
+        matvec(b, "Q6_K", xp.asarray(x.astype(np.float64)), rows, cols)
+    with pytest.raises(ValueError):
+        matvec(b[:-1], "Q6_K", xp.asarray(x), rows, cols)
+
+
+def test_warp_sums():
+
+    @cuda.jit
+    def k(a, o32, o16, o4):
+        t = cuda.threadIdx.x
+        o32[t] = warp_sum(a[t])
+        o16[t] = group_sum(a[t], 16)
+        o4[t] = group_sum(a[t], 4)
+
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal(64).astype(np.float32)
+    xp = _xp()
+    outs = [xp.zeros(64, np.float32) for _ in range(3)]
+    k[1, 64](xp.asarray(a), *outs)
+    for o, width in zip(outs, (32, 16, 4)):
+        want = np.repeat(a.astype(np.float64).reshape(-1, width).sum(1), width)
+        np.testing.assert_allclose(_host(o), want, rtol=1e-5, atol=1e-5)
+        # every lane of a group holds the very same value
+        assert np.all(_host(o).reshape(-1, width) == _host(o).reshape(-1, width)[:, :1])
+
+
+@pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU: CUDA graphs do not exist under the simulator")
+def test_matvec_in_cuda_graph_replays_like_direct_launch():
+    import cupy
+    rows, cols = 256, 1024
+    blocks, x, ref, scale = _problem("Q4_K", rows, cols, 2, seed=5)
+    b, xd = cupy.asarray(blocks), cupy.asarray(x)
+    direct = matvec(b, "Q4_K", xd, rows, cols)
+    stream = cupy.cuda.Stream(non_blocking=True)
+    out = cupy.zeros((2, rows), np.float32)
+    with stream:
+        matvec(b, "Q4_K", xd, rows, cols, stream=stream, out=out)   # compile outside capture
+        out.fill(0)
+        stream.begin_capture()
+        matvec(b, "Q4_K", xd, rows, cols, stream=stream, out=out)
+        graph = stream.end_capture()
+        out.fill(0)
+        graph.launch(stream)
+    stream.synchronize()
+    _check(out, ref, scale)
+    np.testing.assert_array_equal(out.get(), direct.get())
