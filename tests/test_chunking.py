@@ -1,0 +1,191 @@
+"""The chunk-size cost model: the closed form against a step-by-step schedule of the chain, the
+heuristic's direction, its distance from a brute force, calibration and the saved profile."""
+import math
+
+import numpy as np
+import pytest
+
+from lite.chunking import (CostProfile, ProfileError, calibrate, candidate_chunks, choose_chunk,
+                           predict_time, profile_path)
+from lite.errors import LiteError
+
+PROFILES = {
+    "default": CostProfile(),
+    "launch-bound": CostProfile(fixed_s=0.05, per_token_s=2e-5, stage_fixed_s=1e-3),
+    "attention-heavy": CostProfile(fixed_s=2e-3, per_token_s=5e-5, attn_s=2e-8,
+                                   min_gemm_chunk=128, max_chunk=8192),
+    "cheap-fixed": CostProfile(fixed_s=1e-4, per_token_s=1e-4, stage_fixed_s=0, handoff_s=0,
+                               min_gemm_chunk=64),
+}
+
+
+def random_profiles(n, seed=0):
+    rng = np.random.default_rng(seed)
+    for _ in range(n):
+        yield CostProfile(fixed_s=10 ** rng.uniform(-4, -1), per_token_s=10 ** rng.uniform(-5.5, -3.5),
+                          attn_s=10 ** rng.uniform(-11, -8), stage_fixed_s=10 ** rng.uniform(-5, -3),
+                          handoff_s=10 ** rng.uniform(-8, -6),
+                          min_gemm_chunk=int(rng.choice([64, 128, 256, 512])),
+                          max_chunk=int(rng.choice([2048, 4096, 8192])))
+
+
+def simulate(prompt, chunk, S, p, depth=1):
+    """The chain's schedule step by step: chunk times written out term by term, and a stage starts
+    a chunk when its input has arrived and it has handed its previous chunk on (which waits while
+    the successor still holds `depth` earlier chunks)."""
+    sizes = [min(chunk, prompt - a) for a in range(0, prompt, chunk)]
+    pos = np.cumsum([0] + sizes[:-1])
+    t = [p.stage_fixed_s + p.fixed_s / S + p.per_token_s / S * max(c, p.min_gemm_chunk)
+         + p.attn_s / S * sum(x + 1 for x in range(a, a + c)) + (p.handoff_s * c if S > 1 else 0)
+         for c, a in zip(sizes, pos)]
+    n = len(sizes)
+    finish = [[0.0] * n for _ in range(S)]
+    handed = [[0.0] * n for _ in range(S)]   # when stage k submitted chunk j to stage k+1
+    for j in range(n):
+        for k in range(S):
+            arrive = handed[k - 1][j] if k else 0.0
+            free = handed[k][j - 1] if j else 0.0
+            finish[k][j] = max(arrive, free) + t[j]
+            taken = finish[k + 1][j - depth] if k + 1 < S and j >= depth else 0.0
+            handed[k][j] = max(finish[k][j], taken)
+    return finish[S - 1][n - 1]
+
+
+@pytest.mark.parametrize("name", PROFILES)
+def test_closed_form_matches_the_schedule(name):
+    p = PROFILES[name]
+    for prompt, chunk in [(1000, 128), (1000, 1000), (5000, 768), (4097, 512), (300, 512)]:
+        for S in (1, 2, 3, 5):
+            want = simulate(prompt, chunk, S, p)
+            assert predict_time(prompt, chunk, S, p) == pytest.approx(want, rel=1e-9)
+
+
+def test_prefix_start_adds_attention_over_cached_tokens():
+    p = PROFILES["attention-heavy"]
+    extra = predict_time(2048, 512, 2, p, start=4096) - predict_time(2048, 512, 2, p)
+    # every token of the prompt attends 4096 more positions, and the slowest chunk grows too
+    assert extra > p.attn_s / 2 * 2048 * 4096
+
+
+def test_larger_fixed_cost_gives_larger_chunks():
+    for base in random_profiles(12, seed=1):
+        for P in (2048, 8192, 30000):
+            for S in (2, 4):
+                chosen = [choose_chunk(P, S, CostProfile(**{**base.__dict__, "fixed_s": f}))
+                          for f in (1e-4, 1e-3, 1e-2, 1e-1)]
+                assert chosen == sorted(chosen), (base, P, S, chosen)
+    chosen = [choose_chunk(16384, 4, CostProfile(fixed_s=f)) for f in (1e-3, 1e-1)]
+    assert chosen[1] > chosen[0]
+
+
+def test_more_stages_give_smaller_or_equal_chunks():
+    for p in list(PROFILES.values()) + list(random_profiles(12, seed=2)):
+        for P in (2048, 5000, 16384, 65536):
+            chosen = [choose_chunk(P, S, p) for S in range(1, 9)]
+            assert chosen == sorted(chosen, reverse=True), (p, P, chosen)
+    p = PROFILES["default"]
+    assert choose_chunk(32768, 8, p) < choose_chunk(32768, 2, p)
+
+
+def test_one_stage_never_below_the_gemm_minimum():
+    for p in list(PROFILES.values()) + list(random_profiles(20, seed=3)):
+        for P in (p.min_gemm_chunk, 1000, 2048, 7777, 65536):
+            c = choose_chunk(P, 1, p)
+            assert c >= min(P, p.min_gemm_chunk)
+            assert c <= p.max_chunk
+
+
+@pytest.mark.parametrize("name", PROFILES)
+def test_within_three_percent_of_brute_force(name):
+    p = PROFILES[name]
+    for P in (2048, 2500, 4096, 6000, 8192, 12345, 16384, 32768, 50000, 65536):
+        brute = range(128, min(P, p.max_chunk) + 1, 128)
+        for S in (1, 2, 3, 4, 8):
+            best = min(predict_time(P, c, S, p) for c in brute)
+            got = predict_time(P, choose_chunk(P, S, p), S, p)
+            assert got <= 1.03 * best, (P, S, got / best)
+
+
+def test_candidates_and_short_prompts():
+    cands = candidate_chunks(5000, 4096)
+    assert cands == sorted(set(cands)) and cands[0] == 16 and cands[-1] == 4096
+    assert {16, 32, 64, 128, 256, 512, 768, 1024, 2048, 2560, 4096} <= set(cands)
+    assert 1280 in cands              # 5000 in 4 chunks, rounded up to a multiple of 64
+    assert candidate_chunks(300, 4096)[-1] == 300
+    assert choose_chunk(10, 4, CostProfile()) == 10
+    assert choose_chunk(1, 1, CostProfile()) == 1
+    assert choose_chunk(5000, 2, CostProfile(), candidates=[512, 100000]) in (512, 5000)
+    with pytest.raises(LiteError):
+        choose_chunk(0, 2, CostProfile())
+
+
+def test_profile_json_round_trip_and_errors():
+    p = CostProfile(fixed_s=0.02, min_gemm_chunk=128, device="NVIDIA H200", model_key="llama-32x4096")
+    assert CostProfile.from_json(p.to_json()) == p
+    with pytest.raises(ProfileError, match="version"):
+        CostProfile.from_json('{"version": 99}')
+    with pytest.raises(ProfileError, match="JSON"):
+        CostProfile.from_json("{not json")
+    with pytest.raises(ProfileError, match="fixed_s"):
+        CostProfile(fixed_s=-1.0)
+    with pytest.raises(ProfileError, match="fixed_s"):
+        CostProfile(fixed_s=math.nan)
+    bad = p.to_json().replace('"min_gemm_chunk": 128', '"min_gemm_chunk": "lots"')
+    with pytest.raises(ProfileError):
+        CostProfile.from_json(bad)
+
+
+def test_profile_save_and_load(tmp_path, monkeypatch):
+    p = CostProfile(per_token_s=3e-5, device="NVIDIA H200/MIG 1g", model_key="qwen3moe 48x2048")
+    path = p.save(tmp_path)
+    assert path.parent == tmp_path and "/" not in path.name and " " not in path.name
+    assert CostProfile.load(p.device, p.model_key, tmp_path) == p
+    assert CostProfile.load("other", p.model_key, tmp_path) is None
+    monkeypatch.setenv("LITE_CACHE_DIR", str(tmp_path / "cache"))
+    assert p.save().parent == tmp_path / "cache" / "profiles"
+    assert CostProfile.load(p.device, p.model_key) == p
+    monkeypatch.delenv("LITE_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert profile_path("d", "m").parent == tmp_path / "xdg" / "lite" / "profiles"
+    path.write_text("{}")
+    with pytest.raises(ProfileError, match=str(path.name)):
+        CostProfile.load(p.device, p.model_key, tmp_path)
+
+
+def test_calibrate_recovers_known_constants():
+    truth = dict(fixed=0.004, per_token=6e-5, attn=2e-9, m=256, stage_fixed=3e-4, handoff=4e-7)
+    rng = np.random.default_rng(5)
+
+    def measure(c, ctx):   # one chunk through the whole stack, +-1% noise, never faster
+        t = (truth["fixed"] + truth["per_token"] * max(c, truth["m"])
+             + truth["attn"] * c * (ctx + (c + 1) / 2))
+        return t * (1 + 0.01 * rng.random())
+
+    def handoff(tokens):
+        return (truth["stage_fixed"] + truth["handoff"] * tokens) * (1 + 0.01 * rng.random())
+
+    p = calibrate(measure, handoff_fn=handoff, contexts=(0, 8192), device="cpu", model_key="toy")
+    assert p.min_gemm_chunk == truth["m"]
+    assert p.fixed_s == pytest.approx(truth["fixed"], rel=0.1)
+    assert p.per_token_s == pytest.approx(truth["per_token"], rel=0.05)
+    assert p.attn_s == pytest.approx(truth["attn"], rel=0.1)
+    assert p.stage_fixed_s == pytest.approx(truth["stage_fixed"], rel=0.1)
+    assert p.handoff_s == pytest.approx(truth["handoff"], rel=0.1)
+    assert (p.device, p.model_key, p.max_chunk) == ("cpu", "toy", 4096)
+    exact = CostProfile(fixed_s=truth["fixed"], per_token_s=truth["per_token"],
+                        attn_s=truth["attn"], stage_fixed_s=truth["stage_fixed"],
+                        handoff_s=truth["handoff"], min_gemm_chunk=truth["m"])
+    for P, S in [(8192, 4), (30000, 2), (65536, 8)]:
+        c = choose_chunk(P, S, p)
+        assert predict_time(P, c, S, exact) <= 1.03 * predict_time(P, choose_chunk(P, S, exact),
+                                                                    S, exact)
+
+
+def test_calibrate_without_a_gemm_knee_and_bad_input():
+    p = calibrate(lambda c, ctx: 1e-3 + 1e-5 * c, contexts=(0,), repeats=1)
+    assert p.min_gemm_chunk == 16 and p.attn_s == pytest.approx(0, abs=1e-15)
+    assert p.per_token_s == pytest.approx(1e-5, rel=1e-6)
+    with pytest.raises(LiteError, match="3 chunk"):
+        calibrate(lambda c, ctx: 1.0, chunks=(16, 32))
+    with pytest.raises(LiteError, match="non-positive"):
+        calibrate(lambda c, ctx: 0.0, repeats=1)
