@@ -1,0 +1,99 @@
+"""Lookup tables of the IQ quant types, built once from gguf-py's format definitions.
+
+gguf-py (gguf.quants) holds each IQ grid as packed constants and expands it into float values
+(`init_grid`); here those values are repacked into one integer per grid entry, the form the
+kernels read (entry byte j = value j):
+
+  grid_packed(name)  one uint64 per 8-value entry: IQ2_XXS (256), IQ2_XS (512), IQ2_S (1024), values
+                     in {8, 25, 43}; IQ1_S / IQ1_M (2048), values -1..1 stored as value + 1;
+                     one uint32 per 4-value entry: IQ3_XXS (256), values 4..62; IQ3_S (512), odd 1..15
+  KVALUES_IQ4        the 16 non-linear levels of IQ4_NL / IQ4_XS (int32)
+
+The 7-bit sign index of IQ2/IQ3 expands to 8 signs with the eighth making the parity even:
+  ksigns[i] = i | (popcount(i) & 1) << 7       (checked against gguf-py's table at build time)
+so the kernels compute it rather than read a table.
+
+device_tables(name) uploads a type's tables to the current device once and caches them
+(NumPy arrays under the simulator, Numba device arrays on the GPU).
+"""
+import functools
+
+import numpy as np
+from gguf import quants as gq
+
+from lite.errors import UnsupportedQuantError
+from lite.kernels.util import SIMULATOR
+
+_GRID_CLASS = {
+    "IQ2_XXS": gq.IQ2_XXS, "IQ2_XS": gq.IQ2_XS, "IQ2_S": gq.IQ2_S,
+    "IQ3_XXS": gq.IQ3_XXS, "IQ3_S": gq.IQ3_S, "IQ1_S": gq.IQ1_S, "IQ1_M": gq.IQ1_M,
+}
+KVALUES_IQ4 = np.array(gq.IQ4_NL.kvalues, dtype=np.int32)     # (16,)
+
+
+def ksigns_formula(i):
+    """Sign byte for 7-bit sign index i (bit j set: value j is negative)."""
+    i = int(i)
+    return i | ((bin(i).count("1") & 1) << 7)
+
+
+@functools.lru_cache(maxsize=None)
+def ksigns() -> np.ndarray:
+    """(128,) uint8: gguf-py's sign table, verified to equal ksigns_formula."""
+    table = np.frombuffer(gq.IQ2_XXS.ksigns, dtype=np.uint8).copy()
+    expect = np.array([ksigns_formula(i) for i in range(128)], dtype=np.uint8)
+    if not np.array_equal(table, expect):
+        raise AssertionError("gguf-py's ksigns table is not the parity-completed index; "
+                             "the IQ kernels assume it is")
+    return table
+
+
+@functools.lru_cache(maxsize=None)
+def grid_values(name) -> np.ndarray:
+    """(entries, 8 or 4) float32: the grid of an IQ type as gguf-py defines it."""
+    try:
+        cls = _GRID_CLASS[name]
+    except KeyError:
+        raise UnsupportedQuantError(f"{name} has no IQ grid") from None
+    cls.init_grid()
+    return np.asarray(cls.grid, dtype=np.float32).reshape(cls.grid_shape)
+
+
+@functools.lru_cache(maxsize=None)
+def grid_packed(name) -> np.ndarray:
+    """One integer per grid entry, byte j = value j (+1 for the IQ1 grids, whose values are -1..1)."""
+    g = grid_values(name)
+    if name in ("IQ1_S", "IQ1_M"):
+        g = g + 1
+    as_int = g.astype(np.int64)
+    if not np.array_equal(as_int, g) or as_int.min() < 0 or as_int.max() > 255:
+        raise AssertionError(f"{name} grid values do not fit one byte each")
+    packed = np.ascontiguousarray(as_int.astype(np.uint8))
+    return packed.view(np.uint64 if g.shape[1] == 8 else np.uint32).reshape(-1)
+
+
+def _device_key():
+    if SIMULATOR:
+        return -1
+    import cupy
+    return cupy.cuda.runtime.getDevice()
+
+
+@functools.lru_cache(maxsize=None)
+def _upload(name, device):
+    from lite.kernels.util import as_device
+    host = grid_packed(name) if name in _GRID_CLASS else KVALUES_IQ4
+    if SIMULATOR:
+        return host
+    import cupy
+    return as_device(cupy.asarray(host))
+
+
+def device_tables(name):
+    """The table a kernel of type `name` reads (grid, or the IQ4 levels), on the current device."""
+    if name in ("IQ4_NL", "IQ4_XS"):
+        return _upload("IQ4", _device_key())
+    return _upload(name, _device_key())
+
+
+__all__ = ["KVALUES_IQ4", "ksigns", "ksigns_formula", "grid_values", "grid_packed", "device_tables"]
