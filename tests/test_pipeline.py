@@ -305,3 +305,27 @@ def test_timeline_trace(tmp_path):
     names = {e["tid"]: e["args"]["name"] for e in trace["traceEvents"]
              if e["name"] == "thread_name"}
     assert names == {0: "stage0", 1: "stage1", 2: "stage2"}
+
+
+def test_decode_error_is_a_stage_error_and_chain_recovers():
+    stages = [Failing(0, None, 0), Failing(1, (5, 9), 0)]
+    with StageChain(stages) as chain:
+        with pytest.raises(StageError, match="stage 1 failed on decode step") as info:
+            chain.decode(np.zeros(1, np.float32), ChunkJob(5, 9, 9, 10, decode=True))
+        assert isinstance(info.value.__cause__, Boom)
+        out = chain.prefill(np.zeros(4, np.float32), 2)
+    assert [o.ravel().tolist() for o in out] == [[2.0, 2.0], [2.0, 2.0]]
+
+
+def test_timeline_summary_from_known_events():
+    tl = Timeline()
+    for s in range(2):
+        for c in range(3):
+            tl.record(s, c, 1.0 + s + c, 2.0 + s + c)
+    assert tl.makespan() == pytest.approx(4.0)
+    assert tl.busy(0) == pytest.approx(3.0)
+    summ = tl.summary()
+    assert summ[1]["chunks"] == 3 and summ[1]["utilization"] == pytest.approx(0.75)
+    rows = tl.rows(width=40)
+    assert rows == ["stage0: [C0------][C1------][C2------]",
+                    "stage1:           [C0------][C1------][C2------]"]
