@@ -25,3 +25,53 @@ def test_matches_reference_fp32_and_fp16(qtype):
     np.testing.assert_array_equal(got32.view(np.uint32), ref.view(np.uint32))
     got16 = dequantize(blocks, qtype, np.float16)
     np.testing.assert_array_equal(got16.view(np.uint16), ref.astype(np.float16).view(np.uint16))
+
+
+@pytest.mark.parametrize("qtype,n_blocks", [("Q4_K", 33), ("Q8_0", 257)])
+def test_several_tiles_with_a_partial_last_one(qtype, n_blocks):
+    assert n_blocks * KERNELS[qtype].be > KERNELS[qtype].tile_elems()
+    blocks = _blocks(qtype, n_blocks, 2)
+    got = dequantize(blocks, qtype, np.float16)
+    np.testing.assert_array_equal(got.view(np.uint16), reference(blocks, qtype).astype(np.float16).view(np.uint16))
+
+
+@pytest.mark.parametrize("qtype", ["Q6_K", "Q5_0", "BF16"])
+def test_unaligned_slice_and_given_out(qtype):
+    blocks = _blocks(qtype, 3, 3)
+    buf = np.zeros(blocks.size + 3, dtype=np.uint8)
+    buf[1:1 + blocks.size] = blocks                   # odd byte offset, odd total size
+    view = buf[1:1 + blocks.size]
+    ref = reference(blocks, qtype)
+    out = np.full(ref.size, np.nan, dtype=np.float32)
+    res = dequantize(view, qtype, np.float32, out=out)
+    assert res is out
+    np.testing.assert_array_equal(out.view(np.uint32), ref.view(np.uint32))
+
+
+def test_empty_input_gives_empty_output():
+    assert dequantize(np.zeros(0, dtype=np.uint8), "Q4_K").shape == (0,)
+
+
+def test_bad_inputs_raise_clear_errors():
+    blocks = _blocks("Q4_0", 2, 4)
+    with pytest.raises(ValueError, match="whole number"):
+        dequantize(blocks[:-1], "Q4_0")
+    with pytest.raises(ValueError, match="out must be"):
+        dequantize(blocks, "Q4_0", out=np.empty(63, np.float16))
+    with pytest.raises(ValueError, match="out_dtype"):
+        dequantize(blocks, "Q4_0", np.float64)
+    with pytest.raises(ValueError, match="whole"):
+        KERNELS["Q4_0"](blocks[:-1], np.empty(32, np.float16), None)
+    with pytest.raises(UnsupportedQuantError):
+        dequantize(blocks, "Q8_K")
+
+
+def test_random_blocks_hold_every_kind_of_scale():
+    # The edge cases the kernels are checked on must really be in the blocks.
+    blocks = _blocks("Q8_0", 16, 5).reshape(16, 34)
+    d = blocks[:, :2].copy().view(np.float16).ravel()
+    bits = d.view(np.uint16)
+    assert (d > 0).any() and (d < 0).any()
+    assert ((bits & 0x7FFF) == 0).any()
+    assert (((bits & 0x7C00) == 0) & ((bits & 0x03FF) != 0)).any()      # subnormal
+    assert np.isfinite(reference(blocks.ravel(), "Q8_0")).all()
