@@ -16,10 +16,14 @@ On the GPU, IQ3_XXS runs a CUDA C kernel (CuPy RawKernel, below: 16-byte stores,
 memory, 6-8 us launches instead of Numba's 30-200 us). Its Numba twin is what CI checks under the
 simulator; the device benchmark checks the CUDA C kernel against the Numba one.
 """
+import contextlib
+import functools
+import os
+
 import numpy as np
 from numba import cuda, float32, uint32, uint64
 
-from lite.kernels.iq_tables import device_tables
+from lite.kernels.iq_tables import device_tables, grid_packed
 from lite.kernels.registry import quant_info, register_dequant
 from lite.kernels.util import SIMULATOR, numba_stream
 
@@ -240,7 +244,7 @@ KERNELS = {name: _make_kernels(p, v, g) for name, (p, v, g) in _TYPES.items()}
 
 
 def _check_aligned(a, nbytes, what):
-    ptr = a.ctypes.data if isinstance(a, np.ndarray) else a.data.ptr
+    ptr = _ptr(a)
     if ptr % nbytes:
         raise ValueError(f"{what} must be {nbytes}-byte aligned (got address {ptr:#x}); "
                          "pass a fresh array or a slice starting at an aligned offset")
@@ -267,9 +271,111 @@ def launch_numba(name, blocks, out, stream):
         blocks, blocks.view(np.uint16), blocks.view(np.float16), device_tables(name), dst, n_groups)
 
 
+# ---- CUDA C for the hot path (IQ3_XXS) -------------------------------------------------------
+
+def c_grid_array(cname, name):
+    """`__device__ const unsigned <cname>[n] = {...};` generated from the gguf-py grid."""
+    vals = ", ".join(f"{int(v):#x}u" for v in grid_packed(name))
+    return f"__device__ const unsigned {cname}[{grid_packed(name).size}] = {{{vals}}};\n"
+
+
+C_HELPERS = r"""
+__device__ __forceinline__ unsigned short f2h(float f) {
+    unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
+__device__ __forceinline__ float h2f(unsigned short h) {
+    float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
+__device__ __forceinline__ unsigned ksign(unsigned s7) { return s7 | ((__popc(s7) & 1u) << 7); }
+"""
+
+C_IQ3_XXS_DEQUANT = r"""
+// 8 values of group g (0..31) of the block at b (49 16-bit words): same float ops as gguf-py.
+__device__ __forceinline__ void iq3xxs_group(const unsigned short* __restrict__ b, int g,
+                                             const unsigned* gs, float v[8]) {
+    const int ib = g >> 2;
+    const unsigned q = __ldg(b + 1 + g);
+    const unsigned aux = __ldg(b + 33 + 2 * ib) | ((unsigned)__ldg(b + 34 + 2 * ib) << 16);
+    const float db = __fmul_rn(__fmul_rn(h2f(__ldg(b)), __fadd_rn(0.5f, (float)(aux >> 28))), 0.5f);
+    const unsigned sb = ksign((aux >> (7 * (g & 3))) & 127u);
+    const unsigned g0 = gs[q & 255u], g1 = gs[q >> 8];
+    #pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const float a = __fmul_rn(db, (float)((g0 >> (8 * j)) & 255u));
+        const float c = __fmul_rn(db, (float)((g1 >> (8 * j)) & 255u));
+        v[j] = ((sb >> j) & 1u) ? -a : a;
+        v[j + 4] = ((sb >> (j + 4)) & 1u) ? -c : c;
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256) iq3xxs_deq_f16(
+        const unsigned short* __restrict__ w16, uint4* __restrict__ out, long long n_groups) {
+    __shared__ unsigned gs[256];
+    gs[threadIdx.x] = IQ3XXS_GRID[threadIdx.x];
+    __syncthreads();
+    for (long long t = blockIdx.x * 256LL + threadIdx.x; t < n_groups; t += (long long)gridDim.x * 256) {
+        float v[8];
+        iq3xxs_group(w16 + (t >> 5) * 49, (int)(t & 31), gs, v);
+        uint4 w;
+        w.x = f2h(v[0]) | ((unsigned)f2h(v[1]) << 16); w.y = f2h(v[2]) | ((unsigned)f2h(v[3]) << 16);
+        w.z = f2h(v[4]) | ((unsigned)f2h(v[5]) << 16); w.w = f2h(v[6]) | ((unsigned)f2h(v[7]) << 16);
+        out[t] = w;
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256) iq3xxs_deq_f32(
+        const unsigned short* __restrict__ w16, float4* __restrict__ out, long long n_groups) {
+    __shared__ unsigned gs[256];
+    gs[threadIdx.x] = IQ3XXS_GRID[threadIdx.x];
+    __syncthreads();
+    for (long long t = blockIdx.x * 256LL + threadIdx.x; t < n_groups; t += (long long)gridDim.x * 256) {
+        float v[8];
+        iq3xxs_group(w16 + (t >> 5) * 49, (int)(t & 31), gs, v);
+        out[2 * t] = make_float4(v[0], v[1], v[2], v[3]);
+        out[2 * t + 1] = make_float4(v[4], v[5], v[6], v[7]);
+    }
+}
+"""
+
+
+def c_source_iq3_xxs():
+    return C_HELPERS + c_grid_array("IQ3XXS_GRID", "IQ3_XXS") + C_IQ3_XXS_DEQUANT
+
+
+def _ptr(a):
+    return a.ctypes.data if isinstance(a, np.ndarray) else a.data.ptr
+
+
+@functools.lru_cache(maxsize=None)
+def _raw_iq3_xxs(device):
+    import cupy
+    mod = cupy.RawModule(code=c_source_iq3_xxs(), options=("--std=c++17",))
+    sms = cupy.cuda.runtime.getDeviceProperties(device)["multiProcessorCount"]
+    return mod.get_function("iq3xxs_deq_f16"), mod.get_function("iq3xxs_deq_f32"), sms
+
+
+def launch_cuda_iq3_xxs(blocks, out, stream):
+    """The CUDA C IQ3_XXS dequant; needs 2-aligned blocks and a 16-aligned out."""
+    import cupy
+    k16, k32, sms = _raw_iq3_xxs(cupy.cuda.runtime.getDevice())
+    n_groups = blocks.size // 98 * 32
+    grid = max(1, min(-(-n_groups // 256), sms * 8))
+    kern = k16 if out.dtype == np.float16 else k32
+    with stream if stream is not None else contextlib.nullcontext():
+        kern((grid,), (256,), (blocks, out, np.int64(n_groups)))
+
+
+def impl():
+    """'cuda' (default on a GPU) or 'numba', from LITE_DEQUANT_IMPL; always 'numba' in the simulator."""
+    choice = os.environ.get("LITE_DEQUANT_IMPL", "cuda").lower()
+    if choice not in ("cuda", "numba"):
+        raise ValueError(f"LITE_DEQUANT_IMPL must be 'cuda' or 'numba', got {choice!r}")
+    return "numba" if SIMULATOR else choice
+
+
 def _register(name):
     @register_dequant(name)
     def launch(blocks, out, stream):
+        if name == "IQ3_XXS" and impl() == "cuda" and _ptr(blocks) % 2 == 0 and _ptr(out) % 16 == 0:
+            return launch_cuda_iq3_xxs(blocks, out, stream)
         return launch_numba(name, blocks, out, stream)
     return launch
 
