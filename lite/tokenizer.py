@@ -23,8 +23,8 @@ _TYPE_ATTR = {1: A_NORMAL, 2: A_UNKNOWN, 3: A_CONTROL, 4: A_USER, 5: A_UNUSED, 6
 
 # Token texts llama.cpp treats as end of generation (llama_vocab::impl::load).
 _EOG_TEXTS = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>",
-              "<|calls|>", "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>",
-              "[EOT]", "[EOS]", "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>",
+              "<|calls|>", "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>",
+              "_<EOT>", "[EOT]", "[EOS]", "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>",
               "<|tool_response>", "<｜end▁of▁sentence｜>", "[e~["}
 _EOT_TEXTS = ["<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
               "<|end_of_text|>", "<EOT>", "_<EOT>", "[EOT]", "<｜end▁of▁sentence｜>",
@@ -38,24 +38,36 @@ _FIM_TEXTS = {  # metadata key suffix -> texts llama.cpp recognises when the key
 # ---- pre-tokenizer regexes (llm_tokenizer_bpe in llama-vocab.cpp) ----
 _GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)"
 _CONTR = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
-_LLAMA3 = _CONTR + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-_QWEN2 = _CONTR + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+_TAIL = r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+_LLAMA3 = _CONTR + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}" + _TAIL
+_QWEN2 = _CONTR + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}" + _TAIL
 _QWEN35 = (_CONTR + r"|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*"
            r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 _UPLOW = (r"[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+@C@|[^\r\n\p{L}\p{N}]?"
           r"((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*@C@|@N@| ?[^\s\p{L}\p{N}]+[\r\n/]*"
           r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 _DEEPSEEK_LLM_LETTERS = (
-    "A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-ὗὙὛὝὟ-ώ"
-    "ᾀ-ᾴᾶ-ᾼιῂ-ῄῆ-ῌῐ-ΐῖ-Ίῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤΩℨK-ℭℯ-ℴℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-ｚ"
-    "𐐀-𐑏𐒰-𐓓𐓘-𐓻𐲀-𐲲𐳀-𐳲𑢠-𑣟𞤀-𞥃")
-_CJK = "[一-龥ࠀ-一가-퟿]+"
+    "A-Za-z\u00b5\u00c0-\u00d6\u00d8-\u00f6\u00f8-\u01ba\u01bc-\u01bf\u01c4-\u0293"
+    "\u0295-\u02af\u0370-\u0373\u0376\u0377\u037b-\u037d\u037f\u0386\u0388-\u038a\u038c"
+    "\u038e-\u03a1\u03a3-\u03f5\u03f7-\u0481\u048a-\u052f\u0531-\u0556\u10a0-\u10c5"
+    "\u13a0-\u13f5\u13f8-\u13fd\u1c90-\u1cba\u1cbd-\u1cbf\u1d00-\u1d2b\u1d6b-\u1d77"
+    "\u1d79-\u1d9a\u1e00-\u1f15\u1f18-\u1f1d\u1f20-\u1f45\u1f48-\u1f4d\u1f50-\u1f57\u1f59"
+    "\u1f5b\u1f5d\u1f5f-\u1f7d\u1f80-\u1fb4\u1fb6-\u1fbc\u1fbe\u1fc2-\u1fc4\u1fc6-\u1fcc"
+    "\u1fd0-\u1fd3\u1fd6-\u1fdb\u1fe0-\u1fec\u1ff2-\u1ff4\u1ff6-\u1ffc\u2102\u2107"
+    "\u210a-\u2113\u2115\u2119-\u211d\u2124\u2126\u2128\u212a-\u212d\u212f-\u2134\u2139"
+    "\u213c-\u213f\u2145-\u2149\u214e\u2183\u2184\u2c00-\u2c7b\u2c7e-\u2ce4\u2ceb-\u2cee"
+    "\u2cf2\u2cf3\ua640-\ua66d\ua680-\ua69b\ua722-\ua76f\ua771-\ua787\ua78b-\ua78e"
+    "\uab70-\uabbf\ufb00-\ufb06\ufb13-\ufb17\uff21-\uff3a\uff41-\uff5a\U00010400-\U0001044f"
+    "\U000104b0-\U000104d3\U000104d8-\U000104fb\U00010c80-\U00010cb2\U00010cc0-\U00010cf2"
+    "\U000118a0-\U000118df\U0001e900-\U0001e943")
+_CJK = "[\u4e00-\u9fa5\u0800-\u4e00\uac00-\ud7ff]+"
 _PRE = {  # name -> (regexes applied in turn, clean_spaces, ignore_merges, add_bos default)
     "default": ([r"[\p{P}\$\+<=>\^~\|]+", _GPT2, r"\p{N}+", "[0-9][0-9][0-9]"], True, False, False),
     "llama3": ([_LLAMA3], True, True, True),
     "dbrx": ([_LLAMA3], True, False, False),
     "deepseek-llm": (["[\r\n]", r"\s?[" + _DEEPSEEK_LLM_LETTERS + "]+",
-                      r"\s?[!-/:-~！-／：-～‘-‟　-。]+", r"\s+$", _CJK, r"\p{N}+"], False, False, False),
+                      "\\s?[!-/:-~\uff01-\uff0f\uff1a-\uff5e\u2018-\u201f\u3000-\u3002]+",
+                      r"\s+$", _CJK, r"\p{N}+"], False, False, False),
     "deepseek-coder": (["[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", _CJK, r"\p{N}"], False, False, False),
     "deepseek-v3": ([r"\p{N}{1,3}", "[一-龥぀-ゟ゠-ヿ]+",
                      r"[!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?"
@@ -90,14 +102,15 @@ _CAT_CODE = {"N": 0xD1, "L": 0xD2, "P": 0xD3, "M": 0xD4, "S": 0xD5}
 
 
 def _ascii_of(cat):
-    return "".join(regex.escape(chr(c)) for c in range(128) if unicodedata.category(chr(c))[0] == cat)
+    chars = (chr(c) for c in range(128))
+    return "".join(regex.escape(c) for c in chars if unicodedata.category(c)[0] == cat)
 
 
 _CAT_CLASS = {k: chr(v) + _ascii_of(k) for k, v in _CAT_CODE.items()}
 
 
 class _Collapse(dict):
-    """str.translate table: every non-ASCII code point -> one stand-in per category (unicode.cpp)."""
+    """str.translate table: each non-ASCII code point -> one stand-in per category (unicode.cpp)."""
 
     def __missing__(self, cp):
         if cp < 128:
@@ -508,14 +521,16 @@ class Tokenizer:
     def is_eog(self, tid):
         return tid in self.eog_ids
 
-    def apply_chat_template(self, messages, add_generation_prompt=True, template=None):
+    def apply_chat_template(self, messages, add_generation_prompt=True, template=None, **extra):
         """Render `messages` with the file's chat template (or a built-in one by architecture).
-        A leading BOS spelling is removed when encode() adds BOS itself, as llama.cpp does."""
+        A leading BOS spelling is removed when encode() adds BOS itself, as llama.cpp's common
+        chat code does, so that encode(text) starts with exactly one BOS."""
         from lite.chat_template import builtin_template, render_chat
         tmpl = template or self.chat_template or builtin_template(self.architecture)
         bos = self.tokens[self.bos_id] if self.bos_id is not None else ""
         eos = self.tokens[self.eos_id] if self.eos_id is not None else ""
-        text = render_chat(tmpl, messages, add_generation_prompt, bos_token=bos, eos_token=eos)
+        text = render_chat(tmpl, messages, add_generation_prompt, bos_token=bos, eos_token=eos,
+                           **extra)
         if self.add_bos and bos and text.startswith(bos):
             text = text[len(bos):]
         return text

@@ -7,8 +7,9 @@ Run with an interpreter that has llama_cpp installed (not a dependency of lite):
 For every string it records what `llama_tokenize(text, add_special=True, parse_special=True)` and
 `parse_special=False` return, llama.cpp's own `llama_detokenize` of those ids (special tokens
 rendered and not), and the bytes of every token that appears (`llama_token_to_piece`). It also
-records BOS/EOS, the end-of-generation set, and SmolLM2's chat template rendered by llama-cpp-python's
-Jinja2ChatFormatter for a system+user conversation.
+records BOS/EOS, the end-of-generation set, SmolLM2's chat template rendered by llama-cpp-python's
+Jinja2ChatFormatter for a system+user conversation, and llama.cpp's built-in rendering (gemma or chatml)
+of the same conversation.
 """
 import argparse
 import ctypes
@@ -96,6 +97,13 @@ CHAT_MESSAGES = [
     {"role": "user", "content": "What is the capital of France?"},
 ]
 
+CHAT_MULTI_TURN = [
+    {"role": "system", "content": "  Be brief.  "},
+    {"role": "user", "content": " Hi! "},
+    {"role": "assistant", "content": "Hello.\n"},
+    {"role": "user", "content": "Name a colour."},
+]
+
 
 def _detokenize(llama_cpp, vocab, ids, remove_special, unparse_special):
     arr = (llama_cpp.llama_token * max(1, len(ids)))(*ids)
@@ -114,6 +122,16 @@ def _piece(llama_cpp, vocab, tok, special):
     n = llama_cpp.llama_token_to_piece(vocab, tok, buf, 256, 0, special)
     assert n >= 0, (tok, n)
     return buf.raw[:n]
+
+
+def _builtin_chat(llama_cpp, name, messages):
+    """llama.cpp's own hard-coded rendering of a named template (llama_chat_apply_template)."""
+    arr = (llama_cpp.llama_chat_message * len(messages))(
+        *[llama_cpp.llama_chat_message(m["role"].encode(), m["content"].encode()) for m in messages])
+    buf = ctypes.create_string_buffer(8192)
+    n = llama_cpp.llama_chat_apply_template(name.encode(), arr, len(messages), True, buf, 8192)
+    assert 0 <= n <= 8192, n
+    return buf.raw[:n].decode("utf-8")
 
 
 def make(name, path):
@@ -151,6 +169,10 @@ def make(name, path):
         "cases": cases,
         "pieces_hex": pieces,
     }
+    builtin = "gemma" if "gemma" in name else "chatml"
+    out["chat_builtin"] = {"template": builtin, "conversations": [
+        {"messages": msgs, "rendered": _builtin_chat(llama_cpp, builtin, msgs)}
+        for msgs in (CHAT_MESSAGES, CHAT_MULTI_TURN)]}
     template = llm.metadata.get("tokenizer.chat_template")
     if template:
         bos = _piece(llama_cpp, vocab, out["bos_id"], True).decode()
