@@ -47,7 +47,7 @@ class LLM:
         """Yield text pieces as they are decoded (whole UTF-8 characters only)."""
         dec = self.tokenizer.decoder()
         for tok in self.stream_ids(self.tokenize(prompt), max_tokens, **sampling):
-            piece = dec.add(tok)
+            piece = dec.push(tok)
             if piece:
                 yield piece
         tail = dec.flush()

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lite.errors import LiteError
 from lite.kv_cache import KVCache
 from lite.models import family
 
@@ -25,12 +26,12 @@ def split_layers(n_layer, split):
         counts = [n_layer]
     elif isinstance(split, int):
         if not 1 <= split <= n_layer:
-            raise ValueError(f"cannot split {n_layer} layers into {split} stages")
+            raise LiteError(f"cannot split {n_layer} layers into {split} stages")
         counts = [n_layer // split + (i < n_layer % split) for i in range(split)]
     else:
         counts = [int(c) for c in split]
         if any(c <= 0 for c in counts) or sum(counts) != n_layer:
-            raise ValueError(f"--layer-split {','.join(map(str, counts))} must be positive counts "
+            raise LiteError(f"--layer-split {','.join(map(str, counts))} must be positive counts "
                              f"adding up to the model's {n_layer} layers")
     specs, start = [], 0
     for i, c in enumerate(counts):

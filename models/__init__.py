@@ -1,7 +1,8 @@
 """One module per architecture family; each has forward_layer(ops, cfg, il, x, kv, pos0)."""
-from lite.models import gemma3, llama
+from lite.models import gemma3, llama, qwen3moe
 
-FAMILIES = {"llama": llama, "qwen2": llama, "qwen3": llama, "gemma3": gemma3}
+FAMILIES = {"llama": llama, "qwen2": llama, "qwen3": llama, "qwen3moe": qwen3moe,
+            "gemma3": gemma3}
 
 
 def family(arch):

@@ -36,8 +36,8 @@ class CPUBackend:
         self.gguf = gguf
         self.w = {}
         for n in names:
-            if n == "token_embd.weight":
-                continue  # kept quantized, see embed()
+            if n == "token_embd.weight" or "_exps." in n:
+                continue  # kept quantized: embed() and moe_experts() dequantize what they use
             self.w[n] = dequantize_tensor(gguf.tensors[n])
         self.tied_output = tied_output
         self._out = None
@@ -112,6 +112,37 @@ class CPUBackend:
             c = np.float32(math.sqrt(2.0 / math.pi))
             return 0.5 * gate * (1.0 + np.tanh(c * (gate + np.float32(0.044715) * gate ** 3))) * up
         raise ValueError(f"unknown activation {act!r}")
+
+    def moe_route(self, h, name, k, normalize):
+        """Router softmax over all experts, top-k -> ids (T, k) int, weights (T, k) f32."""
+        logits = h @ self.w[name].T                           # (T, n_expert)
+        p = np.exp(logits - logits.max(axis=-1, keepdims=True))
+        p /= p.sum(axis=-1, keepdims=True)
+        ids = np.argsort(-p, axis=-1, kind="stable")[:, :k]
+        w = np.take_along_axis(p, ids, axis=-1)
+        if normalize:
+            w = w / w.sum(axis=-1, keepdims=True)
+        return ids, w.astype(np.float32)
+
+    def _expert(self, name, e):
+        t = self.gguf.tensors[name]
+        n_exp, rows, cols = t.shape
+        per = t.nbytes // n_exp
+        raw = t.raw[e * per:(e + 1) * per].reshape(rows, -1)
+        return gguf_quants.dequantize(raw, t.qtype).astype(np.float32, copy=False)
+
+    def moe_experts(self, h, il, ids, weights, act):
+        """Sum over each token's chosen experts of weight * down(act(gate(h)) * up(h))."""
+        p = f"blk.{il}."
+        out = np.zeros_like(h)
+        for e in np.unique(ids):
+            rows, slot = np.nonzero(ids == e)
+            x = h[rows]
+            g = x @ self._expert(p + "ffn_gate_exps.weight", e).T
+            u = x @ self._expert(p + "ffn_up_exps.weight", e).T
+            y = self.act_mul(g, u, act) @ self._expert(p + "ffn_down_exps.weight", e).T
+            np.add.at(out, rows, y * weights[rows, slot][:, None])
+        return out
 
     def add(self, a, b):
         return a + b

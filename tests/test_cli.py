@@ -1,0 +1,102 @@
+"""Bad input gives one line on stderr and a non-zero exit, never a traceback."""
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from gguf import GGUFWriter
+
+from realmodels import real_model
+
+
+def lite(*args, input=None):
+    r = subprocess.run([sys.executable, "-m", "lite.cli.main", *args], capture_output=True,
+                       text=True, input=input, timeout=600)
+    return r.returncode, r.stdout, r.stderr
+
+
+def assert_one_line_error(rc, err, *needles):
+    assert rc != 0
+    assert "Traceback" not in err
+    lines = [ln for ln in err.splitlines() if ln.strip() and "WARNING" not in ln]
+    assert len(lines) == 1, err
+    for n in needles:
+        assert n in lines[0], lines[0]
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    return real_model("smollm2")
+
+
+@pytest.fixture(scope="module")
+def odd_arch(tmp_path_factory):
+    p = tmp_path_factory.mktemp("m") / "odd.gguf"
+    w = GGUFWriter(str(p), "mamba9")
+    w.add_tensor("x.weight", np.zeros((2, 32), np.float32))
+    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+    return p
+
+
+def test_missing_file():
+    rc, _, err = lite("run", "-m", "/nonexistent/model.gguf", "-p", "hi")
+    assert_one_line_error(rc, err, "no such file")
+
+
+def test_not_a_gguf(tmp_path):
+    p = tmp_path / "notes.txt"
+    p.write_text("hello, this is not a model\n")
+    rc, _, err = lite("run", "-m", str(p), "-p", "hi")
+    assert_one_line_error(rc, err, "not a GGUF file")
+
+
+def test_truncated_file(tmp_path, smollm2):
+    p = tmp_path / "cut.gguf"
+    with open(smollm2, "rb") as f:
+        p.write_bytes(f.read(5_000_000))
+    rc, _, err = lite("run", "-m", str(p), "-p", "hi")
+    assert_one_line_error(rc, err, "truncated")
+
+
+def test_unknown_architecture(odd_arch):
+    rc, _, err = lite("run", "-m", str(odd_arch), "-p", "hi")
+    assert_one_line_error(rc, err, "unsupported architecture 'mamba9'", "llama")
+
+
+def test_prompt_longer_than_context(smollm2):
+    rc, _, err = lite("run", "-m", smollm2, "-c", "16", "-n", "4", "-p", "word " * 40, "--device", "cpu")
+    assert_one_line_error(rc, err, "context of 16")
+
+
+@pytest.mark.parametrize("flags,needle", [
+    (["--temp", "-1"], "--temp"),
+    (["-n", "0"], "n-predict"),
+    (["--kv", "q3"], "--kv"),
+    (["--device", "tpu"], "--device"),
+    (["--top-p", "2"], "--top-p"),
+    (["--layer-split", "3,x"], "--layer-split"),
+    (["--bogus-flag"], "bogus"),
+])
+def test_bad_flag_values(flags, needle):
+    rc, _, err = lite("run", "-p", "hi", *flags)
+    assert_one_line_error(rc, err, needle)
+
+
+def test_layer_split_must_cover_the_model(smollm2):
+    rc, _, err = lite("run", "-m", smollm2, "-p", "hi", "--layer-split", "10,10", "--device", "cpu")
+    assert_one_line_error(rc, err, "30 layers")
+
+
+def test_info(smollm2):
+    rc, out, err = lite("info", smollm2, "--tensors")
+    assert rc == 0, err
+    assert "architecture:  llama" in out
+    assert "Q4_1" in out and "blk.29.ffn_down.weight" in out
+
+
+def test_run_greedy_streams_text(smollm2):
+    rc, out, err = lite("run", "-m", smollm2, "-p", "The capital of France is", "-n", "8",
+                        "--temp", "0", "--device", "cpu")
+    assert rc == 0, err
+    assert out.startswith("The capital of France is") and len(out) > len("The capital of France is")
+    assert "generated 8 tokens" in err or "generated" in err
