@@ -20,43 +20,45 @@ import logging
 import math
 
 import numpy as np
-from numba import cuda, float32, int32
+from numba import cuda, float32, int32, uint64
 
 from lite.kernels.reduce import warp_sum
 from lite.kernels.registry import array_module, quant_info, register_matvec
-from lite.kernels.util import numba_stream
+from lite.kernels.util import SIMULATOR, numba_stream
 
 log = logging.getLogger(__name__)
 
 WARPS = 4          # warps per CTA
 ROWS = 4           # rows per CTA
+UNROLL = 2         # units decoded per loop trip
 MAX_N = 8          # x rows per launch; more are done in chunks of MAX_N
 
 
 # ---------------------------------------------------------------- byte/word helpers
-@cuda.jit(device=True)
-def f16_to_f32(h):
-    # Exact for normal, subnormal and zero halves (inf/NaN do not occur in valid blocks).
-    e = (h >> 10) & 31
-    m = (h & 1023) | (int32(e != 0) << 10)
-    e = max(e, 1)
-    v = float32(m) * float32(1 << e) * float32(2.0 ** -25)
-    return -v if h & 0x8000 else v
+if SIMULATOR:
+    @cuda.jit(device=True)
+    def bits_to_f32(i):
+        return np.array([i], dtype=np.uint32).view(np.float32)[0]
+else:
+    from numba.cuda import libdevice
+
+    @cuda.jit(device=True)
+    def bits_to_f32(i):
+        return libdevice.int_as_float(int32(i))
+
+# Quant values are turned into floats without int->float conversions (quarter rate on the GPU):
+# a b-bit value q placed in the top mantissa bits of 1.0f reads as f = 1 + q / 2^b, so
+# sum(q x) = 2^b * (sum(f x) - sum(x)); each decoder folds that into its (a, b) factors.
+ONE = 0x3F800000
 
 
 @cuda.jit(device=True)
 def ld32u(w, off):
-    """32 bits at an even byte offset that may not be 4-aligned."""
+    """32 bits at an even byte offset that may not be 4-aligned (branch-free funnel shift)."""
     i = off >> 2
-    v = w[i]
-    if off & 3:
-        v = ((v >> 16) | (w[i + 1] << 16)) & 0xFFFFFFFF
-    return v
-
-
-@cuda.jit(device=True)
-def ld16(w, off):
-    return (w[off >> 2] >> ((off & 3) * 8)) & 0xFFFF
+    lo = uint64(w[i])
+    hi = uint64(w[min(i + 1, w.shape[0] - 1)])
+    return ((hi << uint64(32)) | lo) >> uint64((off & 2) * 8) & uint64(0xFFFFFFFF)
 
 
 @cuda.jit(device=True)
@@ -73,60 +75,68 @@ def _scale_byte(i, s0, s1, s2):
 
 @cuda.jit(device=True)
 def scale_min_k4(j, s0, s1, s2):
-    """6-bit (scale, min) of sub-block j of a Q4_K/Q5_K block from its 12 scale bytes (3 words)."""
-    if j < 4:
-        return _scale_byte(j, s0, s1, s2) & 63, _scale_byte(j + 4, s0, s1, s2) & 63
-    hi = _scale_byte(j + 4, s0, s1, s2)
-    sc = (hi & 0xF) | ((_scale_byte(j - 4, s0, s1, s2) >> 6) << 4)
-    mn = (hi >> 4) | ((_scale_byte(j, s0, s1, s2) >> 6) << 4)
+    """6-bit (scale, min) of sub-block j of a Q4_K/Q5_K block from its 12 scale bytes (3 words).
+    Both encodings are computed and one selected: j differs between lanes of a warp."""
+    bj = _scale_byte(j, s0, s1, s2)
+    bj4 = _scale_byte(j + 4, s0, s1, s2)
+    bjm4 = _scale_byte(max(j - 4, 0), s0, s1, s2)
+    lo = j < 4
+    sc = (bj & 63) if lo else ((bj4 & 0xF) | ((bjm4 >> 6) << 4))
+    mn = (bj4 & 63) if lo else ((bj4 >> 4) | ((bj >> 6) << 4))
     return sc, mn
 
 
 # ---------------------------------------------------------------- unit decoders
-# unit(w, base, part, q, ab): block at byte `base`, unit `part` of it -> q[0:8], ab[0:4]
+# unit(w, wh, base, part, q, ab): the block at byte `base` (w: uint32 view, wh: float16 view of the
+# same bytes), unit `part` of it -> q[0:8] floats and ab[0:4] with
+#   contribution = ab[0] * sum(q[0:4] x[run 0]) + ab[1] * sum(x[run 0]) + (ab[2], ab[3]) for run 1
 # cols(part) -> (first column of run 0, first column of run 1) inside the block
 
 @cuda.jit(device=True)
-def _k4_header(w, i0, part, ab):
-    hd = w[i0]
+def _k_header(w, wh, i0, part, ab, bits):
+    d = float32(wh[2 * i0])
+    dmin = float32(wh[2 * i0 + 1])
     s0 = w[i0 + 1]
     s1 = w[i0 + 2]
     s2 = w[i0 + 3]
-    d = f16_to_f32(hd & 0xFFFF)
-    dmin = f16_to_f32(hd >> 16)
     j = part >> 3
+    f = float32(1 << bits)
     sc, mn = scale_min_k4(2 * j, s0, s1, s2)
-    ab[0] = d * float32(sc)
-    ab[1] = -dmin * float32(mn)
+    a = f * d * float32(sc)
+    ab[0] = a
+    ab[1] = -a - dmin * float32(mn)
     sc, mn = scale_min_k4(2 * j + 1, s0, s1, s2)
-    ab[2] = d * float32(sc)
-    ab[3] = -dmin * float32(mn)
+    a = f * d * float32(sc)
+    ab[2] = a
+    ab[3] = -a - dmin * float32(mn)
 
 
 @cuda.jit(device=True)
-def q4k_unit(w, base, part, q, ab):
+def q4k_unit(w, wh, base, part, q, ab):
     # 144-byte blocks: base is 4-aligned. Word `part` of qs holds values 64j+4m+k (low nibbles)
     # and 64j+32+4m+k (high nibbles), j = part // 8, m = part % 8.
     i0 = base >> 2
     qw = w[i0 + 4 + part]
-    _k4_header(w, i0, part, ab)
+    _k_header(w, wh, i0, part, ab, 4)
     for k in range(4):
-        q[k] = float32((qw >> (8 * k)) & 0xF)
-        q[4 + k] = float32((qw >> (8 * k + 4)) & 0xF)
+        q[k] = bits_to_f32(ONE | (((qw >> (8 * k)) & 0xF) << 19))
+        q[4 + k] = bits_to_f32(ONE | (((qw >> (8 * k + 4)) & 0xF) << 19))
 
 
 @cuda.jit(device=True)
-def q5k_unit(w, base, part, q, ab):
+def q5k_unit(w, wh, base, part, q, ab):
     # 176-byte blocks: d, dmin, scales[12], qh[32], qs[128]; the 5th bit of value 64j+l is bit 2j
     # of qh[l] (bit 2j+1 for value 64j+32+l).
     i0 = base >> 2
     hw = w[i0 + 4 + (part & 7)]
     qw = w[i0 + 12 + part]
-    _k4_header(w, i0, part, ab)
+    _k_header(w, wh, i0, part, ab, 5)
     sh = 2 * (part >> 3)
     for k in range(4):
-        q[k] = float32(((qw >> (8 * k)) & 0xF) | (((hw >> (8 * k + sh)) & 1) << 4))
-        q[4 + k] = float32(((qw >> (8 * k + 4)) & 0xF) | (((hw >> (8 * k + sh + 1)) & 1) << 4))
+        lo = ((qw >> (8 * k)) & 0xF) | (((hw >> (8 * k + sh)) & 1) << 4)
+        hi = ((qw >> (8 * k + 4)) & 0xF) | (((hw >> (8 * k + sh + 1)) & 1) << 4)
+        q[k] = bits_to_f32(ONE | (lo << 18))
+        q[4 + k] = bits_to_f32(ONE | (hi << 18))
 
 
 @cuda.jit(device=True)
@@ -136,25 +146,29 @@ def k_cols(part):
 
 
 @cuda.jit(device=True)
-def q6k_unit(w, base, part, q, ab):
+def q6k_unit(w, wh, base, part, q, ab):
     # 210-byte blocks: ql[128], qh[64], scales[16] (int8), d. Half h = part // 16 covers 128
     # values; ql word m holds values 4m+k (low nibbles) and 64+4m+k (high), whose top two bits
-    # sit in qh[32h + (4m+k) % 32] at bit 2*(m // 8) (+4 for the high run).
+    # sit in qh[32h + (4m+k) % 32] at bit 2*(m // 8) (+4 for the high run). Value = q - 32.
     h = part >> 4
     m = part & 15
     ql = ld32u(w, base + 64 * h + 4 * m)
     qh = ld32u(w, base + 128 + 32 * h + 4 * (m & 7))
-    d = f16_to_f32(ld16(w, base + 208))
+    d = float32(wh[(base + 208) >> 1])
     sc0 = ld8s(w, base + 192 + 8 * h + (m >> 2))
     sc1 = ld8s(w, base + 196 + 8 * h + (m >> 2))
     sh = 2 * (m >> 3)
     for k in range(4):
-        q[k] = float32(int32(((ql >> (8 * k)) & 0xF) | (((qh >> (8 * k + sh)) & 3) << 4)) - 32)
-        q[4 + k] = float32(int32(((ql >> (8 * k + 4)) & 0xF) | (((qh >> (8 * k + sh + 4)) & 3) << 4)) - 32)
-    ab[0] = d * float32(sc0)
-    ab[1] = float32(0.0)
-    ab[2] = d * float32(sc1)
-    ab[3] = float32(0.0)
+        lo = ((ql >> (8 * k)) & 0xF) | (((qh >> (8 * k + sh)) & 3) << 4)
+        hi = ((ql >> (8 * k + 4)) & 0xF) | (((qh >> (8 * k + sh + 4)) & 3) << 4)
+        q[k] = bits_to_f32(ONE | (lo << 17))
+        q[4 + k] = bits_to_f32(ONE | (hi << 17))
+    a = float32(64.0) * d * float32(sc0)
+    ab[0] = a
+    ab[1] = float32(-1.5) * a
+    a = float32(64.0) * d * float32(sc1)
+    ab[2] = a
+    ab[3] = float32(-1.5) * a
 
 
 @cuda.jit(device=True)
@@ -164,17 +178,18 @@ def q6k_cols(part):
 
 
 @cuda.jit(device=True)
-def q4_0_unit(w, base, part, q, ab):
+def q4_0_unit(w, wh, base, part, q, ab):
     # 18-byte blocks: d, qs[16]; value j = (qs[j] & 15) - 8, value 16+j = (qs[j] >> 4) - 8.
-    d = f16_to_f32(ld16(w, base))
+    d = float32(wh[base >> 1])
     qw = ld32u(w, base + 2 + 4 * part)
     for k in range(4):
-        q[k] = float32(int32((qw >> (8 * k)) & 0xF) - 8)
-        q[4 + k] = float32(int32((qw >> (8 * k + 4)) & 0xF) - 8)
-    ab[0] = d
-    ab[1] = float32(0.0)
-    ab[2] = d
-    ab[3] = float32(0.0)
+        q[k] = bits_to_f32(ONE | (((qw >> (8 * k)) & 0xF) << 19))
+        q[4 + k] = bits_to_f32(ONE | (((qw >> (8 * k + 4)) & 0xF) << 19))
+    a = float32(16.0) * d
+    ab[0] = a
+    ab[1] = float32(-1.5) * a
+    ab[2] = a
+    ab[3] = float32(-1.5) * a
 
 
 @cuda.jit(device=True)
@@ -183,20 +198,19 @@ def q4_0_cols(part):
 
 
 @cuda.jit(device=True)
-def q8_0_unit(w, base, part, q, ab):
-    # 34-byte blocks: d, qs[32] int8.
-    d = f16_to_f32(ld16(w, base))
-    w0 = ld32u(w, base + 2 + 8 * part)
-    w1 = ld32u(w, base + 6 + 8 * part)
+def q8_0_unit(w, wh, base, part, q, ab):
+    # 34-byte blocks: d, qs[32] int8. Flipping the sign bit maps int8 v to v + 128 in 0..255.
+    d = float32(wh[base >> 1])
+    w0 = ld32u(w, base + 2 + 8 * part) ^ 0x80808080
+    w1 = ld32u(w, base + 6 + 8 * part) ^ 0x80808080
     for k in range(4):
-        b = int32((w0 >> (8 * k)) & 0xFF)
-        q[k] = float32(b - ((b & 0x80) << 1))
-        b = int32((w1 >> (8 * k)) & 0xFF)
-        q[4 + k] = float32(b - ((b & 0x80) << 1))
-    ab[0] = d
-    ab[1] = float32(0.0)
-    ab[2] = d
-    ab[3] = float32(0.0)
+        q[k] = bits_to_f32(ONE | (((w0 >> (8 * k)) & 0xFF) << 15))
+        q[4 + k] = bits_to_f32(ONE | (((w1 >> (8 * k)) & 0xFF) << 15))
+    a = float32(256.0) * d
+    ab[0] = a
+    ab[1] = float32(-1.5) * a
+    ab[2] = a
+    ab[3] = float32(-1.5) * a
 
 
 @cuda.jit(device=True)
@@ -204,31 +218,33 @@ def q8_0_cols(part):
     return 8 * part, 8 * part + 4
 
 
-# name: (unit decoder, column map, units per block, whether sum(x) is needed)
+# name: (unit decoder, column map, units per block)
 _SPECS = {
-    "Q4_K": (q4k_unit, k_cols, 32, True),
-    "Q5_K": (q5k_unit, k_cols, 32, True),
-    "Q6_K": (q6k_unit, q6k_cols, 32, False),
-    "Q4_0": (q4_0_unit, q4_0_cols, 4, False),
-    "Q8_0": (q8_0_unit, q8_0_cols, 4, False),
+    "Q4_K": (q4k_unit, k_cols, 32),
+    "Q5_K": (q5k_unit, k_cols, 32),
+    "Q6_K": (q6k_unit, q6k_cols, 32),
+    "Q4_0": (q4_0_unit, q4_0_cols, 4),
+    "Q8_0": (q8_0_unit, q8_0_cols, 4),
 }
 
 
 # ---------------------------------------------------------------- the generic kernel
-def make_kernel(qtype, n, rows_per_cta=ROWS, warps=WARPS):
-    """A Numba kernel for `qtype` and exactly `n` x rows: kernel(w_u32, x, out, rows, cols).
+def make_kernel(qtype, n, rows_per_cta=ROWS, warps=WARPS, unroll=UNROLL):
+    """A Numba kernel for `qtype` and exactly `n` x rows: kernel(w_u32, w_f16, x, out, rows, cols).
 
-    Launch with grid ceil(rows / rows_per_cta) and block 32 * warps.
+    w_u32 and w_f16 view the same block bytes. Launch with grid ceil(rows / rows_per_cta) and
+    block 32 * warps. `unroll` units are decoded per loop trip so that their loads are in flight
+    together (the tail is clamped to a valid unit and its x zeroed, to stay branch-free).
     """
     info = quant_info(qtype)
-    unit, cols_of, upb, need_sx = _SPECS[info.name]
+    unit, cols_of, upb = _SPECS[info.name]
     be, ts = info.block_elems, info.type_size
-    R, NW = rows_per_cta, warps
+    R, NW, U = rows_per_cta, warps, unroll
     NA = n * R
     THREADS = 32 * NW
 
     @cuda.jit
-    def kernel(w, x, out, rows, cols):
+    def kernel(w, wh, x, out, rows, cols):
         tid = cuda.threadIdx.x
         lane = tid & 31
         warp = tid >> 5
@@ -243,41 +259,41 @@ def make_kernel(qtype, n, rows_per_cta=ROWS, warps=WARPS):
         sx = cuda.local.array(2 * n, float32)
         q = cuda.local.array(8, float32)
         ab = cuda.local.array(4, float32)
-        u = tid
-        while u < units:
-            blk = u // upb
-            part = u - blk * upb
-            c0, c1 = cols_of(part)
-            c0 += blk * be
-            c1 += blk * be
-            for s in range(n):
-                s0 = float32(0.0)
-                s1 = float32(0.0)
-                for k in range(4):
-                    v0 = x[s, c0 + k]
-                    v1 = x[s, c1 + k]
-                    xv[8 * s + k] = v0
-                    xv[8 * s + 4 + k] = v1
-                    s0 += v0
-                    s1 += v1
-                sx[2 * s] = s0
-                sx[2 * s + 1] = s1
-            for r in range(R):
-                # Rows past the end compute on the last row (uniform control flow for the
-                # warp sums below) and are not written.
-                row = min(row0 + r, rows - 1)
-                unit(w, row * row_bytes + blk * ts, part, q, ab)
+        u0 = tid
+        while u0 < units:
+            for uu in range(U):
+                u = min(u0 + uu * THREADS, units - 1)
+                valid = float32(u0 + uu * THREADS < units)
+                blk = u // upb
+                part = u - blk * upb
+                c0, c1 = cols_of(part)
+                c0 += blk * be
+                c1 += blk * be
                 for s in range(n):
-                    d0 = float32(0.0)
-                    d1 = float32(0.0)
+                    s0 = float32(0.0)
+                    s1 = float32(0.0)
                     for k in range(4):
-                        d0 = cuda.fma(q[k], xv[8 * s + k], d0)
-                        d1 = cuda.fma(q[4 + k], xv[8 * s + 4 + k], d1)
-                    t = ab[0] * d0 + ab[2] * d1
-                    if need_sx:
-                        t += ab[1] * sx[2 * s] + ab[3] * sx[2 * s + 1]
-                    acc[s * R + r] += t
-            u += THREADS
+                        v0 = x[s, c0 + k] * valid
+                        v1 = x[s, c1 + k] * valid
+                        xv[8 * s + k] = v0
+                        xv[8 * s + 4 + k] = v1
+                        s0 += v0
+                        s1 += v1
+                    sx[2 * s] = s0
+                    sx[2 * s + 1] = s1
+                for r in range(R):
+                    # Rows past the end compute on the last row (uniform control flow for the
+                    # warp sums below) and are not written.
+                    row = min(row0 + r, rows - 1)
+                    unit(w, wh, row * row_bytes + blk * ts, part, q, ab)
+                    for s in range(n):
+                        d0 = float32(0.0)
+                        d1 = float32(0.0)
+                        for k in range(4):
+                            d0 = cuda.fma(q[k], xv[8 * s + k], d0)
+                            d1 = cuda.fma(q[4 + k], xv[8 * s + 4 + k], d1)
+                        acc[s * R + r] += (ab[0] * d0 + ab[1] * sx[2 * s]) + (ab[2] * d1 + ab[3] * sx[2 * s + 1])
+            u0 += THREADS * U
         part_sums = cuda.shared.array((NW, NA), float32)
         for i in range(NA):
             v = warp_sum(acc[i])
@@ -335,11 +351,12 @@ def _launch(name):
         if n == 0 or rows == 0:
             return
         w = as_words(blocks_u8)
+        wh = w.view(np.float16)
         ns = numba_stream(stream)
         grid = math.ceil(rows / ROWS)
         for s0 in range(0, n, MAX_N):
             s1 = min(n, s0 + MAX_N)
-            _kernel(name, s1 - s0)[grid, 32 * WARPS, ns](w, x[s0:s1], out[s0:s1], rows, cols)
+            _kernel(name, s1 - s0)[grid, 32 * WARPS, ns](w, wh, x[s0:s1], out[s0:s1], rows, cols)
 
     launch.__name__ = f"matvec_{name.lower()}"
     return launch
