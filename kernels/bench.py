@@ -1,0 +1,147 @@
+"""Kernel benchmark: dequantize and fused matvec bandwidth per quant type, beside device copy.
+
+    rows = bench_kernels(["Q4_K", "Q6_K"])
+    print(format_table(rows))
+
+Every figure is timed inside captured CUDA graphs (many launches per graph), because a single
+Python-side launch costs 7-200 us of host time, more than the kernels themselves take at these
+sizes (shared device notes). Bandwidths:
+  dequant: (bytes of blocks read + bytes of fp16 written) / time
+  matvec:  bytes of weight blocks / time (x and out are negligible), one activation row
+  copy:    (bytes read + bytes written) / time for a CuPy copy of a large buffer, same run
+"""
+import logging
+import statistics
+
+import numpy as np
+
+from lite.kernels.registry import dequant_types, get_dequant, get_matvec, quant_info
+
+log = logging.getLogger(__name__)
+
+SHAPES = ((4096, 4096), (14336, 4096), (4096, 14336), (768, 2048))
+REPEATS = 5
+
+
+def _time_graph(enqueue, stream, launches):
+    """Median seconds of one `enqueue()` over REPEATS timings of a graph holding `launches` calls."""
+    import cupy
+    enqueue()                                   # compile / warm caches outside the capture
+    stream.synchronize()
+    with stream:
+        stream.begin_capture()
+        for _ in range(launches):
+            enqueue()
+        graph = stream.end_capture()
+    graph.launch(stream)
+    stream.synchronize()
+    times = []
+    start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+    for _ in range(REPEATS):
+        start.record(stream)
+        graph.launch(stream)
+        stop.record(stream)
+        stop.synchronize()
+        times.append(cupy.cuda.get_elapsed_time(start, stop) / 1e3 / launches)
+    return statistics.median(times)
+
+
+def copy_bandwidth(stream, nbytes=1 << 30):
+    """Device copy GB/s (read + write) of an nbytes buffer."""
+    import cupy
+    with stream:
+        src = cupy.ones(nbytes // 4, dtype=np.float32)
+        dst = cupy.empty_like(src)
+    t = _time_graph(lambda: cupy.copyto(dst, src), stream, 10)
+    return 2 * nbytes / t / 1e9
+
+
+def _launches_for(nbytes):
+    # Enough launches that a graph runs for several milliseconds.
+    return int(min(200, max(10, 4e9 * 0.005 / max(nbytes, 1))))
+
+
+def _dequant_impls(qtype):
+    """(label, launch(blocks, out, stream)) for each implementation of a type's dequantize."""
+    _, launch = get_dequant(qtype)
+    impls = [("dequant", launch)]
+    if hasattr(launch, "launch"):             # dequant_basic/dequant_k kernels have two
+        impls = [("dequant", lambda b, o, s: launch.launch(b, o, s, "cuda")),
+                 ("dequant-numba", lambda b, o, s: launch.launch(b, o, s, "numba"))]
+    return impls
+
+
+def bench_kernels(types=None, shapes=None, numba_variants=True):
+    """One dict per (type, shape, kernel): type, shape, kernel, us, gbps, pct_copy; plus a row
+    kernel="copy" with the device copy bandwidth used for pct_copy."""
+    import cupy
+    stream = cupy.cuda.Stream(non_blocking=True)
+    copy = copy_bandwidth(stream)
+    rows = [{"type": "-", "shape": "1 GiB", "kernel": "copy", "us": None, "gbps": copy, "pct_copy": 100.0}]
+    types = [quant_info(t).name for t in (types or dequant_types())]
+    rng = cupy.random.default_rng(0)
+    for qtype in types:
+        info = quant_info(qtype)
+        for r, c in (shapes or SHAPES):
+            n = r * c
+            if c % info.block_elems:
+                continue
+            nb = n // info.block_elems * info.type_size
+            with stream:
+                blocks = rng.integers(0, 256, nb, dtype=np.uint8)
+                if info.block_elems == 1:          # float types: finite values (f16 1.0 pattern)
+                    blocks = cupy.tile(cupy.array([0, 0x3C], dtype=np.uint8), nb // 2)
+                out = cupy.empty(n, dtype=np.float16)
+            shape = f"{r}x{c}"
+            impls = _dequant_impls(qtype) if info.name in dequant_types() else []
+            for label, launch in impls:
+                if label.endswith("numba") and not numba_variants:
+                    continue
+                try:
+                    t = _time_graph(lambda: launch(blocks, out, stream), stream, _launches_for(nb + 2 * n))
+                except Exception as e:  # noqa: BLE001 - one broken kernel must not hide the others
+                    log.warning("%s %s %s failed: %s", qtype, shape, label, e)
+                    continue
+                g = (nb + 2 * n) / t / 1e9
+                rows.append({"type": qtype, "shape": shape, "kernel": label, "us": t * 1e6,
+                             "gbps": g, "pct_copy": 100 * g / copy})
+            mv = get_matvec(qtype)
+            if mv is not None:
+                with stream:
+                    x = cupy.ones((1, c), dtype=np.float32)
+                    y = cupy.empty((1, r), dtype=np.float32)
+                try:
+                    t = _time_graph(lambda: mv(blocks, x, y, r, c, stream), stream, _launches_for(nb))
+                except Exception as e:  # noqa: BLE001
+                    log.warning("%s %s matvec failed: %s", qtype, shape, e)
+                    continue
+                g = nb / t / 1e9
+                rows.append({"type": qtype, "shape": shape, "kernel": "matvec", "us": t * 1e6,
+                             "gbps": g, "pct_copy": 100 * g / copy})
+            del blocks, out
+    return rows
+
+
+def format_table(rows):
+    """Markdown table of bench_kernels() rows."""
+    lines = ["| type | shape | kernel | us | GB/s | % of copy |", "| --- | --- | --- | ---: | ---: | ---: |"]
+    for r in rows:
+        us = "" if r["us"] is None else f"{r['us']:.1f}"
+        lines.append(f"| {r['type']} | {r['shape']} | {r['kernel']} | {us} | {r['gbps']:,.0f} | {r['pct_copy']:.0f}% |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    import argparse
+    import json
+    p = argparse.ArgumentParser(description="lite kernel benchmark")
+    p.add_argument("types", nargs="*")
+    p.add_argument("--json")
+    p.add_argument("--no-numba", action="store_true")
+    a = p.parse_args()
+    logging.basicConfig(level=logging.INFO)
+    result = bench_kernels(a.types or None, numba_variants=not a.no_numba)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(result, f, indent=1)
+    print(format_table(result))  # noqa: T201 - command-line entry point
