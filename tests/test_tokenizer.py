@@ -13,7 +13,8 @@ import pytest
 
 from lite.chat_template import CHATML, GEMMA, ChatTemplateError, builtin_template, render_chat
 from lite.errors import ConfigError
-from lite.tokenizer import _PRE, Tokenizer
+from lite.pretokenizer import BYTE_ENC, PRESETS
+from lite.tokenizer import Tokenizer
 
 FIXTURES = Path(__file__).parent / "fixtures"
 MODELS = ("smollm2", "gemma3")
@@ -164,8 +165,7 @@ def test_bos_spelled_by_template_is_not_doubled(model):
 
 def _byte_bpe(pre, merges=(), extra=()):
     """A tiny byte-level BPE vocabulary: the 256 byte symbols, merge results, and extras."""
-    from lite.tokenizer import _BYTE_ENC
-    tokens = ["<|endoftext|>"] + [_BYTE_ENC[b] for b in range(256)]
+    tokens = ["<|endoftext|>"] + [BYTE_ENC[b] for b in range(256)]
     tokens += ["".join(m.split(" ")) for m in merges] + list(extra)
     types = np.array([3] + [1] * (len(tokens) - 1), dtype=np.int32)
     return Tokenizer.from_metadata({
@@ -178,10 +178,10 @@ def _byte_bpe(pre, merges=(), extra=()):
 TRICKY = "Hello world's 12345\n\n  x\t€ 中文 😀 e\u0301 IT'S\r\n"
 
 
-@pytest.mark.parametrize("pre", sorted(_PRE))
+@pytest.mark.parametrize("pre", sorted(PRESETS))
 def test_every_pre_tokenizer_round_trips(pre):
     tok = _byte_bpe(pre)
-    words = tok._pretokenize(TRICKY)
+    words = tok._pre.split(TRICKY)
     assert "".join(words) == TRICKY and all(words)
     ids = tok.encode(TRICKY, add_special=False)
     assert tok.decode(ids) == TRICKY
@@ -189,10 +189,10 @@ def test_every_pre_tokenizer_round_trips(pre):
 
 
 def test_llama3_and_smollm_splits():
-    words = _byte_bpe("llama-bpe")._pretokenize("Hello world's 12345\n\n  x")
+    words = _byte_bpe("llama-bpe")._pre.split("Hello world's 12345\n\n  x")
     assert words == ["Hello", " world", "'s", " ", "123", "45", "\n\n", " ", " x"]
-    assert _byte_bpe("smollm")._pretokenize("abc 123") == ["abc", " ", "1", "2", "3"]
-    assert _byte_bpe("gpt-2")._pretokenize("a  b\u00a0c") == ["a", " ", " b", "\u00a0", "c"]
+    assert _byte_bpe("smollm")._pre.split("abc 123") == ["abc", " ", "1", "2", "3"]
+    assert _byte_bpe("gpt-2")._pre.split("a  b\u00a0c") == ["a", " ", " b", "\u00a0", "c"]
 
 
 def test_bpe_merges_by_rank():
@@ -206,7 +206,7 @@ def test_bpe_merges_by_rank():
 
 
 def test_unknown_pre_tokenizer_falls_back_with_warning(caplog):
-    with caplog.at_level(logging.WARNING, logger="lite.tokenizer"):
+    with caplog.at_level(logging.WARNING, logger="lite.pretokenizer"):
         tok = _byte_bpe("no-such-pre")
     assert tok.pre == "default"
     assert "no-such-pre" in caplog.text
