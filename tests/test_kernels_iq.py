@@ -52,3 +52,31 @@ def test_dequantize_matches_gguf(name):
     out16 = _to_host(K.dequantize(dev, name, np.float16))
     # bit patterns, so that -0.0 and +0.0 are told apart as the reference's cast makes them
     np.testing.assert_array_equal(out16.view(np.uint16), reference_f16(blocks, name).view(np.uint16))
+
+
+@pytest.mark.parametrize("name", ["IQ3_XXS", "IQ4_XS"])
+@pytest.mark.parametrize("n", [1, 3])
+def test_matvec_matches_float64_reference(name, n):
+    rng = np.random.default_rng(zlib.crc32(f"{name}{n}".encode()))
+    rows, cols = 3, 512
+    blocks = random_blocks(name, rows * cols // 256, rng)
+    x = rng.standard_normal((n, cols)).astype(np.float32)
+    w = reference(blocks, name).astype(np.float64).reshape(rows, cols)
+    expect = x.astype(np.float64) @ w.T
+    got = _to_host(K.matvec(_to_device(blocks), name, _to_device(x), rows, cols))
+    assert got.shape == (n, rows) and got.dtype == np.float32
+    # relative to the size of the terms, so that a row whose scales are zero (a real case) counts
+    scale = np.abs(x.astype(np.float64)) @ np.abs(w).T + 1e-30
+    assert np.all(np.abs(got - expect) <= 1e-3 * scale)
+    assert np.any(expect != 0)
+
+
+def test_matvec_vector_x_and_bad_shapes():
+    rng = np.random.default_rng(7)
+    blocks = random_blocks("IQ4_XS", 2, rng)
+    x = rng.standard_normal(256).astype(np.float32)
+    got = _to_host(K.matvec(_to_device(blocks), "IQ4_XS", _to_device(x), 2, 256))
+    expect = reference(blocks, "IQ4_XS").astype(np.float64).reshape(2, 256) @ x.astype(np.float64)
+    np.testing.assert_allclose(got, expect, rtol=1e-3, atol=1e-3 * np.abs(expect).max())
+    with pytest.raises(ValueError):
+        K.matvec(_to_device(blocks), "IQ4_XS", _to_device(x[:128]), 2, 256)
