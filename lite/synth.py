@@ -1,0 +1,408 @@
+"""Random-weight GGUF files in the layouts llama.cpp's converter writes (`lite synth`).
+
+Benchmarks need real shapes, not real weights: speed does not depend on weight values. A synth file
+has the tensor names, shapes (numpy order: rows, cols), types and metadata of a converted model, a
+gpt2-style BPE tokenizer, and random weights written as random *valid* quant blocks whose f16 scale
+fields are set so that the dequantized weights have std ~0.02 (finite activations, no quantizer run).
+
+    specs = plan("llama", "8b", "Q4_K")          # the tensor table, without writing anything
+    synth("qwen3moe", "tiny", "Q4_K", "t.gguf")   # writes the file, layer by layer
+
+Every tensor's bytes come from its own Generator seeded by (seed, crc32(name)), so a file is the same
+byte for byte for the same arguments, whatever order tensors are made in.
+"""
+import functools
+import logging
+import os
+import time
+import zlib
+from dataclasses import dataclass
+
+import numpy as np
+from gguf import GGUFWriter, LlamaFileType, TokenType
+from gguf import quants as gguf_quants
+from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType as QT
+
+from lite.errors import LiteError
+
+log = logging.getLogger(__name__)
+
+
+class SynthError(LiteError):
+    """Bad arguments to synth: unknown architecture, preset or quant type, or shapes a type cannot hold."""
+
+
+@dataclass(frozen=True)
+class Preset:
+    n_layer: int
+    n_embd: int
+    n_head: int
+    n_head_kv: int
+    head_dim: int
+    n_ff: int
+    n_vocab: int
+    n_text: int            # ordinary BPE tokens (bytes + merges); special tokens follow them
+    n_ctx: int
+    rope_base: float
+    rms_eps: float
+    n_expert: int = 0
+    n_expert_used: int = 0
+    n_ff_exp: int = 0
+    write_head_dim: bool = False   # the converter writes key_length/value_length only when config has head_dim
+
+
+# Tiny presets keep every row (ne0) a multiple of 256 so that K and IQ types fit everywhere, and use
+# head_dim * n_head != n_embd for qwen (as Qwen3-0.6B / 30B-A3B do) so key_length is exercised, and
+# their matrices are non-square so that a swapped (rows, cols) cannot pass unnoticed.
+PRESETS = {
+    "llama": {
+        "tiny": Preset(4, 256, 4, 2, 64, 512, 512, 496, 2048, 500000.0, 1e-5),
+        "8b": Preset(32, 4096, 32, 8, 128, 14336, 128256, 128000, 8192, 500000.0, 1e-5),   # Llama 3.0 8B
+    },
+    "qwen3": {
+        "tiny": Preset(4, 256, 4, 2, 128, 512, 600, 560, 4096, 1000000.0, 1e-6, write_head_dim=True),
+        "8b": Preset(36, 4096, 32, 8, 128, 12288, 151936, 151643, 40960, 1000000.0, 1e-6,
+                     write_head_dim=True),                                                    # Qwen3-8B
+    },
+    "qwen3moe": {
+        "tiny": Preset(4, 256, 4, 2, 128, 1024, 600, 560, 4096, 1000000.0, 1e-6, 8, 2, 512,
+                       write_head_dim=True),
+        "30b-a3b": Preset(48, 2048, 32, 4, 128, 6144, 151936, 151643, 32768, 1000000.0, 1e-6, 128, 8, 768,
+                          write_head_dim=True),                                               # Qwen3-30B-A3B
+    },
+}
+ARCHS = tuple(PRESETS)
+
+# Byte offsets of the f16 scale fields inside one block (the first is the scale d; a second one is
+# the min / dmin). Every other bit pattern of these blocks is valid, so the rest is random bytes.
+_SCALE_OFFSETS = {
+    "Q4_0": (0,), "Q4_1": (0, 2), "Q5_0": (0,), "Q5_1": (0, 2), "Q8_0": (0,),
+    "Q2_K": (80, 82), "Q3_K": (108,), "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,),
+    "IQ2_XXS": (0,), "IQ2_XS": (0,), "IQ2_S": (0,), "IQ3_XXS": (0,), "IQ3_S": (0,),
+    "IQ1_S": (0,), "IQ4_NL": (0,), "IQ4_XS": (0,),
+}
+FLOAT_TYPES = ("F32", "F16", "BF16")
+QUANT_TYPES = FLOAT_TYPES + tuple(_SCALE_OFFSETS)
+WEIGHT_STD = 0.02
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    shape: tuple           # numpy order (..., rows, cols); cols is GGUF's ne0
+    qtype: str             # GGML type name
+    layer: int = -1        # -1 for token_embd / output / output_norm
+    fill: float = None     # constant value (norms: 1.0), else random with std `std`
+    std: float = WEIGHT_STD
+
+    @property
+    def nbytes(self) -> int:
+        block, size = GGML_QUANT_SIZES[QT[self.qtype]]
+        return int(np.prod(self.shape)) // block * size
+
+
+def get_preset(arch, preset) -> Preset:
+    if arch not in PRESETS:
+        raise SynthError(f"unknown architecture {arch!r}; choose one of {', '.join(ARCHS)}")
+    if preset not in PRESETS[arch]:
+        raise SynthError(f"unknown preset {preset!r} for {arch}; choose one of {', '.join(PRESETS[arch])}")
+    return PRESETS[arch][preset]
+
+
+def _check_quant(quant) -> str:
+    q = str(quant).upper()
+    if q not in QUANT_TYPES:
+        raise SynthError(f"unsupported quant type {quant!r}; choose one of {', '.join(QUANT_TYPES)}")
+    return q
+
+
+def _fits(qtype, cols) -> bool:
+    return cols % GGML_QUANT_SIZES[QT[qtype]][0] == 0
+
+
+def plan(arch, preset, quant) -> list:
+    """The tensor table synth writes, in file order: [TensorSpec]."""
+    p, q = get_preset(arch, preset), _check_quant(quant)
+    # llama.cpp's quantized files keep the embedding and output at Q6_K (a float file keeps them float);
+    # where n_embd is no multiple of 256 the K type cannot hold a row, so they take the --quant type.
+    big = q if q in FLOAT_TYPES or not _fits("Q6_K", p.n_embd) else "Q6_K"
+    q_rows, kv_rows = p.n_head * p.head_dim, p.n_head_kv * p.head_dim
+
+    def mat(name, shape, il, qtype=q, **kw):
+        if not _fits(qtype, shape[-1]):
+            raise SynthError(f"{name}: rows of {shape[-1]} values are not whole {qtype} blocks of "
+                             f"{GGML_QUANT_SIZES[QT[qtype]][0]}; pick another --quant")
+        return TensorSpec(name, tuple(shape), qtype, il, **kw)
+
+    def norm(name, n, il):
+        return TensorSpec(name, (n,), "F32", il, fill=1.0)
+
+    specs = [mat("token_embd.weight", (p.n_vocab, p.n_embd), -1, big)]
+    for il in range(p.n_layer):
+        b = f"blk.{il}."
+        specs += [norm(b + "attn_norm.weight", p.n_embd, il),
+                  mat(b + "attn_q.weight", (q_rows, p.n_embd), il),
+                  mat(b + "attn_k.weight", (kv_rows, p.n_embd), il),
+                  mat(b + "attn_v.weight", (kv_rows, p.n_embd), il),
+                  mat(b + "attn_output.weight", (p.n_embd, q_rows), il)]
+        if arch in ("qwen3", "qwen3moe"):
+            specs += [norm(b + "attn_q_norm.weight", p.head_dim, il),
+                      norm(b + "attn_k_norm.weight", p.head_dim, il)]
+        specs.append(norm(b + "ffn_norm.weight", p.n_embd, il))
+        if p.n_expert:
+            e, f = p.n_expert, p.n_ff_exp
+            # The router is F32 in llama.cpp's files; a wider std keeps expert choice away from ties.
+            specs += [mat(b + "ffn_gate_inp.weight", (e, p.n_embd), il, "F32", std=p.n_embd ** -0.5),
+                      mat(b + "ffn_gate_exps.weight", (e, f, p.n_embd), il),
+                      mat(b + "ffn_down_exps.weight", (e, p.n_embd, f), il),
+                      mat(b + "ffn_up_exps.weight", (e, f, p.n_embd), il)]
+        else:
+            specs += [mat(b + "ffn_gate.weight", (p.n_ff, p.n_embd), il),
+                      mat(b + "ffn_down.weight", (p.n_embd, p.n_ff), il),
+                      mat(b + "ffn_up.weight", (p.n_ff, p.n_embd), il)]
+    specs += [norm("output_norm.weight", p.n_embd, -1),
+              mat("output.weight", (p.n_vocab, p.n_embd), -1, big)]
+    return specs
+
+
+# ---------------------------------------------------------------- weights
+
+def _f16_bits(x) -> np.ndarray:
+    return np.array([x], dtype=np.float16).view(np.uint8)
+
+
+@functools.lru_cache(maxsize=None)
+def block_scales(qtype, std=WEIGHT_STD) -> tuple:
+    """Values for the f16 scale fields of `qtype` so that random blocks dequantize to mean ~0, std `std`.
+
+    Measured once on random blocks with gguf-py's reference dequantization (fixed seed, so the result
+    and thus every file is deterministic): the min field (if any) is chosen to cancel the mean of the
+    scale term, then both are scaled together.
+    """
+    offs = _SCALE_OFFSETS[qtype]
+    block, size = GGML_QUANT_SIZES[QT[qtype]]
+    raw = np.random.default_rng(1234).integers(0, 256, (512, size), dtype=np.uint8)
+
+    def values(fields):
+        for off, v in zip(offs, fields):
+            raw[:, off:off + 2] = _f16_bits(v)
+        return gguf_quants.dequantize(raw, QT[qtype]).astype(np.float64).ravel()
+
+    fields = [1.0] + [0.0] * (len(offs) - 1)
+    if len(offs) == 2:
+        m_scale = values([1.0, 0.0]).mean()
+        m_min = values([0.0, 1.0]).mean()
+        fields[1] = -m_scale / m_min if m_min else 0.0
+    k = std / values(fields).std()
+    return tuple(float(np.float16(f * k)) for f in fields)
+
+
+def tensor_bytes(spec: TensorSpec, seed: int) -> np.ndarray:
+    """The bytes of one tensor: (spec.nbytes,) uint8 (F32/F16 come back as their own dtype, same bytes)."""
+    rng = np.random.default_rng([seed, zlib.crc32(spec.name.encode())])
+    if spec.fill is not None:
+        return np.full(spec.shape, spec.fill, dtype=np.float32)
+    if spec.qtype in FLOAT_TYPES:
+        x = rng.standard_normal(spec.shape, dtype=np.float32)
+        x *= np.float32(spec.std)
+        if spec.qtype == "F16":
+            return x.astype(np.float16)
+        if spec.qtype == "BF16":
+            return (x.view(np.uint32) >> 16).astype(np.uint16)  # truncation: good enough for noise
+        return x
+    block, size = GGML_QUANT_SIZES[QT[spec.qtype]]
+    n_blocks = spec.nbytes // size
+    # random_raw gives 8 random bytes per draw, about twice as fast as integers(dtype=uint8)
+    raw = rng.bit_generator.random_raw(-(-spec.nbytes // 8)).view(np.uint8)[:spec.nbytes]
+    blocks = raw.reshape(n_blocks, size)
+    for off, v in zip(_SCALE_OFFSETS[spec.qtype], block_scales(spec.qtype, spec.std)):
+        blocks[:, off:off + 2] = _f16_bits(v)
+    return raw
+
+
+# ---------------------------------------------------------------- tokenizer
+
+def byte_chars() -> list:
+    """The 256 byte tokens as GPT-2's byte-to-unicode characters, in GPT-2's vocabulary order."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + \
+        list(range(ord("®"), ord("ÿ") + 1))
+    cs = [chr(b) for b in bs]
+    extra = [b for b in range(256) if b not in bs]
+    return cs + [chr(256 + i) for i in range(len(extra))]
+
+
+_LETTERS = "etaoinshrdlcumwfgypbvkjxqz"
+_LETTERS += _LETTERS.upper()
+_LLAMA3_SPECIAL = {0: "<|begin_of_text|>", 1: "<|end_of_text|>", 6: "<|start_header_id|>",
+                   7: "<|end_header_id|>", 9: "<|eot_id|>"}
+_QWEN_SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>",
+                 "<|object_ref_end|>", "<|box_start|>", "<|box_end|>", "<|quad_start|>", "<|quad_end|>",
+                 "<|vision_start|>", "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>",
+                 "<tool_call>", "</tool_call>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>",
+                 "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>", "<tool_response>", "</tool_response>",
+                 "<think>", "</think>"]
+LLAMA3_TEMPLATE = (
+    "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = "
+    "'<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + "
+    "'<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}"
+    "{{ content }}{% endfor %}{% if add_generation_prompt %}"
+    "{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}")
+CHATML_TEMPLATE = (
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + "
+    "'<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}"
+    "{% endif %}")
+
+
+def text_tokens(n_text) -> tuple:
+    """(tokens, merges): the 256 byte tokens, then tokens built by BPE merges up to n_text in all.
+
+    Each new token is an earlier token extended by one letter (first 'Ġ' + letter, then every letter
+    pair, then triples...), so both halves of every merge are tokens and ranks follow creation order:
+    real-looking word pieces ("Ġth", "he") that a byte-level BPE can reach from plain text.
+    """
+    tokens = byte_chars()
+    if n_text < len(tokens):
+        raise SynthError(f"a byte-level BPE needs at least 256 ordinary tokens, got {n_text}")
+    seen, merges = set(tokens), []
+    lefts, i = ["Ġ"] + list(_LETTERS), 0
+    while len(tokens) < n_text:
+        left = lefts[i]
+        i += 1
+        for c in _LETTERS:
+            t = left + c
+            if t in seen:
+                continue
+            seen.add(t)
+            tokens.append(t)
+            merges.append(f"{left} {c}")
+            lefts.append(t)
+            if len(tokens) == n_text:
+                break
+    return tokens, merges
+
+
+def vocab(arch, p: Preset) -> dict:
+    """Tokenizer metadata for `arch` as llama.cpp's converter writes it (Llama 3 / Qwen 3 instruct)."""
+    tokens, merges = text_tokens(p.n_text)
+    types = [TokenType.NORMAL] * len(tokens)
+    n_special = p.n_vocab - p.n_text
+    if arch == "llama":
+        reserved = iter(range(n_special))
+        for i in range(n_special):
+            tokens.append(_LLAMA3_SPECIAL.get(i) or f"<|reserved_special_token_{next(reserved)}|>")
+            types.append(TokenType.CONTROL)
+        return dict(pre="llama-bpe", tokens=tokens, types=types, merges=merges, bos=p.n_text,
+                    eos=p.n_text + 9, add_bos=True, pad=None, template=LLAMA3_TEMPLATE)
+    if n_special < len(_QWEN_SPECIAL):
+        raise SynthError(f"qwen vocab needs {len(_QWEN_SPECIAL)} special tokens, preset leaves {n_special}")
+    for t in _QWEN_SPECIAL:
+        tokens.append(t)
+        # the converter marks added tokens CONTROL when they look like <|...|>, else USER_DEFINED
+        types.append(TokenType.CONTROL if t.startswith("<|") else TokenType.USER_DEFINED)
+    for i in range(len(tokens), p.n_vocab):
+        tokens.append(f"[PAD{i}]")
+        types.append(TokenType.UNUSED)
+    return dict(pre="qwen2", tokens=tokens, types=types, merges=merges, bos=p.n_text,
+                eos=p.n_text + 2, add_bos=False, pad=p.n_text, template=CHATML_TEMPLATE)
+
+
+# ---------------------------------------------------------------- the file
+
+def _file_type(q) -> int:
+    name = {"F32": "ALL_F32", "Q2_K": "MOSTLY_Q2_K", "Q6_K": "MOSTLY_Q6_K"}.get(q)
+    if name is None:
+        name = f"MOSTLY_{q}_S" if q in ("Q3_K", "Q4_K", "Q5_K") else f"MOSTLY_{q}"
+    return int(LlamaFileType[name])
+
+
+def _metadata(w: GGUFWriter, arch, preset, p: Preset, q):
+    w.add_type("model")
+    w.add_name(f"synth {arch} {preset} {q}")
+    w.add_description("random weights written by lite synth; for benchmarks and tests, not for use")
+    w.add_block_count(p.n_layer)
+    w.add_context_length(p.n_ctx)
+    w.add_embedding_length(p.n_embd)
+    w.add_feed_forward_length(p.n_ff)
+    w.add_head_count(p.n_head)
+    w.add_head_count_kv(p.n_head_kv)
+    w.add_rope_freq_base(p.rope_base)
+    w.add_layer_norm_rms_eps(p.rms_eps)
+    if p.n_expert:
+        w.add_expert_count(p.n_expert)
+        w.add_expert_used_count(p.n_expert_used)
+        w.add_expert_feed_forward_length(p.n_ff_exp)
+    if p.write_head_dim:
+        w.add_key_length(p.head_dim)
+        w.add_value_length(p.head_dim)
+    w.add_file_type(_file_type(q))
+    if arch == "llama":
+        w.add_vocab_size(p.n_vocab)
+        w.add_rope_dimension_count(p.head_dim)
+    v = vocab(arch, p)
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre(v["pre"])
+    w.add_token_list(v["tokens"])
+    w.add_token_types([int(t) for t in v["types"]])
+    w.add_token_merges(v["merges"])
+    w.add_bos_token_id(v["bos"])
+    w.add_eos_token_id(v["eos"])
+    if v["pad"] is not None:
+        w.add_pad_token_id(v["pad"])
+    w.add_add_bos_token(v["add_bos"])
+    w.add_chat_template(v["template"])
+    if q not in FLOAT_TYPES:
+        w.add_quantization_version(2)
+
+
+def synth(arch, preset, quant, out, seed=0, progress=None) -> dict:
+    """Write the file; returns {"path", "n_tensors", "bytes", "seconds"}.
+
+    progress(done_layers, n_layer, bytes_written, seconds), if given, is called after each layer.
+    Memory stays at about the largest tensor (the embedding): nothing else is held.
+    """
+    if not isinstance(seed, int) or seed < 0:
+        raise SynthError(f"seed must be a non-negative integer, got {seed!r}")
+    p, q = get_preset(arch, preset), _check_quant(quant)
+    specs = plan(arch, preset, q)
+    out = os.fspath(out)
+    if os.path.isdir(out):
+        raise SynthError(f"{out}: is a directory; give a file name such as model.gguf")
+    parent = os.path.dirname(os.path.abspath(out))
+    if not os.path.isdir(parent):
+        raise SynthError(f"{out}: directory {parent} does not exist")
+    tmp = out + ".part"   # renamed at the end, so an interrupted run never leaves a plausible file
+    t0 = time.perf_counter()
+    w = GGUFWriter(tmp, arch)
+    try:
+        _metadata(w, arch, preset, p, q)
+        for s in specs:
+            # a non-uint8 dtype makes GGUFWriter take the shape as element counts (not bytes)
+            w.add_tensor_info(s.name, s.shape, np.dtype(np.float32), s.nbytes, raw_dtype=QT[s.qtype])
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_ti_data_to_file()
+        last = {s.layer: i for i, s in enumerate(specs) if s.layer >= 0}   # layer -> its last tensor
+        written = 0
+        for i, s in enumerate(specs):
+            w.write_tensor_data(tensor_bytes(s, seed).view(np.uint8).reshape(-1))
+            written += s.nbytes
+            if s.layer >= 0 and last[s.layer] == i:
+                secs = time.perf_counter() - t0
+                log.info("synth: layer %d/%d written, %.2f GB, %.1f s", s.layer + 1, p.n_layer,
+                         written / 1e9, secs)
+                if progress is not None:
+                    progress(s.layer + 1, p.n_layer, written, secs)
+        w.close()
+        os.replace(tmp, out)
+    except OSError as e:
+        w.close()
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise SynthError(f"{out}: cannot write: {e.strerror or e}") from None
+    except BaseException:
+        w.close()
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+    secs = time.perf_counter() - t0
+    return {"path": out, "n_tensors": len(specs), "bytes": os.path.getsize(out), "seconds": secs}
