@@ -37,6 +37,7 @@ _FIM_TEXTS = {  # metadata key suffix -> texts llama.cpp recognises when the key
     "fim_sep": ["<|file_sep|>"],
 }
 
+
 class Tokenizer:
     """llama.cpp-compatible tokenizer. Build with `Tokenizer.from_metadata(gguf_metadata)`."""
 
@@ -47,7 +48,8 @@ class Tokenizer:
             raise ConfigError(f"tokenizer model {model!r} is not supported (only 'gpt2' BPE "
                               "and 'llama' SentencePiece)")
         self.model, self.architecture, self.chat_template = model, architecture, chat_template
-        self.tokens = list(tokens)
+        # llama.cpp renames empty token texts so that every text maps back to one id
+        self.tokens = [t or f"[EMPTY_{i}]" for i, t in enumerate(tokens)]
         self.n_vocab = len(self.tokens)
         self.scores = [float(s) for s in scores] if scores is not None else [0.0] * self.n_vocab
         types = token_types if token_types is not None else [1] * self.n_vocab
@@ -145,9 +147,11 @@ class Tokenizer:
             self.attrs[texts["</s>"]] = A_NORMAL
         self.eog_ids = frozenset(eog)
         special = [i for i, a in enumerate(self.attrs) if a & (A_CONTROL | A_USER | A_UNKNOWN)]
-        if "phi-3" in name.lower() or "phi3" in name.lower():
-            for i in special:
+        if "phi-3" in name.lower() or "phi3" in name.lower():  # llama.cpp's per-model override
+            for i in special + [self.vocab[t] for t in ("</s>",) if t in self.vocab]:
                 self.attrs[i] |= A_RSTRIP
+            for i in (self.vocab[t] for t in ("<unk>", "<s>", "<|endoftext|>") if t in self.vocab):
+                self.attrs[i] &= ~A_RSTRIP
         # longest first, as llama.cpp sorts its special-token cache
         special.sort(key=lambda i: -len(self.tokens[i].encode("utf-8")))
         self._special = [(i, self.tokens[i]) for i in special if self.tokens[i]]
@@ -294,7 +298,7 @@ class Tokenizer:
                 continue
             for b in s.encode("utf-8"):
                 tid = vocab.get(f"<0x{b:02X}>")
-                if tid is None:
+                if tid is None and b < 128:  # a vocabulary that spells ASCII bytes plainly
                     tid = vocab.get(chr(b))
                 if tid is None:
                     raise ConfigError(f"SentencePiece vocabulary has no byte token for 0x{b:02X}")
