@@ -159,6 +159,10 @@ class Tokenizer:
     # ---- encode ----
     def encode(self, text, add_special=True, parse_special=True):
         """Token ids of `text`, as llama_tokenize(text, add_special, parse_special)."""
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # lone surrogates (e.g. from JSON) cannot be UTF-8: U+FFFD
+            text = text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
         out = []
         if add_special and self.add_bos:
             if self.bos_id is None:

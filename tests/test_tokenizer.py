@@ -205,6 +205,11 @@ def test_bpe_merges_by_rank():
     assert 0 not in tok.encode("<|endoftext|>", add_special=False, parse_special=False)
 
 
+def test_lone_surrogate_does_not_crash():
+    tok = _byte_bpe("gpt-2")
+    assert tok.decode(tok.encode("a\ud800b", add_special=False)) == "a\ufffd\ufffd\ufffdb"
+
+
 def test_unknown_pre_tokenizer_falls_back_with_warning(caplog):
     with caplog.at_level(logging.WARNING, logger="lite.pretokenizer"):
         tok = _byte_bpe("no-such-pre")
