@@ -17,12 +17,35 @@ def _positive(ctx, param, value):
     return value
 
 
+def _chunk(ctx, param, value):
+    if value is None or value == "auto":
+        return value
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n <= 0:
+        raise click.BadParameter(f"expected auto or a positive token count, got {value!r}")
+    return n
+
+
+def engine_kwargs(device, max_context, kv, prefill_chunk, layer_split, pipeline, handoff_depth):
+    return dict(device=device, max_context=max_context, kv=kv, prefill_chunk=prefill_chunk,
+                layer_split=parse_split(layer_split), pipeline=pipeline, handoff_depth=handoff_depth)
+
+
 def model_options(f):
     """Options shared by every command that loads a model."""
     f = click.option("--layer-split", default=None, metavar="auto|N0,N1,..",
                      help="Split the layers into pipeline stages: a count per stage (default: one stage).")(f)
-    f = click.option("--prefill", "prefill_chunk", default=None, type=int, callback=_positive,
-                     help="Prefill chunk size in tokens (default 512).")(f)
+    f = click.option("--handoff-depth", default=1, type=click.IntRange(1, 2), show_default=True,
+                     help="Chunks a stage may hand its successor before waiting for it.")(f)
+    f = click.option("--pipeline", default="chain", type=click.Choice(["chain", "sync"]),
+                     show_default=True, help="chain: stages overlap on a long prompt; sync: each "
+                     "stage waits for the rest of the chain (for comparison).")(f)
+    f = click.option("--prefill", "prefill_chunk", default=None, callback=_chunk,
+                     metavar="auto|N", help="Prefill chunk in tokens, or auto: chosen from the "
+                     "prompt length and stage count by a cost model (default 512).")(f)
     f = click.option("--kv", default="f16", type=click.Choice(KV_KINDS), show_default=True,
                      help="KV cache element type; int8 halves its memory.")(f)
     f = click.option("-c", "--max-context", default=None, type=int, callback=_positive,
@@ -79,7 +102,7 @@ def cli(verbose):
 @click.option("-s", "--system", default=None, help="System message for --chat.")
 @model_options
 def run(model, prompt, prompt_file, n_predict, temp, top_k, top_p, min_p, repeat_penalty, seed,
-        chat, system, device, max_context, kv, prefill_chunk, layer_split):
+        chat, system, **engine_opts):
     """Generate text from a prompt, streamed to standard output."""
     from lite.api import LLM
     if prompt_file:
@@ -91,8 +114,7 @@ def run(model, prompt, prompt_file, n_predict, temp, top_k, top_p, min_p, repeat
         prompt = sys.stdin.read()
     if prompt is None:
         raise click.UsageError("give a prompt with -p TEXT or -f FILE")
-    llm = LLM(model, device=device, max_context=max_context, kv=kv, prefill_chunk=prefill_chunk,
-              layer_split=parse_split(layer_split))
+    llm = LLM(model, **engine_kwargs(**engine_opts))
     if chat:
         msgs = ([{"role": "system", "content": system}] if system else [])
         prompt = llm.chat_prompt(msgs + [{"role": "user", "content": prompt}])
@@ -127,8 +149,7 @@ def info(model, tensors):
 @click.option("-r", "--repetitions", default=3, type=int, callback=_positive, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON rows instead of a table.")
 @model_options
-def bench(target, n_prompt, n_gen, repetitions, as_json, device, max_context, kv, prefill_chunk,
-          layer_split):
+def bench(target, n_prompt, n_gen, repetitions, as_json, **engine_opts):
     """Measure prefill and decode speed of MODEL (or `lite bench kernels`: GPU kernel bandwidth)."""
     import json
     if target == "kernels":
@@ -145,9 +166,7 @@ def bench(target, n_prompt, n_gen, repetitions, as_json, device, max_context, kv
                                  param_hint="-p") from None
     if any(n <= 0 for n in lens) or n_gen < 0:
         raise click.BadParameter("prompt lengths must be positive and -n non-negative")
-    rows = bench_model(resolve_model(target), lens, n_gen, repetitions, device=device,
-                       max_context=max_context, kv=kv, prefill_chunk=prefill_chunk,
-                       layer_split=parse_split(layer_split))
+    rows = bench_model(resolve_model(target), lens, n_gen, repetitions, **engine_kwargs(**engine_opts))
     click.echo(json.dumps(rows, indent=1) if as_json else format_table(rows))
 
 

@@ -46,7 +46,7 @@ def bench_model(path, prompt_lens, n_gen, repetitions=3, **engine_kw):
                     tg.append(n_gen / (t2 - t1))
         rows.append({"model": engine.gguf.path.rsplit("/", 1)[-1], "arch": engine.cfg.arch,
                      "device": engine.device, "kv": engine.stages[0].kv.kind,
-                     "chunk": engine.chunk, "stages": len(engine.stages),
+                     "chunk": engine.last_chunk, "stages": len(engine.stages),
                      "test": f"pp{n}", "tok_s": statistics.median(pp), "runs": pp})
         if n_gen:
             rows.append({**rows[-1], "test": f"tg{n_gen} @ {n}", "tok_s": statistics.median(tg),
@@ -59,6 +59,6 @@ def format_table(rows):
     sep = "|" + "|".join("-" * (len(c)) for c in head.split("|")[1:-1]) + "|"
     out = [head, sep]
     for r in rows:
-        out.append(f"| {r['model'][:36]:36s} | {r['device']:6s} | {r['kv']:4s} | {r['chunk']:5d} | "
+        out.append(f"| {r['model'][:36]:36s} | {r['device']:6s} | {r['kv']:4s} | {str(r['chunk']):>5s} | "
                    f"{r['stages']:6d} | {r['test']:>12s} | {r['tok_s']:10.2f} |")
     return "\n".join(out)

@@ -10,10 +10,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from lite.backends import resolve_backend
+from lite.chunking import CostProfile, choose_chunk
 from lite.config import ModelConfig
 from lite.errors import ContextOverflowError, LiteError
 from lite.gguf_file import GGUFFile
 from lite.kv_cache import KV_KINDS
+from lite.pipeline import ChunkJob, StageChain
 from lite.stage import Stage, as_ids, split_layers
 from lite.tokenizer import Tokenizer
 
@@ -45,7 +47,7 @@ class GenStats:
 
 class Engine:
     def __init__(self, model_path, device="auto", max_context=None, kv="f16",
-                 prefill_chunk=None, layer_split=None):
+                 prefill_chunk=None, layer_split=None, pipeline="chain", handoff_depth=1):
         self.gguf = GGUFFile(model_path)
         self.cfg = ModelConfig.from_gguf(self.gguf.metadata, self.gguf.path)
         self.tokenizer = Tokenizer.from_metadata(self.gguf.metadata)
@@ -56,20 +58,37 @@ class Engine:
         if max_context < 1:
             raise LiteError(f"--max-context must be positive, got {max_context}")
         self.max_context = int(max_context)
-        self.chunk = int(prefill_chunk or DEFAULT_PREFILL_CHUNK)
-        if self.chunk < 1:
-            raise LiteError(f"--prefill must be positive, got {self.chunk}")
+        self.chunk = prefill_chunk or DEFAULT_PREFILL_CHUNK     # tokens, or "auto"
+        if self.chunk != "auto" and int(self.chunk) < 1:
+            raise LiteError(f"--prefill must be auto or a positive token count, got {self.chunk}")
         self.device, backend_cls = resolve_backend(device)
         self.stages = [Stage(self.gguf, self.cfg, spec, backend_cls, self.max_context, kv)
                        for spec in split_layers(self.cfg.n_layer, layer_split)]
+        self.chain = StageChain(self.stages, mode=pipeline, handoff_depth=handoff_depth)
+        self.profile = None
         self.cached_ids = []   # token ids whose KV is in the cache, position 0 on
+        self.n_requests = 0
+
+    @property
+    def model_key(self):
+        c = self.cfg
+        return f"{c.arch}-L{c.n_layer}-d{c.n_embd}-ff{c.n_ff or c.n_ff_expert}-{len(self.gguf.tensors)}t"
+
+    def chunk_for(self, n_tokens, start=0):
+        """The prefill chunk: fixed, or chosen by the cost model from the prompt and stage count."""
+        if self.chunk != "auto":
+            return int(self.chunk)
+        if self.profile is None:
+            self.profile = CostProfile.load(self.device, self.model_key) or CostProfile()
+        return choose_chunk(n_tokens, len(self.stages), self.profile, start=start)
 
     # --- the forward -------------------------------------------------------------------------
-    def _forward(self, ids, pos0, all_logits=False):
-        x = as_ids(ids)
-        for st in self.stages:
-            x = st.forward(x, pos0, all_logits)
-        return self.stages[-1].ops.to_host(x)
+    def _prefill_chain(self, ids, start, all_logits):
+        self.stages[-1].all_logits = all_logits
+        self.n_requests += 1
+        chunk = self.chunk_for(len(ids), start)
+        self.last_chunk = chunk
+        return self.chain.prefill(as_ids(ids), chunk, request_id=self.n_requests, start=start)
 
     def prefill(self, ids, all_logits=False):
         """Run the prompt through the model; returns logits of the last position (n_vocab,) or,
@@ -81,21 +100,17 @@ class Engine:
         reuse = 0 if all_logits else _common_prefix(self.cached_ids, ids)
         reuse = min(reuse, len(ids) - 1)      # at least one position runs, to give logits
         self.cached_ids = ids[:reuse]
-        outs = []
-        for s in range(reuse, len(ids), self.chunk):
-            chunk = ids[s:s + self.chunk]
-            last = s + self.chunk >= len(ids)
-            logits = self._forward(chunk, s, all_logits)
-            if all_logits or last:
-                outs.append(logits)
-            self.cached_ids = ids[: s + len(chunk)]
+        outs = self._prefill_chain(ids[reuse:], reuse, all_logits)
+        self.cached_ids = ids
         self.last_reuse = reuse
         return np.concatenate(outs) if all_logits else outs[-1][-1]
 
     def decode_step(self, token):
         pos = len(self.cached_ids)
         self.stages[0].kv.check_fits(pos + 1)
-        logits = self._forward([token], pos)[-1]
+        self.stages[-1].all_logits = False
+        job = ChunkJob(self.n_requests, pos, pos, pos + 1, as_ids([token]), last=True, decode=True)
+        logits = self.chain.decode(job.input, job)[-1]
         self.cached_ids.append(int(token))
         return logits
 

@@ -52,15 +52,37 @@ def stage_tensor_names(gguf, cfg, spec):
 
 
 class Stage:
+    """A layer range on one backend; also the StageRunner the stage chain drives (lite.pipeline):
+    run() computes one chunk, and the hand-off buffers come from the backend (pinned on a GPU)."""
+
     def __init__(self, gguf, cfg, spec, backend_cls, max_context, kv_kind):
         self.cfg, self.spec = cfg, spec
         self.fwd = family(cfg.arch).forward_layer
         self.ops = backend_cls(gguf, stage_tensor_names(gguf, cfg, spec))
         self.kv = KVCache(cfg, spec.layers, max_context, kv_kind, self.ops.xp)
+        self.all_logits = False   # the last stage returns logits of every position (tests, scoring)
+
+    # --- StageRunner ---------------------------------------------------------------------------
+    def run(self, job, x):
+        y = self.forward(x, job.start, self.all_logits)
+        return self.ops.to_host(y) if self.spec.last else y
+
+    def alloc_handoff(self, shape, dtype):
+        return self.ops.alloc_handoff(shape, dtype)
+
+    def to_handoff(self, y, buf):
+        self.ops.to_handoff(y, buf)
+
+    def from_handoff(self, buf):
+        return self.ops.from_handoff(buf)
 
     def forward(self, x, pos0, all_logits=False):
         """x: token ids (T,) on the first stage, else hidden states (T, n_embd).
         Returns hidden states, or on the last stage the logits (T or 1, n_vocab) as float32."""
+        with self.ops.activate():
+            return self._forward(x, pos0, all_logits)
+
+    def _forward(self, x, pos0, all_logits):
         ops, cfg = self.ops, self.cfg
         if self.spec.first:
             x = ops.embed(x)

@@ -4,6 +4,7 @@ Weights are dequantized to float32 when a stage loads them (gguf.quants does the
 except the token embedding, which stays in its GGUF blocks and is dequantized a row at a time on
 lookup; when the output projection is tied to it, the full table is dequantized once, on first use.
 """
+import contextlib
 import logging
 import math
 
@@ -41,6 +42,9 @@ class CPUBackend:
             self.w[n] = dequantize_tensor(gguf.tensors[n])
         self.tied_output = tied_output
         self._out = None
+
+    def activate(self):
+        return contextlib.nullcontext()
 
     # --- ops -----------------------------------------------------------------------------------
     def embed(self, ids):                                   # -> (T, n_embd)
@@ -159,6 +163,16 @@ class CPUBackend:
 
     def to_host(self, x):
         return x
+
+    # hand-off between stages (lite.pipeline): plain host arrays, no copy on the way in
+    def alloc_handoff(self, shape, dtype):
+        return np.empty(shape, dtype)          # (T, n_embd)
+
+    def to_handoff(self, y, buf):
+        np.copyto(buf, y)
+
+    def from_handoff(self, buf):
+        return buf
 
     def synchronize(self):
         pass

@@ -1,11 +1,24 @@
-"""The CUDA backend (CuPy + Numba kernels). Not built yet: see issue 4.
+"""The CUDA backend: CuPy for memory, streams and cuBLAS; Numba kernels for the quantized weights.
 
-unavailable_reason() says why lite cannot run on a GPU here, so that --device auto falls back to
-the CPU with one warning and --device cuda fails with a clear error.
+Weights stay in VRAM as raw GGUF blocks. A linear layer over many tokens (prefill) dequantizes the
+weight to fp16 into a reusable scratch buffer and multiplies with cuBLAS (fp16 inputs, fp32
+accumulation and output); over a few tokens (decode) it runs the fused dequantize-and-dot kernel.
+Activations are float32. Everything of one stage is enqueued on that stage's stream; the host waits
+only where data leaves the device (logits, hand-off).
 """
+import contextlib
+import logging
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+PINNED_STAGING_BYTES = 64 << 20
+FUSED_MAX_TOKENS = 8
 
 
 def unavailable_reason():
+    """None when lite can run on a GPU here, else why not (one line)."""
     try:
         import cupy
     except ImportError:
@@ -15,4 +28,226 @@ def unavailable_reason():
             return "no CUDA device found"
     except Exception as e:  # no driver, or a driver too old for this CuPy
         return f"no usable CUDA driver ({str(e).splitlines()[0]})"
-    return "lite's GPU backend is not implemented yet"
+    from lite.kernels.util import SIMULATOR
+    if SIMULATOR:
+        return "NUMBA_ENABLE_CUDASIM=1 is set (kernels would run in the simulator)"
+    return None
+
+
+class _Weight:
+    __slots__ = ("name", "qtype", "shape", "data")
+
+    def __init__(self, name, qtype, shape, data):
+        self.name, self.qtype, self.shape, self.data = name, qtype, shape, data
+
+
+class CUDABackend:
+    name = "cuda"
+
+    def __init__(self, gguf, names, device_id=0):
+        import cupy as cp
+        from lite.kernels import cupy_ops
+        self.cp = self.xp = cp
+        self.k = cupy_ops
+        self.gguf = gguf
+        self.device = cp.cuda.Device(device_id)
+        with self.device:
+            self.stream = cp.cuda.Stream(non_blocking=True)
+            self.w = {}
+            self._upload(names)
+            biggest = max((t.data.size for t in self.w.values() if t.qtype not in ("F32", "F16")),
+                          default=0)
+            self._scratch = None
+            self._scratch_elems = max((int(np.prod(t.shape)) for t in self.w.values()
+                                       if t.qtype not in ("F32", "F16")), default=0)
+            del biggest
+
+    # --- loading -------------------------------------------------------------------------------
+    def _upload(self, names):
+        """Copy each tensor from the mapped file to the device through two pinned buffers."""
+        import cupyx
+        cp = self.cp
+        staging = [cupyx.empty_pinned(PINNED_STAGING_BYTES, np.uint8) for _ in range(2)]
+        events = [None, None]
+        slot = 0
+        for n in names:
+            t = self.gguf.tensors[n]
+            if t.type_name == "F32":
+                data = cp.empty(t.shape, np.float32)
+            elif t.type_name == "F16" and len(t.shape) <= 2:
+                data = cp.empty(t.shape, np.float16)
+            else:
+                data = cp.empty(t.nbytes, np.uint8)
+            dst = data.view(np.uint8).reshape(-1)
+            for off in range(0, t.nbytes, PINNED_STAGING_BYTES):
+                n_b = min(PINNED_STAGING_BYTES, t.nbytes - off)
+                if events[slot] is not None:
+                    events[slot].synchronize()         # the copy out of this buffer is done
+                np.copyto(staging[slot][:n_b], t.raw[off:off + n_b])
+                dst[off:off + n_b].set(staging[slot][:n_b], stream=self.stream)
+                events[slot] = self.stream.record()
+                slot ^= 1
+            self.w[n] = _Weight(n, t.type_name, t.shape, data)
+        self.stream.synchronize()
+
+    def activate(self):
+        """Enter this backend's device and stream (CuPy ops then run on the stream)."""
+        stack = contextlib.ExitStack()
+        stack.enter_context(self.device)
+        stack.enter_context(self.stream)
+        return stack
+
+    # --- ops -----------------------------------------------------------------------------------
+    def has(self, name):
+        return name in self.w
+
+    def embed(self, ids):                                   # -> (T, n_embd) f32
+        from lite.kernels import dequantize
+        cp = self.cp
+        w = self.w["token_embd.weight"]
+        n_vocab, n_embd = w.shape
+        ids_d = cp.asarray(np.asarray(ids, dtype=np.int64))
+        if w.qtype in ("F32", "F16"):
+            return w.data[ids_d].astype(np.float32)
+        rows = w.data.reshape(n_vocab, -1)[ids_d].reshape(-1)
+        return dequantize(rows, w.qtype, np.float32, self.stream).reshape(len(ids), n_embd)
+
+    def _dequant_f16(self, w):
+        from lite.kernels import dequantize
+        n = int(np.prod(w.shape))
+        if self._scratch is None or self._scratch.size < n:
+            self._scratch = self.cp.empty(max(n, self._scratch_elems), np.float16)
+        return dequantize(w.data, w.qtype, np.float16, self.stream, out=self._scratch[:n])
+
+    def _matmul(self, x, w):                                # (T, in) @ W(out, in).T -> (T, out) f32
+        from lite.kernels import get_matvec, matvec
+        cp = self.cp
+        rows, cols = w.shape[-2], w.shape[-1]
+        T = x.shape[0]
+        if w.qtype == "F32":
+            return x @ w.data.T
+        if w.qtype not in ("F16",) and T <= FUSED_MAX_TOKENS and get_matvec(w.qtype) is not None:
+            return matvec(w.data, w.qtype, cp.ascontiguousarray(x), rows, cols, self.stream)
+        w16 = w.data if w.qtype == "F16" else self._dequant_f16(w).reshape(rows, cols)
+        return gemm_f16_f32(cp, x.astype(np.float16), w16, self.stream)
+
+    def linear(self, x, name):
+        y = self._matmul(x, self.w[name])
+        bias = name[: -len("weight")] + "bias"
+        if bias in self.w:
+            y += self.w[bias].data
+        return y
+
+    def rms_norm(self, x, name, eps):
+        return self.k.rms_norm(self.cp.ascontiguousarray(x), self.w[name].data, eps, self.stream)
+
+    def rope(self, x, pos0, base, neox, n_rot=None, freq_scale=1.0, freq_factors=None):
+        if freq_factors is not None:
+            raise NotImplementedError("rope frequency factors on the GPU")
+        return self.k.rope(self.cp.ascontiguousarray(x), pos0, base, neox, n_rot or x.shape[-1],
+                           freq_scale, self.stream)
+
+    def attention(self, kv, il, q, k, v, pos0, scale, window=0):
+        """Per KV head: scores (G*T, S) in fp32, masked softmax in place, times V. The scores of one
+        head at a time bound the scratch to G*T*S floats, not H*T*S."""
+        cp = self.cp
+        T, H, D = q.shape
+        kv.write(il, k, v, pos0)
+        K, V = kv.read(il, pos0 + T)                         # (Hkv, S, D), (Hkv, S, Dv)
+        Hkv, S, Dv = V.shape
+        G = H // Hkv
+        qh = cp.ascontiguousarray(q.reshape(T, Hkv, G, D).transpose(1, 2, 0, 3))   # (Hkv, G, T, D)
+        out = cp.empty((Hkv, G, T, Dv), np.float32)
+        for h in range(Hkv):
+            s = cp.matmul(qh[h].reshape(G * T, D), K[h].T).reshape(G, T, S)
+            self.k.masked_softmax(s, T, pos0, window, scale, self.stream)
+            cp.matmul(s.reshape(G * T, S), V[h], out=out[h].reshape(G * T, Dv))
+        return cp.ascontiguousarray(out.transpose(2, 0, 1, 3)).reshape(T, H * Dv)
+
+    def act_mul(self, gate, up, act):
+        if act == "silu":
+            return self.k.silu_mul(gate, up)
+        if act == "gelu_tanh":
+            return self.k.gelu_tanh_mul(gate, up)
+        raise ValueError(f"unknown activation {act!r}")
+
+    def add(self, a, b):
+        return a + b
+
+    def scale(self, x, s):
+        return x * np.float32(s)
+
+    def output(self, x):
+        name = "output.weight" if "output.weight" in self.w else "token_embd.weight"
+        return self._matmul(x, self.w[name])
+
+    def moe_route(self, h, name, k, normalize):
+        cp = self.cp
+        logits = h @ self.w[name].data.T
+        p = cp.exp(logits - logits.max(axis=-1, keepdims=True))
+        p /= p.sum(axis=-1, keepdims=True)
+        ids = cp.argsort(-p, axis=-1)[:, :k]
+        w = cp.take_along_axis(p, ids, axis=-1)
+        if normalize:
+            w = w / w.sum(axis=-1, keepdims=True)
+        return ids, w.astype(np.float32)
+
+    def moe_experts(self, h, il, ids, weights, act):
+        """Expert by expert (a launch per used expert: correct, not yet fast; see issue 6)."""
+        cp = self.cp
+        out = cp.zeros_like(h)
+        ids_h = cp.asnumpy(ids)
+        for e in np.unique(ids_h):
+            rows, slot = np.nonzero(ids_h == e)
+            x = h[cp.asarray(rows)]
+            g = self._expert_matmul(x, f"blk.{il}.ffn_gate_exps.weight", e)
+            u = self._expert_matmul(x, f"blk.{il}.ffn_up_exps.weight", e)
+            y = self._expert_matmul(self.act_mul(g, u, act), f"blk.{il}.ffn_down_exps.weight", e)
+            out[cp.asarray(rows)] += y * weights[cp.asarray(rows), cp.asarray(slot)][:, None]
+        return out
+
+    def _expert_matmul(self, x, name, e):
+        w = self.w[name]
+        n_exp, rows, cols = w.shape
+        per = w.data.size // n_exp
+        sub = _Weight(name, w.qtype, (rows, cols), w.data[e * per:(e + 1) * per])
+        return self._matmul(x, sub)
+
+    # --- host transfers ------------------------------------------------------------------------
+    def to_host(self, x):
+        out = self.cp.asnumpy(x, stream=self.stream)
+        self.stream.synchronize()
+        return out
+
+    def alloc_handoff(self, shape, dtype):
+        import cupyx
+        return cupyx.empty_pinned(shape, dtype)
+
+    def to_handoff(self, y, buf):
+        y.get(out=buf, stream=self.stream)
+        self.stream.synchronize()
+
+    def from_handoff(self, buf):
+        with self.activate():
+            return self.cp.asarray(buf)
+
+    def synchronize(self):
+        self.stream.synchronize()
+
+
+def gemm_f16_f32(cp, x16, w16, stream):
+    """(T, in) f16 @ (out, in).T f16 -> (T, out) f32, fp32 accumulation (cublasGemmEx)."""
+    from cupy_backends.cuda.libs import cublas
+    T, k = x16.shape
+    n_out = w16.shape[0]
+    y = cp.empty((T, n_out), np.float32)
+    handle = cp.cuda.device.get_cublas_handle()
+    cublas.setStream(handle, stream.ptr)
+    one = np.array(1.0, np.float32)
+    zero = np.array(0.0, np.float32)
+    # Row-major Y = X W^T is column-major Y^T = W X^T: A = W (k x out, transposed), B = X (k x T).
+    cublas.gemmEx(handle, cublas.CUBLAS_OP_T, cublas.CUBLAS_OP_N, n_out, T, k,
+                  one.ctypes.data, w16.data.ptr, 2, k, x16.data.ptr, 2, k,
+                  zero.ctypes.data, y.data.ptr, 0, n_out, cublas.CUBLAS_COMPUTE_32F,
+                  cublas.CUBLAS_GEMM_DEFAULT)
+    return y
