@@ -240,7 +240,7 @@ def make_kernel(qtype, n, rows_per_cta=ROWS, warps=WARPS, unroll=UNROLL):
     unit, cols_of, upb = _SPECS[info.name]
     be, ts = info.block_elems, info.type_size
     R, NW, U = rows_per_cta, warps, unroll
-    NA = n * R
+    NA, NX, NS = n * R, 8 * n, 2 * n      # local array sizes must be compile-time constants
     THREADS = 32 * NW
 
     @cuda.jit
@@ -255,8 +255,8 @@ def make_kernel(qtype, n, rows_per_cta=ROWS, warps=WARPS, unroll=UNROLL):
         acc = cuda.local.array(NA, float32)
         for i in range(NA):
             acc[i] = float32(0.0)
-        xv = cuda.local.array(8 * n, float32)
-        sx = cuda.local.array(2 * n, float32)
+        xv = cuda.local.array(NX, float32)
+        sx = cuda.local.array(NS, float32)
         q = cuda.local.array(8, float32)
         ab = cuda.local.array(4, float32)
         u0 = tid
