@@ -267,8 +267,11 @@ def launch_numba(name, blocks, out, stream):
         raise ValueError(f"out must be float16 or float32, got {out.dtype}")
     tpb = min(_TPB, -(-n_groups // 32) * 32)
     grid = -(-n_groups // tpb)
-    kernel[grid, tpb, numba_stream(stream)](
-        blocks, blocks.view(np.uint16), blocks.view(np.float16), device_tables(name), dst, n_groups)
+    # CuPy's current stream must be the launch stream while Numba converts the arrays (it makes
+    # the current stream wait on them); otherwise a graph capture on `stream` fails (seen on H200).
+    with stream if stream is not None else contextlib.nullcontext():
+        kernel[grid, tpb, numba_stream(stream)](
+            blocks, blocks.view(np.uint16), blocks.view(np.float16), device_tables(name), dst, n_groups)
 
 
 # ---- CUDA C for the hot path (IQ3_XXS) -------------------------------------------------------

@@ -6,10 +6,12 @@ Two implementations of the same product:
   checked bit for bit against gguf-py), fp32 accumulation, reduce.warp_sum across the row.
 - CUDA C (the GPU path, a CuPy RawModule): a 128-thread block per 4 rows, a thread per 32-weight
   sub-block. The x chunk a thread loads is reused for all 4 rows (x is 32 bits a weight against
-  3-4.25 bits of weight, so without reuse x traffic would swamp L1); grid entries live in shared
-  memory as float4 and signs are applied by XOR-ing x's sign bit, so a weight costs about one
-  FMA, one logic op and a quarter of a shared load; the sub-block scale multiplies once per 32.
-  Templated on n (1..4, larger n in chunks) so the accumulators stay in registers.
+  3-4.25 bits of weight, so without reuse x traffic would swamp L1); the sub-block scale
+  multiplies once per 32 weights. IQ3_XXS: the grid sits in shared memory as packed bytes in 8
+  interleaved copies (a first version with a float4 grid and a sign-mask table there ran at 8% of
+  copy bandwidth on the H200, bound by bank conflicts of random 16-byte gathers); bytes become
+  floats by the 2^23 exponent trick (PRMT + FADD, not the slow I2F unit), signs flip x's sign bit.
+  Templated on n (up to C_MAX_N, larger n in chunks) so the accumulators stay in registers.
 LITE_MATVEC_IMPL=numba forces the Numba kernels on the GPU (for comparison).
 """
 import contextlib
@@ -28,7 +30,8 @@ from lite.kernels.registry import quant_info, register_matvec
 from lite.kernels.util import SIMULATOR, numba_stream
 
 MAX_N = 8          # x rows a Numba launch handles; more are done in chunks
-C_MAX_N = 4        # the same for CUDA C: at n=8 its fully unrolled body spills (ptxas: 4 KB stack)
+# The same for CUDA C, per kernel: beyond these the fully unrolled body spills (ptxas -v, sm_90).
+C_MAX_N = {"IQ3_XXS": 2, "IQ4_XS": 4}
 _ROWS_PER_CTA = 4  # CUDA C kernel
 
 
@@ -65,10 +68,13 @@ NUMBA_KERNELS = {
 
 def launch_numba(name, blocks, x, out, rows, cols, stream):
     views = (blocks, blocks.view(np.uint16), blocks.view(np.float16), device_tables(name))
-    for i in range(0, x.shape[0], MAX_N):
-        xs = x[i:i + MAX_N]
-        NUMBA_KERNELS[name][rows, 32, numba_stream(stream)](
-            *views, xs, out[i:i + MAX_N], rows, cols, xs.shape[0])
+    # CuPy's current stream must be the launch stream while Numba converts the arrays (it makes
+    # the current stream wait on them); otherwise a graph capture on `stream` fails (seen on H200).
+    with stream if stream is not None else contextlib.nullcontext():
+        for i in range(0, x.shape[0], MAX_N):
+            xs = x[i:i + MAX_N]
+            NUMBA_KERNELS[name][rows, 32, numba_stream(stream)](
+                *views, xs, out[i:i + MAX_N], rows, cols, xs.shape[0])
 
 
 # ---- CUDA C ------------------------------------------------------------------------------------
@@ -101,20 +107,21 @@ __device__ __forceinline__ void finish(float (&acc)[R][N], float* __restrict__ o
 """
 
 C_IQ3_XXS = r"""
+#define GCOPIES 8
+// Grid byte j of packed entry e as a float, without the slow int->float conversion unit:
+// 0x4B0000bb is 2^23 + bb exactly.
+#define GB(e, j) (__int_as_float(__byte_perm((e), 0x4B000000u, 0x7540u | (j))) - 8388608.f)
+// x with its sign flipped where bit j of sb is set.
+#define SX(v, sb, j) __int_as_float(__float_as_int(v) ^ (((sb) << (31 - (j))) & 0x80000000u))
 template <int N>
 __global__ void __launch_bounds__(128) mv_iq3xxs(const unsigned short* __restrict__ w16,
         const float* __restrict__ x, float* __restrict__ out, int rows, int cols) {
-    __shared__ float4 gf[256];
-    __shared__ uint4 smask[16];
-    for (int i = threadIdx.x; i < 256; i += 128) {
-        const unsigned e = IQ3XXS_GRID[i];
-        gf[i] = make_float4((float)(e & 255u), (float)((e >> 8) & 255u), (float)((e >> 16) & 255u), (float)(e >> 24));
-    }
-    if (threadIdx.x < 16) {
-        const unsigned m = threadIdx.x;
-        smask[m] = make_uint4((m & 1u) << 31, ((m >> 1) & 1u) << 31, ((m >> 2) & 1u) << 31, ((m >> 3) & 1u) << 31);
-    }
+    // GCOPIES copies of the grid, interleaved, so lanes of a warp gathering random entries meet
+    // fewer bank conflicts (lane l reads copy l % GCOPIES).
+    __shared__ unsigned gs[256 * GCOPIES];
+    for (int i = threadIdx.x; i < 256 * GCOPIES; i += 128) gs[i] = IQ3XXS_GRID[i / GCOPIES];
     __syncthreads();
+    const unsigned* gl = gs + (threadIdx.x % GCOPIES);
     const int row0 = blockIdx.x * R, nsub = cols >> 5;
     const long long row_words = (long long)(cols >> 8) * 49;
     float acc[R][N];
@@ -144,16 +151,15 @@ __global__ void __launch_bounds__(128) mv_iq3xxs(const unsigned short* __restric
             for (int r = 0; r < R; r++) {
                 float sum = 0.f;
                 #pragma unroll
-                for (int l = 0; l < 4; l++) {
+                for (int l = 0; l < 4; l++) {   // sign group l: grid entries 2l, 2l+1
                     const unsigned sb = ksign((aux[r] >> (7 * l)) & 127u);
                     const unsigned qq = (l < 2 ? q0[r] : q1[r]) >> (16 * (l & 1));
-                    const float4 g0 = gf[qq & 255u], g1 = gf[(qq >> 8) & 255u];
-                    const uint4 m0 = smask[sb & 15u], m1 = smask[sb >> 4];
+                    const unsigned g0 = gl[(qq & 255u) * GCOPIES], g1 = gl[((qq >> 8) & 255u) * GCOPIES];
                     const float4 a = xv[2 * l], c = xv[2 * l + 1];
-                    sum = fmaf(g0.x, XS(a.x, m0.x), sum); sum = fmaf(g0.y, XS(a.y, m0.y), sum);
-                    sum = fmaf(g0.z, XS(a.z, m0.z), sum); sum = fmaf(g0.w, XS(a.w, m0.w), sum);
-                    sum = fmaf(g1.x, XS(c.x, m1.x), sum); sum = fmaf(g1.y, XS(c.y, m1.y), sum);
-                    sum = fmaf(g1.z, XS(c.z, m1.z), sum); sum = fmaf(g1.w, XS(c.w, m1.w), sum);
+                    sum = fmaf(GB(g0, 0), SX(a.x, sb, 0), sum); sum = fmaf(GB(g0, 1), SX(a.y, sb, 1), sum);
+                    sum = fmaf(GB(g0, 2), SX(a.z, sb, 2), sum); sum = fmaf(GB(g0, 3), SX(a.w, sb, 3), sum);
+                    sum = fmaf(GB(g1, 0), SX(c.x, sb, 4), sum); sum = fmaf(GB(g1, 1), SX(c.y, sb, 5), sum);
+                    sum = fmaf(GB(g1, 2), SX(c.z, sb, 6), sum); sum = fmaf(GB(g1, 3), SX(c.w, sb, 7), sum);
                 }
                 acc[r][n] = fmaf(db[r], sum, acc[r][n]);
             }
@@ -230,7 +236,7 @@ _C_NAMES = {"IQ3_XXS": "mv_iq3xxs", "IQ4_XS": "mv_iq4xs"}
 @functools.lru_cache(maxsize=None)
 def _raw_module(device):
     import cupy
-    exprs = [f"{k}<{n}>" for k in _C_NAMES.values() for n in range(1, C_MAX_N + 1)]
+    exprs = [f"{k}<{n}>" for name, k in _C_NAMES.items() for n in range(1, C_MAX_N[name] + 1)]
     return cupy.RawModule(code=c_source(), options=("--std=c++17",), name_expressions=exprs)
 
 
@@ -240,8 +246,9 @@ def launch_cuda(name, blocks, x, out, rows, cols, stream):
     w = blocks.view(np.uint16 if name == "IQ3_XXS" else np.uint32)
     grid = (-(-rows // _ROWS_PER_CTA),)
     with stream if stream is not None else contextlib.nullcontext():
-        for i in range(0, x.shape[0], C_MAX_N):
-            xs, os_ = x[i:i + C_MAX_N], out[i:i + C_MAX_N]
+        step = C_MAX_N[name]
+        for i in range(0, x.shape[0], step):
+            xs, os_ = x[i:i + step], out[i:i + step]
             kern = mod.get_function(f"{_C_NAMES[name]}<{xs.shape[0]}>")
             kern(grid, (128,), (w, xs, os_, np.int32(rows), np.int32(cols)))
 

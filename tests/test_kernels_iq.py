@@ -80,3 +80,22 @@ def test_matvec_vector_x_and_bad_shapes():
     np.testing.assert_allclose(got, expect, rtol=1e-3, atol=1e-3 * np.abs(expect).max())
     with pytest.raises(ValueError):
         K.matvec(_to_device(blocks), "IQ4_XS", _to_device(x[:128]), 2, 256)
+
+
+@pytest.mark.skipif(K.SIMULATOR, reason="the CUDA C kernels run only on a GPU")
+@pytest.mark.parametrize("name", ["IQ3_XXS", "IQ4_XS"])
+def test_cuda_c_matches_numba_on_gpu(name, monkeypatch):
+    import cupy
+    rng = np.random.default_rng(11)
+    rows, cols = 37, 2048                      # rows not a multiple of the 4 a CUDA block takes
+    blocks = cupy.asarray(random_blocks(name, rows * cols // 256, rng))
+    x = cupy.asarray(rng.standard_normal((5, cols)).astype(np.float32))
+    results = {}
+    for impl in ("cuda", "numba"):
+        monkeypatch.setenv("LITE_MATVEC_IMPL", impl)
+        monkeypatch.setenv("LITE_DEQUANT_IMPL", impl)
+        results[impl] = (K.matvec(blocks, name, x, rows, cols).get(),
+                         K.dequantize(blocks, name, np.float16).get())
+    np.testing.assert_allclose(results["cuda"][0], results["numba"][0], rtol=1e-4,
+                               atol=1e-4 * np.abs(results["numba"][0]).max())
+    np.testing.assert_array_equal(results["cuda"][1].view(np.uint16), results["numba"][1].view(np.uint16))
