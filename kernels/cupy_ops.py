@@ -32,7 +32,9 @@ extern "C" __global__ void rms_norm(const float* x, const float* w, float* y, in
 }
 
 extern "C" __global__ void rope(const float* x, float* y, int T, int H, int D, int n_rot,
-                                long long pos0, double base, double freq_scale, int neox) {
+                                long long pos0, const long long* pos_ptr, double base,
+                                double freq_scale, int neox) {
+    // pos_ptr (when not null) holds the position on the device, so a captured graph can replay it
     // one thread per rotated pair; angles in double so long positions keep their precision
     long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     int half = n_rot / 2;
@@ -43,6 +45,7 @@ extern "C" __global__ void rope(const float* x, float* y, int T, int H, int D, i
     int t = th / H;
     const float* xr = x + th * D;
     float* yr = y + th * D;
+    if (pos_ptr) pos0 = *pos_ptr;
     double ang = (double)(pos0 + t) * freq_scale * pow(base, -2.0 * i / n_rot);
     float c = (float)cos(ang), s = (float)sin(ang);
     int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
@@ -96,6 +99,105 @@ extern "C" __global__ void masked_softmax(float* s, int rows, int S, int T, long
     float inv = 1.f / red[0];
     for (int j = threadIdx.x; j < S; j += blockDim.x) row[j] *= inv;
 }
+
+// --- decode (one query token), position read from the device --------------------------------
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);
+    return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffff, v, o));
+    return v;
+}
+
+// k (Hkv, D) f32 -> cache (Hkv, S_max, D) at *pos; int8: scale per (head, position) = amax/127.
+// One warp per head.
+template <typename T> __device__ void kv_store(const float* x, T* cache, float* scales,
+                                               const long long* pos_ptr, int D, int S_max) {
+    int h = blockIdx.x, lane = threadIdx.x;
+    long long pos = *pos_ptr;
+    const float* xr = x + (long long)h * D;
+    T* dst = cache + ((long long)h * S_max + pos) * D;
+    if (scales == nullptr) {
+        for (int d = lane; d < D; d += 32) dst[d] = (T)xr[d];
+        return;
+    }
+    float amax = 0.f;
+    for (int d = lane; d < D; d += 32) amax = fmaxf(amax, fabsf(xr[d]));
+    amax = warp_max(amax);
+    float sc = amax / 127.f;
+    float inv = sc > 0.f ? 1.f / sc : 1.f;
+    for (int d = lane; d < D; d += 32) {
+        float q = rintf(xr[d] * inv);
+        dst[d] = (T)fminf(fmaxf(q, -127.f), 127.f);
+    }
+    if (lane == 0) scales[(long long)h * S_max + pos] = sc;
+}
+extern "C" __global__ void kv_store_f16(const float* x, __half* c, const long long* p, int D, int S)
+{ kv_store<__half>(x, c, nullptr, p, D, S); }
+extern "C" __global__ void kv_store_i8(const float* x, signed char* c, float* s, const long long* p,
+                                       int D, int S)
+{ kv_store<signed char>(x, c, s, p, D, S); }
+
+// One query token against keys 0..*pos of its KV head: one block per query head, each warp an
+// online softmax over every nwarps-th key, lanes splitting the head dims (D, Dv <= 256), then the
+// warps' partial results combined through shared memory.
+template <typename T> __device__ void attn_decode(
+        const float* q, const T* K, const T* V, const float* ks, const float* vs, float* out,
+        const long long* pos_ptr, int H, int Hkv, int D, int Dv, int S_max, float scale, int window) {
+    const int MAXR = 8;                       // 256 / 32 values a lane
+    int h = blockIdx.x, hk = h / (H / Hkv);
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+    long long qpos = *pos_ptr;
+    long long j0 = window > 0 ? max(0LL, qpos - window + 1) : 0;
+    float qr[MAXR], acc[MAXR];
+    for (int i = 0; i < MAXR; ++i) {
+        int d = lane + 32 * i;
+        qr[i] = d < D ? q[(long long)h * D + d] : 0.f;
+        acc[i] = 0.f;
+    }
+    float m = -INFINITY, l = 0.f;
+    const T* Kh = K + (long long)hk * S_max * D;
+    const T* Vh = V + (long long)hk * S_max * Dv;
+    for (long long j = j0 + warp; j <= qpos; j += nw) {
+        const T* kr = Kh + j * D;
+        float s = 0.f;
+        for (int i = 0; i < MAXR; ++i) { int d = lane + 32 * i; if (d < D) s += qr[i] * (float)kr[d]; }
+        s = warp_sum(s);
+        if (ks) s *= ks[(long long)hk * S_max + j];
+        s *= scale;
+        float mn = fmaxf(m, s), corr = __expf(m - mn), p = __expf(s - mn);
+        float vsc = vs ? vs[(long long)hk * S_max + j] : 1.f;
+        const T* vr = Vh + j * Dv;
+        l = l * corr + p;
+        for (int i = 0; i < MAXR; ++i) {
+            int d = lane + 32 * i;
+            acc[i] = acc[i] * corr + (d < Dv ? p * (float)vr[d] * vsc : 0.f);
+        }
+        m = mn;
+    }
+    __shared__ float sm[32], sl[32];
+    __shared__ float sacc[32 * 256];
+    if (lane == 0) { sm[warp] = m; sl[warp] = l; }
+    for (int i = 0; i < MAXR; ++i) { int d = lane + 32 * i; if (d < Dv) sacc[warp * 256 + d] = acc[i]; }
+    __syncthreads();
+    float M = -INFINITY;
+    for (int w = 0; w < nw; ++w) M = fmaxf(M, sm[w]);
+    float L = 0.f;
+    for (int w = 0; w < nw; ++w) L += sm[w] == -INFINITY ? 0.f : sl[w] * __expf(sm[w] - M);
+    for (int d = threadIdx.x; d < Dv; d += blockDim.x) {
+        float a = 0.f;
+        for (int w = 0; w < nw; ++w) if (sm[w] != -INFINITY) a += sacc[w * 256 + d] * __expf(sm[w] - M);
+        out[(long long)h * Dv + d] = a / L;
+    }
+}
+extern "C" __global__ void attn_decode_f16(const float* q, const __half* K, const __half* V,
+        float* out, const long long* p, int H, int Hkv, int D, int Dv, int S, float scale, int win)
+{ attn_decode<__half>(q, K, V, nullptr, nullptr, out, p, H, Hkv, D, Dv, S, scale, win); }
+extern "C" __global__ void attn_decode_i8(const float* q, const signed char* K, const signed char* V,
+        const float* ks, const float* vs, float* out, const long long* p, int H, int Hkv, int D,
+        int Dv, int S, float scale, int win)
+{ attn_decode<signed char>(q, K, V, ks, vs, out, p, H, Hkv, D, Dv, S, scale, win); }
 """
 _module = None
 
@@ -103,7 +205,7 @@ _module = None
 def _kernel(name):
     global _module
     if _module is None:
-        _module = cp.RawModule(code=_SRC, options=("--std=c++17",))
+        _module = cp.RawModule(code="#include <cuda_fp16.h>\n" + _SRC, options=("--std=c++17",))
     return _module.get_function(name)
 
 
@@ -117,14 +219,14 @@ def rms_norm(x, w, eps, stream):
     return y
 
 
-def rope(x, pos0, base, neox, n_rot, freq_scale, stream):
-    """x (T, H, D) f32 contiguous -> rotated copy."""
+def rope(x, pos0, base, neox, n_rot, freq_scale, stream, pos_dev=None):
+    """x (T, H, D) f32 contiguous -> rotated copy; positions from pos_dev (int64 (1,)) if given."""
     T, H, D = x.shape
     y = cp.empty_like(x)
     total = T * H * (n_rot // 2)
     _kernel("rope")((math.ceil(total / 256),), (256,),
                     (x, y, np.int32(T), np.int32(H), np.int32(D), np.int32(n_rot), np.int64(pos0),
-                     np.float64(base), np.float64(freq_scale), np.int32(bool(neox))), stream=stream)
+                     pos_dev if pos_dev is not None else np.uint64(0), np.float64(base), np.float64(freq_scale), np.int32(bool(neox))), stream=stream)
     return y
 
 
@@ -137,6 +239,34 @@ def masked_softmax(scores, T, pos0, window, scale, stream):
                                                     np.int64(pos0), np.int32(window), np.float32(scale)),
                               stream=stream)
     return scores
+
+
+def kv_store(x, cache, scales, pos_dev, stream):
+    """x (Hkv, D) f32 into cache (Hkv, S_max, D) (f16, or int8 with scales (Hkv, S_max)) at *pos_dev."""
+    Hkv, S_max, D = cache.shape
+    if scales is None:
+        _kernel("kv_store_f16")((Hkv,), (32,), (x, cache, pos_dev, np.int32(D), np.int32(S_max)),
+                                stream=stream)
+    else:
+        _kernel("kv_store_i8")((Hkv,), (32,), (x, cache, scales, pos_dev, np.int32(D),
+                                               np.int32(S_max)), stream=stream)
+
+
+def attn_decode(q, K, V, ks, vs, pos_dev, scale, window, stream, warps=8):
+    """q (H, D) f32 against cache K (Hkv, S_max, D), V (Hkv, S_max, Dv) up to *pos_dev -> (H, Dv)."""
+    H, D = q.shape
+    Hkv, S_max, Dv = V.shape
+    if D > 256 or Dv > 256:
+        raise ValueError(f"decode attention supports head dims up to 256, got {D}/{Dv}")
+    out = cp.empty((H, Dv), np.float32)
+    common = (np.int32(H), np.int32(Hkv), np.int32(D), np.int32(Dv), np.int32(S_max),
+              np.float32(scale), np.int32(window))
+    if ks is None:
+        _kernel("attn_decode_f16")((H,), (32 * warps,), (q, K, V, out, pos_dev) + common, stream=stream)
+    else:
+        _kernel("attn_decode_i8")((H,), (32 * warps,), (q, K, V, ks, vs, out, pos_dev) + common,
+                                  stream=stream)
+    return out
 
 
 silu_mul = cp.ElementwiseKernel("float32 g, float32 u", "float32 y",

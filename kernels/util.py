@@ -8,6 +8,12 @@ from numba import cuda  # noqa: E402
 
 SIMULATOR = bool(_numba_config.ENABLE_CUDASIM)
 
+# lite orders all work of a stage on that stage's stream itself. Numba's default is to synchronize
+# on the producer stream named by every CuPy array it receives (__cuda_array_interface__), which
+# costs host time on each launch and breaks CUDA graph capture (cudaErrorStreamCaptureIsolation
+# when the array names the legacy default stream), so it is turned off.
+_numba_config.CUDA_ARRAY_INTERFACE_SYNC = False
+
 
 def numba_stream(stream):
     """A Numba stream for a CuPy stream (or None -> the default stream).

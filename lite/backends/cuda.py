@@ -61,6 +61,10 @@ class CUDABackend:
             self._scratch_elems = max((int(np.prod(t.shape)) for t in self.w.values()
                                        if t.qtype not in ("F32", "F16")), default=0)
             del biggest
+            # The decode position lives on the device, so a captured graph replays any position.
+            self.pos_dev = cp.zeros(1, np.int64)
+            self._pos_host = cupyx_pinned_int64()
+        self.capturing = False
 
     # --- loading -------------------------------------------------------------------------------
     def _upload(self, names):
@@ -96,6 +100,12 @@ class CUDABackend:
         stack.enter_context(self.device)
         stack.enter_context(self.stream)
         return stack
+
+    def begin(self, pos0, n_tokens):
+        """Called before a forward: a one-token step reads its position from pos_dev."""
+        if n_tokens == 1 and not self.capturing:
+            self._pos_host[0] = pos0
+            self.pos_dev.set(self._pos_host, stream=self.stream)
 
     # --- ops -----------------------------------------------------------------------------------
     def has(self, name):
@@ -145,13 +155,15 @@ class CUDABackend:
         if freq_factors is not None:
             raise NotImplementedError("rope frequency factors on the GPU")
         return self.k.rope(self.cp.ascontiguousarray(x), pos0, base, neox, n_rot or x.shape[-1],
-                           freq_scale, self.stream)
+                           freq_scale, self.stream, self.pos_dev if x.shape[0] == 1 else None)
 
     def attention(self, kv, il, q, k, v, pos0, scale, window=0):
         """Per KV head: scores (G*T, S) in fp32, masked softmax in place, times V. The scores of one
         head at a time bound the scratch to G*T*S floats, not H*T*S."""
         cp = self.cp
         T, H, D = q.shape
+        if T == 1:
+            return self._attention_decode(kv, il, q, k, v, scale, window)
         kv.write(il, k, v, pos0)
         K, V = kv.read(il, pos0 + T)                         # (Hkv, S, D), (Hkv, S, Dv)
         Hkv, S, Dv = V.shape
@@ -163,6 +175,18 @@ class CUDABackend:
             self.k.masked_softmax(s, T, pos0, window, scale, self.stream)
             cp.matmul(s.reshape(G * T, S), V[h], out=out[h].reshape(G * T, Dv))
         return cp.ascontiguousarray(out.transpose(2, 0, 1, 3)).reshape(T, H * Dv)
+
+    def _attention_decode(self, kv, il, q, k, v, scale, window):
+        """One token: store k, v at pos_dev, attend over 0..pos_dev (fixed shapes: capturable)."""
+        cp, int8 = self.cp, kv.kind == "int8"
+        self.k.kv_store(cp.ascontiguousarray(k[0]), kv.k[il], kv.ks[il] if int8 else None,
+                        self.pos_dev, self.stream)
+        self.k.kv_store(cp.ascontiguousarray(v[0]), kv.v[il], kv.vs[il] if int8 else None,
+                        self.pos_dev, self.stream)
+        o = self.k.attn_decode(cp.ascontiguousarray(q[0]), kv.k[il], kv.v[il],
+                               kv.ks[il] if int8 else None, kv.vs[il] if int8 else None,
+                               self.pos_dev, scale, window, self.stream)
+        return o.reshape(1, -1)
 
     def act_mul(self, gate, up, act):
         if act == "silu":
@@ -233,6 +257,11 @@ class CUDABackend:
 
     def synchronize(self):
         self.stream.synchronize()
+
+
+def cupyx_pinned_int64():
+    import cupyx
+    return cupyx.empty_pinned(1, np.int64)
 
 
 def gemm_f16_f32(cp, x16, w16, stream):
