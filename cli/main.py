@@ -170,6 +170,11 @@ def bench(target, n_prompt, n_gen, repetitions, as_json, **engine_opts):
     click.echo(json.dumps(rows, indent=1) if as_json else format_table(rows))
 
 
+from lite.cli.synth import synth  # noqa: E402
+
+cli.add_command(synth)
+
+
 def main(argv=None):
     """Entry point: run the click group, turning every failure into one line on stderr."""
     debug = bool(os.environ.get("LITE_DEBUG"))

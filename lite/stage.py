@@ -61,11 +61,34 @@ class Stage:
         self.ops = backend_cls(gguf, stage_tensor_names(gguf, cfg, spec))
         self.kv = KVCache(cfg, spec.layers, max_context, kv_kind, self.ops.xp)
         self.all_logits = False   # the last stage returns logits of every position (tests, scoring)
+        # A decode step replays one captured CUDA graph per stage: launching its few hundred
+        # kernels one by one from Python would cost more host time than the GPU needs.
+        self.use_graphs = getattr(self.ops, "supports_graphs", False) and not cfg.is_moe
+        self._graph = None
 
     # --- StageRunner ---------------------------------------------------------------------------
     def run(self, job, x):
-        y = self.forward(x, job.start, self.all_logits)
+        if job.decode and self.use_graphs and job.n_tokens == 1:
+            y = self._decode_graphed(x, job.start)
+        else:
+            y = self.forward(x, job.start, self.all_logits)
         return self.ops.to_host(y) if self.spec.last else y
+
+    def _decode_graphed(self, x, pos):
+        """One token through this stage by replaying its captured graph. The input is copied into
+        a persistent device buffer and the position into the backend's device scalar, so the same
+        graph serves every step."""
+        ops = self.ops
+        with ops.activate():
+            if self._graph is None:
+                self._in = ops.persistent_input(x)
+                ops.begin(pos, 1)
+                self._forward(self._in, pos, False)        # warm-up: compiles, fills the pool
+                self._graph, self._out = ops.capture(lambda: self._forward(self._in, pos, False))
+            ops.set_input(self._in, x)
+            ops.begin(pos, 1)
+            ops.replay(self._graph)
+            return self._out
 
     def alloc_handoff(self, shape, dtype):
         return self.ops.alloc_handoff(shape, dtype)
@@ -84,6 +107,7 @@ class Stage:
 
     def _forward(self, x, pos0, all_logits):
         ops, cfg = self.ops, self.cfg
+        ops.begin(pos0, x.shape[0])
         if self.spec.first:
             x = ops.embed(x)
             if cfg.embed_scale != 1.0:

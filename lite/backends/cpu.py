@@ -46,6 +46,9 @@ class CPUBackend:
     def activate(self):
         return contextlib.nullcontext()
 
+    def begin(self, pos0, n_tokens):
+        pass
+
     # --- ops -----------------------------------------------------------------------------------
     def embed(self, ids):                                   # -> (T, n_embd)
         t = self.gguf.tensors["token_embd.weight"]

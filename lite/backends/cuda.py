@@ -43,6 +43,7 @@ class _Weight:
 
 class CUDABackend:
     name = "cuda"
+    supports_graphs = True
 
     def __init__(self, gguf, names, device_id=0):
         import cupy as cp
@@ -65,6 +66,7 @@ class CUDABackend:
             self.pos_dev = cp.zeros(1, np.int64)
             self._pos_host = cupyx_pinned_int64()
         self.capturing = False
+        self._graph_memory = []   # allocations captured graphs refer to, kept alive with them
 
     # --- loading -------------------------------------------------------------------------------
     def _upload(self, names):
@@ -107,6 +109,48 @@ class CUDABackend:
             self._pos_host[0] = pos0
             self.pos_dev.set(self._pos_host, stream=self.stream)
 
+    # --- CUDA graphs for decode --------------------------------------------------------------
+    def persistent_input(self, x):
+        """A device buffer that keeps its address, for a graph's input (token ids or hidden)."""
+        cp = self.cp
+        if isinstance(x, cp.ndarray):
+            return x.copy()
+        return cp.asarray(np.asarray(x, dtype=np.int64))
+
+    def set_input(self, buf, x):
+        if isinstance(x, self.cp.ndarray):
+            buf[...] = x
+        else:
+            buf.set(np.asarray(x, dtype=buf.dtype), stream=self.stream)
+
+    def capture(self, fn):
+        """Capture fn()'s work on this stream into a graph. Every allocation made while capturing
+        is kept alive with the graph (its kernels have those addresses baked in)."""
+        cp = self.cp
+        pool = cp.get_default_memory_pool()
+        keep = []
+
+        def alloc(size):
+            mem = pool.malloc(size)
+            keep.append(mem)
+            return mem
+
+        self.capturing = True
+        try:
+            with cp.cuda.using_allocator(alloc):
+                self.stream.begin_capture()
+                try:
+                    out = fn()
+                finally:
+                    graph = self.stream.end_capture()
+        finally:
+            self.capturing = False
+        self._graph_memory.append(keep)
+        return graph, out
+
+    def replay(self, graph):
+        graph.launch(self.stream)
+
     # --- ops -----------------------------------------------------------------------------------
     def has(self, name):
         return name in self.w
@@ -116,7 +160,7 @@ class CUDABackend:
         cp = self.cp
         w = self.w["token_embd.weight"]
         n_vocab, n_embd = w.shape
-        ids_d = cp.asarray(np.asarray(ids, dtype=np.int64))
+        ids_d = ids if isinstance(ids, cp.ndarray) else cp.asarray(np.asarray(ids, dtype=np.int64))
         if w.qtype in ("F32", "F16"):
             return w.data[ids_d].astype(np.float32)
         rows = w.data.reshape(n_vocab, -1)[ids_d].reshape(-1)
