@@ -1,4 +1,7 @@
-"""The GPU backend against the CPU reference, on the real small models (runs on the GPU machine)."""
+"""The GPU backend against the CPU reference (runs on the GPU machine; skips elsewhere).
+
+Synthetic models in real layouts (lite synth) cover every layer type and the quant types the
+kernels serve; the real small models run too where their files are present."""
 import json
 from pathlib import Path
 
@@ -8,44 +11,73 @@ import pytest
 from lite.backends import cuda_unavailable_reason
 from lite.engine import Engine
 from lite.sampling import Sampler, SamplingParams
-from realmodels import real_model
+from lite.synth import synth
 
 WHY = cuda_unavailable_reason()
 pytestmark = pytest.mark.skipif(WHY is not None, reason=f"needs a GPU: {WHY}")
 FIXTURES = Path(__file__).parent / "fixtures"
+GREEDY = Sampler(SamplingParams.greedy())
+SYNTH = [("llama", "Q4_K"), ("llama", "Q8_0"), ("qwen3", "Q6_K"), ("qwen3", "Q4_0"),
+         ("llama", "IQ4_XS"), ("qwen3moe", "Q4_K")]
 
 
-def prompts(key):
-    p = FIXTURES / f"generate_{key}.json"
-    if p.exists():
-        return [(c["prompt_ids"], len(c["generated"])) for c in json.loads(p.read_text())["cases"]]
-    pytest.skip(f"{p.name} not made yet")
+@pytest.fixture(scope="module", params=SYNTH, ids=lambda p: f"{p[0]}-{p[1]}")
+def synth_model(request, tmp_path_factory):
+    arch, quant = request.param
+    path = tmp_path_factory.mktemp("synth") / f"{arch}-{quant}.gguf"
+    synth(arch, "tiny", quant, str(path), seed=3)
+    return str(path)
+
+
+def compare(path, ids, n_gen, kv="f16", rtol=1e-2):
+    cpu = Engine(path, device="cpu", max_context=256, kv=kv, prefill_chunk=16)
+    gpu = Engine(path, device="cuda", max_context=256, kv=kv, prefill_chunk=16)
+    lc = cpu.prefill(ids, all_logits=True)
+    lg = gpu.prefill(ids, all_logits=True)
+    np.testing.assert_allclose(lg, lc, rtol=rtol, atol=rtol * np.abs(lc).max())
+    cpu.cached_ids, gpu.cached_ids = [], []
+    want = list(cpu.generate(ids, n_gen, GREEDY, stop_at_eog=False))
+    got = list(gpu.generate(ids, n_gen, GREEDY, stop_at_eog=False))
+    return got, want
+
+
+@pytest.mark.parametrize("kv", ["f16", "int8"])
+def test_synth_gpu_matches_cpu(synth_model, kv):
+    ids = list(range(5, 45))
+    got, want = compare(synth_model, ids, 12, kv)
+    # random weights give flat logits; require most greedy tokens to agree, and the first exactly
+    assert got[0] == want[0]
+    assert sum(a == b for a, b in zip(got, want)) >= len(want) // 2
+
+
+def test_virtual_stages_identical_on_gpu(synth_model):
+    ids = list(range(3, 60))
+    one = Engine(synth_model, device="cuda", max_context=128, prefill_chunk=7)
+    many = Engine(synth_model, device="cuda", max_context=128, prefill_chunk=7, layer_split=[1, 2, 1])
+    assert np.array_equal(one.prefill(ids, all_logits=True), many.prefill(ids, all_logits=True))
+    a = list(one.generate(ids + [9], 8, GREEDY, stop_at_eog=False))
+    b = list(many.generate(ids + [9], 8, GREEDY, stop_at_eog=False))
+    assert a == b
+
+
+def test_decode_graph_matches_plain_launches(synth_model):
+    ids = list(range(7, 30))
+    graphed = Engine(synth_model, device="cuda", max_context=128)
+    plain = Engine(synth_model, device="cuda", max_context=128)
+    for st in plain.stages:
+        st.use_graphs = False
+    a = list(graphed.generate(ids, 10, GREEDY, stop_at_eog=False))
+    b = list(plain.generate(ids, 10, GREEDY, stop_at_eog=False))
+    assert a == b
 
 
 @pytest.mark.parametrize("key", ["smollm2", "gemma3"])
-@pytest.mark.parametrize("kv", ["f16"])
-def test_gpu_matches_cpu(key, kv):
-    path = real_model(key)
-    cpu = Engine(path, device="cpu", max_context=512, kv=kv)
-    gpu = Engine(path, device="cuda", max_context=512, kv=kv)
-    greedy = Sampler(SamplingParams.greedy())
-    for ids, n in prompts(key):
-        lc = cpu.prefill(ids, all_logits=True)
-        lg = gpu.prefill(ids, all_logits=True)
-        scale = np.abs(lc).max()
-        np.testing.assert_allclose(lg, lc, rtol=1e-2, atol=1e-2 * scale)
-        cpu.cached_ids, gpu.cached_ids = [], []
-        want = list(cpu.generate(ids, n, greedy, stop_at_eog=False))
-        got = list(gpu.generate(ids, n, greedy, stop_at_eog=False))
+def test_real_model_gpu_matches_cpu(key):
+    from lite.hub import KNOWN, cache_dir
+    path = cache_dir() / "models" / KNOWN[key].filename
+    doc = FIXTURES / f"generate_{key}.json"
+    if not path.exists() or not doc.exists():
+        pytest.skip(f"{path.name} or its fixtures are not on this machine")
+    for case in json.loads(doc.read_text())["cases"]:
+        got, want = compare(str(path), case["prompt_ids"], len(case["generated"]))
         assert got == want
-
-
-@pytest.mark.parametrize("split", [[10, 10, 10], [1, 29]])
-def test_gpu_virtual_stages_identical(split):
-    path = real_model("smollm2")
-    ids = prompts("smollm2")[0][0] * 3
-    one = Engine(path, device="cuda", max_context=512, prefill_chunk=7)
-    many = Engine(path, device="cuda", max_context=512, prefill_chunk=7, layer_split=split)
-    a = one.prefill(ids, all_logits=True)
-    b = many.prefill(ids, all_logits=True)
-    assert np.array_equal(a, b)
