@@ -123,6 +123,11 @@ __device__ __forceinline__ float h2f(unsigned short h) {
     float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
 __device__ __forceinline__ unsigned u16(const uchar* p, int i) { return p[i] | (p[i + 1] << 8); }
 __device__ __forceinline__ float hf(const uchar* p, int i) { return h2f((unsigned short)u16(p, i)); }
+// 8 bytes from shared memory at a 2-byte aligned address, as four 16-bit loads.
+__device__ __forceinline__ uint2 ld8_a2(const uchar* p) {
+    const unsigned short* h = (const unsigned short*)p;
+    return make_uint2(h[0] | ((unsigned)h[1] << 16), h[2] | ((unsigned)h[3] << 16)); }
+__device__ __forceinline__ unsigned byte_of(uint2 w, int i) { return ((i < 4 ? w.x : w.y) >> (8 * (i & 3))) & 0xFF; }
 #define MUL __fmul_rn
 #define ADD __fadd_rn
 #define SUB __fsub_rn
@@ -287,7 +292,7 @@ class DequantKernel:
         if self._raw is None:
             import cupy
             mod = cupy.RawModule(code=c_source(self.name, self.tb, self.be, self.c_decode),
-                                 options=("--std=c++17",))
+                                 options=("--std=c++17", "--ftz=false", "--fmad=false"))
             n = self.name.lower()
             self._raw = (mod.get_function(f"deq_{n}_f16"), mod.get_function(f"deq_{n}_f32"))
         return self._raw
@@ -478,7 +483,7 @@ __device__ __forceinline__ void dec_q5_0(const uchar* b, int j, float* v) {
     const float d = hf(b, 0); const unsigned qh = u16(b, 2) | (u16(b, 4) << 16);
     int q[8]; nibbles(b + 6, j, q);
     #pragma unroll
-    for (int i = 0; i < 8; i++) v[i] = MUL(d, (float)((q[i] | (((qh >> (j + i)) & 1) << 4)) - 16));
+    for (int i = 0; i < 8; i++) v[i] = MUL(d, (float)((q[i] | (int)(((qh >> (j + i)) & 1) << 4)) - 16));
 }""")
 define("Q5_1", _dec_q5_1, C_NIBBLE + r"""
 __device__ __forceinline__ void dec_q5_1(const uchar* b, int j, float* v) {

@@ -100,10 +100,10 @@ __device__ __forceinline__ void dec_q2_k(const uchar* b, int j, float* v) {
     const float d = hf(b, 80), dmin = hf(b, 82);
     const int sc = b[j >> 4];
     const float dl = MUL(d, (float)(sc & 15)), ml = MUL(dmin, (float)(sc >> 4));
-    const uchar* q = b + 16 + 32 * (j >> 7) + (j & 31);
+    const uint2 q = ld8_a2(b + 16 + 32 * (j >> 7) + (j & 31));
     const int sh = ((j & 127) >> 5) * 2;
     #pragma unroll
-    for (int i = 0; i < 8; i++) v[i] = SUB(MUL(dl, (float)((q[i] >> sh) & 3)), ml);
+    for (int i = 0; i < 8; i++) v[i] = SUB(MUL(dl, (float)((byte_of(q, i) >> sh) & 3)), ml);
 }""")
 
 define("Q3_K", _dec_q3_k, r"""
@@ -112,11 +112,12 @@ __device__ __forceinline__ void dec_q3_k(const uchar* b, int j, float* v) {
     const int k = j >> 4;
     const int lo = (b[96 + (k & 7)] >> (4 * (k >> 3))) & 15, hi = (b[104 + (k & 3)] >> (2 * (k >> 2))) & 3;
     const float dl = MUL(d, (float)((lo | (hi << 4)) - 32));
-    const uchar* q = b + 32 + 32 * (j >> 7) + (j & 31);
-    const uchar* hm = b + (j & 31);
+    // Blocks are 110 bytes: fields are only 2-byte aligned in shared memory.
+    const uint2 q = ld8_a2(b + 32 + 32 * (j >> 7) + (j & 31)), hm = ld8_a2(b + (j & 31));
     const int sh = ((j & 127) >> 5) * 2, hb = j >> 5;
     #pragma unroll
-    for (int i = 0; i < 8; i++) v[i] = MUL(dl, (float)(((q[i] >> sh) & 3) - ((((hm[i] >> hb) & 1) ^ 1) << 2)));
+    for (int i = 0; i < 8; i++)
+        v[i] = MUL(dl, (float)((int)((byte_of(q, i) >> sh) & 3) - (int)((((byte_of(hm, i) >> hb) & 1) ^ 1) << 2)));
 }""")
 
 C_SCALE_MIN_K4 = r"""
@@ -133,30 +134,28 @@ __device__ __forceinline__ void dec_q4_k(const uchar* b, int j, float* v) {
     const uint2 w = *(const uint2*)(b + 16 + 32 * (j >> 6) + (j & 31));
     const int sh = ((j >> 5) & 1) * 4;
     #pragma unroll
-    for (int i = 0; i < 8; i++) {
-        const unsigned byte = ((i < 4 ? w.x : w.y) >> (8 * (i & 3))) & 0xFF;
-        v[i] = SUB(MUL(dd, (float)((byte >> sh) & 15)), dm);
-    }
+    for (int i = 0; i < 8; i++) v[i] = SUB(MUL(dd, (float)((byte_of(w, i) >> sh) & 15)), dm);
 }""")
 
 define("Q5_K", _dec_q5_k, C_SCALE_MIN_K4 + r"""
 __device__ __forceinline__ void dec_q5_k(const uchar* b, int j, float* v) {
     int sc, m; scale_min_k4(b + 4, j >> 5, &sc, &m);
     const float dd = MUL(hf(b, 0), (float)sc), dm = MUL(hf(b, 2), (float)m);
-    const uchar* q = b + 48 + 32 * (j >> 6) + (j & 31);
-    const uchar* qh = b + 16 + (j & 31);
+    // 176-byte blocks stay 16-aligned in shared memory, so both fields are 8-byte aligned.
+    const uint2 q = *(const uint2*)(b + 48 + 32 * (j >> 6) + (j & 31)), qh = *(const uint2*)(b + 16 + (j & 31));
     const int sh = ((j >> 5) & 1) * 4, hb = j >> 5;
     #pragma unroll
-    for (int i = 0; i < 8; i++) v[i] = SUB(MUL(dd, (float)(((q[i] >> sh) & 15) | (((qh[i] >> hb) & 1) << 4))), dm);
+    for (int i = 0; i < 8; i++) v[i] = SUB(MUL(dd, (float)(((byte_of(q, i) >> sh) & 15) | (((byte_of(qh, i) >> hb) & 1) << 4))), dm);
 }""")
 
 define("Q6_K", _dec_q6_k, r"""
 __device__ __forceinline__ void dec_q6_k(const uchar* b, int j, float* v) {
     const float dd = MUL(hf(b, 208), (float)(signed char)b[192 + (j >> 4)]);
     const int h = j >> 7, r = j & 127;
-    const uchar* ql = b + 64 * h + (r & 63);
-    const uchar* qh = b + 128 + 32 * h + (r & 31);
+    // 210-byte blocks: fields are only 2-byte aligned in shared memory.
+    const uint2 ql = ld8_a2(b + 64 * h + (r & 63)), qh = ld8_a2(b + 128 + 32 * h + (r & 31));
     const int lsh = (r >> 6) * 4, hsh = (r >> 5) * 2;
     #pragma unroll
-    for (int i = 0; i < 8; i++) v[i] = MUL(dd, (float)((((ql[i] >> lsh) & 15) | (((qh[i] >> hsh) & 3) << 4)) - 32));
+    for (int i = 0; i < 8; i++)
+        v[i] = MUL(dd, (float)((int)(((byte_of(ql, i) >> lsh) & 15) | (((byte_of(qh, i) >> hsh) & 3) << 4)) - 32));
 }""")
