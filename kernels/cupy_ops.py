@@ -11,6 +11,7 @@ import cupy as cp
 import numpy as np
 
 _SRC = r"""
+#define NEG_INF (-__int_as_float(0x7f800000))
 extern "C" __global__ void rms_norm(const float* x, const float* w, float* y, int n, float eps) {
     // one block per row; the weight broadcasts over rows (n values)
     const float* xr = x + (long long)blockIdx.x * n;
@@ -63,10 +64,10 @@ extern "C" __global__ void masked_softmax(float* s, int rows, int S, int T, long
     long long qpos = pos0 + (r % T);
     float* row = s + (long long)r * S;
     __shared__ float red[32];
-    float m = -INFINITY;
+    float m = NEG_INF;
     for (int j = threadIdx.x; j < S; j += blockDim.x) {
         bool masked = j > qpos || (window > 0 && qpos - j >= window);
-        float v = masked ? -INFINITY : row[j] * scale;
+        float v = masked ? NEG_INF : row[j] * scale;
         row[j] = v;
         m = fmaxf(m, v);
     }
@@ -74,7 +75,7 @@ extern "C" __global__ void masked_softmax(float* s, int rows, int S, int T, long
     if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = m;
     __syncthreads();
     if (threadIdx.x < 32) {
-        m = threadIdx.x < (blockDim.x >> 5) ? red[threadIdx.x] : -INFINITY;
+        m = threadIdx.x < (blockDim.x >> 5) ? red[threadIdx.x] : NEG_INF;
         for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, o));
         if (threadIdx.x == 0) red[0] = m;
     }
@@ -156,7 +157,7 @@ template <typename T> __device__ void attn_decode(
         qr[i] = d < D ? q[(long long)h * D + d] : 0.f;
         acc[i] = 0.f;
     }
-    float m = -INFINITY, l = 0.f;
+    float m = NEG_INF, l = 0.f;
     const T* Kh = K + (long long)hk * S_max * D;
     const T* Vh = V + (long long)hk * S_max * Dv;
     for (long long j = j0 + warp; j <= qpos; j += nw) {
@@ -181,13 +182,13 @@ template <typename T> __device__ void attn_decode(
     if (lane == 0) { sm[warp] = m; sl[warp] = l; }
     for (int i = 0; i < MAXR; ++i) { int d = lane + 32 * i; if (d < Dv) sacc[warp * 256 + d] = acc[i]; }
     __syncthreads();
-    float M = -INFINITY;
+    float M = NEG_INF;
     for (int w = 0; w < nw; ++w) M = fmaxf(M, sm[w]);
     float L = 0.f;
-    for (int w = 0; w < nw; ++w) L += sm[w] == -INFINITY ? 0.f : sl[w] * __expf(sm[w] - M);
+    for (int w = 0; w < nw; ++w) L += sm[w] == NEG_INF ? 0.f : sl[w] * __expf(sm[w] - M);
     for (int d = threadIdx.x; d < Dv; d += blockDim.x) {
         float a = 0.f;
-        for (int w = 0; w < nw; ++w) if (sm[w] != -INFINITY) a += sacc[w * 256 + d] * __expf(sm[w] - M);
+        for (int w = 0; w < nw; ++w) if (sm[w] != NEG_INF) a += sacc[w * 256 + d] * __expf(sm[w] - M);
         out[(long long)h * Dv + d] = a / L;
     }
 }

