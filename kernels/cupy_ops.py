@@ -56,8 +56,9 @@ extern "C" __global__ void rope(const float* x, float* y, int T, int H, int D, i
     if (i == 0) for (int j = n_rot; j < D; ++j) yr[j] = xr[j];
 }
 
-extern "C" __global__ void masked_softmax(float* s, int rows, int S, int T, long long pos0,
-                                          int window, float scale) {
+extern "C" __global__ void masked_softmax(float* s, __half* p16, int rows, int S, int T,
+                                          long long pos0, int window, float scale) {
+    // p16 (when not null) receives the probabilities as fp16 (rows, S) for a tensor-core P @ V
     // s: (G, T, S) scores of one KV head, rows = G*T; row r is query t = r % T at pos0 + t.
     // Causal mask (and the sliding window), scale, softmax, in place. One block per row.
     int r = blockIdx.x;
@@ -98,7 +99,10 @@ extern "C" __global__ void masked_softmax(float* s, int rows, int S, int T, long
     }
     __syncthreads();
     float inv = 1.f / red[0];
-    for (int j = threadIdx.x; j < S; j += blockDim.x) row[j] *= inv;
+    __half* prow = p16 ? p16 + (long long)r * S : nullptr;
+    for (int j = threadIdx.x; j < S; j += blockDim.x) {
+        if (prow) prow[j] = __float2half(row[j] * inv); else row[j] *= inv;
+    }
 }
 
 // --- decode (one query token), position read from the device --------------------------------
@@ -140,17 +144,21 @@ extern "C" __global__ void kv_store_i8(const float* x, signed char* c, float* s,
                                        int D, int S)
 { kv_store<signed char>(x, c, s, p, D, S); }
 
-// One query token against keys 0..*pos of its KV head: one block per query head, each warp an
-// online softmax over every nwarps-th key, lanes splitting the head dims (D, Dv <= 256), then the
-// warps' partial results combined through shared memory.
+// One query token against keys 0..*pos of its KV head, split over the keys (flash-decoding): block
+// (h, split) runs an online softmax over its key range, each warp taking every nw-th key with lanes
+// splitting the head dims (D, Dv <= 256); it writes its partial max, sum and weighted V, and
+// attn_combine merges the splits. The grid is fixed by S_max, so a captured graph serves any
+// position; splits past the position return at once.
 template <typename T> __device__ void attn_decode(
-        const float* q, const T* K, const T* V, const float* ks, const float* vs, float* out,
-        const long long* pos_ptr, int H, int Hkv, int D, int Dv, int S_max, float scale, int window) {
+        const float* q, const T* K, const T* V, const float* ks, const float* vs,
+        float* pm, float* pl, float* pacc, const long long* pos_ptr, int H, int Hkv, int D,
+        int Dv, int S_max, float scale, int window, int chunk) {
     const int MAXR = 8;                       // 256 / 32 values a lane
-    int h = blockIdx.x, hk = h / (H / Hkv);
+    int h = blockIdx.x, hk = h / (H / Hkv), split = blockIdx.y, ns = gridDim.y;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
     long long qpos = *pos_ptr;
     long long j0 = window > 0 ? max(0LL, qpos - window + 1) : 0;
+    long long lo = max(j0, (long long)split * chunk), hi = min(qpos + 1, (long long)(split + 1) * chunk);
     float qr[MAXR], acc[MAXR];
     for (int i = 0; i < MAXR; ++i) {
         int d = lane + 32 * i;
@@ -160,7 +168,7 @@ template <typename T> __device__ void attn_decode(
     float m = NEG_INF, l = 0.f;
     const T* Kh = K + (long long)hk * S_max * D;
     const T* Vh = V + (long long)hk * S_max * Dv;
-    for (long long j = j0 + warp; j <= qpos; j += nw) {
+    for (long long j = lo + warp; j < hi; j += nw) {
         const T* kr = Kh + j * D;
         float s = 0.f;
         for (int i = 0; i < MAXR; ++i) { int d = lane + 32 * i; if (d < D) s += qr[i] * (float)kr[d]; }
@@ -178,7 +186,7 @@ template <typename T> __device__ void attn_decode(
         m = mn;
     }
     __shared__ float sm[32], sl[32];
-    __shared__ float sacc[32 * 256];
+    __shared__ float sacc[8 * 256];
     if (lane == 0) { sm[warp] = m; sl[warp] = l; }
     for (int i = 0; i < MAXR; ++i) { int d = lane + 32 * i; if (d < Dv) sacc[warp * 256 + d] = acc[i]; }
     __syncthreads();
@@ -186,19 +194,39 @@ template <typename T> __device__ void attn_decode(
     for (int w = 0; w < nw; ++w) M = fmaxf(M, sm[w]);
     float L = 0.f;
     for (int w = 0; w < nw; ++w) L += sm[w] == NEG_INF ? 0.f : sl[w] * __expf(sm[w] - M);
+    long long slot = (long long)h * ns + split;
+    if (threadIdx.x == 0) { pm[slot] = M; pl[slot] = L; }
     for (int d = threadIdx.x; d < Dv; d += blockDim.x) {
         float a = 0.f;
         for (int w = 0; w < nw; ++w) if (sm[w] != NEG_INF) a += sacc[w * 256 + d] * __expf(sm[w] - M);
-        out[(long long)h * Dv + d] = a / L;
+        pacc[slot * Dv + d] = a;
     }
 }
 extern "C" __global__ void attn_decode_f16(const float* q, const __half* K, const __half* V,
-        float* out, const long long* p, int H, int Hkv, int D, int Dv, int S, float scale, int win)
-{ attn_decode<__half>(q, K, V, nullptr, nullptr, out, p, H, Hkv, D, Dv, S, scale, win); }
+        float* pm, float* pl, float* pacc, const long long* p, int H, int Hkv, int D, int Dv,
+        int S, float scale, int win, int chunk)
+{ attn_decode<__half>(q, K, V, nullptr, nullptr, pm, pl, pacc, p, H, Hkv, D, Dv, S, scale, win, chunk); }
 extern "C" __global__ void attn_decode_i8(const float* q, const signed char* K, const signed char* V,
-        const float* ks, const float* vs, float* out, const long long* p, int H, int Hkv, int D,
-        int Dv, int S, float scale, int win)
-{ attn_decode<signed char>(q, K, V, ks, vs, out, p, H, Hkv, D, Dv, S, scale, win); }
+        const float* ks, const float* vs, float* pm, float* pl, float* pacc, const long long* p,
+        int H, int Hkv, int D, int Dv, int S, float scale, int win, int chunk)
+{ attn_decode<signed char>(q, K, V, ks, vs, pm, pl, pacc, p, H, Hkv, D, Dv, S, scale, win, chunk); }
+
+extern "C" __global__ void attn_combine(const float* pm, const float* pl, const float* pacc,
+                                        float* out, int ns, int Dv) {
+    int h = blockIdx.x;
+    const float* m = pm + (long long)h * ns;
+    const float* l = pl + (long long)h * ns;
+    float M = NEG_INF;
+    for (int s = 0; s < ns; ++s) M = fmaxf(M, m[s]);
+    float L = 0.f;
+    for (int s = 0; s < ns; ++s) if (m[s] != NEG_INF) L += l[s] * __expf(m[s] - M);
+    for (int d = threadIdx.x; d < Dv; d += blockDim.x) {
+        float a = 0.f;
+        for (int s = 0; s < ns; ++s)
+            if (m[s] != NEG_INF) a += pacc[((long long)h * ns + s) * Dv + d] * __expf(m[s] - M);
+        out[(long long)h * Dv + d] = a / L;
+    }
+}
 """
 _module = None
 
@@ -231,12 +259,14 @@ def rope(x, pos0, base, neox, n_rot, freq_scale, stream, pos_dev=None):
     return y
 
 
-def masked_softmax(scores, T, pos0, window, scale, stream):
-    """scores (G, T, S) f32, in place."""
+def masked_softmax(scores, T, pos0, window, scale, stream, p16=None):
+    """scores (..., G*T or T, S) f32 in place; rows r are queries r % T. With p16 (same shape,
+    float16) the probabilities go there instead."""
     S = scores.shape[-1]
     rows = scores.size // S
     threads = min(1024, max(32, 1 << (S - 1).bit_length()))
-    _kernel("masked_softmax")((rows,), (threads,), (scores, np.int32(rows), np.int32(S), np.int32(T),
+    _kernel("masked_softmax")((rows,), (threads,), (scores, p16 if p16 is not None else np.uint64(0),
+                                                    np.int32(rows), np.int32(S), np.int32(T),
                                                     np.int64(pos0), np.int32(window), np.float32(scale)),
                               stream=stream)
     return scores
@@ -253,20 +283,31 @@ def kv_store(x, cache, scales, pos_dev, stream):
                                                np.int32(S_max)), stream=stream)
 
 
-def attn_decode(q, K, V, ks, vs, pos_dev, scale, window, stream, warps=8):
+DECODE_KEYS_PER_SPLIT = 256
+DECODE_WARPS = 4
+
+
+def attn_decode(q, K, V, ks, vs, pos_dev, scale, window, stream):
     """q (H, D) f32 against cache K (Hkv, S_max, D), V (Hkv, S_max, Dv) up to *pos_dev -> (H, Dv)."""
     H, D = q.shape
     Hkv, S_max, Dv = V.shape
     if D > 256 or Dv > 256:
         raise ValueError(f"decode attention supports head dims up to 256, got {D}/{Dv}")
+    ns = max(1, min(128, -(-S_max // DECODE_KEYS_PER_SPLIT)))
+    chunk = -(-S_max // ns)
+    pm = cp.empty((H, ns), np.float32)
+    pl = cp.empty((H, ns), np.float32)
+    pacc = cp.empty((H, ns, Dv), np.float32)
     out = cp.empty((H, Dv), np.float32)
-    common = (np.int32(H), np.int32(Hkv), np.int32(D), np.int32(Dv), np.int32(S_max),
-              np.float32(scale), np.int32(window))
+    common = (pm, pl, pacc, pos_dev, np.int32(H), np.int32(Hkv), np.int32(D), np.int32(Dv),
+              np.int32(S_max), np.float32(scale), np.int32(window), np.int32(chunk))
+    grid, block = (H, ns), (32 * DECODE_WARPS,)
     if ks is None:
-        _kernel("attn_decode_f16")((H,), (32 * warps,), (q, K, V, out, pos_dev) + common, stream=stream)
+        _kernel("attn_decode_f16")(grid, block, (q, K, V) + common, stream=stream)
     else:
-        _kernel("attn_decode_i8")((H,), (32 * warps,), (q, K, V, ks, vs, out, pos_dev) + common,
-                                  stream=stream)
+        _kernel("attn_decode_i8")(grid, block, (q, K, V, ks, vs) + common, stream=stream)
+    _kernel("attn_combine")((H,), (128,), (pm, pl, pacc, out, np.int32(ns), np.int32(Dv)),
+                            stream=stream)
     return out
 
 

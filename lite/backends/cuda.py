@@ -14,6 +14,7 @@ import numpy as np
 log = logging.getLogger(__name__)
 
 PINNED_STAGING_BYTES = 64 << 20
+ATTN_SCRATCH_BYTES = 2 << 30      # scores + probabilities of the heads attended at once
 FUSED_MAX_TOKENS = 8
 
 
@@ -202,23 +203,42 @@ class CUDABackend:
                            freq_scale, self.stream, self.pos_dev if x.shape[0] == 1 else None)
 
     def attention(self, kv, il, q, k, v, pos0, scale, window=0):
-        """Per KV head: scores (G*T, S) in fp32, masked softmax in place, times V. The scores of one
-        head at a time bound the scratch to G*T*S floats, not H*T*S."""
+        """A chunk of T queries against the cache up to pos0+T, on tensor cores: per KV head,
+        scores (G*T, S) = Q K^T (fp16 in, fp32 out), masked softmax to fp16 probabilities, then
+        P V (fp16 in, fp32 out), heads batched in groups whose scores fit ATTN_SCRATCH_BYTES, so a
+        chunk x context score matrix never exists for all heads at once."""
         cp = self.cp
         T, H, D = q.shape
         if T == 1:
             return self._attention_decode(kv, il, q, k, v, scale, window)
         kv.write(il, k, v, pos0)
-        K, V = kv.read(il, pos0 + T)                         # (Hkv, S, D), (Hkv, S, Dv)
-        Hkv, S, Dv = V.shape
+        S = pos0 + T
+        if kv.kind == "f16":
+            K, V = kv.k[il], kv.v[il]                          # (Hkv, S_max, D) f16, first S used
+        else:
+            K, V = (a.astype(np.float16) for a in kv.read(il, S))
+        Hkv, s_stride, Dv = V.shape[0], V.shape[1], V.shape[2]
         G = H // Hkv
-        qh = cp.ascontiguousarray(q.reshape(T, Hkv, G, D).transpose(1, 2, 0, 3))   # (Hkv, G, T, D)
-        out = cp.empty((Hkv, G, T, Dv), np.float32)
-        for h in range(Hkv):
-            s = cp.matmul(qh[h].reshape(G * T, D), K[h].T).reshape(G, T, S)
-            self.k.masked_softmax(s, T, pos0, window, scale, self.stream)
-            cp.matmul(s.reshape(G * T, S), V[h], out=out[h].reshape(G * T, Dv))
-        return cp.ascontiguousarray(out.transpose(2, 0, 1, 3)).reshape(T, H * Dv)
+        rows = G * T
+        q16 = cp.ascontiguousarray(q.reshape(T, Hkv, G, D).transpose(1, 2, 0, 3)).astype(np.float16)
+        out = cp.empty((Hkv, rows, Dv), np.float32)                            # (Hkv, G*T, Dv)
+        per_head = rows * S * 6
+        group = max(1, min(Hkv, ATTN_SCRATCH_BYTES // per_head))
+        for h0 in range(0, Hkv, group):
+            nb = min(group, Hkv - h0)
+            scores = cp.empty((nb, rows, S), np.float32)
+            probs = cp.empty((nb, rows, S), np.float16)
+            # column-major view: scores^T (S x rows) = K (S x D) . Q^T (D x rows)
+            gemm_strided(cp, self.stream, 1, 0, S, rows, D,
+                         K[h0:h0 + nb], 2, D, s_stride * D, q16[h0:h0 + nb], 2, D, rows * D,
+                         scores, 0, S, rows * S, nb)
+            self.k.masked_softmax(scores, T, pos0, window, scale, self.stream, p16=probs)
+            # out^T (Dv x rows) = V^T (Dv x S) . P^T (S x rows)
+            gemm_strided(cp, self.stream, 0, 0, Dv, rows, S,
+                         V[h0:h0 + nb], 2, Dv, s_stride * Dv, probs, 2, S, rows * S,
+                         out[h0:h0 + nb], 0, Dv, rows * Dv, nb)
+        o = out.reshape(Hkv, G, T, Dv).transpose(2, 0, 1, 3)
+        return cp.ascontiguousarray(o).reshape(T, H * Dv)
 
     def _attention_decode(self, kv, il, q, k, v, scale, window):
         """One token: store k, v at pos_dev, attend over 0..pos_dev (fixed shapes: capturable)."""
@@ -306,6 +326,20 @@ class CUDABackend:
 def cupyx_pinned_int64():
     import cupyx
     return cupyx.empty_pinned(1, np.int64)
+
+
+def gemm_strided(cp, stream, transa, transb, m, n, k, A, a_type, lda, stride_a, B, b_type, ldb,
+                 stride_b, C, c_type, ldc, stride_c, batch):
+    """cublasGemmStridedBatchedEx in column-major terms, fp32 accumulation; types: 0 f32, 2 f16."""
+    from cupy_backends.cuda.libs import cublas
+    handle = cp.cuda.device.get_cublas_handle()
+    cublas.setStream(handle, stream.ptr)
+    one = np.array(1.0, np.float32)
+    zero = np.array(0.0, np.float32)
+    cublas.gemmStridedBatchedEx(handle, transa, transb, m, n, k, one.ctypes.data,
+                                A.data.ptr, a_type, lda, stride_a, B.data.ptr, b_type, ldb, stride_b,
+                                zero.ctypes.data, C.data.ptr, c_type, ldc, stride_c, batch,
+                                cublas.CUBLAS_COMPUTE_32F, cublas.CUBLAS_GEMM_DEFAULT)
 
 
 def gemm_f16_f32(cp, x16, w16, stream):
