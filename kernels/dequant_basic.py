@@ -506,6 +506,14 @@ __device__ __forceinline__ void dec_mxfp4(const uchar* b, int j, float* v) {
     #pragma unroll
     for (int i = 0; i < 8; i++) {
         const int mag = (int)((0x0C08060403020100ull >> ((q[i] & 7) * 8)) & 0xFF);
-        v[i] = MUL(d, (float)((q[i] & 8) ? -mag : mag));   // integer negate: no -0.0
+        if (e >= 2 || mag == 0) {
+            v[i] = MUL(d, (float)((q[i] & 8) ? -mag : mag));   // integer negate: no -0.0
+        } else {
+            // d is subnormal here and the GPU run flushed d*mag to zero although the reference
+            // keeps it: build mag * 2^(e-128) from bits instead (exact).
+            const unsigned n = (unsigned)mag << (21 + e);
+            const unsigned bits = n < (1u << 23) ? n : __float_as_uint((float)n) - (149u << 23);
+            v[i] = __uint_as_float(bits | ((q[i] & 8) ? 0x80000000u : 0u));
+        }
     }
 }""")
