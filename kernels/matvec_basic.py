@@ -1,5 +1,9 @@
 """Fused dequantize-and-dot (decode matvec) for Q4_0, Q8_0, Q4_K, Q5_K and Q6_K, in Numba.
 
+On a GPU the launcher hands aligned inputs to the CUDA C kernels of kernels/matvec_cuda.py (2-4x
+faster: these Numba kernels are bound by instructions); LITE_MATVEC_IMPL=numba keeps them here. The
+Numba kernels are the twin CI runs under the simulator, checked against the CUDA C ones on the GPU.
+
 out (n, rows) f32 = x (n, cols) f32 @ W.T, W (rows, cols) as GGUF blocks, fp32 accumulation.
 
 Shape of the work (why it is laid out this way, see shared device notes: too few bytes in flight a
@@ -22,6 +26,8 @@ import math
 import numpy as np
 from numba import cuda, float32, int32, uint64
 
+from lite.kernels import matvec_cuda
+from lite.kernels.matvec_iq import impl
 from lite.kernels.reduce import warp_sum
 from lite.kernels.registry import array_module, quant_info, register_matvec
 from lite.kernels.util import SIMULATOR, numba_stream
@@ -350,6 +356,9 @@ def _launch(name):
             raise ValueError(f"out must be a C-contiguous ({n}, {rows}) float32 array, got {out.shape} {out.dtype}")
         if n == 0 or rows == 0:
             return
+        if (not SIMULATOR and impl() == "cuda" and array_module(blocks_u8) is not np
+                and matvec_cuda.qualifies(name, blocks_u8, x)):
+            return matvec_cuda.launch(name, blocks_u8, x, out, rows, cols, stream)
         w = as_words(blocks_u8)
         wh = w.view(np.float16)
         ns = numba_stream(stream)

@@ -159,3 +159,73 @@ def test_matvec_in_cuda_graph_replays_like_direct_launch():
     stream.synchronize()
     _check(out, ref, scale)
     np.testing.assert_array_equal(out.get(), direct.get())
+
+
+# ---- the CUDA C path (kernels/matvec_cuda.py), GPU only ------------------------------------------
+# Full-size shapes of an 8B model's FFN (both orientations), and a ragged one: rows not a multiple
+# of a CTA's rows, and (Q4_0, Q8_0, Q6_K) rows starting 2 bytes off a word boundary.
+FULL = {"Q4_K": (4096, 14336), "Q6_K": (4096, 14336), "Q4_0": (14336, 4096), "Q8_0": (14336, 4096),
+        "Q5_K": (14336, 4096)}
+RAGGED = {"Q4_0": (37, 32 * 33), "Q8_0": (37, 32 * 35), "Q4_K": (37, 768), "Q5_K": (37, 768), "Q6_K": (37, 768)}
+
+
+def _both_impls(monkeypatch, qtype, blocks, x, rows, cols, config=None):
+    """(CUDA C result, Numba result), asserting that the CUDA C kernel really ran for the first.
+    config: a (rows per CTA, prefetch) to use instead of matvec_cuda.CONFIG's."""
+    import cupy
+    from lite.kernels import matvec_cuda
+    calls = []
+    real = getattr(matvec_cuda.launch, "real", matvec_cuda.launch)   # not a spy of an earlier call
+
+    def spy(*a, **k):
+        calls.append(a[0])
+        return real(*a, **k, config=config)
+
+    spy.real = real
+
+    monkeypatch.setattr(matvec_cuda, "launch", spy)
+    b, xd = cupy.asarray(blocks), cupy.asarray(x)
+    out = {}
+    for impl in ("cuda", "numba"):
+        monkeypatch.setenv("LITE_MATVEC_IMPL", impl)
+        out[impl] = matvec(b, qtype, xd, rows, cols).get()
+    assert calls == [qtype], "the CUDA C kernel was not used on aligned inputs"
+    return out["cuda"], out["numba"]
+
+
+@pytest.mark.skipif(SIMULATOR, reason="the CUDA C kernels run only on a GPU (no GPU driver here)")
+@pytest.mark.parametrize("qtype", TYPES)
+def test_cuda_c_matches_numba_and_float64_full_size(qtype, monkeypatch):
+    rows, cols = FULL[qtype]
+    blocks, x, ref, scale = _problem(qtype, rows, cols, 1, seed=20 + TYPES.index(qtype))
+    got, twin = _both_impls(monkeypatch, qtype, blocks, x, rows, cols)
+    _check(got, ref, scale)
+    _check(twin, ref, scale)
+    # the two fp32 sums differ only in order: far below the 1e-3 bar
+    assert np.all(np.abs(got - twin) <= 1e-6 * scale + 1e-4 * np.abs(ref))
+
+
+@pytest.mark.skipif(SIMULATOR, reason="the CUDA C kernels run only on a GPU (no GPU driver here)")
+@pytest.mark.parametrize("qtype", TYPES)
+def test_cuda_c_ragged_rows_and_every_n(qtype, monkeypatch):
+    # n = 9 is one launch of 8 plus one of 1; both loop shapes (with and without prefetch)
+    rows, cols = RAGGED[qtype]
+    blocks, x, ref, scale = _problem(qtype, rows, cols, 9, seed=40 + TYPES.index(qtype))
+    for config in (None, (4, 0), (4, 1), (8, 0), (8, 1)):
+        for n in (1, 2, 3, 9):
+            got, twin = _both_impls(monkeypatch, qtype, blocks, x[:n], rows, cols, config)
+            _check(got, ref[:n], scale[:n])
+            _check(twin, ref[:n], scale[:n])
+
+
+@pytest.mark.skipif(SIMULATOR, reason="the CUDA C kernels run only on a GPU (no GPU driver here)")
+def test_cuda_c_skipped_for_unaligned_blocks(monkeypatch):
+    # Blocks 2 bytes into a buffer do not qualify for 16-byte loads: the Numba path must take them.
+    import cupy
+    from lite.kernels import matvec_cuda
+    rows, cols = 8, 512
+    blocks, x, ref, scale = _problem("Q4_K", rows, cols, 1, seed=9)
+    buf = cupy.zeros(blocks.size + 2, dtype=np.uint8)
+    buf[2:] = cupy.asarray(blocks)
+    assert not matvec_cuda.qualifies("Q4_K", buf[2:], cupy.asarray(x))
+    _check(matvec(buf[2:], "Q4_K", cupy.asarray(x), rows, cols), ref, scale)

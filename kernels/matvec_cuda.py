@@ -1,0 +1,321 @@
+"""Fused dequantize-and-dot (decode matvec) for Q4_0, Q8_0, Q4_K, Q5_K and Q6_K in CUDA C (CuPy RawModule).
+
+out (n, rows) f32 = x (n, cols) f32 @ W.T, W (rows, cols) as GGUF blocks, fp32 accumulation, x in fp32.
+This is the GPU path of kernels/matvec_basic.py (which dispatches here on a GPU when the inputs are
+aligned); the Numba kernels there stay the CI-checked twin (same products, checked against each other
+on the GPU). Why it is shaped this way (the Numba kernels reached 10-24% of copy bandwidth, bound by
+instructions, not memory):
+  - A CTA of 4 warps owns R rows; its 128 threads split each row into *chunks* of 32 weights (lanes of
+    a warp take consecutive chunks, so weight loads coalesce). A thread loads the x of its chunk once
+    (8 float4) and reuses it for all R rows: x is 32 bits a weight against 4.5-8.5, so without reuse
+    x traffic through L1 would exceed the weight traffic several times over.
+  - The R chunk loads of a loop trip are issued together (R independent 16-32 byte loads in flight
+    a thread); with prefetch (P=1) the next trip's are issued before this trip's are used. Q4_K/Q5_K blocks (144/176 bytes) are 16-byte aligned
+    and read with 16-byte loads; Q4_0 (18), Q8_0 (34) and Q6_K (210) blocks start at 2 mod 4 bytes
+    half the time, so they are read as aligned 32-bit words and re-aligned with funnel shifts.
+  - A chunk never straddles a sub-block boundary, so its scales decode once per 16-32 weights.
+  - Quant bytes become floats by the exponent trick: PRMT places byte b under 0x4B000000 (= 2^23 + b
+    exactly) and one FADD removes 2^23 plus the type's zero point (8, 32, 128): exact, 2 instructions,
+    avoiding the quarter-rate int->float unit. Q4_K/Q5_K minimums use per-run sums of x.
+  - Templated on n (1..C_MAX_N; larger n in chunks) so accumulators stay in registers; per n the
+    weights are re-decoded from registers rather than keeping 32 floats of x per n alive.
+"""
+import contextlib
+import functools
+
+import numpy as np
+
+C_MAX_N = 8
+THREADS = 128
+# (rows a CTA, prefetch 0/1) per type: the best n=1 mean of 4096x14336 and 14336x4096 measured by
+# tests/gpu_bench_matvec.py on the H200 (GB/s: Q4_0 1953 vs 1650 without prefetch, Q8_0 2696 vs
+# 2549, Q4_K 1949, Q5_K 1966, Q6_K 2358; 16 rows a CTA lost everywhere).
+CONFIG = {"Q4_0": (8, 1), "Q8_0": (8, 1), "Q4_K": (8, 0), "Q5_K": (4, 0), "Q6_K": (4, 0)}
+# Byte alignment the kernel needs of the block buffer (16-byte loads vs 32-bit word loads).
+ALIGN = {"Q4_0": 4, "Q8_0": 4, "Q4_K": 16, "Q5_K": 16, "Q6_K": 4}
+
+C_HEAD = r"""
+#ifndef LITE_HOST_SHIM
+__device__ __forceinline__ float lt_h2f(unsigned short h) {
+    float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
+#endif
+// Byte j of w as an exact float, minus `off`: 0x4B0000bb reads as 2^23 + bb.
+#define BF(w, j, off) (__int_as_float(__byte_perm((w), 0x4B000000u, 0x7440u | (j))) - (8388608.f + (off)))
+#define LO4 0x0F0F0F0Fu
+__device__ __forceinline__ unsigned ldw(const unsigned char* p) { return __ldg((const unsigned*)p); }
+// Sum of 16 weights (4 words of 4 bytes, zero point off) times 4 float4 of x.
+__device__ __forceinline__ float dot16(unsigned a, unsigned b, unsigned c, unsigned d, const float4* xv, float off) {
+    const unsigned q[4] = {a, b, c, d};
+    float s = 0.f;
+    #pragma unroll
+    for (int k = 0; k < 4; k++) {
+        s = fmaf(BF(q[k], 0, off), xv[k].x, s); s = fmaf(BF(q[k], 1, off), xv[k].y, s);
+        s = fmaf(BF(q[k], 2, off), xv[k].z, s); s = fmaf(BF(q[k], 3, off), xv[k].w, s);
+    }
+    return s;
+}
+__device__ __forceinline__ float dot8(unsigned a, unsigned b, const float4* xv, float off) {
+    float s = 0.f;
+    s = fmaf(BF(a, 0, off), xv[0].x, s); s = fmaf(BF(a, 1, off), xv[0].y, s);
+    s = fmaf(BF(a, 2, off), xv[0].z, s); s = fmaf(BF(a, 3, off), xv[0].w, s);
+    s = fmaf(BF(b, 0, off), xv[1].x, s); s = fmaf(BF(b, 1, off), xv[1].y, s);
+    s = fmaf(BF(b, 2, off), xv[1].z, s); s = fmaf(BF(b, 3, off), xv[1].w, s);
+    return s;
+}
+// 6-bit scales (sc) and minimums (mn) of Q4_K/Q5_K sub-blocks 2j, 2j+1 as bytes e, e+1 of a word.
+__device__ __forceinline__ float kblock_scales(uint4 h, int j, float sa, float sb, float xa, float xb) {
+    const bool lo = j < 2;
+    const unsigned sc = lo ? (h.y & 0x3F3F3F3Fu) : ((h.w & LO4) | ((h.y >> 2) & 0x30303030u));
+    const unsigned mn = lo ? (h.z & 0x3F3F3F3Fu) : (((h.w >> 4) & LO4) | ((h.z >> 2) & 0x30303030u));
+    const int e = 2 * (j & 1);
+    const float d = lt_h2f((unsigned short)(h.x & 0xFFFFu)), dm = lt_h2f((unsigned short)(h.x >> 16));
+    return d * (BF(sc, e, 0.f) * sa + BF(sc, e + 1, 0.f) * sb) - dm * (BF(mn, e, 0.f) * xa + BF(mn, e + 1, 0.f) * xb);
+}
+"""
+
+# Each type: BE values and TS bytes a block, CPB chunks (of 32 weights) a block; Raw, what load()
+# reads for one row and chunk; xoff(c, k), the column of float4 k (0..7) of x for chunk c; dot(),
+# the chunk's contribution given those 8 float4 and the sums of the first and last 4 of them.
+C_TYPES = r"""
+struct TQ4_K {   // d, dmin, scales[12], qs[128]; chunk p = bytes 16p.. of qs: low nibbles are values
+    static constexpr int BE = 256, TS = 144, CPB = 8;   // 64j+l0+i, high 64j+32+l0+i (j=p/2, l0=16(p%2))
+    struct Raw { uint4 h, q; };
+    __device__ static __forceinline__ void load(Raw& r, const unsigned char* row, int c) {
+        const unsigned char* b = row + (c >> 3) * TS;
+        r.h = __ldg((const uint4*)b);
+        r.q = __ldg((const uint4*)(b + 16 + 16 * (c & 7)));
+    }
+    __device__ static __forceinline__ int xoff(int c, int k) {
+        const int p = c & 7;
+        return (c >> 3) * 256 + 64 * (p >> 1) + 16 * (p & 1) + 32 * (k >> 2) + 4 * (k & 3);
+    }
+    __device__ static __forceinline__ float dot(const Raw& r, int c, const float4 (&xv)[8], float xa, float xb) {
+        const uint4 q = r.q;
+        const float sa = dot16(q.x & LO4, q.y & LO4, q.z & LO4, q.w & LO4, xv, 0.f);
+        const float sb = dot16((q.x >> 4) & LO4, (q.y >> 4) & LO4, (q.z >> 4) & LO4, (q.w >> 4) & LO4, xv + 4, 0.f);
+        return kblock_scales(r.h, (c & 7) >> 1, sa, sb, xa, xb);
+    }
+};
+
+struct TQ5_K {   // d, dmin, scales[12], qh[32], qs[128]; as Q4_K, with the 5th bit of value 64j+l in
+    static constexpr int BE = 256, TS = 176, CPB = 8;   // bit 2j of qh[l] (64j+32+l: bit 2j+1)
+    struct Raw { uint4 h, qh, q; };
+    __device__ static __forceinline__ void load(Raw& r, const unsigned char* row, int c) {
+        const unsigned char* b = row + (c >> 3) * TS;
+        r.h = __ldg((const uint4*)b);
+        r.qh = __ldg((const uint4*)(b + 16 + 16 * (c & 1)));
+        r.q = __ldg((const uint4*)(b + 48 + 16 * (c & 7)));
+    }
+    __device__ static __forceinline__ int xoff(int c, int k) { return TQ4_K::xoff(c, k); }
+    __device__ static __forceinline__ float dot(const Raw& r, int c, const float4 (&xv)[8], float xa, float xb) {
+        const int j = (c & 7) >> 1;
+        const uint4 q = r.q, h = r.qh;
+        #define Q5L(a, b) (((a) & LO4) | ((((b) >> (2 * j)) & 0x01010101u) << 4))
+        #define Q5H(a, b) ((((a) >> 4) & LO4) | ((((b) >> (2 * j + 1)) & 0x01010101u) << 4))
+        const float sa = dot16(Q5L(q.x, h.x), Q5L(q.y, h.y), Q5L(q.z, h.z), Q5L(q.w, h.w), xv, 0.f);
+        const float sb = dot16(Q5H(q.x, h.x), Q5H(q.y, h.y), Q5H(q.z, h.z), Q5H(q.w, h.w), xv + 4, 0.f);
+        #undef Q5L
+        #undef Q5H
+        return kblock_scales(r.h, j, sa, sb, xa, xb);
+    }
+};
+
+struct TQ6_K {   // ql[128], qh[64], scales[16] int8, d. Chunk p: half h=p/4, l0=8(p%4), 8 values of each
+    static constexpr int BE = 256, TS = 210, CPB = 8;   // run t=0..3 at 128h+32t+l0 (see dot)
+    struct Raw { unsigned a[3], b[3], h[3], s[3]; unsigned short d; unsigned sh; };
+    __device__ static __forceinline__ void load(Raw& r, const unsigned char* row, int c) {
+        const unsigned char* blk = row + (c >> 3) * TS;
+        const int p = c & 7, hf = p >> 2, l0 = 8 * (p & 3);
+        const unsigned m = (unsigned)((unsigned long long)blk & 3u);          // 0 or 2: blocks are 210 bytes
+        const unsigned char* b = blk - m;                         // every field below is 8-aligned in the block
+        #pragma unroll
+        for (int i = 0; i < 3; i++) {
+            r.a[i] = ldw(b + 64 * hf + l0 + 4 * i);
+            r.b[i] = ldw(b + 64 * hf + 32 + l0 + 4 * i);
+            r.h[i] = ldw(b + 128 + 32 * hf + l0 + 4 * i);
+            r.s[i] = ldw(b + 192 + 8 * hf + 4 * i);
+        }
+        r.d = __ldg((const unsigned short*)(blk + 208));
+        r.sh = 8 * m;
+    }
+    __device__ static __forceinline__ int xoff(int c, int k) {
+        const int p = c & 7;
+        return (c >> 3) * 256 + 128 * (p >> 2) + 8 * (p & 3) + 32 * (k >> 1) + 4 * (k & 1);
+    }
+    __device__ static __forceinline__ float dot(const Raw& r, int c, const float4 (&xv)[8], float, float) {
+        const unsigned a0 = __funnelshift_r(r.a[0], r.a[1], r.sh), a1 = __funnelshift_r(r.a[1], r.a[2], r.sh);
+        const unsigned b0 = __funnelshift_r(r.b[0], r.b[1], r.sh), b1 = __funnelshift_r(r.b[1], r.b[2], r.sh);
+        const unsigned h0 = __funnelshift_r(r.h[0], r.h[1], r.sh), h1 = __funnelshift_r(r.h[1], r.h[2], r.sh);
+        // scales[8h .. 8h+7] flipped to unsigned (x ^ 0x80 = x + 128); run t uses byte e + 2t
+        const unsigned s0 = __funnelshift_r(r.s[0], r.s[1], r.sh) ^ 0x80808080u;
+        const unsigned s1 = __funnelshift_r(r.s[1], r.s[2], r.sh) ^ 0x80808080u;
+        const int e = (c & 2) >> 1;   // l0 >= 16
+        const float t0 = dot8((a0 & LO4) | ((h0 << 4) & 0x30303030u), (a1 & LO4) | ((h1 << 4) & 0x30303030u), xv, 32.f);
+        const float t1 = dot8((b0 & LO4) | ((h0 << 2) & 0x30303030u), (b1 & LO4) | ((h1 << 2) & 0x30303030u), xv + 2, 32.f);
+        const float t2 = dot8(((a0 >> 4) & LO4) | (h0 & 0x30303030u), ((a1 >> 4) & LO4) | (h1 & 0x30303030u), xv + 4, 32.f);
+        const float t3 = dot8(((b0 >> 4) & LO4) | ((h0 >> 2) & 0x30303030u), ((b1 >> 4) & LO4) | ((h1 >> 2) & 0x30303030u), xv + 6, 32.f);
+        const float s = BF(s0, e, 128.f) * t0 + BF(s0, e + 2, 128.f) * t1 + BF(s1, e, 128.f) * t2 + BF(s1, e + 2, 128.f) * t3;
+        return lt_h2f(r.d) * s;
+    }
+};
+
+struct TQ4_0 {   // d, qs[16]: value i = (qs[i] & 15) - 8, value 16+i = (qs[i] >> 4) - 8; a chunk is a block
+    static constexpr int BE = 32, TS = 18, CPB = 1;
+    struct Raw { unsigned w[5]; unsigned m; };
+    __device__ static __forceinline__ void load(Raw& r, const unsigned char* row, int c) {
+        const unsigned char* blk = row + c * TS;
+        r.m = (unsigned)((unsigned long long)blk & 3u);
+        #pragma unroll
+        for (int i = 0; i < 5; i++) r.w[i] = ldw(blk - r.m + 4 * i);
+    }
+    __device__ static __forceinline__ int xoff(int c, int k) { return 32 * c + 4 * k; }
+    __device__ static __forceinline__ float dot(const Raw& r, int, const float4 (&xv)[8], float, float) {
+        const unsigned sh = 16 + 8 * r.m;   // qs start 2 bytes into the block; shift 32 = next word
+        unsigned q[4];
+        #pragma unroll
+        for (int i = 0; i < 4; i++) q[i] = __funnelshift_rc(r.w[i], r.w[i + 1], sh);
+        const float s = dot16(q[0] & LO4, q[1] & LO4, q[2] & LO4, q[3] & LO4, xv, 8.f)
+                      + dot16((q[0] >> 4) & LO4, (q[1] >> 4) & LO4, (q[2] >> 4) & LO4, (q[3] >> 4) & LO4, xv + 4, 8.f);
+        return lt_h2f((unsigned short)(r.m ? (r.w[0] >> 16) : (r.w[0] & 0xFFFFu))) * s;
+    }
+};
+
+struct TQ8_0 {   // d, qs[32] int8; a chunk is a block
+    static constexpr int BE = 32, TS = 34, CPB = 1;
+    struct Raw { unsigned w[9]; unsigned m; };
+    __device__ static __forceinline__ void load(Raw& r, const unsigned char* row, int c) {
+        const unsigned char* blk = row + c * TS;
+        r.m = (unsigned)((unsigned long long)blk & 3u);
+        #pragma unroll
+        for (int i = 0; i < 9; i++) r.w[i] = ldw(blk - r.m + 4 * i);
+    }
+    __device__ static __forceinline__ int xoff(int c, int k) { return 32 * c + 4 * k; }
+    __device__ static __forceinline__ float dot(const Raw& r, int, const float4 (&xv)[8], float, float) {
+        const unsigned sh = 16 + 8 * r.m;
+        unsigned q[8];   // int8 ^ 0x80 = value + 128
+        #pragma unroll
+        for (int i = 0; i < 8; i++) q[i] = __funnelshift_rc(r.w[i], r.w[i + 1], sh) ^ 0x80808080u;
+        const float s = dot16(q[0], q[1], q[2], q[3], xv, 128.f) + dot16(q[4], q[5], q[6], q[7], xv + 4, 128.f);
+        return lt_h2f((unsigned short)(r.m ? (r.w[0] >> 16) : (r.w[0] & 0xFFFFu))) * s;
+    }
+};
+"""
+
+C_KERNEL = r"""
+template <class T, int N, int R, int P>
+__global__ void __launch_bounds__(128) mv(const unsigned char* __restrict__ w, const float* __restrict__ x,
+                                          float* __restrict__ out, int rows, int cols) {
+    const int row0 = blockIdx.x * R, nb = cols / T::BE, chunks = nb * T::CPB;
+    const long long rb = (long long)nb * T::TS;
+    const unsigned char* rowp[R];
+    #pragma unroll
+    for (int r = 0; r < R; r++)   // rows past the end re-read the last row and are not written
+        rowp[r] = w + (long long)min(row0 + r, rows - 1) * rb;
+    float acc[R][N];
+    #pragma unroll
+    for (int r = 0; r < R; r++)
+        #pragma unroll
+        for (int n = 0; n < N; n++) acc[r][n] = 0.f;
+    // P = 1: the next trip's weights are loaded before this trip's are used (software pipelining:
+    // loads stay in flight while the thread computes, at the cost of R more Raw in registers).
+    typename T::Raw cur[R];
+    if (P) {
+        #pragma unroll
+        for (int r = 0; r < R; r++) T::load(cur[r], rowp[r], min((int)threadIdx.x, chunks - 1));
+    }
+    for (int c = threadIdx.x; c < chunks; c += 128) {
+        typename T::Raw nxt[R];
+        #pragma unroll
+        for (int r = 0; r < R; r++) {
+            if (P) T::load(nxt[r], rowp[r], min(c + 128, chunks - 1));
+            else T::load(cur[r], rowp[r], c);
+        }
+        #pragma unroll
+        for (int n = 0; n < N; n++) {
+            const float* xr = x + (long long)n * cols;
+            float4 xv[8];
+            #pragma unroll
+            for (int k = 0; k < 8; k++) xv[k] = __ldg((const float4*)(xr + T::xoff(c, k)));
+            const float xa = (xv[0].x + xv[0].y + xv[0].z + xv[0].w) + (xv[1].x + xv[1].y + xv[1].z + xv[1].w)
+                           + (xv[2].x + xv[2].y + xv[2].z + xv[2].w) + (xv[3].x + xv[3].y + xv[3].z + xv[3].w);
+            const float xb = (xv[4].x + xv[4].y + xv[4].z + xv[4].w) + (xv[5].x + xv[5].y + xv[5].z + xv[5].w)
+                           + (xv[6].x + xv[6].y + xv[6].z + xv[6].w) + (xv[7].x + xv[7].y + xv[7].z + xv[7].w);
+            #pragma unroll
+            for (int r = 0; r < R; r++) acc[r][n] += T::dot(cur[r], c, xv, xa, xb);
+        }
+        if (P) {
+            #pragma unroll
+            for (int r = 0; r < R; r++) cur[r] = nxt[r];
+        }
+    }
+    // warp sums, then the 4 warps' partials through shared memory; thread r*N+n writes row r, x n
+    __shared__ float red[4][R * N];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    #pragma unroll
+    for (int r = 0; r < R; r++)
+        #pragma unroll
+        for (int n = 0; n < N; n++) {
+            float v = acc[r][n];
+            #pragma unroll
+            for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+            if (lane == 0) red[warp][r * N + n] = v;
+        }
+    __syncthreads();
+    if (threadIdx.x < R * N) {
+        const int r = threadIdx.x / N, n = threadIdx.x % N;
+        if (row0 + r < rows)
+            out[(long long)n * rows + row0 + r] = (red[0][threadIdx.x] + red[1][threadIdx.x])
+                                                  + (red[2][threadIdx.x] + red[3][threadIdx.x]);
+    }
+}
+"""
+
+TYPES = tuple(CONFIG)
+
+
+def c_source():
+    return C_HEAD + C_TYPES + C_KERNEL
+
+
+def kernel_name(qtype, n, rows_per_cta, prefetch):
+    return f"mv<TQ{qtype[1:]}, {n}, {rows_per_cta}, {prefetch}>"
+
+
+@functools.lru_cache(maxsize=None)
+def raw_module(device, qtype, config, ns=tuple(range(1, C_MAX_N + 1))):
+    """The compiled kernels of one type and (rows_per_cta, prefetch) for each n in ns (compiling is
+    ~0.5 s a kernel, so launch() builds only the type and n it meets)."""
+    import cupy
+    names = [kernel_name(qtype, n, *config) for n in ns]
+    return cupy.RawModule(code=c_source(), options=("--std=c++17",), name_expressions=names)
+
+
+@functools.lru_cache(maxsize=None)
+def _kernel(device, qtype, config, n):
+    return raw_module(device, qtype, config, (n,)).get_function(kernel_name(qtype, n, *config))
+
+
+def _ptr(a):
+    return a.data.ptr
+
+
+def qualifies(qtype, blocks, x):
+    """True when the CUDA C kernel can take these (device) arrays: aligned blocks and x."""
+    return qtype in CONFIG and _ptr(blocks) % ALIGN[qtype] == 0 and _ptr(x) % 16 == 0
+
+
+def launch(qtype, blocks, x, out, rows, cols, stream=None, config=None):
+    """Enqueue out = x @ W.T on `stream` (a CuPy stream, None: the current one). Inputs are checked
+    by the caller (matvec_basic): blocks 1-D uint8 of rows x cols, x (n, cols) and out (n, rows)
+    C-contiguous float32, qualifies() true. `config` = (rows_per_cta, prefetch) overrides CONFIG."""
+    import cupy
+    config = tuple(config or CONFIG[qtype])
+    device = cupy.cuda.runtime.getDevice()
+    with stream if stream is not None else contextlib.nullcontext():
+        for i in range(0, x.shape[0], C_MAX_N):
+            xs, os_ = x[i:i + C_MAX_N], out[i:i + C_MAX_N]
+            n = xs.shape[0]
+            # R * n accumulators: beyond 4 rows a CTA, n > 2 spills registers (ptxas -v, sm_90)
+            cfg = config if n <= 2 else (min(config[0], 4), config[1])
+            grid = ((rows + cfg[0] - 1) // cfg[0],)
+            _kernel(device, qtype, cfg, n)(grid, (THREADS,), (blocks, xs, os_, np.int32(rows), np.int32(cols)))
