@@ -144,63 +144,94 @@ extern "C" __global__ void kv_store_i8(const float* x, signed char* c, float* s,
                                        int D, int S)
 { kv_store<signed char>(x, c, s, p, D, S); }
 
-// One query token against keys 0..*pos of its KV head, split over the keys (flash-decoding): block
-// (h, split) runs an online softmax over its key range, each warp taking every nw-th key with lanes
-// splitting the head dims (D, Dv <= 256); it writes its partial max, sum and weighted V, and
-// attn_combine merges the splits. The grid is fixed by S_max, so a captured graph serves any
-// position; splits past the position return at once.
+// One query token against keys 0..*pos of its KV head, split over the keys (flash-decoding).
+// Block (h, split) takes up to DEC_CHUNK keys: each thread computes whole dot products for its keys
+// with 16-byte loads (many loads in flight, no shuffles), the scores sit in shared memory, a block
+// reduction gives their max and sum, then each thread accumulates one output dim over the keys
+// (V rows read coalesced). It writes its partial max, sum and weighted V; attn_combine merges the
+// splits. The grid is fixed by S_max, so a captured graph serves any position; splits past the
+// position write an empty partial.
+#define DEC_CHUNK 256
+__device__ __forceinline__ void load8(const __half* p, float* f) {
+    uint4 u = *reinterpret_cast<const uint4*>(p);
+    const __half2* h = reinterpret_cast<const __half2*>(&u);
+    for (int i = 0; i < 4; ++i) { float2 v = __half22float2(h[i]); f[2 * i] = v.x; f[2 * i + 1] = v.y; }
+}
+__device__ __forceinline__ void load8(const signed char* p, float* f) {
+    uint2 u = *reinterpret_cast<const uint2*>(p);
+    const signed char* c = reinterpret_cast<const signed char*>(&u);
+    for (int i = 0; i < 8; ++i) f[i] = (float)c[i];
+}
+__device__ float block_reduce(float v, float* red, bool is_max) {
+    for (int o = 16; o > 0; o >>= 1) {
+        float w = __shfl_xor_sync(0xffffffff, v, o);
+        v = is_max ? fmaxf(v, w) : v + w;
+    }
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+    __syncthreads();
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    float r = red[0];
+    for (int w = 1; w < nw; ++w) r = is_max ? fmaxf(r, red[w]) : r + red[w];
+    return r;
+}
 template <typename T> __device__ void attn_decode(
         const float* q, const T* K, const T* V, const float* ks, const float* vs,
         float* pm, float* pl, float* pacc, const long long* pos_ptr, int H, int Hkv, int D,
         int Dv, int S_max, float scale, int window, int chunk) {
-    const int MAXR = 8;                       // 256 / 32 values a lane
+    __shared__ float qs[256];
+    __shared__ float sc[DEC_CHUNK];
+    __shared__ float red[32];
     int h = blockIdx.x, hk = h / (H / Hkv), split = blockIdx.y, ns = gridDim.y;
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
     long long qpos = *pos_ptr;
     long long j0 = window > 0 ? max(0LL, qpos - window + 1) : 0;
     long long lo = max(j0, (long long)split * chunk), hi = min(qpos + 1, (long long)(split + 1) * chunk);
-    float qr[MAXR], acc[MAXR];
-    for (int i = 0; i < MAXR; ++i) {
-        int d = lane + 32 * i;
-        qr[i] = d < D ? q[(long long)h * D + d] : 0.f;
-        acc[i] = 0.f;
-    }
-    float m = NEG_INF, l = 0.f;
-    const T* Kh = K + (long long)hk * S_max * D;
-    const T* Vh = V + (long long)hk * S_max * Dv;
-    for (long long j = lo + warp; j < hi; j += nw) {
-        const T* kr = Kh + j * D;
-        float s = 0.f;
-        for (int i = 0; i < MAXR; ++i) { int d = lane + 32 * i; if (d < D) s += qr[i] * (float)kr[d]; }
-        s = warp_sum(s);
-        if (ks) s *= ks[(long long)hk * S_max + j];
-        s *= scale;
-        float mn = fmaxf(m, s), corr = __expf(m - mn), p = __expf(s - mn);
-        float vsc = vs ? vs[(long long)hk * S_max + j] : 1.f;
-        const T* vr = Vh + j * Dv;
-        l = l * corr + p;
-        for (int i = 0; i < MAXR; ++i) {
-            int d = lane + 32 * i;
-            acc[i] = acc[i] * corr + (d < Dv ? p * (float)vr[d] * vsc : 0.f);
-        }
-        m = mn;
-    }
-    __shared__ float sm[32], sl[32];
-    __shared__ float sacc[8 * 256];
-    if (lane == 0) { sm[warp] = m; sl[warp] = l; }
-    for (int i = 0; i < MAXR; ++i) { int d = lane + 32 * i; if (d < Dv) sacc[warp * 256 + d] = acc[i]; }
-    __syncthreads();
-    float M = NEG_INF;
-    for (int w = 0; w < nw; ++w) M = fmaxf(M, sm[w]);
-    float L = 0.f;
-    for (int w = 0; w < nw; ++w) L += sm[w] == NEG_INF ? 0.f : sl[w] * __expf(sm[w] - M);
+    int n = (int)max(0LL, hi - lo);
     long long slot = (long long)h * ns + split;
-    if (threadIdx.x == 0) { pm[slot] = M; pl[slot] = L; }
-    for (int d = threadIdx.x; d < Dv; d += blockDim.x) {
-        float a = 0.f;
-        for (int w = 0; w < nw; ++w) if (sm[w] != NEG_INF) a += sacc[w * 256 + d] * __expf(sm[w] - M);
-        pacc[slot * Dv + d] = a;
+    if (n == 0) {
+        if (threadIdx.x == 0) { pm[slot] = NEG_INF; pl[slot] = 0.f; }
+        for (int d = threadIdx.x; d < Dv; d += blockDim.x) pacc[slot * Dv + d] = 0.f;
+        return;
     }
+    for (int d = threadIdx.x; d < D; d += blockDim.x) qs[d] = q[(long long)h * D + d];
+    __syncthreads();
+    const T* Kh = K + ((long long)hk * S_max + lo) * D;
+    const float* ksh = ks ? ks + (long long)hk * S_max + lo : nullptr;
+    float mloc = NEG_INF;
+    for (int jj = threadIdx.x; jj < n; jj += blockDim.x) {
+        const T* kr = Kh + (long long)jj * D;
+        float s = 0.f, f[8];
+        for (int d = 0; d < D; d += 8) {
+            load8(kr + d, f);
+            for (int i = 0; i < 8; ++i) s = fmaf(qs[d + i], f[i], s);
+        }
+        if (ksh) s *= ksh[jj];
+        s *= scale;
+        sc[jj] = s;
+        mloc = fmaxf(mloc, s);
+    }
+    float M = block_reduce(mloc, red, true);
+    float lsum = 0.f;
+    for (int jj = threadIdx.x; jj < n; jj += blockDim.x) {
+        float p = __expf(sc[jj] - M);
+        sc[jj] = p;
+        lsum += p;
+    }
+    float L = block_reduce(lsum, red, false);   // its __syncthreads also publishes sc
+    const T* Vh = V + ((long long)hk * S_max + lo) * Dv;
+    const float* vsh = vs ? vs + (long long)hk * S_max + lo : nullptr;
+    for (int d = threadIdx.x; d < Dv; d += blockDim.x) {
+        float a0 = 0.f, a1 = 0.f;
+        int jj = 0;
+        for (; jj + 1 < n; jj += 2) {
+            float w0 = sc[jj] * (vsh ? vsh[jj] : 1.f), w1 = sc[jj + 1] * (vsh ? vsh[jj + 1] : 1.f);
+            a0 = fmaf(w0, (float)Vh[(long long)jj * Dv + d], a0);
+            a1 = fmaf(w1, (float)Vh[(long long)(jj + 1) * Dv + d], a1);
+        }
+        if (jj < n) a0 = fmaf(sc[jj] * (vsh ? vsh[jj] : 1.f), (float)Vh[(long long)jj * Dv + d], a0);
+        pacc[slot * Dv + d] = a0 + a1;
+    }
+    if (threadIdx.x == 0) { pm[slot] = M; pl[slot] = L; }
 }
 extern "C" __global__ void attn_decode_f16(const float* q, const __half* K, const __half* V,
         float* pm, float* pl, float* pacc, const long long* p, int H, int Hkv, int D, int Dv,
@@ -283,17 +314,18 @@ def kv_store(x, cache, scales, pos_dev, stream):
                                                np.int32(S_max)), stream=stream)
 
 
-DECODE_KEYS_PER_SPLIT = 256
-DECODE_WARPS = 4
+DECODE_KEYS_PER_SPLIT = 256     # DEC_CHUNK in the CUDA source: scores of a split live in shared memory
+DECODE_THREADS = 128
 
 
 def attn_decode(q, K, V, ks, vs, pos_dev, scale, window, stream):
     """q (H, D) f32 against cache K (Hkv, S_max, D), V (Hkv, S_max, Dv) up to *pos_dev -> (H, Dv)."""
     H, D = q.shape
     Hkv, S_max, Dv = V.shape
-    if D > 256 or Dv > 256:
-        raise ValueError(f"decode attention supports head dims up to 256, got {D}/{Dv}")
-    ns = max(1, min(128, -(-S_max // DECODE_KEYS_PER_SPLIT)))
+    if D > 256 or D % 8:
+        raise ValueError(f"decode attention needs a key head dim that is a multiple of 8 and at "
+                         f"most 256, got {D}")
+    ns = max(1, -(-S_max // DECODE_KEYS_PER_SPLIT))
     chunk = -(-S_max // ns)
     pm = cp.empty((H, ns), np.float32)
     pl = cp.empty((H, ns), np.float32)
@@ -301,7 +333,7 @@ def attn_decode(q, K, V, ks, vs, pos_dev, scale, window, stream):
     out = cp.empty((H, Dv), np.float32)
     common = (pm, pl, pacc, pos_dev, np.int32(H), np.int32(Hkv), np.int32(D), np.int32(Dv),
               np.int32(S_max), np.float32(scale), np.int32(window), np.int32(chunk))
-    grid, block = (H, ns), (32 * DECODE_WARPS,)
+    grid, block = (H, ns), (DECODE_THREADS,)
     if ks is None:
         _kernel("attn_decode_f16")(grid, block, (q, K, V) + common, stream=stream)
     else:

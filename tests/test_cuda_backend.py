@@ -50,7 +50,9 @@ def compare(path, ids, n_gen, kv="f16", rtol=1e-2):
 @pytest.mark.parametrize("kv", ["f16", "int8"])
 def test_synth_gpu_matches_cpu(synth_model, kv):
     ids = list(range(5, 45))
-    got, want = compare(synth_model, ids, 12, kv)
+    # int8 keys and values are rounded per token on each side from slightly different inputs,
+    # and the GPU attends in fp16 on top: a looser bound than f16's 1e-2
+    got, want = compare(synth_model, ids, 12, kv, rtol=1e-2 if kv == "f16" else 2e-2)
     # random weights give flat logits; require most greedy tokens to agree, and the first exactly
     assert got[0] == want[0]
     assert sum(a == b for a, b in zip(got, want)) >= len(want) // 2

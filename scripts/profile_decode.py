@@ -1,0 +1,73 @@
+"""Where a decode step's time goes on the GPU: graph replay alone against the whole step.
+
+    python3 scripts/profile_decode.py MODEL.gguf [prompt_tokens]
+"""
+import sys
+import time
+
+import numpy as np
+
+from lite.engine import Engine
+from lite.sampling import Sampler, SamplingParams
+
+
+def main():
+    path = sys.argv[1]
+    n = int(sys.argv[2]) if len(sys.argv) > 2 else 512
+    e = Engine(path, device="cuda", max_context=n + 256)
+    greedy = Sampler(SamplingParams.greedy())
+    ids = [int(x) for x in np.random.default_rng(0).integers(100, 30000, n)]
+    tok = greedy(e.prefill(ids))
+    for _ in range(3):
+        tok = greedy(e.decode_step(tok))           # warm-up and capture
+    st = e.stages[0]
+    ops = st.ops
+    reps = 50
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        tok = greedy(e.decode_step(tok))
+    step = (time.perf_counter() - t0) / reps
+    ops.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        ops.replay(st._graph)
+    ops.synchronize()
+    replay = (time.perf_counter() - t0) / reps
+    # GPU time of one replay from events
+    cp = ops.cp
+    a, b = cp.cuda.Event(), cp.cuda.Event()
+    a.record(ops.stream)
+    for _ in range(reps):
+        ops.replay(st._graph)
+    b.record(ops.stream)
+    b.synchronize()
+    gpu = cp.cuda.get_elapsed_time(a, b) / 1e3 / reps
+    nbytes = sum(w.data.nbytes for w in ops.w.values())
+    print(f"decode step {step * 1e3:.2f} ms ({1 / step:.1f} tok/s); graph replay back to back "
+          f"{replay * 1e3:.2f} ms; GPU time per replay {gpu * 1e3:.2f} ms; weights {nbytes / 1e9:.2f} GB "
+          f"-> {nbytes / gpu / 1e9:.0f} GB/s")
+    # one plain (uncaptured) forward, timed per op kind with events
+    from collections import defaultdict
+    times = defaultdict(float)
+    counts = defaultdict(int)
+    for name in ("linear", "rms_norm", "rope", "attention", "act_mul", "add", "output", "embed"):
+        f = getattr(ops, name)
+
+        def timed(*args, _f=f, _n=name, **kw):
+            s, t = cp.cuda.Event(), cp.cuda.Event()
+            s.record(ops.stream)
+            r = _f(*args, **kw)
+            t.record(ops.stream)
+            t.synchronize()
+            times[_n] += cp.cuda.get_elapsed_time(s, t)
+            counts[_n] += 1
+            return r
+        setattr(ops, name, timed)
+    st.use_graphs = False
+    e.decode_step(tok)
+    for k in sorted(times, key=lambda k: -times[k]):
+        print(f"  {k:10s} {counts[k]:4d} calls {times[k]:8.3f} ms")
+
+
+if __name__ == "__main__":
+    main()
