@@ -148,8 +148,10 @@ def info(model, tensors):
 @click.option("-n", "--n-gen", default=64, type=int, show_default=True, help="Tokens to decode.")
 @click.option("-r", "--repetitions", default=3, type=int, callback=_positive, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON rows instead of a table.")
+@click.option("--timeline", default=None, metavar="TRACE.json",
+              help="Print the stage timeline of the last prefill and write it as a Chrome trace.")
 @model_options
-def bench(target, n_prompt, n_gen, repetitions, as_json, **engine_opts):
+def bench(target, n_prompt, n_gen, repetitions, as_json, timeline, **engine_opts):
     """Measure prefill and decode speed of MODEL (or `lite bench kernels`: GPU kernel bandwidth)."""
     import json
     if target == "kernels":
@@ -166,7 +168,8 @@ def bench(target, n_prompt, n_gen, repetitions, as_json, **engine_opts):
                                  param_hint="-p") from None
     if any(n <= 0 for n in lens) or n_gen < 0:
         raise click.BadParameter("prompt lengths must be positive and -n non-negative")
-    rows = bench_model(resolve_model(target), lens, n_gen, repetitions, **engine_kwargs(**engine_opts))
+    rows = bench_model(resolve_model(target), lens, n_gen, repetitions, timeline=timeline,
+                       **engine_kwargs(**engine_opts))
     click.echo(json.dumps(rows, indent=1) if as_json else format_table(rows))
 
 

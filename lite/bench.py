@@ -19,7 +19,9 @@ def _prompt(engine, n_tokens, nonce):
     return [int(x) for x in rng.integers(100, hi, size=n_tokens)]
 
 
-def bench_model(path, prompt_lens, n_gen, repetitions=3, **engine_kw):
+def bench_model(path, prompt_lens, n_gen, repetitions=3, timeline=None, **engine_kw):
+    """Rows of prefill (ppN) and decode (tgN @ N) tokens/s. With timeline (a path), the stage
+    timeline of the last prefill is printed to stderr and written there as a Chrome trace."""
     need = max(prompt_lens) + n_gen
     if engine_kw.get("max_context") is None:
         engine_kw["max_context"] = need
@@ -51,6 +53,11 @@ def bench_model(path, prompt_lens, n_gen, repetitions=3, **engine_kw):
         if n_gen:
             rows.append({**rows[-1], "test": f"tg{n_gen} @ {n}", "tok_s": statistics.median(tg),
                          "runs": tg})
+    if timeline:
+        import sys
+        tl = engine.chain.timeline
+        print(tl.format(), file=sys.stderr)
+        tl.to_chrome_trace(timeline)
     return rows
 
 

@@ -9,9 +9,10 @@ def attention_block(ops, cfg, il, h, kv, pos0, window=0):
     """Pre-normed hidden h (T, n_embd) -> attention output (T, n_embd), cache written at pos0."""
     p = f"blk.{il}."
     T = h.shape[0]
-    q = ops.linear(h, p + "attn_q.weight").reshape(T, cfg.n_head, cfg.head_dim)
-    k = ops.linear(h, p + "attn_k.weight").reshape(T, cfg.n_head_kv, cfg.head_dim)
-    v = ops.linear(h, p + "attn_v.weight").reshape(T, cfg.n_head_kv, cfg.v_head_dim)
+    q, k, v = ops.linear_many(h, [p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"])
+    q = q.reshape(T, cfg.n_head, cfg.head_dim)
+    k = k.reshape(T, cfg.n_head_kv, cfg.head_dim)
+    v = v.reshape(T, cfg.n_head_kv, cfg.v_head_dim)
     if cfg.qk_norm:
         q = ops.rms_norm(q, p + "attn_q_norm.weight", cfg.rms_eps)
         k = ops.rms_norm(k, p + "attn_k_norm.weight", cfg.rms_eps)
@@ -24,8 +25,7 @@ def attention_block(ops, cfg, il, h, kv, pos0, window=0):
 
 def ffn_block(ops, cfg, il, h):
     p = f"blk.{il}."
-    gate = ops.linear(h, p + "ffn_gate.weight")
-    up = ops.linear(h, p + "ffn_up.weight")
+    gate, up = ops.linear_many(h, [p + "ffn_gate.weight", p + "ffn_up.weight"])
     return ops.linear(ops.act_mul(gate, up, cfg.act), p + "ffn_down.weight")
 
 

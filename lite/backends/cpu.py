@@ -65,6 +65,10 @@ class CPUBackend:
             y += self.w[bias]
         return y
 
+    def linear_many(self, x, names):
+        """Several products of the same input (q, k, v; gate, up)."""
+        return [self.linear(x, n) for n in names]
+
     def rms_norm(self, x, name, eps):                       # normalizes the last axis
         ms = np.mean(np.square(x, dtype=np.float32), axis=-1, keepdims=True)
         return x * (1.0 / np.sqrt(ms + eps)) * self.w[name]

@@ -56,7 +56,8 @@ class CUDABackend:
         with self.device:
             self.stream = cp.cuda.Stream(non_blocking=True)
             self.w = {}
-            self._upload(names)
+            self.fused = {}       # (names...) -> (_Weight of the rows stacked, row counts)
+            self._upload(self._fusion_order(names))
             biggest = max((t.data.size for t in self.w.values() if t.qtype not in ("F32", "F16")),
                           default=0)
             self._scratch = None
@@ -70,6 +71,26 @@ class CUDABackend:
         self._graph_memory = []   # allocations captured graphs refer to, kept alive with them
 
     # --- loading -------------------------------------------------------------------------------
+    FUSE = (("attn_q.weight", "attn_k.weight", "attn_v.weight"), ("ffn_gate.weight", "ffn_up.weight"))
+
+    def _fusion_order(self, names):
+        """Names in upload order, with the members of each fusable group (same quant type and row
+        length, in GGUF blocks) recorded so that they are uploaded into one buffer: a decode step
+        then runs one fused product for q, k and v, and one for gate and up, instead of five."""
+        have = set(names)
+        self._groups = []
+        for n in names:
+            for group in self.FUSE:
+                if n.endswith("." + group[0]):
+                    prefix = n[: -len(group[0])]
+                    members = [prefix + g for g in group]
+                    ts = [self.gguf.tensors[m] for m in members if m in have]
+                    if (len(ts) == len(group) and len({t.qtype for t in ts}) == 1
+                            and len({t.shape[-1] for t in ts}) == 1 and len(ts[0].shape) == 2
+                            and ts[0].type_name not in ("F32", "F16")):
+                        self._groups.append(members)
+        return names
+
     def _upload(self, names):
         """Copy each tensor from the mapped file to the device through two pinned buffers."""
         import cupyx
@@ -96,6 +117,17 @@ class CUDABackend:
                 slot ^= 1
             self.w[n] = _Weight(n, t.type_name, t.shape, data)
         self.stream.synchronize()
+        cp = self.cp
+        for members in self._groups:
+            ws = [self.w[m] for m in members]
+            buf = cp.concatenate([w.data for w in ws])          # rows stacked: one weight
+            rows = [w.shape[0] for w in ws]
+            self.fused[tuple(members)] = (_Weight("+".join(members), ws[0].qtype,
+                                                  (sum(rows), ws[0].shape[1]), buf), rows)
+            off = 0
+            for w in ws:                                         # members become views of it
+                w.data = buf[off:off + w.data.size]
+                off += w.data.size
 
     def activate(self):
         """Enter this backend's device and stream (CuPy ops then run on the stream)."""
@@ -192,6 +224,23 @@ class CUDABackend:
         if bias in self.w:
             y += self.w[bias].data
         return y
+
+    def linear_many(self, x, names):
+        """Products of one input with several weights; a fused group runs as one product."""
+        group = self.fused.get(tuple(names))
+        if group is None:
+            return [self.linear(x, n) for n in names]
+        w, rows = group
+        y = self._matmul(x, w)
+        outs, off = [], 0
+        for n, r in zip(names, rows):
+            part = y[:, off:off + r]
+            bias = n[: -len("weight")] + "bias"
+            if bias in self.w:
+                part = part + self.w[bias].data
+            outs.append(part)
+            off += r
+        return outs
 
     def rms_norm(self, x, name, eps):
         return self.k.rms_norm(self.cp.ascontiguousarray(x), self.w[name].data, eps, self.stream)
