@@ -80,7 +80,10 @@ class Engine:
             return int(self.chunk)
         if self.profile is None:
             self.profile = CostProfile.load(self.device, self.model_key) or CostProfile()
-        return choose_chunk(n_tokens, len(self.stages), self.profile, start=start)
+        # Stages overlap only across devices: virtual stages on one device run one after another,
+        # so the pipeline term of the cost model counts devices, not stages.
+        n_parallel = len({st.ops.device_key for st in self.stages})
+        return choose_chunk(n_tokens, n_parallel, self.profile, start=start)
 
     # --- the forward -------------------------------------------------------------------------
     def _prefill_chain(self, ids, start, all_logits):

@@ -32,6 +32,7 @@ class CPUBackend:
 
     name = "cpu"
     xp = np
+    device_key = "cpu"
 
     def __init__(self, gguf, names, tied_output=False):
         self.gguf = gguf

@@ -53,6 +53,7 @@ class CUDABackend:
         self.k = cupy_ops
         self.gguf = gguf
         self.device = cp.cuda.Device(device_id)
+        self.device_key = f"cuda:{device_id}"
         with self.device:
             self.stream = cp.cuda.Stream(non_blocking=True)
             self.w = {}
