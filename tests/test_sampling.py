@@ -1,0 +1,78 @@
+"""Sampling: greedy, temperature, top-k, top-p, min-p, repetition penalty, seeds."""
+import numpy as np
+import pytest
+
+from lite.sampling import Sampler, SamplingParams
+
+
+def logits_from_probs(p):
+    return np.log(np.asarray(p, dtype=np.float64)).astype(np.float32)
+
+
+def draws(params, logits, n=2000, history=()):
+    s = Sampler(params)
+    return np.array([s(logits, history) for _ in range(n)])
+
+
+def test_greedy_is_argmax():
+    lg = np.array([0.1, 3.0, 2.9, -1.0], np.float32)
+    assert Sampler(SamplingParams.greedy())(lg) == 1
+
+
+def test_same_seed_same_draws_different_seed_differs():
+    lg = np.random.default_rng(0).standard_normal(1000).astype(np.float32)
+    p = dict(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
+    a = draws(SamplingParams(seed=7, **p), lg, 200)
+    b = draws(SamplingParams(seed=7, **p), lg, 200)
+    c = draws(SamplingParams(seed=8, **p), lg, 200)
+    assert np.array_equal(a, b) and not np.array_equal(a, c)
+
+
+def test_temperature_one_follows_the_distribution():
+    probs = [0.5, 0.3, 0.2]
+    d = draws(SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, seed=1),
+              logits_from_probs(probs), 6000)
+    freq = np.bincount(d, minlength=3) / d.size
+    np.testing.assert_allclose(freq, probs, atol=0.03)
+
+
+def test_top_k_keeps_only_k():
+    lg = logits_from_probs([0.4, 0.3, 0.2, 0.1])
+    d = draws(SamplingParams(temperature=1.0, top_k=2, top_p=1.0, min_p=0.0, seed=2), lg)
+    assert set(d) == {0, 1}
+
+
+def test_top_p_cuts_the_tail():
+    lg = logits_from_probs([0.5, 0.3, 0.15, 0.05])
+    # cumulative 0.5, 0.8, 0.95: top_p 0.75 keeps the first two
+    d = draws(SamplingParams(temperature=1.0, top_k=0, top_p=0.75, min_p=0.0, seed=3), lg)
+    assert set(d) == {0, 1}
+
+
+def test_min_p_relative_to_the_best():
+    lg = logits_from_probs([0.6, 0.3, 0.05, 0.05])
+    # min_p 0.2 keeps tokens with p >= 0.12
+    d = draws(SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.2, seed=4), lg)
+    assert set(d) == {0, 1}
+
+
+def test_low_temperature_sharpens():
+    lg = logits_from_probs([0.4, 0.35, 0.25])
+    d = draws(SamplingParams(temperature=0.05, top_k=0, top_p=1.0, min_p=0.0, seed=5), lg, 500)
+    assert (d == 0).mean() > 0.9
+
+
+def test_repeat_penalty_demotes_recent_tokens():
+    lg = np.array([2.0, 1.9, -1.0], np.float32)
+    greedy = Sampler(SamplingParams(temperature=0.0, repeat_penalty=1.5))
+    assert greedy(lg, history=[]) == 0
+    assert greedy(lg, history=[0]) == 1          # 2.0 / 1.5 < 1.9
+    lg2 = np.array([-1.0, -1.2, -5.0], np.float32)
+    assert greedy(lg2, history=[0]) == 1         # negative logits are multiplied: -1.5 < -1.2
+
+
+@pytest.mark.parametrize("bad", [dict(temperature=-1), dict(top_k=-1), dict(top_p=0.0),
+                                 dict(top_p=1.5), dict(min_p=2.0), dict(repeat_penalty=0)])
+def test_bad_parameters(bad):
+    with pytest.raises(ValueError):
+        SamplingParams(**bad)
