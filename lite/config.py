@@ -32,6 +32,7 @@ class ModelConfig:
     sliding_window: int = 0
     swa_pattern: int = 0      # every swa_pattern-th layer is global (gemma3: 6)
     rope_base_swa: float = 0.0
+    rope_freq_scale: float = 1.0   # linear RoPE scaling (1 / factor); sliding-window layers keep 1
     n_expert: int = 0
     n_expert_used: int = 0
     n_ff_expert: int = 0
@@ -44,6 +45,9 @@ class ModelConfig:
 
     def layer_rope_base(self, il: int) -> float:
         return self.rope_base_swa if self.is_swa_layer(il) else self.rope_base
+
+    def layer_rope_scale(self, il: int) -> float:
+        return 1.0 if self.is_swa_layer(il) else self.rope_freq_scale
 
     @property
     def is_moe(self) -> bool:
@@ -92,6 +96,10 @@ class ModelConfig:
         if n_head % n_head_kv:
             raise ConfigError(f"{where}head_count {n_head} is not a multiple of head_count_kv {n_head_kv}")
 
+        scaling = get("rope.scaling.type", "none")
+        factor = float(get("rope.scaling.factor", 1.0) or 1.0)
+        if scaling not in ("none", "linear") and factor != 1.0:
+            raise ConfigError(f"{where}RoPE scaling {scaling!r} is not supported (linear is)")
         common = dict(
             arch=arch, n_layer=int(get("block_count")), n_embd=n_embd, n_head=n_head,
             n_head_kv=n_head_kv, head_dim=head_dim, v_head_dim=v_head_dim,
@@ -101,6 +109,7 @@ class ModelConfig:
             rope_base=float(get("rope.freq_base", 10000.0)),
             rope_dim=int(get("rope.dimension_count", head_dim)),
             attn_scale=1.0 / math.sqrt(head_dim),
+            rope_freq_scale=1.0 / factor if scaling == "linear" else 1.0,
         )
         if arch == "llama":
             return cls(**common, rope_neox=False, act="silu")

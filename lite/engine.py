@@ -12,10 +12,10 @@ import numpy as np
 from lite.backends import resolve_backend
 from lite.chunking import CostProfile, choose_chunk
 from lite.config import ModelConfig
-from lite.errors import ContextOverflowError, LiteError
+from lite.errors import ContextOverflowError, DeviceError, LiteError
 from lite.gguf_file import GGUFFile
 from lite.kv_cache import KV_KINDS
-from lite.pipeline import ChunkJob, StageChain
+from lite.pipeline import ChunkJob, StageChain, StageError
 from lite.stage import Stage, as_ids, split_layers
 from lite.tokenizer import Tokenizer
 
@@ -103,7 +103,15 @@ class Engine:
         reuse = 0 if all_logits else _common_prefix(self.cached_ids, ids)
         reuse = min(reuse, len(ids) - 1)      # at least one position runs, to give logits
         self.cached_ids = ids[:reuse]
-        outs = self._prefill_chain(ids[reuse:], reuse, all_logits)
+        try:
+            outs = self._prefill_chain(ids[reuse:], reuse, all_logits)
+        except StageError as e:
+            if not isinstance(e.__cause__, MemoryError):
+                raise
+            raise DeviceError(
+                f"out of memory during prefill in chunks of {self.last_chunk} tokens: lower "
+                f"--prefill or -c/--max-context"
+                + (", or keep experts on the host (--experts host)" if self.cfg.is_moe else "")) from None
         self.cached_ids = ids
         self.last_reuse = reuse
         return np.concatenate(outs) if all_logits else outs[-1][-1]

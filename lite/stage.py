@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lite.errors import LiteError
-from lite.kv_cache import KVCache
+from lite.errors import DeviceError, LiteError
+from lite.kv_cache import KVCache, kv_bytes_per_token
 from lite.models import family
 
 
@@ -58,8 +58,24 @@ class Stage:
     def __init__(self, gguf, cfg, spec, backend_cls, max_context, kv_kind):
         self.cfg, self.spec = cfg, spec
         self.fwd = family(cfg.arch).forward_layer
-        self.ops = backend_cls(gguf, stage_tensor_names(gguf, cfg, spec))
-        self.kv = KVCache(cfg, spec.layers, max_context, kv_kind, self.ops.xp)
+        names = stage_tensor_names(gguf, cfg, spec)
+        what = f"layers {spec.layers.start}-{spec.layers.stop - 1}"
+        try:
+            self.ops = backend_cls(gguf, names)
+        except MemoryError:
+            gib = sum(gguf.tensors[n].nbytes for n in names) / 2**30
+            raise DeviceError(
+                f"out of memory loading the weights of {what} ({gib:.1f} GiB) on "
+                f"{backend_cls.name}: split the layers over more devices (--layer-split, "
+                f"--devices) or use a smaller quant") from None
+        try:
+            self.kv = KVCache(cfg, spec.layers, max_context, kv_kind, self.ops.xp)
+        except MemoryError:
+            gib = kv_bytes_per_token(cfg, len(spec.layers), kv_kind) * max_context / 2**30
+            raise DeviceError(
+                f"out of memory allocating the KV cache of {what}: {max_context} positions "
+                f"need {gib:.1f} GiB ({kv_kind}); lower -c/--max-context"
+                + (" or use --kv int8" if kv_kind != "int8" else "")) from None
         self.all_logits = False   # the last stage returns logits of every position (tests, scoring)
         # A decode step replays one captured CUDA graph per stage: launching its few hundred
         # kernels one by one from Python would cost more host time than the GPU needs.

@@ -16,9 +16,9 @@ def attention_block(ops, cfg, il, h, kv, pos0, window=0):
     if cfg.qk_norm:
         q = ops.rms_norm(q, p + "attn_q_norm.weight", cfg.rms_eps)
         k = ops.rms_norm(k, p + "attn_k_norm.weight", cfg.rms_eps)
-    base = cfg.layer_rope_base(il)
-    q = ops.rope(q, pos0, base, cfg.rope_neox, cfg.rope_dim)
-    k = ops.rope(k, pos0, base, cfg.rope_neox, cfg.rope_dim)
+    base, scale = cfg.layer_rope_base(il), cfg.layer_rope_scale(il)
+    q = ops.rope(q, pos0, base, cfg.rope_neox, cfg.rope_dim, scale)
+    k = ops.rope(k, pos0, base, cfg.rope_neox, cfg.rope_dim, scale)
     o = ops.attention(kv, il, q, k, v, pos0, cfg.attn_scale, window)
     return ops.linear(o, p + "attn_output.weight")
 

@@ -100,3 +100,8 @@ def test_run_greedy_streams_text(smollm2):
     assert rc == 0, err
     assert out.startswith("The capital of France is") and len(out) > len("The capital of France is")
     assert "generated 8 tokens" in err or "generated" in err
+
+
+def test_out_of_memory_names_what_and_the_flag(smollm2):
+    rc, _, err = lite("run", "-m", smollm2, "-p", "hi", "-c", "2000000000", "--device", "cpu")
+    assert_one_line_error(rc, err, "KV cache", "--max-context")
