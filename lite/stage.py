@@ -79,7 +79,8 @@ class Stage:
         self.all_logits = False   # the last stage returns logits of every position (tests, scoring)
         # A decode step replays one captured CUDA graph per stage: launching its few hundred
         # kernels one by one from Python would cost more host time than the GPU needs.
-        self.use_graphs = getattr(self.ops, "supports_graphs", False) and not cfg.is_moe
+        self.use_graphs = (getattr(self.ops, "supports_graphs", False) and not cfg.is_moe
+                           and self.ops.graph_safe())
         self._graph = None
 
     # --- StageRunner ---------------------------------------------------------------------------
