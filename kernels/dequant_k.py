@@ -1,13 +1,13 @@
 """Dequantize kernels for the K quant types (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K): 256 values a block.
 
-Same tiled scheme as dequant_basic.py (read its docstring): a Numba decoder for the simulator and
+Same tiled scheme as dequant_common.py (read its docstring): a Numba decoder for the simulator and
 as the GPU reference, and a CUDA C decoder for the GPU hot path, both in the reference's
 operation order. A run of 8 values (j a multiple of 8) always lies within one 16-value scale
 group, so each run needs one scale (and one min).
 """
 import numpy as np
 
-from lite.kernels.dequant_basic import EPT, _dev, b8, define, h2f, mul, s8, sub, u16
+from lite.kernels.dequant_common import EPT, _dev, b8, define, h2f, mul, s8, sub, u16
 
 
 # Q2_K: scales[16] (low nibble scale, high nibble min), qs[64], d, dmin.
