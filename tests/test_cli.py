@@ -105,3 +105,14 @@ def test_run_greedy_streams_text(smollm2):
 def test_out_of_memory_names_what_and_the_flag(smollm2):
     rc, _, err = lite("run", "-m", smollm2, "-p", "hi", "-c", "2000000000", "--device", "cpu")
     assert_one_line_error(rc, err, "KV cache", "--max-context")
+
+
+def test_device_cuda_without_a_gpu_is_an_error_auto_falls_back(smollm2):
+    from lite.backends import cuda_unavailable_reason
+    if cuda_unavailable_reason() is None:
+        pytest.skip("a GPU is usable here")
+    rc, _, err = lite("run", "-m", smollm2, "-p", "hi", "-n", "2", "--device", "cuda")
+    assert_one_line_error(rc, err, "--device cuda")
+    rc, out, err = lite("run", "-m", smollm2, "-p", "hi", "-n", "2", "--temp", "0")
+    assert rc == 0 and out.startswith("hi")
+    assert sum("running on the CPU" in ln for ln in err.splitlines()) == 1
