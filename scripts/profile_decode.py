@@ -46,27 +46,32 @@ def main():
     print(f"decode step {step * 1e3:.2f} ms ({1 / step:.1f} tok/s); graph replay back to back "
           f"{replay * 1e3:.2f} ms; GPU time per replay {gpu * 1e3:.2f} ms; weights {nbytes / 1e9:.2f} GB "
           f"-> {nbytes / gpu / 1e9:.0f} GB/s")
-    # one plain (uncaptured) forward, timed per op kind with events
+    # GPU time of each op of one decode step: every op call is captured into a graph of its own
+    # and replayed (a plain launch from Python would time the host, not the kernel)
     from collections import defaultdict
-    times = defaultdict(float)
-    counts = defaultdict(int)
-    for name in ("linear", "rms_norm", "rope", "attention", "act_mul", "add", "output", "embed"):
+    times, counts = defaultdict(float), defaultdict(int)
+    for name in ("linear", "linear_many", "rms_norm", "rope", "attention", "act_mul", "add",
+                 "output", "embed"):
         f = getattr(ops, name)
 
         def timed(*args, _f=f, _n=name, **kw):
-            s, t = cp.cuda.Event(), cp.cuda.Event()
-            s.record(ops.stream)
-            r = _f(*args, **kw)
-            t.record(ops.stream)
-            t.synchronize()
-            times[_n] += cp.cuda.get_elapsed_time(s, t)
+            graph, r = ops.capture(lambda: _f(*args, **kw))
+            a, b = cp.cuda.Event(), cp.cuda.Event()
+            a.record(ops.stream)
+            for _ in range(20):
+                ops.replay(graph)
+            b.record(ops.stream)
+            b.synchronize()
+            times[_n] += cp.cuda.get_elapsed_time(a, b) / 20
             counts[_n] += 1
             return r
         setattr(ops, name, timed)
     st.use_graphs = False
     e.decode_step(tok)
+    total = sum(times.values())
+    print(f"per-op GPU time of one step (each op replayed alone): {total:.3f} ms")
     for k in sorted(times, key=lambda k: -times[k]):
-        print(f"  {k:10s} {counts[k]:4d} calls {times[k]:8.3f} ms")
+        print(f"  {k:12s} {counts[k]:4d} calls {times[k]:8.3f} ms  {times[k] / counts[k] * 1e3:7.1f} us/call")
 
 
 if __name__ == "__main__":
