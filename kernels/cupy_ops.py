@@ -151,15 +151,7 @@ extern "C" __global__ void kv_store_i8(const float* x, signed char* c, float* s,
 // (V rows read coalesced). It writes its partial max, sum and weighted V; attn_combine merges the
 // splits. The grid is fixed by S_max, so a captured graph serves any position; splits past the
 // position write an empty partial.
-#define DEC_CHUNK 512
-#define DEC_THREADS 128
-__device__ __forceinline__ float2 load2(const __half* p) {
-    return __half22float2(*reinterpret_cast<const __half2*>(p));
-}
-__device__ __forceinline__ float2 load2(const signed char* p) {
-    char2 c = *reinterpret_cast<const char2*>(p);
-    return make_float2((float)c.x, (float)c.y);
-}
+#define DEC_CHUNK 256
 __device__ __forceinline__ void load8(const __half* p, float* f) {
     uint4 u = *reinterpret_cast<const uint4*>(p);
     const __half2* h = reinterpret_cast<const __half2*>(&u);
@@ -226,43 +218,18 @@ template <typename T> __device__ void attn_decode(
         lsum += p;
     }
     float L = block_reduce(lsum, red, false);   // its __syncthreads also publishes sc
-    // V: thread t takes the column pair c = t % (Dv/2) and the keys jj = t / (Dv/2) mod G, with
-    // four independent partial sums so several loads are in flight; the G partial rows then meet
-    // in shared memory.
     const T* Vh = V + ((long long)hk * S_max + lo) * Dv;
     const float* vsh = vs ? vs + (long long)hk * S_max + lo : nullptr;
-    int pairs = Dv >> 1, G = blockDim.x / pairs, c = threadIdx.x % pairs, g = threadIdx.x / pairs;
-    float ax[4] = {0.f, 0.f, 0.f, 0.f}, ay[4] = {0.f, 0.f, 0.f, 0.f};
-    if (g < G) {
-        int jj = g;
-        for (; jj + 3 * G < n; jj += 4 * G) {
-            #pragma unroll
-            for (int u = 0; u < 4; ++u) {
-                int j = jj + u * G;
-                float w = sc[j] * (vsh ? vsh[j] : 1.f);
-                float2 v = load2(Vh + (long long)j * Dv + 2 * c);
-                ax[u] = fmaf(w, v.x, ax[u]);
-                ay[u] = fmaf(w, v.y, ay[u]);
-            }
+    for (int d = threadIdx.x; d < Dv; d += blockDim.x) {
+        float a0 = 0.f, a1 = 0.f;
+        int jj = 0;
+        for (; jj + 1 < n; jj += 2) {
+            float w0 = sc[jj] * (vsh ? vsh[jj] : 1.f), w1 = sc[jj + 1] * (vsh ? vsh[jj + 1] : 1.f);
+            a0 = fmaf(w0, (float)Vh[(long long)jj * Dv + d], a0);
+            a1 = fmaf(w1, (float)Vh[(long long)(jj + 1) * Dv + d], a1);
         }
-        for (; jj < n; jj += G) {
-            float w = sc[jj] * (vsh ? vsh[jj] : 1.f);
-            float2 v = load2(Vh + (long long)jj * Dv + 2 * c);
-            ax[0] = fmaf(w, v.x, ax[0]);
-            ay[0] = fmaf(w, v.y, ay[0]);
-        }
-    }
-    float sx = (ax[0] + ax[1]) + (ax[2] + ax[3]), sy = (ay[0] + ay[1]) + (ay[2] + ay[3]);
-    __shared__ float part[2 * DEC_THREADS];
-    if (g < G) { part[2 * threadIdx.x] = sx; part[2 * threadIdx.x + 1] = sy; }
-    __syncthreads();
-    if (g == 0) {
-        for (int k = 1; k < G; ++k) {
-            sx += part[2 * (k * pairs + c)];
-            sy += part[2 * (k * pairs + c) + 1];
-        }
-        pacc[slot * Dv + 2 * c] = sx;
-        pacc[slot * Dv + 2 * c + 1] = sy;
+        if (jj < n) a0 = fmaf(sc[jj] * (vsh ? vsh[jj] : 1.f), (float)Vh[(long long)jj * Dv + d], a0);
+        pacc[slot * Dv + d] = a0 + a1;
     }
     if (threadIdx.x == 0) { pm[slot] = M; pl[slot] = L; }
 }
@@ -347,22 +314,19 @@ def kv_store(x, cache, scales, pos_dev, stream):
                                                np.int32(S_max)), stream=stream)
 
 
-DECODE_MAX_KEYS_PER_SPLIT = 512    # DEC_CHUNK in the CUDA source: a split's scores sit in shared memory
-DECODE_MIN_KEYS_PER_SPLIT = 64     # small splits: many blocks, short serial loops
-DECODE_MAX_SPLITS = 256
-DECODE_THREADS = 128               # DEC_THREADS in the CUDA source
+DECODE_KEYS_PER_SPLIT = 256     # DEC_CHUNK in the CUDA source: scores of a split live in shared memory
+DECODE_THREADS = 128
 
 
 def attn_decode(q, K, V, ks, vs, pos_dev, scale, window, stream):
     """q (H, D) f32 against cache K (Hkv, S_max, D), V (Hkv, S_max, Dv) up to *pos_dev -> (H, Dv)."""
     H, D = q.shape
     Hkv, S_max, Dv = V.shape
-    if D > 256 or D % 8 or Dv % 2 or Dv // 2 > DECODE_THREADS:
-        raise ValueError(f"decode attention needs head dims that are multiples of 8 (keys) and 2 "
-                         f"(values), at most 256, got {D}/{Dv}")
-    chunk = min(DECODE_MAX_KEYS_PER_SPLIT,
-                max(DECODE_MIN_KEYS_PER_SPLIT, -(-S_max // DECODE_MAX_SPLITS)))
-    ns = -(-S_max // chunk)
+    if D > 256 or D % 8:
+        raise ValueError(f"decode attention needs a key head dim that is a multiple of 8 and at "
+                         f"most 256, got {D}")
+    ns = max(1, -(-S_max // DECODE_KEYS_PER_SPLIT))
+    chunk = -(-S_max // ns)
     pm = cp.empty((H, ns), np.float32)
     pl = cp.empty((H, ns), np.float32)
     pacc = cp.empty((H, ns, Dv), np.float32)
