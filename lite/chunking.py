@@ -10,7 +10,12 @@ over S stages; constants are for the whole layer stack on one device, see CostPr
 
 All stages take the same time per chunk (a proportionate flow shop), so the makespan of chunks
 c_0..c_{n-1} over S stages is sum_j t_j + (S - 1) * max_j t_j: the sum is the stream of chunks
-through one stage, the rest is the pipeline filling and draining. Small chunks pay the fixed part
+through one stage, the rest is the pipeline filling and draining.
+
+Virtual stages (k stages sharing one device, `stages_per_device=k`): stages on one device cannot
+overlap, so S counts devices and a device's chunk time is the sum of its k stages' times: the
+whole-stack terms still divide by the device count, but the per-stage terms (stage_fixed, handoff)
+are paid k times. With one device and k stages a prefill costs the serial sum of every stage-chunk. Small chunks pay the fixed part
 often; large chunks make the S-1 fill/drain chunk times long. The attention term summed over all
 chunks is the same whatever the chunking; it only matters through the last, longest chunk.
 The chain's one-outstanding-job rule never delays a stage here, because chunk times never shrink
@@ -119,17 +124,27 @@ def profile_path(device, model_key, root=None):
 
 # --- the model --------------------------------------------------------------------------------
 
-def _stage_time(c, pos, S, p):
-    """One stage's seconds for a chunk of c tokens starting at position pos."""
-    t = p.stage_fixed_s + (p.fixed_s + p.per_token_s * max(c, p.min_gemm_chunk)
-                           + p.attn_s * c * (pos + (c + 1) / 2)) / S
-    return t + (p.handoff_s * c if S > 1 else 0.0)
+def _per_stage_terms(S, k, p):
+    """(fixed seconds, seconds per token) a device pays per chunk for its k stages' own overhead:
+    k stage_fixed and k hand-offs (each stage reads and writes one; none with a single stage)."""
+    k = float(k)
+    if k < 1:
+        raise LiteError(f"stages per device must be >= 1, got {k}")
+    return k * p.stage_fixed_s, (k * p.handoff_s if S * k > 1 else 0.0)
 
 
-def predict_time(prompt_tokens, chunk, n_stages, profile, start=0):
+def _stage_time(c, pos, S, p, k=1):
+    """One device's seconds for a chunk of c tokens starting at position pos (its k stages)."""
+    fixed, per_tok = _per_stage_terms(S, k, p)
+    return fixed + per_tok * c + (p.fixed_s + p.per_token_s * max(c, p.min_gemm_chunk)
+                                  + p.attn_s * c * (pos + (c + 1) / 2)) / S
+
+
+def predict_time(prompt_tokens, chunk, n_stages, profile, start=0, stages_per_device=1):
     """Predicted prefill seconds of `prompt_tokens` tokens (after `start` already cached) in
-    chunks of `chunk` over `n_stages` stages. Closed form, O(1)."""
-    P, S, p = int(prompt_tokens), int(n_stages), profile
+    chunks of `chunk` over `n_stages` devices (stages that can overlap), each holding
+    `stages_per_device` stages. Closed form, O(1)."""
+    P, S, p, k = int(prompt_tokens), int(n_stages), profile, stages_per_device
     if P <= 0:
         return 0.0
     if chunk < 1 or S < 1:
@@ -138,13 +153,14 @@ def predict_time(prompt_tokens, chunk, n_stages, profile, start=0):
     n_full, r = divmod(P, c)
     n = n_full + (r > 0)
     m = p.min_gemm_chunk
-    total = (n * (p.stage_fixed_s + p.fixed_s / S)
+    fixed, per_tok = _per_stage_terms(S, k, p)
+    total = (n * (fixed + p.fixed_s / S)
              + p.per_token_s / S * (n_full * max(c, m) + (max(r, m) if r else 0))
              + p.attn_s / S * (P * start + P * (P + 1) / 2)
-             + (p.handoff_s * P if S > 1 else 0.0))
-    slowest = _stage_time(c, start + (n_full - 1) * c, S, p)   # the last full chunk
+             + per_tok * P)
+    slowest = _stage_time(c, start + (n_full - 1) * c, S, p, k)   # the last full chunk
     if r:
-        slowest = max(slowest, _stage_time(r, start + n_full * c, S, p))
+        slowest = max(slowest, _stage_time(r, start + n_full * c, S, p, k))
     return total + (S - 1) * slowest
 
 
@@ -172,9 +188,11 @@ def candidate_chunks(prompt_tokens, max_chunk, min_chunk=MIN_CHUNK):
     return sorted(x for x in out if x >= min_chunk)
 
 
-def choose_chunk(prompt_tokens, n_stages, profile, candidates=None, start=0, max_chunk=None):
+def choose_chunk(prompt_tokens, n_stages, profile, candidates=None, start=0, max_chunk=None,
+                 stages_per_device=1):
     """The candidate chunk size with the smallest predicted makespan (the larger one on a tie:
-    fewer chunks, fewer launches). Pure: depends only on its arguments."""
+    fewer chunks, fewer launches). n_stages counts devices (stages that can overlap); pass
+    stages_per_device for virtual stages. Pure: depends only on its arguments."""
     P = int(prompt_tokens)
     if P <= 0:
         raise LiteError(f"prompt must have at least one token, got {P}")
@@ -187,7 +205,7 @@ def choose_chunk(prompt_tokens, n_stages, profile, candidates=None, start=0, max
             raise LiteError("choose_chunk: no candidate chunk size >= 1")
     best, best_t = None, math.inf
     for c in candidates:
-        t = predict_time(P, c, n_stages, profile, start)
+        t = predict_time(P, c, n_stages, profile, start, stages_per_device)
         if t <= best_t * (1 + 1e-9):
             best, best_t = c, t
     return best
@@ -225,8 +243,14 @@ def _fit(points, m):
     return coef, resid
 
 
+def stack_time(c, ctx, p):
+    """The profile's seconds for one chunk of c tokens after ctx tokens through the whole layer
+    stack on one device (what calibrate's measure_fn measures)."""
+    return p.fixed_s + p.per_token_s * max(c, p.min_gemm_chunk) + p.attn_s * _attn_units(c, ctx)
+
+
 def calibrate(measure_fn, chunks=DEFAULT_CHUNKS, contexts=DEFAULT_CONTEXTS, handoff_fn=None,
-              repeats=3, device="", model_key="", max_chunk=None):
+              repeats=3, device="", model_key="", max_chunk=None, samples=None):
     """Fit a CostProfile from timings.
 
     measure_fn(chunk, context) -> seconds: one chunk of `chunk` tokens through the whole layer stack
@@ -234,7 +258,8 @@ def calibrate(measure_fn, chunks=DEFAULT_CHUNKS, contexts=DEFAULT_CONTEXTS, hand
     one hand-off of that many tokens' hidden states plus the chain's per-chunk overhead; its
     intercept becomes stage_fixed_s and its slope handoff_s. Each point keeps the fastest of
     `repeats` timings (noise only adds). min_gemm_chunk is the chunk grid value whose
-    flat-below-it model fits best."""
+    flat-below-it model fits best. With `samples` (a list), the timings kept are appended to it
+    as (chunk, context, seconds) and ("handoff", tokens, seconds)."""
     chunks = sorted({int(c) for c in chunks})
     if len(chunks) < 3:
         raise LiteError("calibrate needs at least 3 chunk sizes")
@@ -245,6 +270,8 @@ def calibrate(measure_fn, chunks=DEFAULT_CHUNKS, contexts=DEFAULT_CONTEXTS, hand
     points = [(c, ctx, best_of(measure_fn, c, ctx)) for ctx in contexts for c in chunks]
     if any(not (t > 0 and math.isfinite(t)) for *_, t in points):
         raise LiteError(f"calibrate: measure_fn returned a non-positive time: {points}")
+    if samples is not None:
+        samples.extend(points)
     fits = {m: _fit(points, m) for m in chunks}
     best_resid = min(r for _, r in fits.values())
     # the smallest minimum that fits (almost) as well: a linear cost fits every m below its knee
@@ -256,6 +283,8 @@ def calibrate(measure_fn, chunks=DEFAULT_CHUNKS, contexts=DEFAULT_CONTEXTS, hand
         ts = np.array([best_of(handoff_fn, c) for c in sizes])
         A = np.stack([np.ones(len(sizes)), np.array(sizes, float)], 1)
         stage_fixed, handoff = _nnls(A, ts)
+        if samples is not None:
+            samples.extend(("handoff", c, float(t)) for c, t in zip(sizes, ts))
     prof = CostProfile(fixed_s=fixed, per_token_s=per_token, attn_s=attn,
                        stage_fixed_s=stage_fixed, handoff_s=handoff, min_gemm_chunk=m,
                        max_chunk=int(max_chunk or max(chunks)), device=device,

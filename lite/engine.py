@@ -79,11 +79,29 @@ class Engine:
         if self.chunk != "auto":
             return int(self.chunk)
         if self.profile is None:
-            self.profile = CostProfile.load(self.device, self.model_key) or CostProfile()
+            self.profile = self.cost_profile(start)
         # Stages overlap only across devices: virtual stages on one device run one after another,
-        # so the pipeline term of the cost model counts devices, not stages.
-        n_parallel = len({st.ops.device_key for st in self.stages})
-        return choose_chunk(n_tokens, n_parallel, self.profile, start=start)
+        # so the pipeline term counts devices, and each device pays its stages' per-stage costs.
+        n_dev = len({st.ops.device_key for st in self.stages})
+        return choose_chunk(n_tokens, n_dev, self.profile, start=start,
+                            stages_per_device=len(self.stages) / n_dev)
+
+    def cost_profile(self, start=0):
+        """The cost profile of this device and model shape: the saved one, else one made now by a
+        short calibration (seconds, once; saved for later runs). Calibrating writes KV positions
+        from `start` on, so a prefix cached below `start` stays valid."""
+        from lite.calibrate import calibrate_engine, profile_device
+        device = profile_device(self)
+        prof = CostProfile.load(device, self.model_key)
+        if prof is None:
+            log.warning("no cost profile for %s on %s: calibrating for a few seconds, once "
+                        "(`lite calibrate` measures more)", self.model_key, device)
+            prof = calibrate_engine(self, quick=True, floor=start)
+            try:
+                prof.save()
+            except OSError as e:
+                log.warning("cost profile not saved (%s): the next run calibrates again", e)
+        return prof
 
     # --- the forward -------------------------------------------------------------------------
     def _prefill_chain(self, ids, start, all_logits):

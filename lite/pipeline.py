@@ -31,10 +31,11 @@ each stage wait for the rest of the chain before returning (the old behaviour), 
 """
 import logging
 import threading
+from contextlib import nullcontext as _nullcontext
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from time import perf_counter
+from time import perf_counter, thread_time
 from typing import Any, Protocol, Sequence, runtime_checkable
 
 import numpy as np
@@ -95,6 +96,38 @@ class HostHandoff:
         return buf
 
 
+class StreamTimer:
+    """Device time on one CUDA stream: mark() records an event on it, elapsed(a, b) is the
+    stream's seconds from a to b (kernel time plus any gap while the GPU waited for the host;
+    with virtual stages it includes the other stages' kernels running meanwhile)."""
+
+    def __init__(self, stream, device=None):
+        import cupy
+        self.cp, self.stream, self.device = cupy, stream, device
+
+    def mark(self):
+        # The event must belong to the stream's device, whatever device this thread is in.
+        with self.device if self.device is not None else _nullcontext():
+            ev = self.cp.cuda.Event()
+            ev.record(self.stream)
+        return ev
+
+    def elapsed(self, a, b):
+        b.synchronize()
+        return self.cp.cuda.get_elapsed_time(a, b) / 1e3
+
+
+def device_timer(runner):
+    """The runner's own `device_timer()` when it has one; a StreamTimer on `runner.ops.stream`
+    for a lite Stage on the GPU; None on the CPU (there the device time is the host time)."""
+    own = getattr(runner, "device_timer", None)
+    if callable(own):
+        return own()
+    ops = getattr(runner, "ops", None)
+    stream = getattr(ops, "stream", None)
+    return StreamTimer(stream, getattr(ops, "device", None)) if stream is not None else None
+
+
 def make_jobs(ids, chunk, request_id=0, start=0):
     """Split token ids into ChunkJobs of `chunk` tokens (the last may be shorter), positions from
     `start` (the length of a reused prefix)."""
@@ -128,6 +161,7 @@ class _Stage:
         self.slots = [None] * (chain.handoff_depth + 1)
         self.pool = (ThreadPoolExecutor(1, thread_name_prefix=f"lite-stage{index}")
                      if threaded else None)
+        self.timer = device_timer(runner) if chain.device_times else None
 
     def submit(self, job, payload):
         return self.pool.submit(self._work, job, payload)
@@ -144,16 +178,21 @@ class _Stage:
         return buf[:T]
 
     def compute(self, job, payload, slot_index):
-        """from_handoff + run + to_handoff; returns (y, buf): buf is None on the last stage."""
+        """from_handoff + run + to_handoff; returns (y, buf, times): buf is None on the last
+        stage; times = (host s, host cpu s, device marks or None) over from_handoff + run."""
         chain = self.chain
         try:
+            t0, c0 = perf_counter(), thread_time()
+            m0 = self.timer.mark() if self.timer is not None else None
             x = payload if self.index == 0 else self.runner.from_handoff(payload)
             y = self.runner.run(job, x)
+            marks = (m0, self.timer.mark()) if self.timer is not None else None
+            times = (perf_counter() - t0, thread_time() - c0, marks)
             if self.next is None:
-                return y, None
+                return y, None, times
             buf = self.slot(slot_index, y)
             self.runner.to_handoff(y, buf)
-            return y, buf
+            return y, buf, times
         except Exception as e:
             err = StageError(self.index, job, e)
             chain._fail(err)
@@ -164,17 +203,17 @@ class _Stage:
         if chain._abort.is_set():
             raise _Cancelled()
         t0 = perf_counter()
-        y, buf = self.compute(job, payload, job.index % len(self.slots))
+        y, buf, times = self.compute(job, payload, job.index % len(self.slots))
         t1 = perf_counter()
         if buf is None:
-            chain._record(self.index, job, t0, t1, 0.0)
+            chain._record(self.index, job, t0, t1, 0.0, times, self.timer)
             return y
         # One outstanding job per successor (handoff_depth): wait for the oldest to finish, without
         # raising its error here; the root reports the first failure.
         while len(self.pending) >= chain.handoff_depth:
             wait([self.pending.popleft()])
         t2 = perf_counter()
-        chain._record(self.index, job, t0, t1, t2 - t1)
+        chain._record(self.index, job, t0, t1, t2 - t1, times, self.timer)
         fut = self.next.submit(job, buf)
         if chain.mode == "sync":
             return fut.result()        # the old behaviour: wait for the whole rest of the chain
@@ -186,7 +225,8 @@ class StageChain:
     """S stages in a row. `run(jobs)` / `prefill(ids, chunk)` return the last stage's output per
     chunk, in order; `decode(x, job)` passes one step through all stages."""
 
-    def __init__(self, stages: Sequence[StageRunner], mode="chain", handoff_depth=1):
+    def __init__(self, stages: Sequence[StageRunner], mode="chain", handoff_depth=1,
+                 device_times=True):
         if not stages:
             raise LiteError("a stage chain needs at least one stage")
         if mode not in MODES:
@@ -198,6 +238,8 @@ class StageChain:
                 raise LiteError(f"stage {i} ({type(r).__name__}) does not implement StageRunner: "
                                 "run, alloc_handoff, to_handoff, from_handoff")
         self.mode, self.handoff_depth = mode, int(handoff_depth)
+        self.device_times = device_times    # record device time per stage-chunk (GPU stages)
+        self._marks = []                    # (event, timer, marks) read after the drain
         threaded = len(stages) > 1     # one stage runs as a plain loop on the caller's thread
         self._stages = [_Stage(self, i, r, threaded) for i, r in enumerate(stages)]
         for a, b in zip(self._stages, self._stages[1:]):
@@ -236,9 +278,10 @@ class StageChain:
         st, outs = self._stages[0], []
         for job in jobs:
             t0 = perf_counter()
-            y, _ = st.compute(job, job.input, 0)
-            self._record(0, job, t0, perf_counter(), 0.0)
+            y, _, times = st.compute(job, job.input, 0)
+            self._record(0, job, t0, perf_counter(), 0.0, times, st.timer)
             outs.append(y)
+        self._read_device_times()
         return outs
 
     def _run_threaded(self, jobs):
@@ -261,6 +304,7 @@ class StageChain:
             raise
         for st in self._stages:
             st.pending.clear()
+        self._read_device_times()
         return outs
 
     def decode(self, x, job, timeline=None):
@@ -274,7 +318,7 @@ class StageChain:
             self._reset()
             for st in self._stages:
                 t0 = perf_counter()
-                y, buf = st.compute(job, x, 0)
+                y, buf, _ = st.compute(job, x, 0)
                 if timeline is not None:
                     timeline.record(st.index, job.index, t0, perf_counter(), job.request_id,
                                     name="decode")
@@ -285,10 +329,27 @@ class StageChain:
         # Only called while no stage thread runs (between requests), so no lock is needed.
         self._abort.clear()
         self._error = None
+        self._marks = []
 
-    def _record(self, stage, job, t0, t1, waited):
-        self._timeline.record(stage, job.index, t0, t1, job.request_id, waited,
-                              "decode" if job.decode else "")
+    def _record(self, stage, job, t0, t1, waited, times=None, timer=None):
+        host, host_cpu, marks = times if times is not None else (None, None, None)
+        # without a device clock (CPU) the device time is the host time of the same span
+        ev = self._timeline.record(stage, job.index, t0, t1, job.request_id, waited,
+                                   "decode" if job.decode else "", host, host_cpu,
+                                   host if marks is None else None)
+        if marks is not None:
+            with self._err_lock:
+                self._marks.append((ev, timer, marks))
+
+    def _read_device_times(self):
+        """Fill in the events' device times once the chain has drained: reading a CUDA event
+        waits for it, which mid-chain would stall the stage that reads it."""
+        marks, self._marks = self._marks, []
+        for ev, timer, (m0, m1) in marks:
+            try:
+                self._timeline.update(ev, device=timer.elapsed(m0, m1))
+            except Exception as e:      # a clock that fails must not fail the prefill
+                log.warning("stage %d chunk %d: device time unreadable: %s", ev.stage, ev.chunk, e)
 
     def _fail(self, err):
         with self._err_lock:
@@ -330,3 +391,83 @@ class StageChain:
                     st.pool.shutdown(wait=False)
         except Exception:
             pass
+
+
+# --- device assignment and hand-off options (--devices, --handoff, --handoff-stream) -------------
+
+HANDOFFS = ("host", "p2p", "auto")
+P2P_IMPLEMENTED = False     # no backend copies device to device yet: p2p resolves to an error
+
+
+def parse_devices(spec):
+    """'0,1,3' -> [0, 1, 3]; None or '' -> None (every stage on the default device)."""
+    if spec is None or (isinstance(spec, str) and not spec.strip()):
+        return None
+    items = spec.split(",") if isinstance(spec, str) else list(spec)
+    try:
+        ids = [int(str(x).strip()) for x in items]
+    except ValueError:
+        raise LiteError(f"--devices expects comma-separated GPU numbers, got {spec!r}") from None
+    if any(i < 0 for i in ids):
+        raise LiteError(f"--devices: GPU numbers start at 0, got {spec!r}")
+    return ids
+
+
+def assign_devices(n_stages, devices, n_available=None):
+    """The device id of each stage. `devices` lists the GPUs to use: as many as stages gives one
+    each, in order (repeats allowed: '0,0,1,1' puts two virtual stages on each); fewer spreads
+    the stages over them in contiguous groups (4 stages on '0,1' -> 0,0,1,1). More devices than
+    stages is an error: a GPU would hold no layers. None puts every stage on device 0."""
+    if n_stages < 1:
+        raise LiteError(f"need at least one stage, got {n_stages}")
+    if not devices:
+        return [0] * n_stages
+    devices = [int(d) for d in devices]
+    if n_available is not None:
+        bad = [d for d in devices if d >= n_available]
+        if bad:
+            raise LiteError(f"--devices names GPU {bad[0]}, but {n_available} GPU(s) are visible "
+                            f"(numbered 0..{n_available - 1})")
+    if len(devices) > n_stages:
+        raise LiteError(f"--devices lists {len(devices)} GPUs for {n_stages} stage(s): give "
+                        f"--layer-split with at least {len(devices)} stages, or fewer devices")
+    if len(devices) == n_stages:
+        return devices
+    return [devices[i * len(devices) // n_stages] for i in range(n_stages)]
+
+
+def resolve_handoff(mode, stage_devices, backend="cuda", can_access_peer=None,
+                    handoff_stream=False):
+    """'host' or 'p2p' for a chain whose stages sit on `stage_devices`. auto takes p2p only where
+    every pair of neighbouring stages on different GPUs can reach each other and p2p copies are
+    implemented; p2p where that does not hold is an error saying why. can_access_peer(a, b) ->
+    bool (cupy.cuda.runtime.deviceCanAccessPeer on the GPU)."""
+    if mode not in HANDOFFS:
+        raise LiteError(f"--handoff must be one of {', '.join(HANDOFFS)}, got {mode!r}")
+    if handoff_stream and backend != "cuda":
+        raise LiteError("--handoff-stream needs GPU stages (--device cuda): the CPU has no streams")
+    if handoff_stream:
+        raise LiteError("--handoff-stream (a copy stream per stage for hand-offs) is not "
+                        "implemented yet: leave it off")
+    if mode == "host":
+        return "host"
+    pairs = [(a, b) for a, b in zip(stage_devices, stage_devices[1:]) if a != b]
+    why = None
+    if backend != "cuda":
+        why = "it needs GPU stages (--device cuda)"
+    elif not pairs:
+        why = "no two neighbouring stages are on different GPUs (see --devices)"
+    elif can_access_peer is None:
+        why = "peer access cannot be queried here"
+    else:
+        blocked = [(a, b) for a, b in pairs if not can_access_peer(a, b)]
+        if blocked:
+            why = f"GPU {blocked[0][0]} cannot reach GPU {blocked[0][1]} directly"
+        elif not P2P_IMPLEMENTED:
+            why = "device-to-device hand-off is not implemented in this lite yet"
+    if why is None:
+        return "p2p"
+    if mode == "p2p":
+        raise LiteError(f"--handoff p2p: {why}; use --handoff host (the default)")
+    log.info("hand-off through host memory: %s", why)
+    return "host"

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from lite.chunking import (CostProfile, ProfileError, calibrate, candidate_chunks, choose_chunk,
-                           predict_time, profile_path)
+                           predict_time, profile_path, stack_time)
 from lite.errors import LiteError
 
 PROFILES = {
@@ -189,3 +189,59 @@ def test_calibrate_without_a_gemm_knee_and_bad_input():
         calibrate(lambda c, ctx: 1.0, chunks=(16, 32))
     with pytest.raises(LiteError, match="non-positive"):
         calibrate(lambda c, ctx: 0.0, repeats=1)
+
+
+def _stage_work(c, a, S_split, p):
+    """One stage's seconds for a chunk when the stack is split into S_split stages."""
+    return (p.stage_fixed_s + (p.fixed_s + p.per_token_s * max(c, p.min_gemm_chunk)
+                               + p.attn_s * sum(x + 1 for x in range(a, a + c))) / S_split
+            + (p.handoff_s * c if S_split > 1 else 0))
+
+
+@pytest.mark.parametrize("name", PROFILES)
+def test_virtual_stages_on_one_device_cost_the_serial_sum(name):
+    """k stages sharing one device cannot overlap: the prefill is every stage-chunk in a row,
+    each paying its own stage_fixed and hand-off."""
+    p = PROFILES[name]
+    for prompt, chunk, k in [(1000, 128, 4), (5000, 768, 2), (300, 512, 3), (4097, 512, 1)]:
+        sizes = [min(chunk, prompt - a) for a in range(0, prompt, chunk)]
+        starts = range(0, prompt, chunk)
+        serial = sum(k * _stage_work(c, a, k, p) for c, a in zip(sizes, starts))
+        got = predict_time(prompt, chunk, 1, p, stages_per_device=k)
+        assert got == pytest.approx(serial, rel=1e-9)
+
+
+@pytest.mark.parametrize("name", PROFILES)
+def test_virtual_stages_over_devices_are_a_flow_shop_of_devices(name):
+    """D devices with k stages each: the schedule of D stages whose per-stage terms are paid k
+    times (the chain over devices, each device's chunk time its k stages' sum)."""
+    p = PROFILES[name]
+    for D, k in [(2, 2), (3, 2), (2, 4)]:
+        scaled = CostProfile(**{**p.__dict__, "stage_fixed_s": k * p.stage_fixed_s,
+                                "handoff_s": k * p.handoff_s})
+        for prompt, chunk in [(1000, 128), (5000, 768), (4097, 512)]:
+            assert predict_time(prompt, chunk, D, p, stages_per_device=k) == pytest.approx(
+                simulate(prompt, chunk, D, scaled), rel=1e-9)
+
+
+def test_virtual_stages_choose_larger_chunks_than_one_stage():
+    # the per-stage overhead paid k times per chunk on one device favours fewer, larger chunks
+    p = CostProfile(stage_fixed_s=5e-3)
+    for P in (4096, 16384, 65536):
+        one = choose_chunk(P, 1, p)
+        assert choose_chunk(P, 1, p, stages_per_device=4) >= one
+    assert choose_chunk(16384, 1, p, stages_per_device=4) > choose_chunk(16384, 4, p)
+    with pytest.raises(LiteError, match="stages per device"):
+        predict_time(1000, 100, 2, p, stages_per_device=0.5)
+
+
+def test_calibrate_records_samples_and_stack_time():
+    truth = CostProfile(fixed_s=1e-3, per_token_s=2e-5, attn_s=3e-9, min_gemm_chunk=128)
+    samples = []
+    p = calibrate(lambda c, ctx: stack_time(c, ctx, truth), contexts=(0, 2048), repeats=1,
+                  handoff_fn=lambda n: 1e-4 + 1e-8 * n, samples=samples)
+    timed = [s for s in samples if s[0] != "handoff"]
+    assert len(timed) == 18 and len(samples) == 27
+    for c, ctx, t in timed:
+        assert stack_time(c, ctx, p) == pytest.approx(t, rel=1e-6)
+    assert p.stage_fixed_s == pytest.approx(1e-4) and p.handoff_s == pytest.approx(1e-8)

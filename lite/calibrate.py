@@ -1,0 +1,223 @@
+"""Calibration of the chunk-size cost model on an engine's own device (`lite calibrate`, and the
+first `--prefill auto` on a device and model shape that has no saved profile yet).
+
+What is measured (DESIGN.md "Chunk size"; the model is at the top of lite/chunking.py):
+- one prefill chunk of c tokens after ctx tokens through the whole layer stack: every stage's
+  run() in turn on the caller's thread, each followed by a device synchronize, so the time is the
+  devices' compute, whatever the stage split (a hand-off between stages on different devices is
+  made outside the clock). Fitted into fixed_s, per_token_s, attn_s and min_gemm_chunk.
+- one hand-off of c tokens' hidden states (the first stage's to_handoff into a host buffer, the
+  next stage's from_handoff, synchronized), plus the chain's own cost per stage-chunk (a worker
+  thread's submit and wake-up, timed on a StageChain of stages that do nothing). Fitted into
+  stage_fixed_s (intercept) and handoff_s (slope). Measured even with one stage, because the
+  profile is per device and model shape, not per split.
+
+Calibration writes the KV cache of positions `floor` and above, so a prefix cached below `floor`
+stays valid. It takes seconds: chunk sizes double, so the grid costs about twice its largest point
+per context and repeat; the largest sizes are dropped until that fits the time budget.
+"""
+import logging
+from time import perf_counter
+
+import numpy as np
+
+from lite.chunking import calibrate, choose_chunk, predict_time
+from lite.errors import LiteError
+from lite.pipeline import ChunkJob, HostHandoff, StageChain
+
+log = logging.getLogger(__name__)
+
+MIN_CALIBRATION_CONTEXT = 128   # room for chunks of 16, 32 and 64 plus some context
+QUICK_BUDGET_S = 5.0            # first use: a few seconds, once
+FULL_BUDGET_S = 60.0            # `lite calibrate`
+PROMPTS = (2048, 4096, 8192, 16384, 32768, 65536)
+
+
+class CalibrationError(LiteError):
+    """The engine cannot be calibrated as asked (context too small for the grid)."""
+
+
+def profile_device(engine):
+    """The device part of a profile's name: 'cpu', or 'cuda-' + the GPU model(s), so that a
+    profile made on one GPU model is not used on another through a shared cache directory."""
+    if engine.device != "cuda":
+        return str(engine.device)
+    names = set()
+    try:
+        import cupy
+        for st in engine.stages:
+            props = cupy.cuda.runtime.getDeviceProperties(st.ops.device.id)
+            name = props["name"]
+            names.add(name.decode() if isinstance(name, bytes) else str(name))
+    except Exception as e:      # a profile name is no reason to fail: fall back to the kind
+        log.info("GPU name unknown (%s): profile saved under 'cuda'", e)
+        return "cuda"
+    return "cuda-" + "+".join(sorted(names))
+
+
+def stage_layout(engine):
+    """(devices, stages per device): stages on one device cannot overlap (chunking.py)."""
+    n_dev = len({st.ops.device_key for st in engine.stages})
+    return n_dev, len(engine.stages) / n_dev
+
+
+def plan_points(max_context, max_chunk=4096, context=8192, floor=0):
+    """Chunk sizes (powers of two from 16) and the two contexts to time them at, all within
+    positions floor..max_context: the largest chunk is at most half the room, so the second
+    context (up to `context` tokens above floor) leaves attention room to show."""
+    room = int(max_context) - int(floor)
+    if room < MIN_CALIBRATION_CONTEXT:
+        raise CalibrationError(
+            f"calibration needs at least {MIN_CALIBRATION_CONTEXT} free positions in the context, "
+            f"got {room} (raise -c/--max-context)")
+    top = 1 << (min(int(max_chunk), room // 2).bit_length() - 1)
+    chunks = [1 << i for i in range(4, top.bit_length())]
+    hi = floor + min(int(context), room - top)
+    return chunks, ([floor, hi] if hi > floor else [floor])
+
+
+def _ids(engine, n, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, min(engine.cfg.n_vocab, 32000), size=n).astype(np.int32)
+
+
+def measure_stack(engine, chunk, context):
+    """Seconds for one chunk of `chunk` tokens at position `context` through every stage
+    (their device compute only; see the module docstring)."""
+    stages = engine.stages
+    job = ChunkJob(0, 0, context, context + chunk, _ids(engine, chunk, chunk), last=True)
+    for st in stages:
+        st.ops.synchronize()
+    x, total = job.input, 0.0
+    for i, st in enumerate(stages):
+        t0 = perf_counter()
+        y = st.run(job, x)
+        st.ops.synchronize()
+        total += perf_counter() - t0
+        if i + 1 < len(stages):
+            nxt = stages[i + 1]
+            if nxt.ops.device_key == st.ops.device_key:
+                x = y
+            else:                     # another device: through host memory, off the clock
+                buf = st.alloc_handoff(y.shape, y.dtype)
+                st.to_handoff(y, buf)
+                x = nxt.from_handoff(buf)
+                nxt.ops.synchronize()
+    return total
+
+
+class HandoffProbe:
+    """Times one hand-off of `tokens` hidden states between the first two stages (a stage to
+    itself when there is one), into a host buffer allocated once at the largest size."""
+
+    def __init__(self, engine, max_tokens):
+        self.src = engine.stages[0]
+        self.dst = engine.stages[1] if len(engine.stages) > 1 else self.src
+        self.n_embd = engine.cfg.n_embd
+        self.buf = self.src.alloc_handoff((int(max_tokens), self.n_embd), np.float32)
+        self.ys = {}
+
+    def __call__(self, tokens):
+        ops = self.src.ops
+        if tokens not in self.ys:
+            with ops.activate():    # hidden states are float32 on both backends: (T, n_embd)
+                self.ys[tokens] = ops.xp.zeros((tokens, self.n_embd), np.float32)
+        y, buf = self.ys[tokens], self.buf[:tokens]
+        ops.synchronize()
+        t0 = perf_counter()
+        self.src.to_handoff(y, buf)
+        self.dst.from_handoff(buf)
+        self.dst.ops.synchronize()
+        return perf_counter() - t0
+
+
+class _Null(HostHandoff):
+    def run(self, job, x):
+        return x
+
+
+def chain_hop_seconds(n_jobs=32, repeats=3):
+    """The stage chain's own cost per stage-chunk: two stages that do nothing, n_jobs chunks
+    (they overlap, so the run takes about n_jobs + 1 stage-chunk times)."""
+    jobs = [ChunkJob(0, i, i, i + 1, np.zeros((1, 4), np.float32)) for i in range(n_jobs)]
+    with StageChain([_Null(), _Null()], device_times=False) as chain:
+        chain.run(jobs[:2])                  # start the worker threads outside the clock
+        best = float("inf")
+        for _ in range(repeats):
+            t0 = perf_counter()
+            chain.run(jobs)
+            best = min(best, perf_counter() - t0)
+    return best / (n_jobs + 1)
+
+
+def calibrate_engine(engine, quick=False, budget_s=None, repeats=None, context=8192,
+                     max_chunk=4096, floor=0, samples=None):
+    """Measure and fit a CostProfile for the engine's device and model shape (not saved).
+
+    quick: the first-use calibration (repeats 2, a ~5 s budget); else `lite calibrate`'s (repeats
+    3, ~60 s). `samples` (a list) receives the kept timings, as chunking.calibrate writes them."""
+    repeats = int(repeats or (2 if quick else 3))
+    budget_s = float(budget_s or (QUICK_BUDGET_S if quick else FULL_BUDGET_S))
+    chunks, contexts = plan_points(engine.max_context, max_chunk, context, floor)
+    last = engine.stages[-1]
+    keep_all_logits, last.all_logits = last.all_logits, False   # logits of one row, as prefill
+    try:
+        measure_stack(engine, chunks[0], contexts[0])       # compiles kernels: off the budget
+        # Probe upwards at the larger context; stop where the whole grid would pass the budget.
+        spent, kept = 0.0, []
+        for c in chunks:
+            spent += measure_stack(engine, c, contexts[-1])
+            kept.append(c)
+            if len(kept) >= 3 and spent * 2 * repeats * len(contexts) > budget_s:
+                break
+        if kept != chunks:
+            log.info("calibration: chunks up to %d fit the %.0f s budget", kept[-1], budget_s)
+        probe = HandoffProbe(engine, kept[-1])
+        hop = chain_hop_seconds()
+        prof = calibrate(lambda c, ctx: measure_stack(engine, c, ctx), kept, contexts,
+                         handoff_fn=lambda n: probe(n) + hop, repeats=repeats,
+                         device=profile_device(engine), model_key=engine.model_key,
+                         max_chunk=max(int(max_chunk), kept[-1]), samples=samples)
+    finally:
+        last.all_logits = keep_all_logits
+        # positions from `floor` on now hold calibration keys and values, not the cached prompt
+        engine.cached_ids = engine.cached_ids[:floor]
+    return prof
+
+
+def chosen_chunks(profile, n_devices=1, stages_per_device=1, prompts=PROMPTS):
+    """[(prompt tokens, chosen chunk, predicted seconds)] for a table of prompt lengths."""
+    out = []
+    for P in prompts:
+        c = choose_chunk(P, n_devices, profile, stages_per_device=stages_per_device)
+        out.append((P, c, predict_time(P, c, n_devices, profile,
+                                       stages_per_device=stages_per_device)))
+    return out
+
+
+def check_prediction(engine, profile, n_tokens, chunks=()):
+    """Prefill n_tokens through the engine's StageChain with the chunk choose_chunk picks (and
+    each of `chunks`); returns [(chunk, predicted s, measured s)]. Clears the prefix cache."""
+    n_dev, k = stage_layout(engine)
+    if n_tokens > engine.max_context:
+        raise CalibrationError(f"a check of {n_tokens} tokens needs -c/--max-context >= "
+                               f"{n_tokens}, got {engine.max_context}")
+    auto = choose_chunk(n_tokens, n_dev, profile, stages_per_device=k)
+    last = engine.stages[-1]
+    keep_all_logits, last.all_logits = last.all_logits, False
+    rows = []
+    try:
+        for c in [auto] + sorted({min(int(c), n_tokens) for c in chunks} - {auto}):
+            ids = _ids(engine, n_tokens, seed=n_tokens + c)
+            for st in engine.stages:
+                st.ops.synchronize()
+            t0 = perf_counter()
+            engine.chain.prefill(ids, c)
+            for st in engine.stages:
+                st.ops.synchronize()
+            rows.append((c, predict_time(n_tokens, c, n_dev, profile, stages_per_device=k),
+                         perf_counter() - t0))
+    finally:
+        last.all_logits = keep_all_logits
+        engine.cached_ids = []
+    return rows

@@ -1,0 +1,186 @@
+"""Calibration on the CPU backend with a tiny synthetic llama: the profile it fits, its round trip
+through save/load into Engine.chunk_for, first-use calibration, the prefix it must not touch,
+the time budget, and `lite calibrate`."""
+import json
+import logging
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import lite.calibrate as cal
+from lite.calibrate import (CalibrationError, HandoffProbe, calibrate_engine, chain_hop_seconds,
+                            check_prediction, chosen_chunks, measure_stack, plan_points,
+                            profile_device, stage_layout)
+from lite.chunking import CostProfile, choose_chunk, stack_time
+from lite.cli.calibrate import calibrate as calibrate_cmd
+from lite.engine import Engine
+from lite.synth import synth
+
+QUICK = dict(quick=True, budget_s=1.0, context=256)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    path = tmp_path_factory.mktemp("cal") / "tiny.gguf"
+    synth("llama", "tiny", "Q4_K", path)
+    return str(path)
+
+
+@pytest.fixture(autouse=True)
+def cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("LITE_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache" / "profiles"
+
+
+def engine(tiny, **kw):
+    return Engine(tiny, device="cpu", **{"max_context": 512, **kw})
+
+
+def test_plan_points():
+    assert plan_points(12288) == ([16, 32, 64, 128, 256, 512, 1024, 2048, 4096], [0, 8192])
+    chunks, ctxs = plan_points(4096)
+    assert chunks[-1] == 2048 and ctxs == [0, 2048]
+    chunks, ctxs = plan_points(1000, floor=300)          # room 700: chunks to 256, context 444
+    assert chunks == [16, 32, 64, 128, 256] and ctxs == [300, 300 + 700 - 256]
+    assert plan_points(100000, max_chunk=1024, context=4096)[1] == [0, 4096]
+    with pytest.raises(CalibrationError, match="max-context"):
+        plan_points(200, floor=100)
+
+
+def test_calibrate_on_cpu_round_trips_into_chunk_for(tiny, cache_dir, monkeypatch):
+    e = engine(tiny, layer_split=2)
+    samples = []
+    prof = calibrate_engine(e, samples=samples, **QUICK)
+    assert (prof.device, prof.model_key) == ("cpu", e.model_key) and profile_device(e) == "cpu"
+    timed = [s for s in samples if s[0] != "handoff"]
+    assert {ctx for _, ctx, _ in timed} == {0, 256} and len(timed) >= 6
+    assert all(t > 0 for *_, t in samples)
+    assert prof.per_token_s > 0 and prof.stage_fixed_s > 0     # the chain's hop is never free
+    # the fit describes what it measured (a 2-core CI machine is noisy: a loose bound)
+    for c, ctx, t in timed:
+        assert 0.3 < stack_time(c, ctx, prof) / t < 3, (c, ctx, t)
+    path = prof.save()
+    assert path.parent == cache_dir
+    assert CostProfile.load("cpu", e.model_key) == prof
+
+    # --prefill auto loads it, and never calibrates again
+    monkeypatch.setattr(cal, "calibrate_engine", lambda *a, **k: pytest.fail("recalibrated"))
+    e2 = engine(tiny, layer_split=2, prefill_chunk="auto")
+    n_dev, k = stage_layout(e2)
+    assert (n_dev, k) == (1, 2.0)                         # two virtual stages on the CPU
+    for n in (100, 300, 500):
+        assert e2.chunk_for(n) == choose_chunk(n, 1, prof, stages_per_device=2)
+    assert e2.profile == prof
+    logits = e2.prefill(list(range(1, 200)))
+    assert logits.shape == (e2.cfg.n_vocab,) and np.isfinite(logits).all()
+
+
+def test_first_use_calibrates_once_and_saves(tiny, cache_dir, caplog):
+    e = engine(tiny, prefill_chunk="auto")
+    assert not cache_dir.exists()
+    calls = []
+    real = cal.calibrate_engine
+
+    def short(engine, **kw):
+        calls.append(kw)
+        return real(engine, **{**kw, "budget_s": 0.5, "context": 128})
+    cal.calibrate_engine, saved = short, cal.calibrate_engine
+    try:
+        with caplog.at_level(logging.WARNING, logger="lite.engine"):
+            ids = list(range(5, 205))
+            first = e.prefill(ids)
+            c = e.last_chunk
+            e.prefill(ids + [7, 8, 9])                     # the profile is kept: no second run
+    finally:
+        cal.calibrate_engine = saved
+    assert len(calls) == 1 and calls[0]["quick"] is True
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "calibrating" in warnings[0].getMessage()
+    assert "\n" not in warnings[0].getMessage()
+    assert len(list(cache_dir.glob("*.json"))) == 1
+    assert c == choose_chunk(200, 1, e.profile)
+    # calibration ran before the prompt, and its KV is gone: same logits as a fixed chunk
+    ref = engine(tiny, prefill_chunk=c).prefill(ids)
+    np.testing.assert_array_equal(first, ref)
+
+
+def test_calibration_keeps_the_cached_prefix(tiny):
+    e = engine(tiny)
+    ids = list(range(3, 103))
+    e.prefill(ids)
+    kv = e.stages[0].kv
+    before = {il: kv.k[il][:, :100].copy() for il in kv.k}
+    calibrate_engine(e, floor=100, **QUICK)
+    assert e.cached_ids == ids
+    for il in kv.k:
+        np.testing.assert_array_equal(kv.k[il][:, :100], before[il])
+    # a continuation reuses the 100 cached positions and equals the same two requests without
+    # a calibration in between
+    got = e.prefill(ids + [11, 12, 13])
+    assert e.last_reuse == 100
+    ref = engine(tiny)
+    ref.prefill(ids)
+    np.testing.assert_array_equal(got, ref.prefill(ids + [11, 12, 13]))
+
+
+def test_fit_from_a_fake_measure_recovers_the_model_and_keeps_the_budget(tiny, monkeypatch):
+    truth = CostProfile(fixed_s=2e-3, per_token_s=3e-5, attn_s=4e-9, min_gemm_chunk=64)
+    calls = []
+
+    def fake(engine, c, ctx):
+        calls.append((c, ctx))
+        return stack_time(c, ctx, truth)
+    monkeypatch.setattr(cal, "measure_stack", fake)
+    e = engine(tiny, max_context=4096)
+    prof = calibrate_engine(e, repeats=2, budget_s=100)
+    assert prof.min_gemm_chunk == 64
+    for f in ("fixed_s", "per_token_s", "attn_s"):
+        assert getattr(prof, f) == pytest.approx(getattr(truth, f), rel=1e-6)
+    assert {c for c, _ in calls} == {16, 32, 64, 128, 256, 512, 1024, 2048}
+    # a budget the grid cannot meet keeps the three smallest chunk sizes
+    calls.clear()
+    prof = calibrate_engine(e, repeats=2, budget_s=1e-6)
+    assert {c for c, _ in calls} == {16, 32, 64}
+    assert prof.max_chunk == 4096          # the profile still serves large chunks (extrapolated)
+
+
+def test_measure_stack_and_handoff_on_the_cpu(tiny):
+    one, three = engine(tiny), engine(tiny, layer_split=[1, 2, 1])
+    for e in (one, three):
+        assert measure_stack(e, 32, 64) > 0
+        probe = HandoffProbe(e, 64)
+        assert probe.dst is e.stages[min(1, len(e.stages) - 1)]
+        assert probe(64) > 0 and probe.buf.shape == (64, e.cfg.n_embd)
+    assert 0 < chain_hop_seconds(n_jobs=8, repeats=1) < 0.1
+
+
+def test_check_prediction_and_chosen_chunks(tiny):
+    e = engine(tiny, layer_split=2)
+    prof = CostProfile(fixed_s=1e-3, per_token_s=5e-5, device="cpu", model_key=e.model_key)
+    e.prefill([1, 2, 3])
+    rows = check_prediction(e, prof, 300, chunks=(64, 1000))
+    auto = choose_chunk(300, 1, prof, stages_per_device=2)
+    assert [r[0] for r in rows] == [auto] + sorted({64, 300} - {auto})   # 1000 is capped at 300
+    assert all(p > 0 and m > 0 for _, p, m in rows)
+    assert e.cached_ids == []
+    with pytest.raises(CalibrationError, match="max-context"):
+        check_prediction(e, prof, 5000)
+    table = chosen_chunks(prof, 2, 1, prompts=(2048, 65536))
+    assert [P for P, _, _ in table] == [2048, 65536]
+    assert all(c == choose_chunk(P, 2, prof) and t > 0 for P, c, t in table)
+
+
+def test_cli_calibrate(tiny, cache_dir):
+    args = [tiny, "--device", "cpu", "-c", "512", "--quick", "--budget", "0.5",
+            "--check", "256", "--check-chunks", "64"]
+    r = CliRunner().invoke(calibrate_cmd, args)
+    assert r.exit_code == 0, r.output
+    assert "profile cpu / llama-" in r.output and "check: pp256 chunk" in r.output
+    assert "65536" in r.output and len(list(cache_dir.glob("*.json"))) == 1
+    r = CliRunner().invoke(calibrate_cmd, args + ["--json", "--no-save", "--check", "0"])
+    data = json.loads(r.output[r.output.index("{"):])
+    assert data["path"] is None and data["check"] == []
+    assert data["profile"]["device"] == "cpu" and len(data["chosen"]["this split"]) == 6
+    r = CliRunner().invoke(calibrate_cmd, [tiny, "--check-chunks", "a,b"])
+    assert r.exit_code != 0 and "check-chunks" in r.output
