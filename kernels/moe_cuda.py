@@ -1,0 +1,505 @@
+"""Grouped Mixture-of-Experts kernels in CUDA C (CuPy RawModule), with NumPy twins of their index logic.
+
+A layer's MoE work is a constant number of launches whatever the number of experts (DESIGN.md,
+"Experts"); nothing here synchronizes the host, so a decode step stays capturable in a CUDA graph.
+  moe_logits   router logits for a few tokens (a warp a dot product; cuBLAS does large T)
+  moe_topk     softmax over the experts, top-k (ties: lower index first, as np.argsort stable on -p),
+               renormalize: a warp a token -> ids (T, k) int32, weights (T, k) f32
+  moe_align    one CTA: counts per expert, each expert's rows padded to a multiple of `bm` (a
+               "block" of bm slots, all one expert), the stable position of every token-slot in that
+               padded order (pos), the token of every padded row (blk_rows, -1 = padding) and the
+               expert of every block (blk_expert, -1 = unused). Deterministic: ranks come from warp
+               match masks and per-warp counts, never from atomics' order.
+  moe_mv       fused dequantize-and-dot over blocks: a CTA takes R weight rows of one block's expert
+               and the block's N token rows (N=1 and blk_rows=NULL: block b is the token-slot pair b,
+               its token b / k, no sort needed - the decode case). blockIdx.z picks gate or up, so
+               both run in one launch. The per-type decode is kernels/matvec_cuda.py's (same structs).
+  deq_gather   dequantize the used experts (sel[y], y = blockIdx.y) of a 3-D tensor to fp16, one
+               launch: kernels/dequant_basic.py's tiled kernel with a second grid dimension.
+  moe_gather_x16, moe_act_{f32,f16}, moe_ptrs, moe_combine: the cuBLAS path's glue (rows to fp16
+               in padded order; activation; device pointer arrays for cublasGemmBatchedEx; the
+               weighted sum of each token's k expert outputs, gathered, not scattered with atomics).
+The twins (route_ref, align_ref, combine_ref) define what the kernels must produce; CI checks them
+against the CPU backend, GPU tests check the kernels against them.
+"""
+import functools
+
+import numpy as np
+
+MAX_EXPERTS = 512          # moe_align's shared arrays and moe_topk's registers are sized for this
+ALIGN_THREADS = 512
+
+C_MOE = r"""
+#define FULL 0xffffffffu
+#define MAXE 512
+#define AT 512
+__device__ __forceinline__ unsigned short moe_f2h(float f) {
+    unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
+
+extern "C" __global__ void moe_logits(const float* __restrict__ h, const float* __restrict__ w,
+        float* __restrict__ logits, int T, int n_embd, int n_expert) {
+    const int gw = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
+    if (gw >= T * n_expert) return;            // whole warps leave together
+    const float* a = h + (long long)(gw / n_expert) * n_embd;
+    const float* b = w + (long long)(gw % n_expert) * n_embd;
+    float s = 0.f;
+    for (int i = lane; i < n_embd; i += 32) s = fmaf(a[i], b[i], s);
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(FULL, s, o);
+    if (lane == 0) logits[gw] = s;
+}
+
+// V values a lane: n_expert <= 32 * V.
+template <int V>
+__global__ void moe_topk(const float* __restrict__ logits, int* __restrict__ ids, float* __restrict__ wts,
+                         int T, int n_expert, int k, int normalize) {
+    const int t = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
+    if (t >= T) return;
+    const float* l = logits + (long long)t * n_expert;
+    float p[V];
+    float m = -INFINITY;
+    #pragma unroll
+    for (int i = 0; i < V; i++) {
+        const int e = lane + 32 * i;
+        p[i] = e < n_expert ? l[e] : -INFINITY;
+        m = fmaxf(m, p[i]);
+    }
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(FULL, m, o));
+    float s = 0.f;
+    #pragma unroll
+    for (int i = 0; i < V; i++) {
+        const bool ok = lane + 32 * i < n_expert;
+        p[i] = ok ? expf(p[i] - m) : -1.f;     // -1: never chosen (probabilities are >= 0)
+        if (ok) s += p[i];
+    }
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(FULL, s, o);
+    #pragma unroll
+    for (int i = 0; i < V; i++) if (p[i] >= 0.f) p[i] = p[i] / s;
+    float tot = 0.f;
+    for (int j = 0; j < k; j++) {
+        float bv = -1.f; int bi = 0x7fffffff;
+        #pragma unroll
+        for (int i = 0; i < V; i++) if (p[i] > bv) { bv = p[i]; bi = lane + 32 * i; }   // lowest index on ties
+        for (int o = 16; o > 0; o >>= 1) {
+            const float ov = __shfl_xor_sync(FULL, bv, o); const int oi = __shfl_xor_sync(FULL, bi, o);
+            if (ov > bv || (ov == bv && oi < bi)) { bv = ov; bi = oi; }
+        }
+        #pragma unroll
+        for (int i = 0; i < V; i++) if (lane + 32 * i == bi) p[i] = -2.f;
+        if (lane == 0) { ids[t * k + j] = bi; wts[t * k + j] = bv; }
+        tot += bv;
+    }
+    if (normalize && lane == 0)
+        for (int j = 0; j < k; j++) wts[t * k + j] = wts[t * k + j] / tot;
+}
+
+extern "C" __global__ void __launch_bounds__(AT) moe_align(
+        const int* __restrict__ ids, int S, int k, int n_expert, int bm, int nb_max,
+        int* __restrict__ blk_expert, int* __restrict__ blk_rows, int* __restrict__ pos,
+        int* __restrict__ used_list, int* __restrict__ rank, int* __restrict__ meta) {
+    __shared__ int cnt[MAXE], start[MAXE], fill[MAXE];
+    __shared__ int wc[AT / 32][MAXE];          // per-warp counts, then their running bases
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    for (int e = tid; e < n_expert; e += AT) cnt[e] = 0;
+    for (int b = tid; b < nb_max; b += AT) blk_expert[b] = -1;
+    for (long long i = tid; i < (long long)nb_max * bm; i += AT) blk_rows[i] = -1;
+    __syncthreads();
+    for (int s = tid; s < S; s += AT) atomicAdd(&cnt[ids[s]], 1);
+    __syncthreads();
+    if (tid == 0) {                            // n_expert <= 512 steps: cheaper than a scan's syncs
+        int b = 0, u = 0;
+        for (int e = 0; e < n_expert; e++) {
+            start[e] = b * bm; fill[e] = 0;
+            rank[e] = cnt[e] ? u : -1;
+            if (cnt[e]) { used_list[u++] = e; b += (cnt[e] + bm - 1) / bm; }
+        }
+        for (int i = u; i < n_expert; i++) used_list[i] = -1;
+        meta[0] = b; meta[1] = u;
+    }
+    __syncthreads();
+    for (int e = tid; e < n_expert; e += AT)
+        for (int j = 0, nb = (cnt[e] + bm - 1) / bm; j < nb; j++) blk_expert[start[e] / bm + j] = e;
+    for (int s0 = 0; s0 < S; s0 += AT) {
+        for (int i = tid; i < (AT / 32) * n_expert; i += AT) wc[i / n_expert][i % n_expert] = 0;
+        __syncthreads();
+        const int s = s0 + tid;
+        const int e = s < S ? ids[s] : -1;
+        const unsigned peers = __match_any_sync(FULL, e);
+        const int lr = __popc(peers & ((1u << lane) - 1u));      // earlier lanes with the same expert
+        if (e >= 0 && lr == 0) wc[warp][e] = __popc(peers);
+        __syncthreads();
+        for (int x = tid; x < n_expert; x += AT) {
+            int run = fill[x];
+            for (int w = 0; w < AT / 32; w++) { const int c = wc[w][x]; wc[w][x] = run; run += c; }
+            fill[x] = run;
+        }
+        __syncthreads();
+        if (e >= 0) {
+            const int p = start[e] + wc[warp][e] + lr;
+            pos[s] = p;
+            blk_rows[p] = s / k;
+        }
+        __syncthreads();
+    }
+}
+
+extern "C" __global__ void moe_gather_x16(const float* __restrict__ x, const int* __restrict__ blk_rows,
+                                          unsigned short* __restrict__ xs, int cols) {
+    const int r = blk_rows[blockIdx.x];
+    unsigned short* o = xs + (long long)blockIdx.x * cols;
+    const float* a = x + (long long)(r < 0 ? 0 : r) * cols;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) o[c] = r < 0 ? (unsigned short)0 : moe_f2h(a[c]);
+}
+
+// The CPU backend's formulas (lite/backends/cpu.py act_mul).
+__device__ __forceinline__ float moe_act(float g, float u, int gelu) {
+    if (!gelu) return g / (1.f + expf(-g)) * u;
+    const float c = 0.7978845608028654f;
+    return 0.5f * g * (1.f + tanhf(c * (g + 0.044715f * g * g * g))) * u;
+}
+extern "C" __global__ void moe_act_f32(const float* __restrict__ g, const float* __restrict__ u,
+                                       float* __restrict__ h, long long n, int gelu) {
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+        h[i] = moe_act(g[i], u[i], gelu);
+}
+extern "C" __global__ void moe_act_f16(const float* __restrict__ g, const float* __restrict__ u,
+                                       unsigned short* __restrict__ h, long long n, int gelu) {
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+        h[i] = moe_f2h(moe_act(g[i], u[i], gelu));
+}
+
+// Pointer arrays for the two batched GEMMs. Batch entry b (and nb_max + b for up) is block b:
+// A = its expert's dequantized weights (compact index rank[e]), B = its bm input rows, C = its bm
+// output rows. Blocks that are unused, or whose expert is not resident this round (slot_of[e] < 0),
+// still run (cuBLAS batches are uniform) on compact weights 0, and write the down product into
+// `dummy`, so that rows computed in an earlier round are never overwritten.
+typedef unsigned long long u64;
+extern "C" __global__ void moe_ptrs(const int* __restrict__ blk_expert, const int* __restrict__ rank,
+        const int* __restrict__ slot_of, int nb_max, u64 wg, u64 wu, u64 wd, long long w_bytes,
+        u64 xs, long long xs_bytes, u64 g, u64 u, long long gu_bytes, u64 h16, long long h_bytes,
+        u64 y, long long y_bytes, u64 dummy, u64* __restrict__ pa, u64* __restrict__ pb,
+        u64* __restrict__ pc, u64* __restrict__ da, u64* __restrict__ db, u64* __restrict__ dc) {
+    const int b = blockIdx.x * blockDim.x + threadIdx.x;
+    if (b >= nb_max) return;
+    const int e = blk_expert[b];
+    const bool live = e >= 0 && (slot_of == 0 || slot_of[e] >= 0);
+    const long long c = live ? (long long)(rank ? rank[e] : e) : 0;
+    pa[b] = wg + c * w_bytes;            pa[nb_max + b] = wu + c * w_bytes;
+    pb[b] = xs + b * xs_bytes;           pb[nb_max + b] = xs + b * xs_bytes;
+    pc[b] = g + b * gu_bytes;            pc[nb_max + b] = u + b * gu_bytes;
+    da[b] = wd + c * w_bytes;  db[b] = h16 + b * h_bytes;  dc[b] = live ? y + b * y_bytes : dummy;
+}
+
+// out[t] = sum_j w[t, j] * y[pos[t*k + j]] (pos NULL: the identity), in slot order.
+extern "C" __global__ void moe_combine(const float* __restrict__ y, const int* __restrict__ pos,
+        const float* __restrict__ w, float* __restrict__ out, int k, int n_embd) {
+    const int t = blockIdx.x;
+    for (int c = threadIdx.x; c < n_embd; c += blockDim.x) {
+        float s = 0.f;
+        for (int j = 0; j < k; j++) {
+            const int p = pos ? pos[t * k + j] : t * k + j;
+            s = __fadd_rn(s, __fmul_rn(w[t * k + j], y[(long long)p * n_embd + c]));
+        }
+        out[(long long)t * n_embd + c] = s;
+    }
+}
+"""
+
+C_MV = r"""
+template <class T, int N, int R>
+__global__ void __launch_bounds__(128) moe_mv(
+        const unsigned char* __restrict__ w0, const unsigned char* __restrict__ w1, long long ebytes,
+        const int* __restrict__ slot_of, const float* __restrict__ x, float* __restrict__ out0,
+        float* __restrict__ out1, const int* __restrict__ blk_expert, const int* __restrict__ blk_rows,
+        int kdiv, int S, int rows, int cols) {
+    const int b = blockIdx.y;
+    const int e = blk_expert[b];
+    if (e < 0) return;
+    const int slot = slot_of ? slot_of[e] : e;
+    if (slot < 0) return;                      // not resident this round
+    const unsigned char* w = (blockIdx.z ? w1 : w0) + (long long)slot * ebytes;
+    float* out = blockIdx.z ? out1 : out0;
+    int xr[N];
+    #pragma unroll
+    for (int n = 0; n < N; n++) {
+        const int i = b * N + n;
+        xr[n] = blk_rows ? blk_rows[i] : (i < S ? i / kdiv : -1);
+    }
+    const float* xp[N];                        // row 0 of a used block is always a real row
+    #pragma unroll
+    for (int n = 0; n < N; n++) xp[n] = x + (long long)(xr[n] >= 0 ? xr[n] : xr[0]) * cols;
+    const int row0 = blockIdx.x * R, nb = cols / T::BE, chunks = nb * T::CPB;
+    const long long rb = (long long)nb * T::TS;
+    const unsigned char* rowp[R];
+    #pragma unroll
+    for (int r = 0; r < R; r++) rowp[r] = w + (long long)min(row0 + r, rows - 1) * rb;
+    float acc[R][N];
+    #pragma unroll
+    for (int r = 0; r < R; r++)
+        #pragma unroll
+        for (int n = 0; n < N; n++) acc[r][n] = 0.f;
+    for (int c = threadIdx.x; c < chunks; c += 128) {
+        typename T::Raw cur[R];
+        #pragma unroll
+        for (int r = 0; r < R; r++) T::load(cur[r], rowp[r], c);
+        #pragma unroll
+        for (int n = 0; n < N; n++) {
+            float4 xv[8];
+            #pragma unroll
+            for (int q = 0; q < 8; q++) xv[q] = __ldg((const float4*)(xp[n] + T::xoff(c, q)));
+            const float xa = (xv[0].x + xv[0].y + xv[0].z + xv[0].w) + (xv[1].x + xv[1].y + xv[1].z + xv[1].w)
+                           + (xv[2].x + xv[2].y + xv[2].z + xv[2].w) + (xv[3].x + xv[3].y + xv[3].z + xv[3].w);
+            const float xb = (xv[4].x + xv[4].y + xv[4].z + xv[4].w) + (xv[5].x + xv[5].y + xv[5].z + xv[5].w)
+                           + (xv[6].x + xv[6].y + xv[6].z + xv[6].w) + (xv[7].x + xv[7].y + xv[7].z + xv[7].w);
+            #pragma unroll
+            for (int r = 0; r < R; r++) acc[r][n] += T::dot(cur[r], c, xv, xa, xb);
+        }
+    }
+    __shared__ float red[4][R * N];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    #pragma unroll
+    for (int r = 0; r < R; r++)
+        #pragma unroll
+        for (int n = 0; n < N; n++) {
+            float v = acc[r][n];
+            #pragma unroll
+            for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+            if (lane == 0) red[warp][r * N + n] = v;
+        }
+    __syncthreads();
+    if (threadIdx.x < R * N) {
+        const int r = threadIdx.x / N, n = threadIdx.x % N;
+        if (row0 + r < rows && xr[n] >= 0)
+            out[(long long)(b * N + n) * rows + row0 + r] = (red[0][threadIdx.x] + red[1][threadIdx.x])
+                                                           + (red[2][threadIdx.x] + red[3][threadIdx.x]);
+    }
+}
+"""
+
+# dequant_basic's kernel signature and the gathered variant's (y = blockIdx.y picks sel[y]).
+_DEQ_SIG = "const uchar* __restrict__ src, long long nbytes, OUT_T* __restrict__ out, long long n) {"
+_DEQ_GATHER_SIG = ("const uchar* __restrict__ src0, long long nbytes, OUT_T* __restrict__ out0, long long n,\n"
+                   "        const int* __restrict__ sel, const int* __restrict__ slot_of) {\n"
+                   "    const int e_ = sel[blockIdx.y];\n"
+                   "    const int s_ = e_ < 0 ? -1 : (slot_of ? slot_of[e_] : e_);\n"
+                   "    if (s_ < 0) return;\n"
+                   "    const uchar* src = src0 + (long long)s_ * nbytes;\n"
+                   "    OUT_T* out = out0 + (long long)blockIdx.y * n;")
+
+MV_TYPES = ("Q4_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K")   # those of kernels/matvec_cuda.py
+MV_N = (1, 8)              # tokens a block: 1 (pairs, decode) or 8 (sorted blocks, short prefill)
+
+
+def mv_source():
+    from lite.kernels import matvec_cuda
+    return matvec_cuda.C_HEAD + matvec_cuda.C_TYPES + C_MV
+
+
+def mv_rows_per_cta(qtype, n):
+    from lite.kernels import matvec_cuda
+    r = matvec_cuda.CONFIG[qtype][0]
+    return r if n <= 2 else 2   # R * N accumulators: N=8 with R=4 spills (ptxas -v, sm_90)
+
+
+def mv_name(qtype, n):
+    return f"moe_mv<TQ{qtype[1:]}, {n}, {mv_rows_per_cta(qtype, n)}>"
+
+
+def _tiled():
+    """The module holding the tiled dequantize scheme (KERNELS, C_KERNEL, c_source)."""
+    from lite.kernels import dequant_common
+    return dequant_common
+
+
+def gather_dequant_source(qtype):
+    """CUDA C of the gathered dequantize for a type the tiled scheme serves, or None (then the
+    caller dequantizes the whole 3-D tensor with kernels.dequantize: one launch all the same)."""
+    tiled = _tiled()
+    k = getattr(tiled, "KERNELS", {}).get(qtype)
+    if k is None or _DEQ_SIG not in getattr(tiled, "C_KERNEL", ""):
+        return None
+    src = tiled.c_source(k.name, k.tb, k.be, k.c_decode)
+    return src.replace(_DEQ_SIG.replace("OUT_T", "unsigned short"),
+                       _DEQ_GATHER_SIG.replace("OUT_T", "unsigned short")).replace(
+                       _DEQ_SIG.replace("OUT_T", "float"), _DEQ_GATHER_SIG.replace("OUT_T", "float"))
+
+
+# ---------------------------------------------------------------- compiled modules (per device)
+@functools.lru_cache(maxsize=None)
+def _moe_module(device):
+    import cupy
+    names = [f"moe_topk<{v}>" for v in (1, 2, 4, 8, 16)]
+    return cupy.RawModule(code=C_MOE, options=("--std=c++17",), name_expressions=names)
+
+
+@functools.lru_cache(maxsize=None)
+def _mv_kernel(device, qtype, n):
+    import cupy
+    mod = cupy.RawModule(code=mv_source(), options=("--std=c++17",), name_expressions=[mv_name(qtype, n)])
+    return mod.get_function(mv_name(qtype, n))
+
+
+@functools.lru_cache(maxsize=None)
+def _gather_dequant_kernel(device, qtype):
+    import cupy
+    src = gather_dequant_source(qtype)
+    if src is None:
+        return None
+    mod = cupy.RawModule(code=src, options=("--std=c++17", "--ftz=false", "--fmad=false"))
+    k = _tiled().KERNELS[qtype]
+    return mod.get_function(f"deq_{k.name.lower()}_f16"), k.tile_elems()
+
+
+def _dev():
+    import cupy
+    return cupy.cuda.runtime.getDevice()
+
+
+def fn(name):
+    return _moe_module(_dev()).get_function(name)
+
+
+def topk_fn(n_expert):
+    v = next(v for v in (1, 2, 4, 8, 16) if 32 * v >= n_expert)
+    return _moe_module(_dev()).get_function(f"moe_topk<{v}>")
+
+
+def mv_kernel(qtype, n):
+    return _mv_kernel(_dev(), qtype, n)
+
+
+def gather_dequant_kernel(qtype):
+    """(kernel, tile_elems) or None when the type has no tiled CUDA C dequantize to gather with."""
+    return _gather_dequant_kernel(_dev(), qtype)
+
+
+# ---------------------------------------------------------------- NumPy twins (the contract)
+def route_ref(logits, k, normalize):
+    """What moe_topk computes: softmax, the k largest (lower index first on ties), renormalized."""
+    logits = np.asarray(logits, np.float32)
+    p = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    p /= p.sum(axis=-1, keepdims=True)
+    ids = np.argsort(-p, axis=-1, kind="stable")[:, :k]
+    w = np.take_along_axis(p, ids, axis=-1)
+    if normalize:
+        w = w / w.sum(axis=-1, keepdims=True)
+    return ids.astype(np.int32), w.astype(np.float32)
+
+
+def nb_max(S, n_expert, bm):
+    """Blocks moe_align may fill: sum over experts of ceil(count / bm) <= ceil(S / bm) + used."""
+    return -(-S // bm) + min(n_expert, S)
+
+
+def align_ref(ids, n_expert, bm):
+    """What moe_align computes, from (T, k) ids: dict of blk_expert (nb_max,), blk_rows
+    (nb_max*bm,), pos (S,), used_list (n_expert,), rank (n_expert,), n_blocks, n_used."""
+    ids = np.asarray(ids)
+    k = ids.shape[1]
+    flat = ids.reshape(-1)
+    S = flat.size
+    nbm = nb_max(S, n_expert, bm)
+    cnt = np.bincount(flat, minlength=n_expert)
+    nblk = -(-cnt // bm)
+    start_blk = np.concatenate([[0], np.cumsum(nblk)[:-1]])
+    blk_expert = np.full(nbm, -1, np.int32)
+    for e in np.nonzero(cnt)[0]:
+        blk_expert[start_blk[e]:start_blk[e] + nblk[e]] = e
+    order = np.argsort(flat, kind="stable")            # slots grouped by expert, in slot order
+    rank_in = np.empty(S, np.int64)
+    rank_in[order] = np.arange(S) - np.concatenate([[0], np.cumsum(cnt)[:-1]])[flat[order]]
+    pos = (start_blk[flat] * bm + rank_in).astype(np.int32)
+    blk_rows = np.full(nbm * bm, -1, np.int32)
+    blk_rows[pos] = np.arange(S) // k
+    used = np.nonzero(cnt)[0]
+    used_list = np.full(n_expert, -1, np.int32)
+    used_list[:used.size] = used
+    rank = np.full(n_expert, -1, np.int32)
+    rank[used] = np.arange(used.size)
+    return dict(blk_expert=blk_expert, blk_rows=blk_rows, pos=pos, used_list=used_list, rank=rank,
+                n_blocks=int(nblk.sum()), n_used=int(used.size))
+
+
+def combine_ref(y, pos, w):
+    """out[t] = sum_j w[t, j] * y[pos[t*k + j]], j in slot order, as moe_combine."""
+    T, k = w.shape
+    out = np.zeros((T, y.shape[1]), np.float32)
+    for j in range(k):
+        out += w[:, j:j + 1] * y[np.asarray(pos).reshape(T, k)[:, j]]
+    return out
+
+
+# ---------------------------------------------------------------- launchers (current CuPy stream)
+NULL = np.uint64(0)        # a null pointer argument
+
+
+def _p(a):
+    return NULL if a is None else a
+
+
+def _i32(v):
+    return np.int32(v)
+
+
+def logits(h, w, out):
+    """out (T, n_expert) = h (T, n_embd) @ w (n_expert, n_embd).T, all f32 C-contiguous."""
+    T, n_embd = h.shape
+    n_expert = w.shape[0]
+    fn("moe_logits")((-(-T * n_expert // 4),), (128,), (h, w, out, _i32(T), _i32(n_embd), _i32(n_expert)))
+
+
+def topk(lg, k, normalize, ids, wts):
+    T, n_expert = lg.shape
+    if n_expert > MAX_EXPERTS or k > n_expert:
+        raise ValueError(f"moe_topk: {n_expert} experts, top {k} (at most {MAX_EXPERTS} experts)")
+    topk_fn(n_expert)((-(-T // 4),), (128,), (lg, ids, wts, _i32(T), _i32(n_expert), _i32(k), _i32(bool(normalize))))
+
+
+def align(ids, n_expert, bm, out):
+    """moe_align over (T, k) int32 ids into out's arrays (see align_ref for their shapes)."""
+    T, k = ids.shape
+    if n_expert > MAX_EXPERTS:
+        raise ValueError(f"moe_align: {n_expert} experts (at most {MAX_EXPERTS})")
+    nbm = out["blk_expert"].size
+    fn("moe_align")((1,), (ALIGN_THREADS,), (ids, _i32(T * k), _i32(k), _i32(n_expert), _i32(bm), _i32(nbm),
+                    out["blk_expert"], out["blk_rows"], out["pos"], out["used_list"], out["rank"], out["meta"]))
+
+
+def grouped_mv(qtype, n, w0, w1, ebytes, slot_of, x, out0, out1, blk_expert, blk_rows, kdiv, S, n_blocks, rows, cols):
+    """Fused products over blocks of n rows (n=1, blk_rows None: block b = token-slot pair b).
+    w1/out1 given: a second matrix of the same shape (up beside gate) in the same launch."""
+    R = mv_rows_per_cta(qtype, n)
+    grid = (-(-rows // R), n_blocks, 2 if w1 is not None else 1)
+    mv_kernel(qtype, n)(grid, (128,), (w0, _p(w1), np.int64(ebytes), _p(slot_of), x, out0, _p(out1),
+                                       blk_expert, _p(blk_rows), _i32(kdiv), _i32(S), _i32(rows), _i32(cols)))
+
+
+def gather_dequant(kern_tile, src, ebytes, eelems, sel, slot_of, out16, n_sel):
+    """Dequantize experts sel[0..n_sel) (entries -1: skipped) into out16 (n_sel, eelems) fp16."""
+    kern, tile = kern_tile
+    kern((-(-eelems // tile), n_sel), (256,), (src, np.int64(ebytes), out16, np.int64(eelems), sel, _p(slot_of)))
+
+
+def gather_x16(x, blk_rows, xs16):
+    fn("moe_gather_x16")((xs16.shape[0],), (128,), (x, blk_rows, xs16, _i32(x.shape[1])))
+
+
+def act(g, u, out, kind):
+    n = g.size
+    name = "moe_act_f16" if out.dtype == np.float16 else "moe_act_f32"
+    fn(name)((min(-(-n // 256), 65535),), (256,), (g, u, out, np.int64(n), _i32(kind == "gelu_tanh")))
+
+
+def ptrs(blk_expert, rank, slot_of, nbm, wg, wu, wd, w_bytes, xs, xs_bytes, g, u, gu_bytes, h16, h_bytes,
+         y, y_bytes, dummy, arrays):
+    """Fill arrays (9, nbm) uint64: rows 0-1 A, 2-3 B, 4-5 C of gate|up; 6, 7, 8 A, B, C of down."""
+    u64 = np.uint64
+    pa, pb, pc = (arrays[i:i + 2].reshape(-1) for i in (0, 2, 4))
+    fn("moe_ptrs")((-(-nbm // 128),), (128,), (blk_expert, _p(rank), _p(slot_of), _i32(nbm), u64(wg), u64(wu),
+                   u64(wd), np.int64(w_bytes), u64(xs), np.int64(xs_bytes), u64(g), u64(u), np.int64(gu_bytes),
+                   u64(h16), np.int64(h_bytes), u64(y), np.int64(y_bytes), u64(dummy), pa, pb, pc,
+                   arrays[6], arrays[7], arrays[8]))
+
+
+def combine(y, pos, w, out):
+    T, k = w.shape
+    fn("moe_combine")((T,), (256,), (y, _p(pos), w, out, _i32(k), _i32(out.shape[1])))
