@@ -90,13 +90,17 @@ class Engine:
         """The cost profile of this device and model shape: the saved one, else one made now by a
         short calibration (seconds, once; saved for later runs). Calibrating writes KV positions
         from `start` on, so a prefix cached below `start` stays valid."""
-        from lite.calibrate import calibrate_engine, profile_device
+        from lite.calibrate import CalibrationError, calibrate_engine, profile_device
         device = profile_device(self)
         prof = CostProfile.load(device, self.model_key)
         if prof is None:
             log.warning("no cost profile for %s on %s: calibrating for a few seconds, once "
                         "(`lite calibrate` measures more)", self.model_key, device)
-            prof = calibrate_engine(self, quick=True, floor=start)
+            try:
+                prof = calibrate_engine(self, quick=True, floor=start)
+            except CalibrationError as e:      # a context too small to time: rough defaults
+                log.warning("%s; --prefill auto uses the default cost profile", e)
+                return CostProfile()
             try:
                 prof.save()
             except OSError as e:

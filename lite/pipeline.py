@@ -182,11 +182,13 @@ class _Stage:
         stage; times = (host s, host cpu s, device marks or None) over from_handoff + run."""
         chain = self.chain
         try:
+            # no device clock in decode: two events a stage a token would cost more than they tell
+            timer = self.timer if not job.decode else None
             t0, c0 = perf_counter(), thread_time()
-            m0 = self.timer.mark() if self.timer is not None else None
+            m0 = timer.mark() if timer is not None else None
             x = payload if self.index == 0 else self.runner.from_handoff(payload)
             y = self.runner.run(job, x)
-            marks = (m0, self.timer.mark()) if self.timer is not None else None
+            marks = (m0, timer.mark()) if timer is not None else None
             times = (perf_counter() - t0, thread_time() - c0, marks)
             if self.next is None:
                 return y, None, times

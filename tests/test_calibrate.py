@@ -184,3 +184,11 @@ def test_cli_calibrate(tiny, cache_dir):
     assert data["profile"]["device"] == "cpu" and len(data["chosen"]["this split"]) == 6
     r = CliRunner().invoke(calibrate_cmd, [tiny, "--check-chunks", "a,b"])
     assert r.exit_code != 0 and "check-chunks" in r.output
+
+
+def test_first_use_with_no_room_to_calibrate_uses_the_defaults(tiny, cache_dir, caplog):
+    e = engine(tiny, max_context=100, prefill_chunk="auto")
+    with caplog.at_level(logging.WARNING, logger="lite.engine"):
+        assert e.chunk_for(90) == choose_chunk(90, 1, CostProfile())
+    assert e.profile == CostProfile() and not cache_dir.exists()
+    assert "default cost profile" in caplog.text
