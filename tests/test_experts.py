@@ -262,7 +262,9 @@ def test_kernel_sources_build_from_the_shared_pieces():
 def _gpu(path):
     from lite.backends.cuda import CUDABackend
     g = GGUFFile(path)
-    return CUDABackend(g, [n for n in g.tensors if n.startswith("blk.0.")])
+    b = CUDABackend(g, [n for n in g.tensors if n.startswith("blk.0.")])
+    b.moe_grouped = True            # these tests check the grouped path (opt-in elsewhere)
+    return b
 
 
 @needs_gpu
