@@ -76,7 +76,7 @@ def test_calibrate_on_cpu_round_trips_into_chunk_for(tiny, cache_dir, monkeypatc
     assert logits.shape == (e2.cfg.n_vocab,) and np.isfinite(logits).all()
 
 
-def test_first_use_calibrates_once_and_saves(tiny, cache_dir, caplog):
+def test_first_use_calibrates_once_and_saves(tiny, cache_dir, caplog, monkeypatch):
     e = engine(tiny, prefill_chunk="auto")
     assert not cache_dir.exists()
     calls = []
@@ -85,15 +85,12 @@ def test_first_use_calibrates_once_and_saves(tiny, cache_dir, caplog):
     def short(engine, **kw):
         calls.append(kw)
         return real(engine, **{**kw, "budget_s": 0.5, "context": 128})
-    cal.calibrate_engine, saved = short, cal.calibrate_engine
-    try:
-        with caplog.at_level(logging.WARNING, logger="lite.engine"):
-            ids = list(range(5, 205))
-            first = e.prefill(ids)
-            c = e.last_chunk
-            e.prefill(ids + [7, 8, 9])                     # the profile is kept: no second run
-    finally:
-        cal.calibrate_engine = saved
+    monkeypatch.setattr(cal, "calibrate_engine", short)
+    with caplog.at_level(logging.WARNING, logger="lite.engine"):
+        ids = list(range(5, 205))
+        first = e.prefill(ids)
+        c = e.last_chunk
+        e.prefill(ids + [7, 8, 9])                         # the profile is kept: no second run
     assert len(calls) == 1 and calls[0]["quick"] is True
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "calibrating" in warnings[0].getMessage()
