@@ -29,15 +29,24 @@ def _chunk(ctx, param, value):
     return n
 
 
-def engine_kwargs(device, max_context, kv, prefill_chunk, layer_split, pipeline, handoff_depth):
+def engine_kwargs(device, max_context, kv, prefill_chunk, layer_split, pipeline, handoff_depth,
+                  devices, handoff, handoff_stream):
     return dict(device=device, max_context=max_context, kv=kv, prefill_chunk=prefill_chunk,
-                layer_split=parse_split(layer_split), pipeline=pipeline, handoff_depth=handoff_depth)
+                layer_split=parse_split(layer_split), pipeline=pipeline, handoff_depth=handoff_depth,
+                devices=devices, handoff=handoff, handoff_stream=handoff_stream)
 
 
 def model_options(f):
     """Options shared by every command that loads a model."""
     f = click.option("--layer-split", default=None, metavar="auto|N0,N1,..",
                      help="Split the layers into pipeline stages: a count per stage (default: one stage).")(f)
+    f = click.option("--handoff-stream", is_flag=True,
+                     help="A separate copy stream per stage for hand-offs (not implemented yet).")(f)
+    f = click.option("--handoff", default="host", type=click.Choice(["host", "p2p", "auto"]),
+                     show_default=True, help="How hidden states pass between stages on different "
+                     "GPUs: through pinned host memory, or device to device.")(f)
+    f = click.option("--devices", default=None, metavar="0,1,..",
+                     help="The GPU of each stage (one stage per GPU unless --layer-split says more).")(f)
     f = click.option("--handoff-depth", default=1, type=click.IntRange(1, 2), show_default=True,
                      help="Chunks a stage may hand its successor before waiting for it.")(f)
     f = click.option("--pipeline", default="chain", type=click.Choice(["chain", "sync"]),
@@ -173,9 +182,11 @@ def bench(target, n_prompt, n_gen, repetitions, as_json, timeline, **engine_opts
     click.echo(json.dumps(rows, indent=1) if as_json else format_table(rows))
 
 
+from lite.cli.calibrate import calibrate  # noqa: E402
 from lite.cli.synth import synth  # noqa: E402
 
 cli.add_command(synth)
+cli.add_command(calibrate)
 
 
 def main(argv=None):

@@ -25,7 +25,7 @@ def bench_model(path, prompt_lens, n_gen, repetitions=3, timeline=None, **engine
     need = max(prompt_lens) + n_gen
     if engine_kw.get("max_context") is None:
         engine_kw["max_context"] = need
-    engine = Engine(path, **engine_kw)
+    engine = Engine(path, device_times=bool(timeline), **engine_kw)
     greedy = Sampler(SamplingParams.greedy())
     rows = []
     nonce = 1

@@ -12,6 +12,7 @@ import numpy as np
 from lite.backends import resolve_backend
 from lite.chunking import CostProfile, choose_chunk
 from lite.config import ModelConfig
+from lite.devices import assign_devices, parse_devices, resolve_handoff
 from lite.errors import ContextOverflowError, DeviceError, LiteError
 from lite.gguf_file import GGUFFile
 from lite.kv_cache import KV_KINDS
@@ -47,7 +48,8 @@ class GenStats:
 
 class Engine:
     def __init__(self, model_path, device="auto", max_context=None, kv="f16",
-                 prefill_chunk=None, layer_split=None, pipeline="chain", handoff_depth=1):
+                 prefill_chunk=None, layer_split=None, pipeline="chain", handoff_depth=1,
+                 devices=None, handoff="host", handoff_stream=False, device_times=False):
         self.gguf = GGUFFile(model_path)
         self.cfg = ModelConfig.from_gguf(self.gguf.metadata, self.gguf.path)
         self.tokenizer = Tokenizer.from_metadata(self.gguf.metadata)
@@ -62,9 +64,24 @@ class Engine:
         if self.chunk != "auto" and int(self.chunk) < 1:
             raise LiteError(f"--prefill must be auto or a positive token count, got {self.chunk}")
         self.device, backend_cls = resolve_backend(device)
-        self.stages = [Stage(self.gguf, self.cfg, spec, backend_cls, self.max_context, kv)
-                       for spec in split_layers(self.cfg.n_layer, layer_split)]
-        self.chain = StageChain(self.stages, mode=pipeline, handoff_depth=handoff_depth)
+        devices = parse_devices(devices)
+        if devices and self.device != "cuda":
+            raise LiteError("--devices places stages on GPUs: it needs a usable GPU (--device cuda)")
+        if devices and layer_split in (None, "auto"):
+            layer_split = len(devices)                     # one stage per listed GPU
+        specs = split_layers(self.cfg.n_layer, layer_split)
+        if self.device == "cuda":
+            import cupy
+            stage_devs = assign_devices(len(specs), devices, cupy.cuda.runtime.getDeviceCount())
+            can_peer = lambda a, b: bool(cupy.cuda.runtime.deviceCanAccessPeer(a, b))  # noqa: E731
+        else:
+            stage_devs, can_peer = [None] * len(specs), None
+        self.handoff = resolve_handoff(handoff, stage_devs, self.device, can_peer, handoff_stream)
+        self.stages = [Stage(self.gguf, self.cfg, spec, backend_cls, self.max_context, kv, dev)
+                       for spec, dev in zip(specs, stage_devs)]
+        # Device time per stage-chunk (CUDA events) only when a timeline is asked for.
+        self.chain = StageChain(self.stages, mode=pipeline, handoff_depth=handoff_depth,
+                                device_times=device_times)
         self.profile = None
         self.cached_ids = []   # token ids whose KV is in the cache, position 0 on
         self.n_requests = 0

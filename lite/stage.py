@@ -55,13 +55,14 @@ class Stage:
     """A layer range on one backend; also the StageRunner the stage chain drives (lite.pipeline):
     run() computes one chunk, and the hand-off buffers come from the backend (pinned on a GPU)."""
 
-    def __init__(self, gguf, cfg, spec, backend_cls, max_context, kv_kind):
+    def __init__(self, gguf, cfg, spec, backend_cls, max_context, kv_kind, device_id=None):
         self.cfg, self.spec = cfg, spec
         self.fwd = family(cfg.arch).forward_layer
         names = stage_tensor_names(gguf, cfg, spec)
         what = f"layers {spec.layers.start}-{spec.layers.stop - 1}"
         try:
-            self.ops = backend_cls(gguf, names)
+            self.ops = (backend_cls(gguf, names) if device_id is None
+                        else backend_cls(gguf, names, device_id=device_id))
         except MemoryError:
             gib = sum(gguf.tensors[n].nbytes for n in names) / 2**30
             raise DeviceError(

@@ -445,7 +445,7 @@ def test_timeline_host_device_summary_lines_and_trace():
 # --- device assignment and hand-off options -----------------------------------------------------
 
 def test_parse_and_assign_devices():
-    from lite.pipeline import assign_devices, parse_devices
+    from lite.devices import assign_devices, parse_devices
     assert parse_devices(None) is None and parse_devices(" ") is None
     assert parse_devices("0, 1,3") == [0, 1, 3] and parse_devices([2, 0]) == [2, 0]
     for bad, msg in [("0,x", "comma-separated"), ("-1", "start at 0")]:
@@ -466,7 +466,7 @@ def test_parse_and_assign_devices():
 
 
 def test_resolve_handoff():
-    from lite.pipeline import resolve_handoff
+    from lite.devices import resolve_handoff
     peers = lambda a, b: True
     assert resolve_handoff("host", [0, 1], "cuda", peers) == "host"
     assert resolve_handoff("auto", [0, 0], "cuda", peers) == "host"

@@ -27,7 +27,21 @@ def dequantize_tensor(t) -> np.ndarray:
     return np.ascontiguousarray(w.reshape(t.shape), dtype=np.float32)
 
 
-class CPUBackend:
+class HostHandoff:
+    """Hand-off between stages (lite.pipeline) through plain numpy buffers, with no copy on the
+    way in: a mixin for CPU runners."""
+
+    def alloc_handoff(self, shape, dtype):
+        return np.empty(shape, dtype)          # (T, n_embd)
+
+    def to_handoff(self, y, buf):
+        np.copyto(buf, y)
+
+    def from_handoff(self, buf):
+        return buf
+
+
+class CPUBackend(HostHandoff):
     """Ops over NumPy float32 arrays for the tensors of one stage."""
 
     name = "cpu"
@@ -171,16 +185,6 @@ class CPUBackend:
 
     def to_host(self, x):
         return x
-
-    # hand-off between stages (lite.pipeline): plain host arrays, no copy on the way in
-    def alloc_handoff(self, shape, dtype):
-        return np.empty(shape, dtype)          # (T, n_embd)
-
-    def to_handoff(self, y, buf):
-        np.copyto(buf, y)
-
-    def from_handoff(self, buf):
-        return buf
 
     def synchronize(self):
         pass
