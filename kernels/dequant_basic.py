@@ -1,7 +1,7 @@
 """Dequantize kernels for the float and legacy types (F16, BF16, F32, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
 MXFP4). The tiled scheme, the launcher and the registration live in dequant_common.py."""
 from lite.kernels.dequant_common import (  # noqa: F401  (KERNELS: the registry tests use)
-    EPT, KERNELS, _dev, add, b8, define, float32, h2f, mul, mxfp4_value, np, s8, u16, u2f)
+    EPT, KERNELS, _dev, add, b8, define, h2f, mul, mxfp4_value, np, s8, u16, u2f)
 
 
 

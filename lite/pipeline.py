@@ -38,7 +38,6 @@ from dataclasses import dataclass
 from time import perf_counter, thread_time
 from typing import Any, Protocol, Sequence, runtime_checkable
 
-import numpy as np
 
 from lite.backends.cpu import HostHandoff  # noqa: F401  (the CPU hand-off, re-exported for runners)
 from lite.errors import LiteError

@@ -1,5 +1,4 @@
 """GGUF reading: a valid file loads; every truncated or bit-flipped variant loads or raises GGUFError."""
-import os
 
 import numpy as np
 import pytest

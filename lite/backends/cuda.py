@@ -8,15 +8,15 @@ only where data leaves the device (logits, hand-off).
 """
 import contextlib
 import logging
-import os
 
 import numpy as np
+
+from lite.backends.cuda_moe import FUSED_MAX_TOKENS, CUDAExperts, _Weight
 
 log = logging.getLogger(__name__)
 
 PINNED_STAGING_BYTES = 64 << 20
 ATTN_SCRATCH_BYTES = 2 << 30      # scores + probabilities of the heads attended at once
-FUSED_MAX_TOKENS = 8
 
 
 def unavailable_reason():
@@ -36,14 +36,7 @@ def unavailable_reason():
     return None
 
 
-class _Weight:
-    __slots__ = ("name", "qtype", "shape", "data")
-
-    def __init__(self, name, qtype, shape, data):
-        self.name, self.qtype, self.shape, self.data = name, qtype, shape, data
-
-
-class CUDABackend:
+class CUDABackend(CUDAExperts):
     name = "cuda"
     supports_graphs = True
 
@@ -333,209 +326,6 @@ class CUDABackend:
     def output(self, x):
         name = "output.weight" if "output.weight" in self.w else "token_embd.weight"
         return self._matmul(x, self.w[name])
-
-    # --- mixture of experts: a constant number of launches a layer, no host sync (issue 6) ------
-    # T <= FUSED_MAX_TOKENS: one fused launch over (token, expert) pairs for gate and up, one for
-    # down. Up to MOE_FUSED_MAX_TOKENS: the same kernels over expert-sorted blocks of 8 tokens.
-    # Beyond: the used experts dequantized to fp16 in one launch a tensor, cublasGemmBatchedEx over
-    # blocks of MOE_BM tokens of one expert (device pointer arrays). Padding rows and blocks are
-    # computed but never read; the combine gathers each token's k rows in slot order.
-    MOE_FUSED_MAX_TOKENS = 64
-    # The grouped path has not yet run on a GPU (it was written when the session's GPU time was
-    # spent), so it is opt-in until tests/test_experts.py passes there: LITE_MOE_GROUPED=1. The
-    # default is the per-expert path that the GPU tests checked against the CPU backend.
-    moe_grouped = os.environ.get("LITE_MOE_GROUPED") == "1"
-
-    def moe_route(self, h, name, k, normalize):
-        """Softmax router, top-k, renormalized, on the device -> ids (T, k) int32, weights (T, k) f32."""
-        if not self.moe_grouped:
-            return self._moe_route_ops(h, name, k, normalize)
-        from lite.kernels import moe_cuda as mk
-        cp = self.cp
-        w = self.w[name].data                                 # (n_expert, n_embd) f32
-        T = h.shape[0]
-        with self.stream:
-            h = cp.ascontiguousarray(h, dtype=np.float32)
-            if T <= FUSED_MAX_TOKENS:                         # no cuBLAS: capturable
-                lg = cp.empty((T, w.shape[0]), np.float32)
-                mk.logits(h, w, lg)
-            else:
-                lg = cp.ascontiguousarray(h @ w.T)
-            ids = cp.empty((T, k), np.int32)
-            wts = cp.empty((T, k), np.float32)
-            mk.topk(lg, k, normalize, ids, wts)
-        return ids, wts
-
-    def _moe_route_ops(self, h, name, k, normalize):
-        """The router with CuPy ops (checked on the GPU; sorts on the device, no host sync)."""
-        cp = self.cp
-        logits = h @ self.w[name].data.T
-        p = cp.exp(logits - logits.max(axis=-1, keepdims=True))
-        p /= p.sum(axis=-1, keepdims=True)
-        ids = cp.argsort(-p, axis=-1)[:, :k]
-        w = cp.take_along_axis(p, ids, axis=-1)
-        if normalize:
-            w = w / w.sum(axis=-1, keepdims=True)
-        return ids, w.astype(np.float32)
-
-    def moe_experts(self, h, il, ids, weights, act):
-        """Sum over each token's chosen experts of weight * down(act(gate(h)) * up(h))."""
-        if not self.moe_grouped:
-            return self._moe_per_expert(h, il, ids, weights, act)
-        from lite.kernels import moe_cuda as mk
-        cp = self.cp
-        ws = [self.w[f"blk.{il}.ffn_{n}_exps.weight"] for n in ("gate", "up", "down")]
-        if act not in ("silu", "gelu_tanh"):
-            raise ValueError(f"unknown activation {act!r}")
-        with self.stream:
-            h = cp.ascontiguousarray(h, dtype=np.float32)
-            ids = cp.ascontiguousarray(cp.asarray(ids), dtype=np.int32)   # CPU-made int64 ids too
-            weights = cp.ascontiguousarray(cp.asarray(weights), dtype=np.float32)
-            plan = self._moe_plan(ids, ws)
-            if plan is None:
-                return self._moe_per_expert(h, il, ids, weights, act)
-            y = self._moe_run(plan, h, ids, ws, act)
-            out = cp.empty_like(h)
-            mk.combine(y, plan.get("pos"), weights, out)
-        return out
-
-    def _moe_plan(self, ids, ws, bm=None):
-        """Which path, and the device index arrays it needs (moe_align's; none for pairs)."""
-        from lite.kernels import moe_cuda as mk
-        from lite.kernels.matvec_cuda import ALIGN
-        cp = self.cp
-        T, k = ids.shape
-        n_expert = ws[0].shape[0]
-        fused = all(w.qtype in mk.MV_TYPES and w.data.data.ptr % ALIGN[w.qtype] == 0
-                    and (w.data.size // n_expert) % ALIGN[w.qtype] == 0 for w in ws)
-        if fused and T <= FUSED_MAX_TOKENS:
-            return {"path": "pairs", "n": 1, "blk_expert": ids.reshape(-1), "blk_rows": None,
-                    "n_blocks": T * k, "pos": None}
-        if T <= FUSED_MAX_TOKENS:
-            return None                      # no fused kernel for this type: per expert (syncs)
-        S = T * k
-        if fused and T <= self.MOE_FUSED_MAX_TOKENS:
-            path, bm = "sorted", 8
-        else:
-            path = "gemm"
-            # blocks of bm rows: unused and padding rows cost up to n_expert * bm rows of work
-            bm = bm or max([16] + [b for b in (32, 64, 128) if n_expert * b <= S // 2])
-        nbm = mk.nb_max(S, n_expert, bm)
-        plan = {"path": path, "n": bm, "bm": bm, "n_blocks": nbm,
-                "blk_expert": cp.empty(nbm, np.int32), "blk_rows": cp.empty(nbm * bm, np.int32),
-                "pos": cp.empty(S, np.int32), "used_list": cp.empty(n_expert, np.int32),
-                "rank": cp.empty(n_expert, np.int32), "meta": cp.empty(2, np.int32)}
-        mk.align(ids, n_expert, bm, plan)
-        return plan
-
-    def _moe_run(self, plan, h, ids, ws, act, bases=None, slot_of=None, y=None):
-        """The experts' rows y (padded order) for a plan. bases (3 device uint8 buffers) and slot_of
-        (expert -> slot, -1 = skip) serve experts from a cache's slots instead of the layer tensors;
-        rows of skipped experts are left as they are in y, so rounds can fill one y in turn."""
-        from lite.kernels import moe_cuda as mk
-        cp = self.cp
-        wg, wu, wd = ws
-        src = bases or [w.data for w in ws]
-        n_expert, ff, n_embd = wg.shape
-        P = plan["n_blocks"] * plan["n"]
-        if y is None:
-            y = cp.empty((P, n_embd), np.float32)
-        if plan["path"] == "gemm":
-            return self._moe_gemm(plan, h, ws, src, act, slot_of, y)
-        S = ids.size
-        T, k = ids.shape
-        kw = dict(slot_of=slot_of, blk_expert=plan["blk_expert"], blk_rows=plan["blk_rows"], kdiv=k, S=S,
-                  n_blocks=plan["n_blocks"])
-        gu = cp.empty((2, P, ff), np.float32)
-        if wg.qtype == wu.qtype:
-            mk.grouped_mv(wg.qtype, plan["n"], src[0], src[1], wg.data.size // n_expert, x=h, out0=gu[0],
-                          out1=gu[1], rows=ff, cols=n_embd, **kw)
-        else:
-            for i, w in ((0, wg), (1, wu)):
-                mk.grouped_mv(w.qtype, plan["n"], src[i], None, w.data.size // n_expert, x=h, out0=gu[i],
-                              out1=None, rows=ff, cols=n_embd, **kw)
-        a = cp.empty((P, ff), np.float32)
-        mk.act(gu[0], gu[1], a, act)
-        mk.grouped_mv(wd.qtype, plan["n"], src[2], None, wd.data.size // n_expert, x=a, out0=y, out1=None,
-                      rows=n_embd, cols=ff, **kw)
-        return y
-
-    def _moe_gemm(self, plan, h, ws, src, act, slot_of, y):
-        """Used experts dequantized to fp16 (one launch a tensor), two cublasGemmBatchedEx calls."""
-        from cupy_backends.cuda.libs import cublas
-        from lite.kernels import dequantize
-        from lite.kernels import moe_cuda as mk
-        cp = self.cp
-        wg, wu, wd = ws
-        n_expert, ff, n_embd = wg.shape
-        bm, nbm = plan["bm"], plan["n_blocks"]
-        P = nbm * bm
-        S = plan["pos"].size
-        eelems = ff * n_embd
-        kerns = [mk.gather_dequant_kernel(w.qtype) for w in ws]
-        gathered = all(kr is not None for kr in kerns)
-        if not gathered and slot_of is not None:
-            raise NotImplementedError(f"cached experts of type {wg.qtype}/{wd.qtype} need a gathered dequantize")
-        n_deq = min(n_expert, S) if gathered else n_expert
-        wa = cp.empty((n_deq, eelems), np.float16)            # gate, then down (stream order)
-        wb = cp.empty((n_deq, eelems), np.float16)            # up
-
-        def deq(i, out):
-            if gathered:
-                mk.gather_dequant(kerns[i], src[i], ws[i].data.size // n_expert, eelems, plan["used_list"],
-                                  slot_of, out, n_deq)
-            else:                                             # whole tensor: rank = expert index
-                dequantize(src[i], ws[i].qtype, np.float16, self.stream, out=out.reshape(-1))
-
-        xs = cp.empty((P, n_embd), np.float16)                # (P, n_embd) rows in padded order
-        mk.gather_x16(h, plan["blk_rows"], xs)
-        gu = cp.empty((2, P, ff), np.float32)
-        h16 = cp.empty((P, ff), np.float16)
-        dummy = cp.empty((bm, n_embd), np.float32)
-        arrays = cp.empty((9, nbm), np.uint64)
-        deq(0, wa)
-        deq(1, wb)
-        mk.ptrs(plan["blk_expert"], plan["rank"] if gathered else None, slot_of, nbm,
-                wa.data.ptr, wb.data.ptr, wa.data.ptr, eelems * 2, xs.data.ptr, bm * n_embd * 2,
-                gu[0].data.ptr, gu[1].data.ptr, bm * ff * 4, h16.data.ptr, bm * ff * 2,
-                y.data.ptr, bm * n_embd * 4, dummy.data.ptr, arrays)
-        handle = cp.cuda.device.get_cublas_handle()
-        cublas.setStream(handle, self.stream.ptr)
-        one, zero = np.array(1.0, np.float32), np.array(0.0, np.float32)
-        # Row-major Y = X W^T as column-major Y^T = W X^T (as gemm_f16_f32), per block.
-        cublas.gemmBatchedEx(handle, cublas.CUBLAS_OP_T, cublas.CUBLAS_OP_N, ff, bm, n_embd, one.ctypes.data,
-                             arrays[0].data.ptr, 2, n_embd, arrays[2].data.ptr, 2, n_embd, zero.ctypes.data,
-                             arrays[4].data.ptr, 0, ff, 2 * nbm, cublas.CUBLAS_COMPUTE_32F,
-                             cublas.CUBLAS_GEMM_DEFAULT)
-        mk.act(gu[0], gu[1], h16, act)
-        deq(2, wa)
-        cublas.gemmBatchedEx(handle, cublas.CUBLAS_OP_T, cublas.CUBLAS_OP_N, n_embd, bm, ff, one.ctypes.data,
-                             arrays[6].data.ptr, 2, ff, arrays[7].data.ptr, 2, ff, zero.ctypes.data,
-                             arrays[8].data.ptr, 0, n_embd, nbm, cublas.CUBLAS_COMPUTE_32F,
-                             cublas.CUBLAS_GEMM_DEFAULT)
-        return y
-
-    def _moe_per_expert(self, h, il, ids, weights, act):
-        """Expert by expert, for few tokens of a type with no fused grouped kernel (IQ types): the
-        host reads the ids (a sync) and launches per used expert."""
-        cp = self.cp
-        out = cp.zeros_like(h)
-        ids_h = cp.asnumpy(ids)
-        for e in np.unique(ids_h):
-            rows, slot = np.nonzero(ids_h == e)
-            x = h[cp.asarray(rows)]
-            g = self._expert_matmul(x, f"blk.{il}.ffn_gate_exps.weight", e)
-            u = self._expert_matmul(x, f"blk.{il}.ffn_up_exps.weight", e)
-            y = self._expert_matmul(self.act_mul(g, u, act), f"blk.{il}.ffn_down_exps.weight", e)
-            out[cp.asarray(rows)] += y * weights[cp.asarray(rows), cp.asarray(slot)][:, None]
-        return out
-
-    def _expert_matmul(self, x, name, e):
-        w = self.w[name]
-        n_exp, rows, cols = w.shape
-        per = w.data.size // n_exp
-        sub = _Weight(name, w.qtype, (rows, cols), w.data[e * per:(e + 1) * per])
-        return self._matmul(x, sub)
 
     # --- host transfers ------------------------------------------------------------------------
     def to_host(self, x):
