@@ -4,7 +4,7 @@ from dataclasses import dataclass, field
 
 from lite.errors import ConfigError
 
-SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3", "qwen3moe", "gemma3")
+SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3", "qwen3moe", "qwen2moe", "gemma3")
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,8 @@ class ModelConfig:
     n_expert: int = 0
     n_expert_used: int = 0
     n_ff_expert: int = 0
-    expert_weights_norm: bool = True
+    expert_weights_norm: bool = True   # renormalize the top-k router weights to sum to one
+    n_ff_shexp: int = 0      # qwen2moe: width of the shared expert (0: no shared expert)
     extra: dict = field(default_factory=dict, compare=False)
 
     def is_swa_layer(self, il: int) -> bool:
@@ -121,6 +122,19 @@ class ModelConfig:
             return cls(**common, rope_neox=True, act="silu", qk_norm=True,
                        n_expert=int(get("expert_count")), n_expert_used=int(get("expert_used_count")),
                        n_ff_expert=int(get("expert_feed_forward_length")))
+        if arch == "qwen2moe":
+            # qwen2's attention with experts and a shared expert; llama.cpp's llm_build_qwen2moe
+            # passes norm_w=false (the top-k weights stay as the softmax gave them) and falls back
+            # to n_ff / n_expert_used and n_ff when the expert widths are absent.
+            n_used = int(get("expert_used_count"))
+            n_ff_shexp = int(get("expert_shared_feed_forward_length", common["n_ff"]))
+            if n_used <= 0 or n_ff_shexp <= 0:
+                raise ConfigError(f"{where}qwen2moe needs expert_used_count and a shared expert width "
+                                  f"(expert_shared_feed_forward_length or feed_forward_length) > 0")
+            return cls(**common, rope_neox=True, act="silu", attn_bias=True,
+                       n_expert=int(get("expert_count")), n_expert_used=n_used,
+                       n_ff_expert=int(get("expert_feed_forward_length", common["n_ff"] // n_used)),
+                       expert_weights_norm=False, n_ff_shexp=n_ff_shexp)
         # gemma3
         return cls(**common, rope_neox=True, act="gelu_tanh", qk_norm=True, post_norms=True,
                    embed_scale=math.sqrt(n_embd),

@@ -32,7 +32,8 @@ def describe(path, list_tensors=False) -> str:
             f"vocabulary:    {cfg.n_vocab} ({md.get('tokenizer.ggml.model', '?')} tokenizer)",
         ]
         if cfg.is_moe:
-            lines.append(f"experts:       {cfg.n_expert}, {cfg.n_expert_used} used, ffn {cfg.n_ff_expert}")
+            lines.append(f"experts:       {cfg.n_expert}, {cfg.n_expert_used} used, ffn {cfg.n_ff_expert}"
+                         + (f", shared expert ffn {cfg.n_ff_shexp}" if cfg.n_ff_shexp else ""))
     except ConfigError as e:
         lines.append(f"note:          lite cannot run this file: {e}")
     lines.append(f"chat template: {'yes' if 'tokenizer.chat_template' in md else 'no'}")

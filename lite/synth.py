@@ -23,6 +23,7 @@ from gguf import GGUFWriter, LlamaFileType, TokenType
 from gguf import quants as gguf_quants
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType as QT
 
+from lite import synth_qwen2moe
 from lite.errors import LiteError
 
 log = logging.getLogger(__name__)
@@ -48,6 +49,7 @@ class Preset:
     n_expert: int = 0
     n_expert_used: int = 0
     n_ff_exp: int = 0
+    n_ff_shexp: int = 0            # shared expert width (qwen2moe)
     write_head_dim: bool = False   # the converter writes key_length/value_length only when config has head_dim
 
 
@@ -70,6 +72,7 @@ PRESETS = {
         "30b-a3b": Preset(48, 2048, 32, 4, 128, 6144, 151936, 151643, 32768, 1000000.0, 1e-6, 128, 8, 768,
                           write_head_dim=True),                                               # Qwen3-30B-A3B
     },
+    "qwen2moe": {k: Preset(**v) for k, v in synth_qwen2moe.PRESETS.items()},
 }
 ARCHS = tuple(PRESETS)
 
@@ -160,6 +163,8 @@ def plan(arch, preset, quant) -> list:
             specs += [mat(b + "ffn_gate.weight", (p.n_ff, p.n_embd), il),
                       mat(b + "ffn_down.weight", (p.n_embd, p.n_ff), il),
                       mat(b + "ffn_up.weight", (p.n_ff, p.n_embd), il)]
+        if arch == "qwen2moe":
+            specs += synth_qwen2moe.layer_tensors(p, il, mat)
     specs += [norm("output_norm.weight", p.n_embd, -1),
               mat("output.weight", (p.n_vocab, p.n_embd), -1, big)]
     return specs
@@ -331,6 +336,8 @@ def _metadata(w: GGUFWriter, arch, preset, p: Preset, q):
         w.add_expert_count(p.n_expert)
         w.add_expert_used_count(p.n_expert_used)
         w.add_expert_feed_forward_length(p.n_ff_exp)
+    if arch == "qwen2moe":
+        synth_qwen2moe.metadata(w, p)
     if p.write_head_dim:
         w.add_key_length(p.head_dim)
         w.add_value_length(p.head_dim)

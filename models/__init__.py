@@ -2,7 +2,7 @@
 from lite.models import gemma3, llama, qwen3moe
 
 FAMILIES = {"llama": llama, "qwen2": llama, "qwen3": llama, "qwen3moe": qwen3moe,
-            "gemma3": gemma3}
+            "qwen2moe": qwen3moe, "gemma3": gemma3}
 
 
 def family(arch):

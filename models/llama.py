@@ -23,10 +23,11 @@ def attention_block(ops, cfg, il, h, kv, pos0, window=0):
     return ops.linear(o, p + "attn_output.weight")
 
 
-def ffn_block(ops, cfg, il, h):
+def ffn_block(ops, cfg, il, h, kind=""):
+    """Gated FFN over ffn_{gate,up,down}<kind>.weight (kind "_shexp": qwen2moe's shared expert)."""
     p = f"blk.{il}."
-    gate, up = ops.linear_many(h, [p + "ffn_gate.weight", p + "ffn_up.weight"])
-    return ops.linear(ops.act_mul(gate, up, cfg.act), p + "ffn_down.weight")
+    gate, up = ops.linear_many(h, [p + f"ffn_gate{kind}.weight", p + f"ffn_up{kind}.weight"])
+    return ops.linear(ops.act_mul(gate, up, cfg.act), p + f"ffn_down{kind}.weight")
 
 
 def forward_layer(ops, cfg, il, x, kv, pos0):

@@ -1,14 +1,23 @@
-"""Qwen3-MoE: qwen3's attention (QK norm) and a mixture-of-experts FFN: a softmax router over all
-experts, the top n_expert_used chosen, their weights renormalized to sum to one, each chosen expert a
-SiLU-gated FFN. Expert tensors are 3-D: blk.N.ffn_{gate,up,down}_exps.weight (n_expert, rows, cols).
+"""Qwen3-MoE and Qwen2-MoE: a mixture-of-experts FFN: a softmax router over all experts, the top
+n_expert_used chosen, each chosen expert a SiLU-gated FFN. Expert tensors are 3-D:
+blk.N.ffn_{gate,up,down}_exps.weight (n_expert, rows, cols).
+
+qwen3moe: qwen3's attention (QK norm); the top-k weights renormalized to sum to one.
+qwen2moe: qwen2's attention (q/k/v biases, which linear adds); the top-k weights as the softmax gave
+them (cfg.expert_weights_norm False); plus a shared expert every token goes through, a gated FFN
+over ffn_{gate,up,down}_shexp.weight scaled per token by sigmoid(h . ffn_gate_inp_shexp.weight).
 """
-from lite.models.llama import attention_block
+from lite.models.llama import attention_block, ffn_block
 
 
 def moe_block(ops, cfg, il, h):
     p = f"blk.{il}."
     ids, weights = ops.moe_route(h, p + "ffn_gate_inp.weight", cfg.n_expert_used, cfg.expert_weights_norm)
-    return ops.moe_experts(h, il, ids, weights, cfg.act)
+    out = ops.moe_experts(h, il, ids, weights, cfg.act)
+    if cfg.n_ff_shexp:
+        shared = ffn_block(ops, cfg, il, h, "_shexp")
+        out = ops.add(out, ops.sigmoid_gate(shared, h, p + "ffn_gate_inp_shexp.weight"))
+    return out
 
 
 def forward_layer(ops, cfg, il, x, kv, pos0):

@@ -1,6 +1,8 @@
-"""lite's CPU forward on the tiny synthetic llama, qwen3 and qwen3moe files against llama.cpp
-(fixtures from tests/make_synth_fixtures.py): the logits of llama.cpp's top 10 at the last
-position, and 8 greedy tokens. For qwen3moe this is the independent check of the MoE forward."""
+"""lite's CPU forward on the tiny synthetic llama, qwen3, qwen3moe and qwen2moe files against
+llama.cpp (fixtures from tests/make_synth_fixtures.py): the logits of llama.cpp's top 10 at the last
+position, and 8 greedy tokens. For qwen3moe this is the independent check of the MoE forward; for
+qwen2moe, of the attention biases, the un-renormalized top-k weights and the gated shared expert
+(leaving out any one of them moves these logits by 0.08 or more; see lite/synth_qwen2moe.py)."""
 import json
 from pathlib import Path
 
@@ -14,7 +16,7 @@ from lite.synth import synth
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen3", "qwen3moe"])
+@pytest.mark.parametrize("arch", ["llama", "qwen3", "qwen3moe", "qwen2moe"])
 def test_cpu_forward_matches_llamacpp(arch, tmp_path):
     fx = json.loads((FIXTURES / f"synth_{arch}.json").read_text())
     path = tmp_path / f"{arch}.gguf"

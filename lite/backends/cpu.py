@@ -170,6 +170,12 @@ class CPUBackend(HostHandoff):
             np.add.at(out, rows, y * weights[rows, slot][:, None])
         return out
 
+    def sigmoid_gate(self, x, h, name):
+        """x (T, n) scaled row by row by sigmoid(h . w), w = name's vector (n_embd,): one gate a
+        token (qwen2moe's shared expert)."""
+        g = h @ self.w[name].reshape(-1)                      # (T,); some files store (1, n_embd)
+        return x * (1.0 / (1.0 + np.exp(-g)))[:, None]
+
     def add(self, a, b):
         return a + b
 

@@ -317,6 +317,15 @@ class CUDABackend(CUDAExperts):
             return self.k.gelu_tanh_mul(gate, up)
         raise ValueError(f"unknown activation {act!r}")
 
+    def sigmoid_gate(self, x, h, name):
+        """x (T, n) scaled row by row by sigmoid(h . w), w an F32 vector (n_embd,); CuPy ops on the
+        current stream (qwen2moe's shared expert; MoE stages do not capture graphs)."""
+        w = self.w[name]
+        if w.qtype != "F32":
+            raise NotImplementedError(f"{name}: a {w.qtype} gate vector on the GPU (F32 is)")
+        g = h @ w.data.reshape(-1)                            # (T,); some files store (1, n_embd)
+        return x * (1.0 / (1.0 + self.cp.exp(-g)))[:, None]
+
     def add(self, a, b):
         return a + b
 
