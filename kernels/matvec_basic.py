@@ -1,4 +1,5 @@
-"""Fused dequantize-and-dot (decode matvec) for Q4_0, Q8_0, Q4_K, Q5_K and Q6_K, in Numba.
+"""Fused dequantize-and-dot (decode matvec) for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K,
+in Numba.
 
 On a GPU the launcher hands aligned inputs to the CUDA C kernels of kernels/matvec_cuda.py (2-4x
 faster: these Numba kernels are bound by instructions); LITE_MATVEC_IMPL=numba keeps them here. The
@@ -224,6 +225,60 @@ def q8_0_cols(part):
     return 8 * part, 8 * part + 4
 
 
+@cuda.jit(device=True)
+def q4_1_unit(w, wh, base, part, q, ab):
+    # 20-byte blocks: d, m, qs[16]; value j = d * (qs[j] & 15) + m, value 16+j from the high nibble.
+    d = float32(wh[base >> 1])
+    m = float32(wh[(base >> 1) + 1])
+    qw = ld32u(w, base + 4 + 4 * part)
+    for k in range(4):
+        q[k] = bits_to_f32(ONE | (((qw >> (8 * k)) & 0xF) << 19))
+        q[4 + k] = bits_to_f32(ONE | (((qw >> (8 * k + 4)) & 0xF) << 19))
+    a = float32(16.0) * d
+    ab[0] = a
+    ab[1] = m - a
+    ab[2] = a
+    ab[3] = m - a
+
+
+@cuda.jit(device=True)
+def _q5_unit(w, base, qh_off, qs_off, part, q):
+    # 5-bit values: the low 4 bits from qs's nibbles, bit 4 of value j from bit j of qh (32 bits).
+    qh = ld32u(w, base + qh_off)
+    qw = ld32u(w, base + qs_off + 4 * part)
+    for k in range(4):
+        j = 4 * part + k
+        lo = ((qw >> (8 * k)) & 0xF) | (((qh >> j) & 1) << 4)
+        hi = ((qw >> (8 * k + 4)) & 0xF) | (((qh >> (j + 16)) & 1) << 4)
+        q[k] = bits_to_f32(ONE | (lo << 18))
+        q[4 + k] = bits_to_f32(ONE | (hi << 18))
+
+
+@cuda.jit(device=True)
+def q5_0_unit(w, wh, base, part, q, ab):
+    # 22-byte blocks: d, qh, qs[16]; value = d * (q5 - 16).
+    d = float32(wh[base >> 1])
+    _q5_unit(w, base, 2, 6, part, q)
+    a = float32(32.0) * d
+    ab[0] = a
+    ab[1] = float32(-1.5) * a
+    ab[2] = a
+    ab[3] = float32(-1.5) * a
+
+
+@cuda.jit(device=True)
+def q5_1_unit(w, wh, base, part, q, ab):
+    # 24-byte blocks: d, m, qh, qs[16]; value = d * q5 + m.
+    d = float32(wh[base >> 1])
+    m = float32(wh[(base >> 1) + 1])
+    _q5_unit(w, base, 4, 8, part, q)
+    a = float32(32.0) * d
+    ab[0] = a
+    ab[1] = m - a
+    ab[2] = a
+    ab[3] = m - a
+
+
 # name: (unit decoder, column map, units per block)
 _SPECS = {
     "Q4_K": (q4k_unit, k_cols, 32),
@@ -231,6 +286,11 @@ _SPECS = {
     "Q6_K": (q6k_unit, q6k_cols, 32),
     "Q4_0": (q4_0_unit, q4_0_cols, 4),
     "Q8_0": (q8_0_unit, q8_0_cols, 4),
+    # Q4_1/Q5_0/Q5_1 (SmolLM2's and Gemma 3's files): Numba only on the GPU too, so that a decode
+    # step of those models has a fused product for every matrix and can be captured in a graph.
+    "Q4_1": (q4_1_unit, q4_0_cols, 4),
+    "Q5_0": (q5_0_unit, q4_0_cols, 4),
+    "Q5_1": (q5_1_unit, q4_0_cols, 4),
 }
 
 

@@ -14,11 +14,14 @@ from lite.kernels.reduce import group_sum, warp_sum
 from numba import cuda  # after lite.kernels: the simulator's numba.cuda is swapped in for kernels
 from lite.kernels.util import SIMULATOR
 
-TYPES = ["Q4_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K"]
+TYPES = ["Q4_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K"]      # with a CUDA C twin
+NUMBA_ONLY = ["Q4_1", "Q5_0", "Q5_1"]                   # Numba kernels on the GPU as well
+ALL_TYPES = TYPES + NUMBA_ONLY
 
 # Block counts per row are odd on purpose for the types whose blocks are not a multiple of 4 bytes:
 # rows then start at byte offsets that are not 4-aligned, and the total is not a whole number of words.
-SHAPES = {"Q4_0": (6, 224), "Q8_0": (5, 96), "Q4_K": (6, 512), "Q5_K": (5, 512), "Q6_K": (5, 768)}
+SHAPES = {"Q4_0": (6, 224), "Q8_0": (5, 96), "Q4_K": (6, 512), "Q5_K": (5, 512), "Q6_K": (5, 768),
+          "Q4_1": (6, 224), "Q5_0": (5, 160), "Q5_1": (7, 96)}
 
 
 def _xp():
@@ -56,14 +59,14 @@ def _check(out, ref, scale):
 
 
 def test_all_basic_types_registered():
-    assert set(TYPES) <= set(matvec_types())
+    assert set(ALL_TYPES) <= set(matvec_types())
 
 
-@pytest.mark.parametrize("qtype", TYPES)
+@pytest.mark.parametrize("qtype", ALL_TYPES)
 @pytest.mark.parametrize("n", [1, 3])
 def test_matvec_matches_float64_reference(qtype, n):
     rows, cols = SHAPES[qtype]
-    blocks, x, ref, scale = _problem(qtype, rows, cols, n, seed=10 * TYPES.index(qtype) + n)
+    blocks, x, ref, scale = _problem(qtype, rows, cols, n, seed=10 * ALL_TYPES.index(qtype) + n)
     xp = _xp()
     out = matvec(xp.asarray(blocks), qtype, xp.asarray(x), rows, cols)
     _check(out, ref, scale)
