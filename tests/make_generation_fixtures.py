@@ -36,6 +36,13 @@ PLAIN = [
     "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
     "Once upon a time, in a small village by the sea, there lived",
 ]
+# A prompt longer than Gemma 3's 512-token sliding window, so that its local layers' window (and the
+# chunked prefill of a long prompt) is checked too.
+LONG = " ".join(
+    f"Chapter {i}. The lighthouse keeper counted {i * 7 + 3} ships that night, wrote their names in "
+    f"the ledger, and wondered whether the storm from the {['north', 'east', 'south', 'west'][i % 4]} "
+    f"would reach the harbour before dawn." for i in range(1, 25)) + " In the morning, the keeper"
+PLAIN.append(LONG)
 CHATS = [
     [{"role": "user", "content": "What is the tallest mountain in the world?"}],
     [{"role": "system", "content": "You are a terse assistant."},
@@ -82,7 +89,7 @@ def f32_copy(src, dst):
 
 
 def run_model(path, n_gen):
-    llm = llama_cpp.Llama(model_path=str(path), n_ctx=512, n_batch=512, n_threads=2, logits_all=True,
+    llm = llama_cpp.Llama(model_path=str(path), n_ctx=1024, n_batch=512, n_threads=2, logits_all=True,
                           verbose=False, seed=0)
     meta = llm.metadata
     template = meta.get("tokenizer.chat_template")
@@ -132,7 +139,7 @@ def main():
             c.update({f"native_{k}": n[k] for k in ("generated", "top5_ids", "top5_logits",
                                                     "generated_text")})
         doc = {"model": fname, "reference": f"llama.cpp via llama-cpp-python {llama_cpp.__version__}",
-               "settings": "CPU, n_ctx 512, f16 KV cache, greedy; the file's weights dequantized "
+               "settings": "CPU, n_ctx 1024, f16 KV cache, greedy; the file's weights dequantized "
                            "to F32 (native_*: the quantized file as it is)", "cases": cases}
         (fixtures / f"generate_{key}.json").write_text(json.dumps(doc, indent=1, ensure_ascii=False))
 

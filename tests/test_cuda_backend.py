@@ -29,9 +29,10 @@ def synth_model(request, tmp_path_factory):
     return str(path)
 
 
-def compare(path, ids, n_gen, kv="f16", rtol=1e-2):
-    cpu = Engine(path, device="cpu", max_context=256, kv=kv, prefill_chunk=16)
-    gpu = Engine(path, device="cuda", max_context=256, kv=kv, prefill_chunk=16)
+def compare(path, ids, n_gen, kv="f16", rtol=1e-2, chunk=16):
+    ctx = max(256, len(ids) + n_gen + 8)
+    cpu = Engine(path, device="cpu", max_context=ctx, kv=kv, prefill_chunk=chunk)
+    gpu = Engine(path, device="cuda", max_context=ctx, kv=kv, prefill_chunk=chunk)
     lc = cpu.prefill(ids, all_logits=True)
     lg = gpu.prefill(ids, all_logits=True)
     close = np.isclose(lg, lc, rtol=rtol, atol=rtol * np.abs(lc).max())
@@ -87,5 +88,5 @@ def test_real_model_gpu_matches_cpu(key):
     if not path.exists() or not doc.exists():
         pytest.skip(f"{path.name} or its fixtures are not on this machine")
     for case in json.loads(doc.read_text())["cases"]:
-        got, want = compare(str(path), case["prompt_ids"], len(case["generated"]))
+        got, want = compare(str(path), case["prompt_ids"], len(case["generated"]), chunk=128)
         assert got == want

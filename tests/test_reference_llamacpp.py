@@ -23,7 +23,7 @@ def load(key):
 @pytest.fixture(scope="module", params=["smollm2", "gemma3"])
 def case_set(request):
     doc = load(request.param)
-    engine = Engine(real_model(request.param), device="cpu", max_context=512, kv="f16")
+    engine = Engine(real_model(request.param), device="cpu", max_context=1024, kv="f16")
     return request.param, doc, engine
 
 
