@@ -27,7 +27,7 @@ def main():
     cases = json.loads((Path(__file__).parent.parent / "tests/fixtures/generate_smollm2.json")
                        .read_text())["cases"]
     greedy = Sampler(SamplingParams.greedy())
-    ctx = 1024
+    ctx = 2048                      # the longest fixture prompt (~920 tokens) plus -n
     f16 = Engine(path, device=a.device, max_context=ctx, kv="f16")
     i8 = Engine(path, device=a.device, max_context=ctx, kv="int8")
     agree = total = 0
