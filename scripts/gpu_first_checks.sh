@@ -17,5 +17,7 @@ t env LITE_MOE_GROUPED=1 python3 -m pytest -q tests/test_cuda_backend.py -k qwen
 TAIL=30 t $L calibrate /tmp/8b.gguf --device cuda --check 8192 --check-chunks 512,1024,2048
 TAIL=20 t $L bench /tmp/8b.gguf -p 8192 -n 0 -r 2 --device cuda --prefill auto
 TAIL=20 t $L bench /tmp/8b.gguf -p 8192 -n 0 -r 2 --device cuda --prefill 2048 --layer-split 4 --timeline "$out/tl.json"
-# 4. where decode time goes (then try docs/wip/decode-attention-splits.patch against it)
+# 4. one-pass prefill attention (kernels/flash_attn.py, opt-in): its tests ran in step 1; speed
+TAIL=8 t env LITE_FLASH_ATTN=1 $L bench /tmp/8b.gguf -p 8192,32768 -n 0 -r 2 --device cuda --prefill 2048
+# 5. where decode time goes (then try docs/wip/decode-attention-splits.patch against it)
 TAIL=12 t python3 scripts/profile_decode.py /tmp/8b.gguf 512

@@ -8,6 +8,7 @@ only where data leaves the device (logits, hand-off).
 """
 import contextlib
 import logging
+import os
 
 import numpy as np
 
@@ -15,6 +16,9 @@ from lite.backends.cuda_moe import FUSED_MAX_TOKENS, CUDAExperts, _Weight
 
 log = logging.getLogger(__name__)
 
+# One-pass prefill attention (kernels/flash_attn.py): not yet run on a GPU, so opt-in until the
+# GPU tests pass with it (LITE_FLASH_ATTN=1).
+FLASH_ATTN = os.environ.get("LITE_FLASH_ATTN") == "1"
 PINNED_STAGING_BYTES = 64 << 20
 ATTN_SCRATCH_BYTES = 2 << 30      # scores + probabilities of the heads attended at once
 
@@ -270,6 +274,10 @@ class CUDABackend(CUDAExperts):
         if T == 1:
             return self._attention_decode(kv, il, q, k, v, scale, window)
         kv.write(il, k, v, pos0)
+        from lite.kernels import flash_attn
+        if FLASH_ATTN and kv.kind == "f16" and flash_attn.supported(q.shape[2], kv.v[il].shape[2]):
+            o = flash_attn.flash_prefill(q, kv.k[il], kv.v[il], pos0, window, scale, self.stream)
+            return o.reshape(T, -1)
         S = pos0 + T
         if kv.kind == "f16":
             K, V = kv.k[il], kv.v[il]                          # (Hkv, S_max, D) f16, first S used
