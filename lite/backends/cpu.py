@@ -49,12 +49,16 @@ class CPUBackend(HostHandoff):
     device_key = "cpu"
 
     def __init__(self, gguf, names, tied_output=False):
+        from lite.progress import Progress
         self.gguf = gguf
         self.w = {}
+        progress = Progress(sum(gguf.tensors[n].nbytes for n in names), "dequantizing weights")
         for n in names:
+            progress.update(gguf.tensors[n].nbytes)
             if n == "token_embd.weight" or "_exps." in n:
                 continue  # kept quantized: embed() and moe_experts() dequantize what they use
             self.w[n] = dequantize_tensor(gguf.tensors[n])
+        progress.close()
         self.tied_output = tied_output
         self._out = None
 

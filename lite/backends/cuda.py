@@ -94,6 +94,9 @@ class CUDABackend(CUDAExperts):
         """Copy each tensor from the mapped file to the device through two pinned buffers."""
         import cupyx
         cp = self.cp
+        from lite.progress import Progress
+        progress = Progress(sum(self.gguf.tensors[n].nbytes for n in names),
+                            f"loading weights to GPU {self.device.id}")
         staging = [cupyx.empty_pinned(PINNED_STAGING_BYTES, np.uint8) for _ in range(2)]
         events = [None, None]
         slot = 0
@@ -114,8 +117,10 @@ class CUDABackend(CUDAExperts):
                 dst[off:off + n_b].set(staging[slot][:n_b], stream=self.stream)
                 events[slot] = self.stream.record()
                 slot ^= 1
+                progress.update(n_b)
             self.w[n] = _Weight(n, t.type_name, t.shape, data)
         self.stream.synchronize()
+        progress.close()
         cp = self.cp
         for members in self._groups:
             ws = [self.w[m] for m in members]
