@@ -1,4 +1,5 @@
 """The `lite` command. Errors a user can act on print one line and exit non-zero, never a traceback."""
+import functools
 import logging
 import os
 import sys
@@ -64,6 +65,31 @@ def model_options(f):
     return f
 
 
+def sampling_options(f):
+    """The sampling flags, gathered into one `sampling` dict for LLM.stream()."""
+    names = ("temp", "top_k", "top_p", "min_p", "repeat_penalty", "seed")
+
+    @functools.wraps(f)
+    def wrapper(*args, **kw):
+        vals = {n: kw.pop(n) for n in names}
+        vals["temperature"] = vals.pop("temp")
+        return f(*args, sampling=vals, **kw)
+    for opt in reversed([
+        click.option("--temp", default=0.8, type=click.FloatRange(min=0), show_default=True,
+                     help="Temperature; 0 is greedy."),
+        click.option("--top-k", default=40, type=click.IntRange(min=0), show_default=True,
+                     help="0 disables."),
+        click.option("--top-p", default=0.95, type=click.FloatRange(0, 1, min_open=True),
+                     show_default=True),
+        click.option("--min-p", default=0.05, type=click.FloatRange(0, 1), show_default=True),
+        click.option("--repeat-penalty", default=1.0, type=click.FloatRange(min=0, min_open=True),
+                     show_default=True, help="1.0 disables."),
+        click.option("--seed", default=None, type=int, help="Random seed (same seed, same text)."),
+    ]):
+        wrapper = opt(wrapper)
+    return wrapper
+
+
 def parse_split(spec):
     if spec in (None, "auto"):
         return spec
@@ -99,19 +125,11 @@ def cli(verbose):
               help="Read the prompt from a file.")
 @click.option("-n", "--n-predict", default=256, type=int, callback=_positive, show_default=True,
               help="Tokens to generate at most (stops earlier at an end-of-turn token).")
-@click.option("--temp", default=0.8, type=click.FloatRange(min=0), show_default=True,
-              help="Temperature; 0 is greedy.")
-@click.option("--top-k", default=40, type=click.IntRange(min=0), show_default=True, help="0 disables.")
-@click.option("--top-p", default=0.95, type=click.FloatRange(0, 1, min_open=True), show_default=True)
-@click.option("--min-p", default=0.05, type=click.FloatRange(0, 1), show_default=True)
-@click.option("--repeat-penalty", default=1.0, type=click.FloatRange(min=0, min_open=True),
-              show_default=True, help="1.0 disables.")
-@click.option("--seed", default=None, type=int, help="Random seed (same seed, same text).")
 @click.option("--chat", is_flag=True, help="Wrap the prompt in the model's chat template as a user turn.")
 @click.option("-s", "--system", default=None, help="System message for --chat.")
+@sampling_options
 @model_options
-def run(model, prompt, prompt_file, n_predict, temp, top_k, top_p, min_p, repeat_penalty, seed,
-        chat, system, **engine_opts):
+def run(model, prompt, prompt_file, n_predict, chat, system, sampling, **engine_opts):
     """Generate text from a prompt, streamed to standard output."""
     from lite.api import LLM
     if prompt_file:
@@ -129,8 +147,7 @@ def run(model, prompt, prompt_file, n_predict, temp, top_k, top_p, min_p, repeat
         prompt = llm.chat_prompt(msgs + [{"role": "user", "content": prompt}])
     else:
         sys.stdout.write(prompt)
-    for piece in llm.stream(prompt, max_tokens=n_predict, temperature=temp, top_k=top_k,
-                            top_p=top_p, min_p=min_p, repeat_penalty=repeat_penalty, seed=seed):
+    for piece in llm.stream(prompt, max_tokens=n_predict, **sampling):
         sys.stdout.write(piece)
         sys.stdout.flush()
     sys.stdout.write("\n")
@@ -138,6 +155,45 @@ def run(model, prompt, prompt_file, n_predict, temp, top_k, top_p, min_p, repeat
     click.echo(f"lite: {llm.device}: prompt {s.prompt_tokens} tokens ({s.reused_tokens} cached), "
                f"{s.prefill_tps:.1f} tok/s; generated {s.generated} tokens, {s.decode_tps:.1f} tok/s",
                err=True)
+
+
+@cli.command()
+@click.option("-m", "--model", default=None,
+              help="GGUF file, or a known model: smollm2 (default), gemma3.")
+@click.option("-s", "--system", default=None, help="System message.")
+@click.option("-n", "--n-predict", default=512, type=int, callback=_positive, show_default=True,
+              help="Tokens to generate at most per answer.")
+@sampling_options
+@model_options
+def chat(model, system, n_predict, sampling, **engine_opts):
+    """Talk with the model: one message a line on standard input, answers streamed back.
+
+    Each turn renders the whole conversation with the model's chat template; the KV of the turns
+    already seen is reused, so only the new message is prefilled. /exit or end of input quits."""
+    from lite.api import LLM
+    llm = LLM(model, **engine_kwargs(**engine_opts))
+    msgs = [{"role": "system", "content": system}] if system else []
+    tty = sys.stdin.isatty()
+    while True:
+        if tty:
+            click.echo("> ", nl=False, err=True)
+        line = sys.stdin.readline()
+        if not line or line.strip() == "/exit":
+            break
+        if not line.strip():
+            continue
+        msgs.append({"role": "user", "content": line.rstrip("\n")})
+        answer = []
+        for piece in llm.stream(llm.chat_prompt(msgs), max_tokens=n_predict, **sampling):
+            answer.append(piece)
+            sys.stdout.write(piece)
+            sys.stdout.flush()
+        sys.stdout.write("\n")
+        sys.stdout.flush()
+        msgs.append({"role": "assistant", "content": "".join(answer)})
+        s = llm.last_stats
+        logging.getLogger("lite.chat").info("turn: %d prompt tokens (%d reused), %d generated",
+                                            s.prompt_tokens, s.reused_tokens, s.generated)
 
 
 @cli.command()

@@ -116,3 +116,13 @@ def test_device_cuda_without_a_gpu_is_an_error_auto_falls_back(smollm2):
     rc, out, err = lite("run", "-m", smollm2, "-p", "hi", "-n", "2", "--temp", "0")
     assert rc == 0 and out.startswith("hi")
     assert sum("running on the CPU" in ln for ln in err.splitlines()) == 1
+
+
+def test_chat_two_turns_reuse_the_cached_conversation(smollm2):
+    rc, out, err = lite("-v", "chat", "-m", smollm2, "--temp", "0", "-n", "12", "--device", "cpu",
+                        input="What is 2+2?\nAnd times 3?\n")
+    assert rc == 0, err
+    assert len([ln for ln in out.splitlines() if ln.strip()]) >= 2
+    turns = [ln for ln in err.splitlines() if "turn:" in ln]
+    assert len(turns) == 2
+    assert "(0 reused)" in turns[0] and "(0 reused)" not in turns[1]
