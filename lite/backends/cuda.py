@@ -46,6 +46,7 @@ class CUDABackend(CUDAExperts):
 
     def __init__(self, gguf, names, device_id=0):
         import cupy as cp
+        import cupyx
         from lite.kernels import cupy_ops
         self.cp = self.xp = cp
         self.k = cupy_ops
@@ -56,26 +57,26 @@ class CUDABackend(CUDAExperts):
             self.stream = cp.cuda.Stream(non_blocking=True)
             self.w = {}
             self.fused = {}       # (names...) -> (_Weight of the rows stacked, row counts)
-            self._upload(self._fusion_order(names))
-            biggest = max((t.data.size for t in self.w.values() if t.qtype not in ("F32", "F16")),
-                          default=0)
+            self._plan_fusion(names)
+            self._upload(names)
+            # fp16 scratch for the largest quantized weight a prefill product dequantizes
+            quantized = [w for w in self.w.values() if w.qtype not in ("F32", "F16")]
+            quantized += [w for w, _ in self.fused.values()]
             self._scratch = None
-            self._scratch_elems = max((int(np.prod(t.shape)) for t in self.w.values()
-                                       if t.qtype not in ("F32", "F16")), default=0)
-            del biggest
+            self._scratch_elems = max((int(np.prod(w.shape)) for w in quantized), default=0)
             # The decode position lives on the device, so a captured graph replays any position.
             self.pos_dev = cp.zeros(1, np.int64)
-            self._pos_host = cupyx_pinned_int64()
+            self._pos_host = cupyx.empty_pinned(1, np.int64)
         self.capturing = False
         self._graph_memory = []   # allocations captured graphs refer to, kept alive with them
 
     # --- loading -------------------------------------------------------------------------------
     FUSE = (("attn_q.weight", "attn_k.weight", "attn_v.weight"), ("ffn_gate.weight", "ffn_up.weight"))
 
-    def _fusion_order(self, names):
-        """Names in upload order, with the members of each fusable group (same quant type and row
-        length, in GGUF blocks) recorded so that they are uploaded into one buffer: a decode step
-        then runs one fused product for q, k and v, and one for gate and up, instead of five."""
+    def _plan_fusion(self, names):
+        """Record the fusable groups (same quant type and row length, in GGUF blocks) that
+        _upload stacks into one buffer: a decode step then runs one fused product for q, k and v,
+        and one for gate and up, instead of five."""
         have = set(names)
         self._groups = []
         for n in names:
@@ -88,7 +89,6 @@ class CUDABackend(CUDAExperts):
                             and len({t.shape[-1] for t in ts}) == 1 and len(ts[0].shape) == 2
                             and ts[0].type_name not in ("F32", "F16")):
                         self._groups.append(members)
-        return names
 
     def _upload(self, names):
         """Copy each tensor from the mapped file to the device through two pinned buffers."""
@@ -369,11 +369,6 @@ class CUDABackend(CUDAExperts):
 
     def synchronize(self):
         self.stream.synchronize()
-
-
-def cupyx_pinned_int64():
-    import cupyx
-    return cupyx.empty_pinned(1, np.int64)
 
 
 def gemm_strided(cp, stream, transa, transb, m, n, k, A, a_type, lda, stride_a, B, b_type, ldb,
