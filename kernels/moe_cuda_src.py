@@ -28,11 +28,11 @@ __global__ void moe_topk(const float* __restrict__ logits, int* __restrict__ ids
     if (t >= T) return;
     const float* l = logits + (long long)t * n_expert;
     float p[V];
-    float m = -INFINITY;
+    float m = -__int_as_float(0x7f800000);
     #pragma unroll
     for (int i = 0; i < V; i++) {
         const int e = lane + 32 * i;
-        p[i] = e < n_expert ? l[e] : -INFINITY;
+        p[i] = e < n_expert ? l[e] : -__int_as_float(0x7f800000);
         m = fmaxf(m, p[i]);
     }
     for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(FULL, m, o));
