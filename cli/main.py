@@ -19,15 +19,26 @@ def _positive(ctx, param, value):
 
 
 def _chunk(ctx, param, value):
-    if value is None or value == "auto":
+    """auto or a token count; `lite bench` also takes a comma list (one row per value)."""
+    if value is None:
         return value
-    try:
-        n = int(value)
-    except ValueError:
-        n = 0
-    if n <= 0:
-        raise click.BadParameter(f"expected auto or a positive token count, got {value!r}")
-    return n
+    items = value.split(",")
+    if len(items) > 1 and ctx.info_name != "bench":
+        raise click.BadParameter(f"expected auto or one token count, got {value!r} "
+                                 "(lists are for `lite bench`)")
+    out = []
+    for v in items:
+        if v == "auto":
+            out.append(v)
+            continue
+        try:
+            n = int(v)
+        except ValueError:
+            n = 0
+        if n <= 0:
+            raise click.BadParameter(f"expected auto or a positive token count, got {v!r}")
+        out.append(n)
+    return out if len(out) > 1 else out[0]
 
 
 def engine_kwargs(device, max_context, kv, prefill_chunk, layer_split, pipeline, handoff_depth,
@@ -55,7 +66,8 @@ def model_options(f):
                      "stage waits for the rest of the chain (for comparison).")(f)
     f = click.option("--prefill", "prefill_chunk", default=None, callback=_chunk,
                      metavar="auto|N", help="Prefill chunk in tokens, or auto: chosen from the "
-                     "prompt length and stage count by a cost model (default 512).")(f)
+                     "prompt length and stage count by a cost model (default 512). `lite bench` "
+                     "takes a list: auto,1024,2048.")(f)
     f = click.option("--kv", default="f16", type=click.Choice(KV_KINDS), show_default=True,
                      help="KV cache element type; int8 halves its memory.")(f)
     f = click.option("-c", "--max-context", default=None, type=int, callback=_positive,
@@ -233,6 +245,8 @@ def bench(target, n_prompt, n_gen, repetitions, as_json, timeline, **engine_opts
                                  param_hint="-p") from None
     if any(n <= 0 for n in lens) or n_gen < 0:
         raise click.BadParameter("prompt lengths must be positive and -n non-negative")
+    chunks = engine_opts["prefill_chunk"]
+    engine_opts["prefill_chunk"] = chunks if isinstance(chunks, list) else [chunks]
     rows = bench_model(resolve_model(target), lens, n_gen, repetitions, timeline=timeline,
                        **engine_kwargs(**engine_opts))
     click.echo(json.dumps(rows, indent=1) if as_json else format_table(rows))

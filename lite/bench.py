@@ -21,14 +21,30 @@ def _prompt(engine, n_tokens, nonce):
 
 def bench_model(path, prompt_lens, n_gen, repetitions=3, timeline=None, **engine_kw):
     """Rows of prefill (ppN) and decode (tgN @ N) tokens/s. With timeline (a path), the stage
-    timeline of the last prefill is printed to stderr and written there as a Chrome trace."""
+    timeline of the last prefill is printed to stderr and written there as a Chrome trace.
+    prefill_chunk may be a list (auto, 1024, ...): one model load, rows for each chunk setting."""
     need = max(prompt_lens) + n_gen
     if engine_kw.get("max_context") is None:
         engine_kw["max_context"] = need
-    engine = Engine(path, device_times=bool(timeline), **engine_kw)
+    chunks = engine_kw.pop("prefill_chunk", None)
+    chunks = chunks if isinstance(chunks, list) else [chunks]
+    engine = Engine(path, device_times=bool(timeline), prefill_chunk=chunks[0], **engine_kw)
+    rows = []
+    for chunk in chunks:
+        engine.chunk = chunk or engine.chunk
+        rows += _bench_rows(engine, prompt_lens, n_gen, repetitions, nonce0=1 + len(rows) * 1000)
+    if timeline:
+        import sys
+        tl = engine.chain.timeline
+        print(tl.format(), file=sys.stderr)
+        tl.to_chrome_trace(timeline)
+    return rows
+
+
+def _bench_rows(engine, prompt_lens, n_gen, repetitions, nonce0):
     greedy = Sampler(SamplingParams.greedy())
     rows = []
-    nonce = 1
+    nonce = nonce0
     for n in prompt_lens:
         pp, tg = [], []
         for rep in range(repetitions + 1):          # the first is the warm-up
@@ -48,24 +64,24 @@ def bench_model(path, prompt_lens, n_gen, repetitions=3, timeline=None, **engine
                     tg.append(n_gen / (t2 - t1))
         rows.append({"model": engine.gguf.path.rsplit("/", 1)[-1], "arch": engine.cfg.arch,
                      "device": engine.device, "kv": engine.stages[0].kv.kind,
-                     "chunk": engine.last_chunk, "stages": len(engine.stages),
+                     "chunk": engine.last_chunk, "prefill": engine.chunk, "stages": len(engine.stages),
                      "test": f"pp{n}", "tok_s": statistics.median(pp), "runs": pp})
         if n_gen:
             rows.append({**rows[-1], "test": f"tg{n_gen} @ {n}", "tok_s": statistics.median(tg),
                          "runs": tg})
-    if timeline:
-        import sys
-        tl = engine.chain.timeline
-        print(tl.format(), file=sys.stderr)
-        tl.to_chrome_trace(timeline)
     return rows
 
 
+def _chunk_label(row):
+    """The chunk a prefill used; `auto 4096` when the cost model chose it."""
+    return f"auto {row['chunk']}" if row.get("prefill") == "auto" else str(row["chunk"])
+
+
 def format_table(rows):
-    head = f"| {'model':36s} | {'device':6s} | {'kv':4s} | {'chunk':>5s} | {'stages':>6s} | {'test':>12s} | {'t/s':>10s} |"
+    head = f"| {'model':36s} | {'device':6s} | {'kv':4s} | {'chunk':>9s} | {'stages':>6s} | {'test':>12s} | {'t/s':>10s} |"
     sep = "|" + "|".join("-" * (len(c)) for c in head.split("|")[1:-1]) + "|"
     out = [head, sep]
     for r in rows:
-        out.append(f"| {r['model'][:36]:36s} | {r['device']:6s} | {r['kv']:4s} | {str(r['chunk']):>5s} | "
+        out.append(f"| {r['model'][:36]:36s} | {r['device']:6s} | {r['kv']:4s} | {_chunk_label(r):>9s} | "
                    f"{r['stages']:6d} | {r['test']:>12s} | {r['tok_s']:10.2f} |")
     return "\n".join(out)

@@ -76,10 +76,24 @@ def test_prompt_longer_than_context(smollm2):
     (["--top-p", "2"], "--top-p"),
     (["--layer-split", "3,x"], "--layer-split"),
     (["--bogus-flag"], "bogus"),
+    (["--prefill", "512,1024"], "--prefill"),
 ])
 def test_bad_flag_values(flags, needle):
     rc, _, err = lite("run", "-p", "hi", *flags)
     assert_one_line_error(rc, err, needle)
+
+
+def test_bench_takes_a_list_of_prefill_chunks(tmp_path):
+    import json
+    path = tmp_path / "tiny.gguf"
+    rc, _, err = lite("synth", "--arch", "llama", "--preset", "tiny", "--quant", "Q8_0", str(path))
+    assert rc == 0, err
+    rc, out, err = lite("bench", str(path), "-p", "48", "-n", "2", "-r", "1", "--device", "cpu",
+                        "--prefill", "16,32", "--json")
+    assert rc == 0, err
+    rows = json.loads(out)
+    assert [(r["test"], r["chunk"]) for r in rows] == [("pp48", 16), ("tg2 @ 48", 16),
+                                                       ("pp48", 32), ("tg2 @ 48", 32)]
 
 
 def test_layer_split_must_cover_the_model(smollm2):
