@@ -1,187 +1,299 @@
-"""Prefill attention in one pass (flash attention) on tensor cores, CUDA C through CuPy.
+"""Prefill attention in one pass (flash attention, FlashAttention-2 style) on tensor cores.
 
-NOT YET RUN ON A GPU: written when session 1's device time was spent (it compiles with nvcc for
-sm_90). The CUDA backend uses it only with LITE_FLASH_ATTN=1; tests/test_cuda_backend.py compares
-it with the materialized path on the GPU. Why it matters: the materialized path writes and reads a
-(G*T, S) fp32 score block and an fp16 probability block per KV head, which at 32K context costs more
-than the matrix products (pp32768: 7,100 tok/s against llama.cpp's 8,624, BENCHMARKS.md).
+CUDA C through CuPy (NVRTC), with inline PTX `mma.sync.m16n8k16` and `ldmatrix` rather than
+<mma.h>/wmma: CuPy's pip wheels ship no crt/mma.h, so wmma does not compile for pip-only users.
 
-One CTA = 64 query rows of one head, 4 warps of 16 rows. For each tile of 32 keys (causal and
-sliding-window ranges only): S = Q K^T with wmma (fp16 in, fp32 out) into shared memory, an online
-softmax by lane pairs (lane 2r and 2r+1 own row r), P (fp16) V with wmma into shared memory, and
-O = O * alpha + PV in registers. Shapes: q (T, H, D) f32, K/V caches (Hkv, S_max, D) f16, out
-(T, H, Dv) f32; D and Dv are 64 or 128.
+Why: the materialized path (lite/backends/cuda.py) writes and reads a (G*T, S) fp32 score block and
+an fp16 probability block per KV head, which at 32K context costs more than the matrix products.
+Here scores never leave registers.
+
+One CTA = 64 query rows (4 warps x 16 rows) of one head. The CTAs of the heads that share a KV head
+run next to each other, so they read the same K/V tiles while those are in L2; the last query tiles
+(the ones that attend to the most keys, when causal) start first. Per tile of 64 keys, staged in
+shared memory by cp.async (double-buffered: the next tile loads while this one is used):
+  S = Q K^T   mma.sync, Q fragments held in registers for the whole kernel, K by ldmatrix;
+  mask        causal from pos0 (the chunk sees the whole cache before it) and the sliding window,
+              only on tiles that cross a mask edge;
+  softmax     online, in the m16n8 accumulator layout (a thread holds rows lane/4 and lane/4+8,
+              columns 2*(lane%4)+{0,1} of each 8-key slice): the row max over the 4 threads of a
+              quad by two shuffles, exp2 with the scale folded in;
+  O += P V    P repacked from the S accumulators straight into A fragments (fp16), V by
+              ldmatrix.trans, O in fp32 registers rescaled by exp2(m_old - m_new).
+Shapes: q (T, H, D) f32; K/V caches (Hkv, S_max, D) f16, positions 0..pos0+T-1 used; out (T, H, D)
+f32. D = Dv = 64 or 128. tests/test_flash_attn.py has a NumPy twin of the fragment layouts (runs in
+CPU CI) and the GPU tests against a reference and the materialized path.
 """
 import numpy as np
 
 _SRC = r"""
 #include <cuda_fp16.h>
-#include <mma.h>
-using namespace nvcuda;
-#define BM 64
-#define BN 32
+
+
+#define BM 64                      // query rows a CTA: 4 warps x 16
+#define BN 64                      // keys a tile
+#define KS (D + 8)                 // shared row stride in halves: the 8 rows an ldmatrix reads
+                                   // start 16 bytes apart in bank terms, so no bank conflicts
 #define NEG_INF (-__int_as_float(0x7f800000))
 
-extern "C" __global__ void flash_fwd(const float* __restrict__ q, const __half* __restrict__ K,
-        const __half* __restrict__ V, float* __restrict__ out, int T, int H, int Hkv, int S_max,
-        long long pos0, int window, float scale) {
-    extern __shared__ __align__(32) unsigned char smem[];
-    __half* Qs = (__half*)smem;                                  // BM x D
-    __half* Ks = Qs + BM * D;                                    // BN x D
-    __half* Vs = Ks + BN * D;                                    // BN x DV
-    float* Sf = (float*)(Vs + BN * DV);                          // 4 warps x 16 x BN
-    __half* Ph = (__half*)(Sf + 4 * 16 * BN);                    // 4 warps x 16 x BN
-    float* PVf = (float*)(Ph + 4 * 16 * BN);                     // 4 warps x 16 x DV
-    const int h = blockIdx.y, hk = h / (H / Hkv);
-    const int t0 = blockIdx.x * BM;
+__device__ __forceinline__ unsigned pack_half2(float lo, float hi) {
+    __half2 h = __floats2half2_rn(lo, hi);             // lo in the low 16 bits: the lower column
+    return *reinterpret_cast<unsigned*>(&h);
+}
+
+__device__ __forceinline__ void mma_16816(float* c, const unsigned* a, unsigned b0, unsigned b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// a shared-memory address for PTX (inline PTX rather than __cvta_generic_to_shared: no header)
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+    unsigned a;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+    return a;
+}
+
+__device__ __forceinline__ void ldmatrix_x4(unsigned* r, const __half* p) {
+    unsigned a = smem_addr(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a) : "memory");
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned* r, const __half* p) {
+    unsigned a = smem_addr(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a) : "memory");
+}
+
+// 16 bytes global -> shared without passing through registers; zero-filled when !valid
+__device__ __forceinline__ void cp_async_16(__half* dst, const __half* src, bool valid) {
+    unsigned d = smem_addr(dst);
+    int n = valid ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(d), "l"(src), "r"(n)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_1() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
+
+extern "C" __global__ void __launch_bounds__(128, MIN_CTAS) flash_fwd(const float* __restrict__ q,
+        const __half* __restrict__ K, const __half* __restrict__ V, float* __restrict__ out,
+        int T, int H, int Hkv, int S_max, long long pos0, int window, float scale_log2) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    __half* Ks = (__half*)smem;                        // 2 stages x BN x KS
+    __half* Vs = Ks + 2 * BN * KS;                     // 2 stages x BN x KS
+    const int G = H / Hkv, n_qt = (T + BM - 1) / BM;
+    const int h = blockIdx.y * G + blockIdx.x % G;     // heads of one KV head side by side
+    const int hk = blockIdx.y;
+    const int t0 = (n_qt - 1 - blockIdx.x / G) * BM;   // the longest rows first
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    const long long S = pos0 + T;
+    const int g = lane >> 2, tg = lane & 3;            // accumulator row and column pair
+    const int mi = lane >> 3, mr = lane & 7;           // ldmatrix: which 8x8 matrix, which row
+    const int p0 = (int)pos0, S = p0 + T;              // positions fit an int (S <= S_max)
+    const int r0 = t0 + warp * 16 + g, r1 = r0 + 8;    // this thread's two query rows
+    const int qp0 = p0 + r0, qp1 = p0 + r1;            // and their positions
 
-    for (int i = tid; i < BM * D; i += blockDim.x) {             // Q tile, fp32 -> fp16
-        int r = i / D, d = i % D, t = t0 + r;
-        Qs[i] = __float2half(t < T ? q[((long long)t * H + h) * D + d] : 0.f);
+    // Q as A fragments (fp16), the whole kernel long: regs {row g, k 2tg..}, {g+8, 2tg..},
+    // {g, 2tg+8..}, {g+8, 2tg+8..} of each 16-wide slice of D
+    unsigned qa[D / 16][4];
+    {
+        const float* q0 = q + ((long long)r0 * H + h) * D + 2 * tg;
+        const float* q1 = q + ((long long)r1 * H + h) * D + 2 * tg;
+        #pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) {
+            const int c = kk * 16;
+            qa[kk][0] = r0 < T ? pack_half2(q0[c], q0[c + 1]) : 0u;
+            qa[kk][1] = r1 < T ? pack_half2(q1[c], q1[c + 1]) : 0u;
+            qa[kk][2] = r0 < T ? pack_half2(q0[c + 8], q0[c + 9]) : 0u;
+            qa[kk][3] = r1 < T ? pack_half2(q1[c + 8], q1[c + 9]) : 0u;
+        }
     }
-    const int row = lane >> 1, side = lane & 1;                  // this lane's row and half
-    const int t = t0 + warp * 16 + row;
-    const long long qp = pos0 + t;                               // its position
-    float m = NEG_INF, l = 0.f, o[DV / 2];
+    float o[D / 8][4];
     #pragma unroll
-    for (int i = 0; i < DV / 2; ++i) o[i] = 0.f;
+    for (int n = 0; n < D / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+    float m0 = NEG_INF, m1 = NEG_INF, l0 = 0.f, l1 = 0.f;   // row max (scaled) and partial sums
 
-    int t_last = min(T, t0 + BM) - 1;
-    long long k_end = min(S, pos0 + t_last + 1);
-    long long k_begin = window > 0 ? max(0LL, pos0 + t0 - window + 1) : 0;
+    // keys this CTA needs: up to its last row's position (causal), from its first row's window
+    const int first_qp = p0 + t0, last_qp = p0 + min(T, t0 + BM) - 1;
+    int k_begin = window > 0 ? max(0, first_qp - window + 1) : 0;
     k_begin -= k_begin % BN;
+    const int n_tiles = (last_qp + 1 - k_begin + BN - 1) / BN;
     const __half* Kh = K + (long long)hk * S_max * D;
-    const __half* Vh = V + (long long)hk * S_max * DV;
-    float* Sw = Sf + warp * 16 * BN;
-    __half* Pw = Ph + warp * 16 * BN;
-    float* PVw = PVf + warp * 16 * DV;
+    const __half* Vh = V + (long long)hk * S_max * D;
 
-    for (long long kt = k_begin; kt < k_end; kt += BN) {
-        __syncthreads();                                         // the last tile is consumed
-        for (int i = tid; i < BN * D / 8; i += blockDim.x) {     // K, V tiles, 16-byte loads
-            int r = (i * 8) / D, c = (i * 8) % D;
-            long long j = kt + r;
-            uint4 v = make_uint4(0, 0, 0, 0);
-            if (j < S) v = *reinterpret_cast<const uint4*>(Kh + j * D + c);
-            *reinterpret_cast<uint4*>(Ks + r * D + c) = v;
-        }
-        for (int i = tid; i < BN * DV / 8; i += blockDim.x) {
-            int r = (i * 8) / DV, c = (i * 8) % DV;
-            long long j = kt + r;
-            uint4 v = make_uint4(0, 0, 0, 0);
-            if (j < S) v = *reinterpret_cast<const uint4*>(Vh + j * DV + c);
-            *reinterpret_cast<uint4*>(Vs + r * DV + c) = v;
-        }
-        __syncthreads();
-        // S (16 x BN) = Q (16 x D) K^T: K's rows in shared memory are K^T's columns
+    auto load_tile = [&](int stage, int kt) {
+        __half* ks = Ks + stage * BN * KS;
+        __half* vs = Vs + stage * BN * KS;
         #pragma unroll
-        for (int n = 0; n < BN / 16; ++n) {
-            wmma::fragment<wmma::accumulator, 16, 16, 16, float> c;
-            wmma::fill_fragment(c, 0.f);
+        for (int u = 0; u < BN * D / 8 / 128; ++u) {    // 16-byte pieces, 128 threads
+            const int i = tid + u * 128, r = i / (D / 8), c = (i % (D / 8)) * 8;
+            const int j = kt + r;
+            const bool ok = j < S;                     // rows past the chunk: zeros, never NaN
+            const long long src = (long long)(ok ? j : 0) * D + c;
+            cp_async_16(ks + r * KS + c, Kh + src, ok);
+            cp_async_16(vs + r * KS + c, Vh + src, ok);
+        }
+    };
+
+    load_tile(0, k_begin);
+    cp_async_commit();
+    for (int it = 0; it < n_tiles; ++it) {
+        const int kt = k_begin + it * BN;
+        if (it + 1 < n_tiles) load_tile((it + 1) & 1, kt + BN);
+        cp_async_commit();                             // maybe empty: keeps wait_group 1 right
+        cp_async_wait_1();                             // this tile has landed (for this thread)
+        __syncthreads();                               // ... and for all threads
+        const __half* ks = Ks + (it & 1) * BN * KS;
+        const __half* vs = Vs + (it & 1) * BN * KS;
+
+        // S (16 x BN) = Q K^T. ldmatrix x4 matrices: (keys +0, dims +0), (keys +0, dims +8),
+        // (keys +8, dims +0), (keys +8, dims +8): b0, b1 of two 8-key slices
+        float s[BN / 8][4];
+        #pragma unroll
+        for (int n = 0; n < BN / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+        #pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) {
             #pragma unroll
-            for (int kk = 0; kk < D / 16; ++kk) {
-                wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> a;
-                wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> b;
-                wmma::load_matrix_sync(a, Qs + warp * 16 * D + kk * 16, D);
-                wmma::load_matrix_sync(b, Ks + n * 16 * D + kk * 16, D);
-                wmma::mma_sync(c, a, b, c);
+            for (int np = 0; np < BN / 16; ++np) {
+                unsigned b[4];
+                ldmatrix_x4(b, ks + (np * 16 + (mi >> 1) * 8 + mr) * KS + kk * 16 + (mi & 1) * 8);
+                mma_16816(s[2 * np], qa[kk], b[0], b[1]);
+                mma_16816(s[2 * np + 1], qa[kk], b[2], b[3]);
             }
-            wmma::store_matrix_sync(Sw + n * 16, c, BN, wmma::mem_row_major);
         }
-        __syncwarp();
-        // online softmax: this lane's BN/2 columns of its row
-        float s[BN / 2], mx = NEG_INF;
+
+        // mask only tiles that cross the causal diagonal or the window's edge
+        const bool edge = kt + BN - 1 > first_qp || (window > 0 && last_qp - kt >= window);
         #pragma unroll
-        for (int i = 0; i < BN / 2; ++i) {
-            int col = side * (BN / 2) + i;
-            long long j = kt + col;
-            bool masked = t >= T || j >= S || j > qp || (window > 0 && qp - j >= window);
-            s[i] = masked ? NEG_INF : Sw[row * BN + col] * scale;
-            mx = fmaxf(mx, s[i]);
-        }
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
-        float m_new = fmaxf(m, mx);
-        float alpha = (m_new == NEG_INF) ? 1.f : __expf(m - m_new);
-        float sum = 0.f;
-        #pragma unroll
-        for (int i = 0; i < BN / 2; ++i) {
-            float p = (m_new == NEG_INF) ? 0.f : __expf(s[i] - m_new);
-            sum += p;
-            Pw[row * BN + side * (BN / 2) + i] = __float2half(p);
-        }
-        sum += __shfl_xor_sync(0xffffffff, sum, 1);
-        l = l * alpha + sum;
-        m = m_new;
-        __syncwarp();
-        // PV (16 x DV) = P (16 x BN) V (BN x DV)
-        #pragma unroll
-        for (int n = 0; n < DV / 16; ++n) {
-            wmma::fragment<wmma::accumulator, 16, 16, 16, float> c;
-            wmma::fill_fragment(c, 0.f);
+        for (int n = 0; n < BN / 8; ++n) {
             #pragma unroll
-            for (int kk = 0; kk < BN / 16; ++kk) {
-                wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> a;
-                wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::row_major> b;
-                wmma::load_matrix_sync(a, Pw + kk * 16, BN);
-                wmma::load_matrix_sync(b, Vs + kk * 16 * DV + n * 16, DV);
-                wmma::mma_sync(c, a, b, c);
+            for (int e = 0; e < 4; ++e) {
+                float x = s[n][e] * scale_log2;
+                if (edge) {
+                    const int j = kt + n * 8 + 2 * tg + (e & 1);
+                    const int qp = e < 2 ? qp0 : qp1;
+                    if (j > qp || (window > 0 && qp - j >= window)) x = NEG_INF;
+                }
+                s[n][e] = x;
             }
-            wmma::store_matrix_sync(PVw + n * 16, c, DV, wmma::mem_row_major);
         }
-        __syncwarp();
+
+        // online softmax: new row max over this tile (a row lives in one quad of threads)
+        float mx0 = m0, mx1 = m1;
         #pragma unroll
-        for (int i = 0; i < DV / 2; ++i) o[i] = o[i] * alpha + PVw[row * DV + side * (DV / 2) + i];
+        for (int n = 0; n < BN / 8; ++n) {
+            mx0 = fmaxf(mx0, fmaxf(s[n][0], s[n][1]));
+            mx1 = fmaxf(mx1, fmaxf(s[n][2], s[n][3]));
+        }
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffff, mx0, 1));
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffff, mx0, 2));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffff, mx1, 1));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffff, mx1, 2));
+        // a row with every key so far masked keeps max -inf: subtract 0 then (exp2(-inf) = 0)
+        const float base0 = mx0 == NEG_INF ? 0.f : mx0, base1 = mx1 == NEG_INF ? 0.f : mx1;
+        const float alpha0 = exp2f(m0 - base0), alpha1 = exp2f(m1 - base1);
+        m0 = mx0;
+        m1 = mx1;
+        l0 *= alpha0;
+        l1 *= alpha1;
+        #pragma unroll
+        for (int n = 0; n < D / 8; ++n) {
+            o[n][0] *= alpha0; o[n][1] *= alpha0;
+            o[n][2] *= alpha1; o[n][3] *= alpha1;
+        }
+        #pragma unroll
+        for (int n = 0; n < BN / 8; ++n) {
+            s[n][0] = exp2f(s[n][0] - base0); s[n][1] = exp2f(s[n][1] - base0);
+            s[n][2] = exp2f(s[n][2] - base1); s[n][3] = exp2f(s[n][3] - base1);
+            l0 += s[n][0] + s[n][1];
+            l1 += s[n][2] + s[n][3];
+        }
+
+        // O (16 x D) += P V. P's A fragment for keys 16kk.. is the S accumulators of slices 2kk
+        // and 2kk+1; ldmatrix.trans matrices: (keys +0, dims +0), (keys +8, dims +0),
+        // (keys +0, dims +8), (keys +8, dims +8): b0, b1 of two 8-dim slices
+        #pragma unroll
+        for (int kk = 0; kk < BN / 16; ++kk) {
+            unsigned pa[4];
+            pa[0] = pack_half2(s[2 * kk][0], s[2 * kk][1]);
+            pa[1] = pack_half2(s[2 * kk][2], s[2 * kk][3]);
+            pa[2] = pack_half2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+            pa[3] = pack_half2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+            #pragma unroll
+            for (int dp = 0; dp < D / 16; ++dp) {
+                unsigned b[4];
+                ldmatrix_x4_trans(b, vs + (kk * 16 + (mi & 1) * 8 + mr) * KS + dp * 16 + (mi >> 1) * 8);
+                mma_16816(o[2 * dp], pa, b[0], b[1]);
+                mma_16816(o[2 * dp + 1], pa, b[2], b[3]);
+            }
+        }
+        __syncthreads();                               // all done with this stage: refillable
     }
-    if (t < T) {
-        float inv = l > 0.f ? 1.f / l : 0.f;
-        float* dst = out + ((long long)t * H + h) * DV + side * (DV / 2);
-        #pragma unroll
-        for (int i = 0; i < DV / 2; ++i) dst[i] = o[i] * inv;
+
+    l0 += __shfl_xor_sync(0xffffffff, l0, 1);
+    l0 += __shfl_xor_sync(0xffffffff, l0, 2);
+    l1 += __shfl_xor_sync(0xffffffff, l1, 1);
+    l1 += __shfl_xor_sync(0xffffffff, l1, 2);
+    const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
+    float* o0 = out + ((long long)r0 * H + h) * D + 2 * tg;
+    float* o1 = out + ((long long)r1 * H + h) * D + 2 * tg;
+    #pragma unroll
+    for (int n = 0; n < D / 8; ++n) {
+        if (r0 < T) *reinterpret_cast<float2*>(o0 + n * 8) = make_float2(o[n][0] * inv0, o[n][1] * inv0);
+        if (r1 < T) *reinterpret_cast<float2*>(o1 + n * 8) = make_float2(o[n][2] * inv1, o[n][3] * inv1);
     }
 }
 """
 
 THREADS = 128
-BM, BN = 64, 32
+BM, BN = 64, 64
+LOG2E = 1.4426950408889634
 _kernels = {}
 
 
-def source(D, Dv):
-    return f"#define D {D}\n#define DV {Dv}\n" + _SRC
+# CTAs an SM should hold (__launch_bounds__): the register cap that gives, without spills (nvcc
+# --resource-usage for sm_90: D=128 uses 232 registers at 2, spills at 3; D=64 uses 155 at 3)
+MIN_CTAS = {64: 3, 128: 2}
 
 
-def smem_bytes(D, Dv):
-    return (BM * D + BN * D + BN * Dv) * 2 + 4 * 16 * BN * 4 + 4 * 16 * BN * 2 + 4 * 16 * Dv * 4
+def source(D, min_ctas=None):
+    return f"#define D {D}\n#define MIN_CTAS {min_ctas or MIN_CTAS[D]}\n" + _SRC
+
+
+def smem_bytes(D):
+    return 2 * 2 * BN * (D + 8) * 2                    # K and V, two stages, padded rows
 
 
 def supported(D, Dv):
-    return D in (64, 128) and Dv in (64, 128)
+    return D == Dv and D in (64, 128)
 
 
-def _kernel(D, Dv):
+def _kernel(D, min_ctas=None):
     import cupy as cp
-    key = (cp.cuda.Device().id, D, Dv)
+    key = (cp.cuda.Device().id, D, min_ctas)
     if key not in _kernels:
-        k = cp.RawKernel(source(D, Dv), "flash_fwd", options=("--std=c++17",))
-        k.max_dynamic_shared_size_bytes = smem_bytes(D, Dv)
+        k = cp.RawKernel(source(D, min_ctas), "flash_fwd", options=("--std=c++17",))
+        k.max_dynamic_shared_size_bytes = smem_bytes(D)
         _kernels[key] = k
     return _kernels[key]
 
 
-def flash_prefill(q, K, V, pos0, window, scale, stream):
-    """q (T, H, D) f32 against the f16 caches K (Hkv, S_max, D), V (Hkv, S_max, Dv), causal from
-    position pos0 (and a sliding window when window > 0) -> (T, H, Dv) f32."""
+def flash_prefill(q, K, V, pos0, window, scale, stream, min_ctas=None):
+    """q (T, H, D) f32 against the f16 caches K, V (Hkv, S_max, D) (positions 0..pos0+T-1 written),
+    causal from position pos0 and within a sliding window when window > 0 -> (T, H, D) f32."""
     import cupy as cp
     T, H, D = q.shape
     Hkv, S_max, Dv = V.shape
-    if not supported(D, Dv):
-        raise ValueError(f"flash prefill supports head dims 64 and 128, got {D}/{Dv}")
-    out = cp.empty((T, H, Dv), np.float32)
-    grid = (-(-T // BM), H)
-    _kernel(D, Dv)(grid, (THREADS,), (cp.ascontiguousarray(q), K, V, out, np.int32(T), np.int32(H),
-                                       np.int32(Hkv), np.int32(S_max), np.int64(pos0),
-                                       np.int32(window), np.float32(scale)),
-                   shared_mem=smem_bytes(D, Dv), stream=stream)
+    if not supported(D, Dv) or K.shape != V.shape or H % Hkv:
+        raise ValueError(f"flash prefill needs D = Dv in (64, 128) and H a multiple of Hkv, got "
+                         f"q {q.shape}, K {K.shape}, V {V.shape}")
+    if pos0 + T > S_max:
+        raise ValueError(f"positions up to {pos0 + T} past the cache's {S_max}")
+    out = cp.empty((T, H, D), np.float32)
+    grid = (-(-T // BM) * (H // Hkv), Hkv)
+    _kernel(D, min_ctas)(grid, (THREADS,), (cp.ascontiguousarray(q, dtype=np.float32),
+                                  cp.ascontiguousarray(K), cp.ascontiguousarray(V), out,
+                                  np.int32(T), np.int32(H), np.int32(Hkv), np.int32(S_max),
+                                  np.int64(pos0), np.int32(window), np.float32(scale * LOG2E)),
+               shared_mem=smem_bytes(D), stream=stream)
     return out

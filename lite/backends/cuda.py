@@ -279,15 +279,14 @@ class CUDABackend(CUDAExperts):
         if T == 1:
             return self._attention_decode(kv, il, q, k, v, scale, window)
         kv.write(il, k, v, pos0)
-        from lite.kernels import flash_attn
-        if FLASH_ATTN and kv.kind == "f16" and flash_attn.supported(q.shape[2], kv.v[il].shape[2]):
-            o = flash_attn.flash_prefill(q, kv.k[il], kv.v[il], pos0, window, scale, self.stream)
-            return o.reshape(T, -1)
         S = pos0 + T
         if kv.kind == "f16":
             K, V = kv.k[il], kv.v[il]                          # (Hkv, S_max, D) f16, first S used
         else:
             K, V = (a.astype(np.float16) for a in kv.read(il, S))
+        from lite.kernels import flash_attn
+        if FLASH_ATTN and flash_attn.supported(D, V.shape[2]):  # int8 too: fp16 copy made above
+            return flash_attn.flash_prefill(q, K, V, pos0, window, scale, self.stream).reshape(T, -1)
         Hkv, s_stride, Dv = V.shape[0], V.shape[1], V.shape[2]
         G = H // Hkv
         rows = G * T
