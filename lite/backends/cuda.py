@@ -48,10 +48,9 @@ class CUDABackend(CUDAExperts):
     def __init__(self, gguf, names, device_id=0):
         import cupy as cp
         import cupyx
-        from lite.kernels import cupy_decode, cupy_ops
+        from lite.kernels import cupy_ops
         self.cp = self.xp = cp
         self.k = cupy_ops
-        self.kd = cupy_decode
         self.gguf = gguf
         self.device = cp.cuda.Device(device_id)
         self.device_key = f"cuda:{device_id}"
@@ -69,7 +68,6 @@ class CUDABackend(CUDAExperts):
             # The decode position lives on the device, so a captured graph replays any position.
             self.pos_dev = cp.zeros(1, np.int64)
             self._pos_host = cupyx.empty_pinned(1, np.int64)
-            self._attn_counters = cupy_decode.new_counters()   # decode attention's split merge
         self.capturing = False
         self._graph_memory = []   # allocations captured graphs refer to, kept alive with them
 
@@ -266,21 +264,11 @@ class CUDABackend(CUDAExperts):
     def rms_norm(self, x, name, eps):
         return self.k.rms_norm(self.cp.ascontiguousarray(x), self.w[name].data, eps, self.stream)
 
-    def add_rms_norm(self, x, y, name, eps):
-        """(x + y, rms_norm(x + y)): the residual add and the next norm in one launch."""
-        cp = self.cp
-        return self.k.add_rms_norm(cp.ascontiguousarray(x), cp.ascontiguousarray(y),
-                                   self.w[name].data, eps, self.stream)
-
     def rope(self, x, pos0, base, neox, n_rot=None, freq_scale=1.0, freq_factors=None):
         if freq_factors is not None:
             raise NotImplementedError("rope frequency factors on the GPU")
-        n_rot = n_rot or x.shape[-1]
-        if x.shape[0] == 1:
-            # one decode token: attention rotates q and k in the launch that stores the cache
-            return RopeLater(x, (n_rot, base, freq_scale, neox))
-        return self.k.rope(self.cp.ascontiguousarray(x), pos0, base, neox, n_rot, freq_scale,
-                           self.stream)
+        return self.k.rope(self.cp.ascontiguousarray(x), pos0, base, neox, n_rot or x.shape[-1],
+                           freq_scale, self.stream, self.pos_dev if x.shape[0] == 1 else None)
 
     def attention(self, kv, il, q, k, v, pos0, scale, window=0):
         """A chunk of T queries against the cache up to pos0+T, on tensor cores. Head dims 64 and
@@ -326,30 +314,16 @@ class CUDABackend(CUDAExperts):
         return cp.ascontiguousarray(o).reshape(T, H * Dv)
 
     def _attention_decode(self, kv, il, q, k, v, scale, window):
-        """One token: rotate q and k, store k, v at pos_dev, attend over 0..pos_dev; two launches
-        of fixed shapes (capturable)."""
+        """One token: store k, v at pos_dev, attend over 0..pos_dev (fixed shapes: capturable)."""
         cp, int8 = self.cp, kv.kind == "int8"
-        q, k, rope = self._rope_pending(q, k)
-        ks, vs = (kv.ks[il], kv.vs[il]) if int8 else (None, None)
-        q_rot = self.kd.rope_kv_store(cp.ascontiguousarray(q[0]), cp.ascontiguousarray(k[0]),
-                                      cp.ascontiguousarray(v[0]), kv.k[il], kv.v[il], ks, vs,
-                                      self.pos_dev, rope, self.stream)
-        o = self.kd.attn_decode(q_rot, kv.k[il], kv.v[il], ks, vs, self.pos_dev, scale, window,
-                                self._attn_counters, self.stream)
+        self.k.kv_store(cp.ascontiguousarray(k[0]), kv.k[il], kv.ks[il] if int8 else None,
+                        self.pos_dev, self.stream)
+        self.k.kv_store(cp.ascontiguousarray(v[0]), kv.v[il], kv.vs[il] if int8 else None,
+                        self.pos_dev, self.stream)
+        o = self.k.attn_decode(cp.ascontiguousarray(q[0]), kv.k[il], kv.v[il],
+                               kv.ks[il] if int8 else None, kv.vs[il] if int8 else None,
+                               self.pos_dev, scale, window, self.stream)
         return o.reshape(1, -1)
-
-    def _rope_pending(self, q, k):
-        """(q, k, rope) for rope_kv_store: both left unrotated by rope() with the same settings,
-        or neither (rope None); anything else is rotated here first."""
-        if (isinstance(q, RopeLater) and isinstance(k, RopeLater) and q.rope == k.rope):
-            return q.x, k.x, q.rope
-        q, k = (self._rope_now(t) if isinstance(t, RopeLater) else t for t in (q, k))
-        return q, k, None
-
-    def _rope_now(self, r):
-        n_rot, base, freq_scale, neox = r.rope
-        return self.k.rope(self.cp.ascontiguousarray(r.x), 0, base, neox, n_rot, freq_scale,
-                           self.stream, self.pos_dev)
 
     def act_mul(self, gate, up, act):
         if act == "silu":
@@ -397,19 +371,6 @@ class CUDABackend(CUDAExperts):
 
     def synchronize(self):
         self.stream.synchronize()
-
-
-class RopeLater:
-    """What rope() returns for one decode token: the input and its rotation, applied by the
-    attention launch that also stores the KV cache (one launch instead of four). Only attention
-    takes it; anything else fails on it loudly."""
-
-    def __init__(self, x, rope):
-        self.x, self.rope, self.shape = x, rope, x.shape
-
-    def __getattr__(self, name):
-        raise TypeError(f"a rotation left for attention (RopeLater) has no {name!r}: only "
-                        f"CUDABackend.attention takes rope()'s one-token output")
 
 
 def gemm_strided(cp, stream, transa, transb, m, n, k, A, a_type, lda, stride_a, B, b_type, ldb,
