@@ -7,9 +7,9 @@ Why: the materialized path (lite/backends/cuda.py) writes and reads a (G*T, S) f
 an fp16 probability block per KV head, which at 32K context costs more than the matrix products.
 Here scores never leave registers.
 
-One CTA = 64 query rows (4 warps x 16 rows) of one head. The CTAs of the heads that share a KV head
-run next to each other, so they read the same K/V tiles while those are in L2; the last query tiles
-(the ones that attend to the most keys, when causal) start first. Per tile of 64 keys, staged in
+One CTA = BM query rows (BM/16 warps of 16 rows; BM by head dim in TILE) of one head. The CTAs of
+the heads that share a KV head run next to each other, so they read the same K/V tiles while those
+are in L2; the last query tiles (the ones that attend to the most keys, when causal) start first. Per tile of 64 keys, staged in
 shared memory by cp.async (double-buffered: the next tile loads while this one is used):
   S = Q K^T   mma.sync, Q fragments held in registers for the whole kernel, K by ldmatrix;
   mask        causal from pos0 (the chunk sees the whole cache before it) and the sliding window,
@@ -38,7 +38,8 @@ _SRC = r"""
 #include <cuda_fp16.h>
 
 
-#define BM 64                      // query rows a CTA: 4 warps x 16
+#define WARPS (BM / 16)            // a warp owns 16 query rows
+#define THREADS (WARPS * 32)
 #define BN 64                      // keys a tile
 #define KS (D + 8)                 // shared row stride in halves: the 8 rows an ldmatrix reads
                                    // start 16 bytes apart in bank terms, so no bank conflicts
@@ -85,7 +86,7 @@ __device__ __forceinline__ void cp_async_16(__half* dst, const __half* src, bool
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 __device__ __forceinline__ void cp_async_wait_1() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
 
-extern "C" __global__ void __launch_bounds__(128, MIN_CTAS) flash_fwd(const float* __restrict__ q,
+extern "C" __global__ void __launch_bounds__(THREADS, MIN_CTAS) flash_fwd(const float* __restrict__ q,
         const __half* __restrict__ K, const __half* __restrict__ V, float* __restrict__ out,
         int T, int H, int Hkv, int S_max, long long pos0, int window, float scale_log2) {
     extern __shared__ __align__(16) unsigned char smem[];
@@ -134,8 +135,8 @@ extern "C" __global__ void __launch_bounds__(128, MIN_CTAS) flash_fwd(const floa
         __half* ks = Ks + stage * BN * KS;
         __half* vs = Vs + stage * BN * KS;
         #pragma unroll
-        for (int u = 0; u < BN * D / 8 / 128; ++u) {    // 16-byte pieces, 128 threads
-            const int i = tid + u * 128, r = i / (D / 8), c = (i % (D / 8)) * 8;
+        for (int u = 0; u < BN * D / 8 / THREADS; ++u) {    // 16-byte pieces
+            const int i = tid + u * THREADS, r = i / (D / 8), c = (i % (D / 8)) * 8;
             const int j = kt + r;
             const bool ok = j < S;                     // rows past the chunk: zeros, never NaN
             const long long src = (long long)(ok ? j : 0) * D + c;
@@ -254,20 +255,18 @@ extern "C" __global__ void __launch_bounds__(128, MIN_CTAS) flash_fwd(const floa
 }
 """
 
-THREADS = 128
-BM, BN = 64, 64
+BN = 64                                                # keys a tile (the kernel's BN)
 LOG2E = 1.4426950408889634
+# Query rows a CTA (16 a warp) and CTAs an SM should hold (__launch_bounds__: the register cap),
+# by head dim. D=128 at 64 rows: 2 CTAs (248 registers, no spills) ran 0.99 ms where 3 (168
+# registers, 68 bytes spilled) ran 1.32 ms on the H200 (T 2048, context 8192). D=64: 3 CTAs give
+# 166 registers without spills (untimed).
+TILE = {64: (64, 3), 128: (64, 2)}
 _kernels = {}
 
 
-# CTAs an SM should hold (__launch_bounds__), i.e. the register cap. D=128: 2 (248 registers, no
-# spills) ran 0.99 ms where 3 (168 registers, 68 bytes spilled) ran 1.32 ms on the H200 (T 2048,
-# context 8192). D=64: 3 gives 166 registers without spills (untimed).
-MIN_CTAS = {64: 3, 128: 2}
-
-
-def source(D, min_ctas=None):
-    return f"#define D {D}\n#define MIN_CTAS {min_ctas or MIN_CTAS[D]}\n" + _SRC
+def source(D, bm, min_ctas):
+    return f"#define D {D}\n#define BM {bm}\n#define MIN_CTAS {min_ctas}\n" + _SRC
 
 
 def smem_bytes(D):
@@ -278,17 +277,17 @@ def supported(D, Dv):
     return D == Dv and D in (64, 128)
 
 
-def _kernel(D, min_ctas=None):
+def _kernel(D, bm, min_ctas):
     import cupy as cp
-    key = (cp.cuda.Device().id, D, min_ctas)
+    key = (cp.cuda.Device().id, D, bm, min_ctas)
     if key not in _kernels:
-        k = cp.RawKernel(source(D, min_ctas), "flash_fwd", options=("--std=c++17",))
+        k = cp.RawKernel(source(D, bm, min_ctas), "flash_fwd", options=("--std=c++17",))
         k.max_dynamic_shared_size_bytes = smem_bytes(D)
         _kernels[key] = k
     return _kernels[key]
 
 
-def flash_prefill(q, K, V, pos0, window, scale, stream, min_ctas=None):
+def flash_prefill(q, K, V, pos0, window, scale, stream, bm=None, min_ctas=None):
     """q (T, H, D) f32 against the f16 caches K, V (Hkv, S_max, D) (positions 0..pos0+T-1 written),
     causal from position pos0 and within a sliding window when window > 0 -> (T, H, D) f32."""
     import cupy as cp
@@ -299,11 +298,12 @@ def flash_prefill(q, K, V, pos0, window, scale, stream, min_ctas=None):
                          f"q {q.shape}, K {K.shape}, V {V.shape}")
     if pos0 + T > S_max:
         raise ValueError(f"positions up to {pos0 + T} past the cache's {S_max}")
+    bm0, mc0 = TILE[D]
+    bm, min_ctas = bm or bm0, min_ctas or max(1, mc0 * bm0 // (bm or bm0))
     out = cp.empty((T, H, D), np.float32)
-    grid = (-(-T // BM) * (H // Hkv), Hkv)
-    _kernel(D, min_ctas)(grid, (THREADS,), (cp.ascontiguousarray(q, dtype=np.float32),
-                                  cp.ascontiguousarray(K), cp.ascontiguousarray(V), out,
-                                  np.int32(T), np.int32(H), np.int32(Hkv), np.int32(S_max),
-                                  np.int64(pos0), np.int32(window), np.float32(scale * LOG2E)),
-               shared_mem=smem_bytes(D), stream=stream)
+    grid = (-(-T // bm) * (H // Hkv), Hkv)
+    args = (cp.ascontiguousarray(q, dtype=np.float32), cp.ascontiguousarray(K),
+            cp.ascontiguousarray(V), out, np.int32(T), np.int32(H), np.int32(Hkv), np.int32(S_max),
+            np.int64(pos0), np.int32(window), np.float32(scale * LOG2E))
+    _kernel(D, bm, min_ctas)(grid, (bm // 16 * 32,), args, shared_mem=smem_bytes(D), stream=stream)
     return out

@@ -3,7 +3,8 @@
 The 8B shape (H 32, Hkv 8, D 128), one chunk of T queries that ends at each context length given:
     python3 scripts/bench_flash_attn.py [--T 2048] [--ctx 8192,32768] [--reps 5]
 Prints ms per layer for each path (CUDA events around the calls, after a warm-up) and the largest
-difference between the two outputs. The flash kernel is timed at each register cap in --min-ctas.
+difference between the two outputs. The flash kernel is timed at each tile in --tiles (query rows
+a CTA : CTAs an SM, the register cap), e.g. 64:2,128:1.
 """
 import argparse
 import types
@@ -19,7 +20,7 @@ def main():
     ap.add_argument("--Hkv", type=int, default=8)
     ap.add_argument("--D", type=int, default=128)
     ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--min-ctas", default="2,3")
+    ap.add_argument("--tiles", default="64:2,128:1,64:3")
     a = ap.parse_args()
     import cupy as cp
     import lite.backends.cuda as cb
@@ -53,11 +54,13 @@ def main():
             ms_mat, ref = timed(lambda: cb.CUDABackend.attention(backend, kv, 0, q, None, None,
                                                                  pos0, scale))
             line = f"T {a.T} ctx {ctx}: materialized {ms_mat:.2f} ms"
-            for mc in (int(m) for m in a.min_ctas.split(",")):
-                ms, out = timed(lambda: flash_prefill(q, K, V, pos0, 0, scale, stream, min_ctas=mc))
+            for tile in a.tiles.split(","):
+                bm, mc = (int(x) for x in tile.split(":"))
+                ms, out = timed(lambda: flash_prefill(q, K, V, pos0, 0, scale, stream, bm=bm,
+                                                      min_ctas=mc))
                 diff = float(cp.abs(out.reshape(a.T, -1) - ref).max())
                 flops = 4 * a.H * a.D * a.T * (pos0 + (a.T + 1) / 2)      # causal: QK and PV
-                line += (f" | flash(min_ctas {mc}) {ms:.2f} ms, {flops / ms / 1e9:.0f} TFLOP/s,"
+                line += (f" | flash {bm}:{mc} {ms:.2f} ms, {flops / ms / 1e9:.0f} TFLOP/s,"
                          f" max |diff| {diff:.1e}")
             print(line, flush=True)
 

@@ -9,7 +9,7 @@ without a GPU. Registers are arrays over the 32 lanes: a .f16x2 register is (32,
 """
 import numpy as np
 
-BM, BN = 64, 64
+BN = 64
 LANE = np.arange(32)
 G_ROW, T_COL = LANE >> 2, LANE & 3          # accumulator row (lane/4), column pair (lane%4)
 M_IDX, M_ROW = LANE >> 3, LANE & 7          # ldmatrix: matrix of this lane's address, its row
@@ -59,20 +59,21 @@ def shfl_xor(x, m):
 
 
 # --- the kernel, transcribed ---------------------------------------------------------------------
-def flash_fwd(q, K, V, pos0, window, scale_log2):
-    """Same arguments and result as the CUDA kernel: q (T, H, D) f32, K, V (Hkv, S_max, D) f16."""
+def flash_fwd(q, K, V, pos0, window, scale_log2, BM=64):
+    """Same arguments and result as the CUDA kernel (BM: its query rows a CTA): q (T, H, D) f32,
+    K, V (Hkv, S_max, D) f16."""
     T, H, D = q.shape
-    Hkv, S_max, _ = K.shape
+    Hkv = K.shape[0]
     KS = D + 8
     out = np.full((T, H, D), np.nan, np.float32)            # rows the kernel never writes stay NaN
     G, n_qt = H // Hkv, (T + BM - 1) // BM
     for by in range(Hkv):
         for bx in range(n_qt * G):
-            _cta(q, K, V, out, T, H, D, KS, S_max, pos0, window, scale_log2, G, n_qt, bx, by)
+            _cta(q, K, V, out, T, H, D, KS, BM, pos0, window, scale_log2, G, n_qt, bx, by)
     return out
 
 
-def _cta(q, K, V, out, T, H, D, KS, S_max, pos0, window, scale_log2, G, n_qt, bx, by):
+def _cta(q, K, V, out, T, H, D, KS, BM, pos0, window, scale_log2, G, n_qt, bx, by):
     h, hk = by * G + bx % G, by
     t0 = (n_qt - 1 - bx // G) * BM
     S = pos0 + T
@@ -81,7 +82,7 @@ def _cta(q, K, V, out, T, H, D, KS, S_max, pos0, window, scale_log2, G, n_qt, bx
     k_begin -= k_begin % BN
     n_tiles = (last_qp + 1 - k_begin + BN - 1) // BN
     qf = q.reshape(-1)
-    for warp in range(4):                                    # warps share only the K/V tiles
+    for warp in range(BM // 16):                             # warps share only the K/V tiles
         r0 = t0 + warp * 16 + G_ROW
         r1 = r0 + 8
         qp0, qp1 = pos0 + r0, pos0 + r1

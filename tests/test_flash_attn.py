@@ -48,30 +48,38 @@ def reference(q, K, V, pos0, window, scale):
     return out
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: "D{}-T{}-H{}/{}-pos{}-win{}".format(*c))
-def test_twin_matches_reference(case):
+CASE_ID = "D{}-T{}-H{}/{}-pos{}-win{}".format
+# query rows a CTA: 64 (4 warps) and 128 (8 warps), the tile sizes kernels/flash_attn.py may use
+ROWS = [64, 128]
+
+
+@pytest.mark.parametrize("bm", ROWS)
+@pytest.mark.parametrize("case", CASES, ids=lambda c: CASE_ID(*c))
+def test_twin_matches_reference(case, bm):
     D, T, H, Hkv, pos0, window = case
     q, K, V = make_inputs(D, T, H, Hkv, pos0)
     scale = 1 / np.sqrt(D)
-    got = flash_fwd(q, K, V, pos0, window, scale * LOG2E)
+    got = flash_fwd(q, K, V, pos0, window, scale * LOG2E, BM=bm)
     np.testing.assert_allclose(got, reference(q, K, V, pos0, window, scale), rtol=1e-2, atol=1e-2)
 
 
 @needs_gpu
-@pytest.mark.parametrize("case", CASES, ids=lambda c: "D{}-T{}-H{}/{}-pos{}-win{}".format(*c))
-def test_flash_prefill_kernel_matches_reference(case):
+@pytest.mark.parametrize("bm", ROWS)
+@pytest.mark.parametrize("case", CASES, ids=lambda c: CASE_ID(*c))
+def test_flash_prefill_kernel_matches_reference(case, bm):
     import cupy as cp
     from lite.kernels.flash_attn import flash_prefill
     D, T, H, Hkv, pos0, window = case
     q, K, V = make_inputs(D, T, H, Hkv, pos0)
     scale = 1 / np.sqrt(D)
     got = flash_prefill(cp.asarray(q), cp.asarray(K), cp.asarray(V), pos0, window, scale,
-                        cp.cuda.Stream.null).get()
+                        cp.cuda.Stream.null, bm=bm).get()
     np.testing.assert_allclose(got, reference(q, K, V, pos0, window, scale), rtol=1e-2, atol=1e-2)
 
 
 @needs_gpu
-def test_flash_prefill_long_context():
+@pytest.mark.parametrize("bm", ROWS)
+def test_flash_prefill_long_context(bm):
     """The 8B shape (GQA 32/8, D 128) over 3,000 cached positions, with and without a window."""
     import cupy as cp
     from lite.kernels.flash_attn import flash_prefill
@@ -79,7 +87,7 @@ def test_flash_prefill_long_context():
     scale = 1 / np.sqrt(128)
     for window in (0, 1000):
         got = flash_prefill(cp.asarray(q), cp.asarray(K), cp.asarray(V), 3000, window, scale,
-                            cp.cuda.Stream.null).get()
+                            cp.cuda.Stream.null, bm=bm).get()
         np.testing.assert_allclose(got, reference(q, K, V, 3000, window, scale), rtol=1e-2, atol=1e-2)
 
 
