@@ -42,14 +42,30 @@ def _chunk(ctx, param, value):
 
 
 def engine_kwargs(device, max_context, kv, prefill_chunk, layer_split, pipeline, handoff_depth,
-                  devices, handoff, handoff_stream):
+                  devices, handoff, handoff_stream, experts="auto", expert_cache="auto"):
     return dict(device=device, max_context=max_context, kv=kv, prefill_chunk=prefill_chunk,
                 layer_split=parse_split(layer_split), pipeline=pipeline, handoff_depth=handoff_depth,
-                devices=devices, handoff=handoff, handoff_stream=handoff_stream)
+                devices=devices, handoff=handoff, handoff_stream=handoff_stream, experts=experts,
+                expert_cache=expert_cache)
+
+
+def _expert_cache(ctx, param, value):
+    from lite.experts import parse_cache
+    try:
+        parse_cache(value)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
+    return value
 
 
 def model_options(f):
     """Options shared by every command that loads a model."""
+    f = click.option("--expert-cache", default="auto", callback=_expert_cache, metavar="auto|GiB|off",
+                     show_default=True, help="GPU cache for experts kept off the GPU: auto (what VRAM "
+                     "allows), a size in GiB, or off (one layer's staging, nothing kept).")(f)
+    f = click.option("--experts", default="auto", type=click.Choice(["auto", "gpu", "host", "mmap"]),
+                     show_default=True, help="Where MoE experts live: on the GPU, in pinned host RAM, "
+                     "or in the file's mapped pages; auto: the GPU when they fit.")(f)
     f = click.option("--layer-split", default=None, metavar="auto|N0,N1,..",
                      help="Split the layers into pipeline stages: a count per stage (default: one stage).")(f)
     f = click.option("--handoff-stream", is_flag=True,
@@ -227,8 +243,10 @@ def info(model, tensors):
 @click.option("--json", "as_json", is_flag=True, help="Print JSON rows instead of a table.")
 @click.option("--timeline", default=None, metavar="TRACE.json",
               help="Print the stage timeline of the last prefill and write it as a Chrome trace.")
+@click.option("--verbose", "show_counters", is_flag=True,
+              help="Also print the expert cache's counters (experts off the GPU).")
 @model_options
-def bench(target, n_prompt, n_gen, repetitions, as_json, timeline, **engine_opts):
+def bench(target, n_prompt, n_gen, repetitions, as_json, timeline, show_counters, **engine_opts):
     """Measure prefill and decode speed of MODEL (or `lite bench kernels`: GPU kernel bandwidth)."""
     import json
     if target == "kernels":
@@ -248,7 +266,7 @@ def bench(target, n_prompt, n_gen, repetitions, as_json, timeline, **engine_opts
     chunks = engine_opts["prefill_chunk"]
     engine_opts["prefill_chunk"] = chunks if isinstance(chunks, list) else [chunks]
     rows = bench_model(resolve_model(target), lens, n_gen, repetitions, timeline=timeline,
-                       **engine_kwargs(**engine_opts))
+                       counters=show_counters, **engine_kwargs(**engine_opts))
     click.echo(json.dumps(rows, indent=1) if as_json else format_table(rows))
 
 

@@ -220,13 +220,17 @@ def align(ids, n_expert, bm, out):
                     out["blk_expert"], out["blk_rows"], out["pos"], out["used_list"], out["rank"], out["meta"]))
 
 
-def grouped_mv(qtype, n, w0, w1, ebytes, slot_of, x, out0, out1, blk_expert, blk_rows, kdiv, S, n_blocks, rows, cols):
+def grouped_mv(qtype, n, w0, w1, ebytes, slot_of, x, out0, out1, blk_expert, blk_rows, kdiv, S, n_blocks, rows, cols,
+               x_by_row=False):
     """Fused products over blocks of n rows (n=1, blk_rows None: block b = token-slot pair b).
-    w1/out1 given: a second matrix of the same shape (up beside gate) in the same launch."""
+    w1/out1 given: a second matrix of the same shape (up beside gate) in the same launch.
+    x_by_row False: x is (T, cols), row i reads its token's row (gate, up); True: x is already in
+    padded-row order (P, cols) and row i reads row i (down, on the activations)."""
     R = mv_rows_per_cta(qtype, n)
     grid = (-(-rows // R), n_blocks, 2 if w1 is not None else 1)
     mv_kernel(qtype, n)(grid, (128,), (w0, _p(w1), np.int64(ebytes), _p(slot_of), x, out0, _p(out1),
-                                       blk_expert, _p(blk_rows), _i32(kdiv), _i32(S), _i32(rows), _i32(cols)))
+                                       blk_expert, _p(blk_rows), _i32(kdiv), _i32(S), _i32(rows), _i32(cols),
+                                       _i32(bool(x_by_row))))
 
 
 def gather_dequant(kern_tile, src, ebytes, eelems, sel, slot_of, out16, n_sel):
@@ -254,6 +258,45 @@ def ptrs(blk_expert, rank, slot_of, nbm, wg, wu, wd, w_bytes, xs, xs_bytes, g, u
                    u64(wd), np.int64(w_bytes), u64(xs), np.int64(xs_bytes), u64(g), u64(u), np.int64(gu_bytes),
                    u64(h16), np.int64(h_bytes), u64(y), np.int64(y_bytes), u64(dummy), pa, pb, pc,
                    arrays[6], arrays[7], arrays[8]))
+
+
+@functools.lru_cache(maxsize=None)
+def _cublas_lib():
+    """cuBLAS as CuPy loaded it, through ctypes: CuPy's cublas module has no gemmBatchedEx binding
+    (cupy-cuda13x 13.x; AttributeError on the H200), so the batched GEMM is called directly, on the
+    same library and handle CuPy uses. The path comes from the process's mapped libraries."""
+    import ctypes
+    with open("/proc/self/maps") as f:
+        paths = {line.split()[-1] for line in f if "/libcublas.so" in line}
+    for name in sorted(paths) + ["libcublas.so.13", "libcublas.so.12", "libcublas.so"]:
+        try:
+            lib = ctypes.CDLL(name)
+        except OSError:
+            continue
+        fn_ = lib.cublasGemmBatchedEx
+        fn_.restype = ctypes.c_int
+        fn_.argtypes = ([ctypes.c_void_p] + [ctypes.c_int] * 5 + [ctypes.c_void_p] * 2 + [ctypes.c_int] * 2
+                        + [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
+                           ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int])
+        return fn_
+    raise RuntimeError("cuBLAS (libcublas.so) not found in the process")
+
+
+CUDA_R_32F, CUDA_R_16F = 0, 2     # cudaDataType (library_types.h)
+_ONE, _ZERO = np.array(1.0, np.float32), np.array(0.0, np.float32)
+
+
+def gemm_batched_f16(handle, m, n, k, a_ptrs, lda, b_ptrs, ldb, c_ptrs, ldc, batch):
+    """cublasGemmBatchedEx, column-major C = A^T B per batch entry: A, B fp16, C fp32, fp32
+    accumulation; the pointer arrays are device uint64 arrays (a row-major Y = X W^T per block)."""
+    from cupy_backends.cuda.libs import cublas
+    if batch == 0:
+        return
+    st = _cublas_lib()(handle, cublas.CUBLAS_OP_T, cublas.CUBLAS_OP_N, m, n, k, _ONE.ctypes.data, a_ptrs,
+                       CUDA_R_16F, lda, b_ptrs, CUDA_R_16F, ldb, _ZERO.ctypes.data, c_ptrs, CUDA_R_32F, ldc,
+                       batch, cublas.CUBLAS_COMPUTE_32F, cublas.CUBLAS_GEMM_DEFAULT)
+    if st != 0:
+        raise RuntimeError(f"cublasGemmBatchedEx failed with status {st}")
 
 
 def combine(y, pos, w, out):

@@ -182,7 +182,7 @@ __global__ void __launch_bounds__(128) moe_mv(
         const unsigned char* __restrict__ w0, const unsigned char* __restrict__ w1, long long ebytes,
         const int* __restrict__ slot_of, const float* __restrict__ x, float* __restrict__ out0,
         float* __restrict__ out1, const int* __restrict__ blk_expert, const int* __restrict__ blk_rows,
-        int kdiv, int S, int rows, int cols) {
+        int kdiv, int S, int rows, int cols, int x_by_row) {
     const int b = blockIdx.y;
     const int e = blk_expert[b];
     if (e < 0) return;
@@ -190,15 +190,22 @@ __global__ void __launch_bounds__(128) moe_mv(
     if (slot < 0) return;                      // not resident this round
     const unsigned char* w = (blockIdx.z ? w1 : w0) + (long long)slot * ebytes;
     float* out = blockIdx.z ? out1 : out0;
-    int xr[N];
+    int xr[N];                                 // the token of padded row b*N+n, -1 = padding
     #pragma unroll
     for (int n = 0; n < N; n++) {
         const int i = b * N + n;
         xr[n] = blk_rows ? blk_rows[i] : (i < S ? i / kdiv : -1);
     }
-    const float* xp[N];                        // row 0 of a used block is always a real row
+    // x_by_row: x is already in padded-row order (the down product reads the activations of gate
+    // and up, one row per token-slot), so row i reads x row i, not its token's row. Padding rows
+    // read row b*N (row 0 of a used block is always real) and are not written.
+    const float* xp[N];
     #pragma unroll
-    for (int n = 0; n < N; n++) xp[n] = x + (long long)(xr[n] >= 0 ? xr[n] : xr[0]) * cols;
+    for (int n = 0; n < N; n++) {
+        const int i = b * N + n;
+        const int src = x_by_row ? (xr[n] >= 0 ? i : b * N) : (xr[n] >= 0 ? xr[n] : xr[0]);
+        xp[n] = x + (long long)src * cols;
+    }
     const int row0 = blockIdx.x * R, nb = cols / T::BE, chunks = nb * T::CPB;
     const long long rb = (long long)nb * T::TS;
     const unsigned char* rowp[R];

@@ -19,7 +19,7 @@ def _prompt(engine, n_tokens, nonce):
     return [int(x) for x in rng.integers(100, hi, size=n_tokens)]
 
 
-def bench_model(path, prompt_lens, n_gen, repetitions=3, timeline=None, **engine_kw):
+def bench_model(path, prompt_lens, n_gen, repetitions=3, timeline=None, counters=False, **engine_kw):
     """Rows of prefill (ppN) and decode (tgN @ N) tokens/s. With timeline (a path), the stage
     timeline of the last prefill is printed to stderr and written there as a Chrome trace.
     prefill_chunk may be a list (auto, 1024, ...): one model load, rows for each chunk setting."""
@@ -33,6 +33,12 @@ def bench_model(path, prompt_lens, n_gen, repetitions=3, timeline=None, **engine
     for chunk in chunks:
         engine.chunk = chunk or engine.chunk
         rows += _bench_rows(engine, prompt_lens, n_gen, repetitions, nonce0=1 + len(rows) * 1000)
+    stats = engine.expert_stats() if counters else None
+    if stats:                # summed over every run, the warm-ups included
+        import sys
+        print("experts: " + ", ".join(f"{k} {v}" for k, v in stats.items()), file=sys.stderr)
+        for r in rows:
+            r["experts"] = stats
     if timeline:
         import sys
         tl = engine.chain.timeline

@@ -49,7 +49,8 @@ class GenStats:
 class Engine:
     def __init__(self, model_path, device="auto", max_context=None, kv="f16",
                  prefill_chunk=None, layer_split=None, pipeline="chain", handoff_depth=1,
-                 devices=None, handoff="host", handoff_stream=False, device_times=False):
+                 devices=None, handoff="host", handoff_stream=False, device_times=False,
+                 experts="auto", expert_cache="auto"):
         self.gguf = GGUFFile(model_path)
         self.cfg = ModelConfig.from_gguf(self.gguf.metadata, self.gguf.path)
         self.tokenizer = Tokenizer.from_metadata(self.gguf.metadata)
@@ -77,7 +78,15 @@ class Engine:
         else:
             stage_devs, can_peer = [None] * len(specs), None
         self.handoff = resolve_handoff(handoff, stage_devs, self.device, can_peer, handoff_stream)
-        self.stages = [Stage(self.gguf, self.cfg, spec, backend_cls, self.max_context, kv, dev)
+        from lite.experts import MODES, parse_cache
+        if experts not in MODES:
+            raise LiteError(f"--experts must be one of {', '.join(MODES)}, got {experts!r}")
+        try:
+            parse_cache(expert_cache)
+        except ValueError as e:
+            raise LiteError(str(e)) from None
+        self.stages = [Stage(self.gguf, self.cfg, spec, backend_cls, self.max_context, kv, dev,
+                             experts=experts, expert_cache=expert_cache)
                        for spec, dev in zip(specs, stage_devs)]
         # Device time per stage-chunk (CUDA events) only when a timeline is asked for.
         self.chain = StageChain(self.stages, mode=pipeline, handoff_depth=handoff_depth,
@@ -85,6 +94,17 @@ class Engine:
         self.profile = None
         self.cached_ids = []   # token ids whose KV is in the cache, position 0 on
         self.n_requests = 0
+
+    def expert_stats(self):
+        """The expert caches' counters summed over stages (experts off the GPU), else None."""
+        got = [st.ops.expert_stats() for st in self.stages if hasattr(st.ops, "expert_stats")]
+        got = [g for g in got if g]
+        if not got:
+            return None
+        tot = {k: (sum(g[k] for g in got) if isinstance(v, (int, float)) else v) for k, v in got[0].items()}
+        n = tot["hits"] + tot["misses"]
+        tot["hit_rate"] = round(tot["hits"] / n, 4) if n else 0.0
+        return tot
 
     @property
     def model_key(self):

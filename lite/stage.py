@@ -55,10 +55,16 @@ class Stage:
     """A layer range on one backend; also the StageRunner the stage chain drives (lite.pipeline):
     run() computes one chunk, and the hand-off buffers come from the backend (pinned on a GPU)."""
 
-    def __init__(self, gguf, cfg, spec, backend_cls, max_context, kv_kind, device_id=None):
+    def __init__(self, gguf, cfg, spec, backend_cls, max_context, kv_kind, device_id=None,
+                 experts="auto", expert_cache="auto"):
         self.cfg, self.spec = cfg, spec
         self.fwd = family(cfg.arch).forward_layer
         names = stage_tensor_names(gguf, cfg, spec)
+        # --experts: a backend that can keep experts off the device places them itself, after the
+        # dense weights and the KV cache (so that auto sees what VRAM is left).
+        exps = ([n for n in names if n.endswith("_exps.weight")]
+                if cfg.is_moe and getattr(backend_cls, "supports_host_experts", False) else [])
+        names = [n for n in names if n not in set(exps)]
         what = f"layers {spec.layers.start}-{spec.layers.stop - 1}"
         try:
             self.ops = (backend_cls(gguf, names) if device_id is None
@@ -77,10 +83,19 @@ class Stage:
                 f"out of memory allocating the KV cache of {what}: {max_context} positions "
                 f"need {gib:.1f} GiB ({kv_kind}); lower -c/--max-context"
                 + (" or use --kv int8" if kv_kind != "int8" else "")) from None
+        self.residency = None
+        if exps:
+            try:
+                self.residency = self.ops.place_experts(gguf, exps, experts, expert_cache)
+            except MemoryError:
+                raise DeviceError(f"out of memory placing the experts of {what}: try --experts host "
+                                  f"or a smaller --expert-cache") from None
         self.all_logits = False   # the last stage returns logits of every position (tests, scoring)
         # A decode step replays one captured CUDA graph per stage: launching its few hundred
         # kernels one by one from Python would cost more host time than the GPU needs.
-        self.use_graphs = (getattr(self.ops, "supports_graphs", False) and not cfg.is_moe
+        # MoE stages capture too when the backend's grouped expert path needs no host sync.
+        moe_ok = not cfg.is_moe or getattr(self.ops, "moe_graph_safe", lambda: False)()
+        self.use_graphs = (getattr(self.ops, "supports_graphs", False) and moe_ok
                            and self.ops.graph_safe())
         self._graph = None
 

@@ -1,7 +1,8 @@
 """The CUDA backend's mixture-of-experts ops (a mixin of CUDABackend, which provides self.w,
-self.cp, self.stream, _matmul and act_mul). Two paths: per expert (the default, checked on the GPU
-against the CPU backend) and grouped (a constant number of launches a layer; opt-in with
-LITE_MOE_GROUPED=1 until it has run on a GPU: docs/experts.md)."""
+self.cp, self.stream, _matmul and act_mul). Two paths: grouped (the default: a constant number of
+launches a layer, docs/experts.md) and per expert (LITE_MOE_GROUPED=0, the old loop). Experts kept
+off the device (--experts host|mmap) are served from a cache of slots (cuda_host_experts.py) in
+rounds through the same grouped kernels."""
 import os
 
 import numpy as np
@@ -16,6 +17,11 @@ class _Weight:
         self.name, self.qtype, self.shape, self.data = name, qtype, shape, data
 
 
+def expert_bytes(w):
+    """Bytes of one expert of a 3-D expert tensor (device-resident or streamed)."""
+    eb = getattr(w, "ebytes", None)
+    return eb if eb is not None else w.data.size // w.shape[0]
+
 
 class CUDAExperts:
     # --- mixture of experts: a constant number of launches a layer, no host sync (issue 6) ------
@@ -25,10 +31,61 @@ class CUDAExperts:
     # blocks of MOE_BM tokens of one expert (device pointer arrays). Padding rows and blocks are
     # computed but never read; the combine gathers each token's k rows in slot order.
     MOE_FUSED_MAX_TOKENS = 64
-    # The grouped path has not yet run on a GPU (it was written when the session's GPU time was
-    # spent), so it is opt-in until tests/test_experts.py passes there: LITE_MOE_GROUPED=1. The
-    # default is the per-expert path that the GPU tests checked against the CPU backend.
-    moe_grouped = os.environ.get("LITE_MOE_GROUPED") == "1"
+    # The grouped path matches the CPU backend on the H200 (tests/test_experts.py, and
+    # tests/test_cuda_backend.py -k qwen3moe); LITE_MOE_GROUPED=0 falls back to the per-expert loop.
+    moe_grouped = os.environ.get("LITE_MOE_GROUPED", "1") != "0"
+    host_experts = None           # a cuda_host_experts.HostExperts when experts live off the device
+
+    supports_host_experts = True
+
+    def place_experts(self, gguf, names, experts="auto", expert_cache="auto", n_slots=None):
+        """Put a stage's expert tensors where --experts says; called after the dense weights and
+        the KV cache are allocated, so auto sees the VRAM that is left. -> lite.experts.Residency.
+        n_slots overrides the cache size in slots (tests: a cache of one expert)."""
+        from lite import experts as ex
+        from lite.backends.cuda_host_experts import HostExperts
+        cp = self.cp
+        with self.device:
+            free_vram = cp.cuda.runtime.memGetInfo()[0] + cp.get_default_memory_pool().free_bytes()
+        total = sum(gguf.tensors[n].nbytes for n in names)
+        layers = {}
+        for n in names:
+            t = gguf.tensors[n]
+            layers[n.split(".")[1]] = layers.get(n.split(".")[1], 0) + t.nbytes
+        slot = max(sum(gguf.tensors[n].nbytes // gguf.tensors[n].shape[0] for n in names
+                       if n.split(".")[1] == il) for il in layers)
+        free_host = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        r = ex.resolve(experts, expert_cache, total, free_vram, free_host, slot, max(layers.values()))
+        if r.mode == "gpu":
+            groups, self._groups = self._groups, []       # the dense fusion groups are done
+            try:
+                self._upload(names)
+            finally:
+                self._groups = groups
+            return r
+        with self.device:
+            self.host_experts = HostExperts(self, gguf, names, r.mode, r.cache_bytes,
+                                            retain=ex.parse_cache(expert_cache) != 0, n_slots=n_slots)
+        return r
+
+    def expert_stats(self):
+        """The expert cache's counters, or None when the experts are on the device."""
+        return None if self.host_experts is None else self.host_experts.stats()
+
+    def moe_graph_safe(self):
+        """Can a decode step of this MoE stage be captured in a CUDA graph? Yes when the grouped
+        path serves it without cuBLAS or a host sync: every expert tensor resident on the device
+        in a type moe_mv takes (else the per-expert loop reads ids on the host), and no shared
+        expert (qwen2moe's sigmoid gate is a CuPy dot, i.e. cuBLAS, which capture refuses)."""
+        from lite.kernels import moe_cuda as mk
+        from lite.kernels.matvec_cuda import ALIGN
+        if not self.moe_grouped or self.host_experts is not None:
+            return False
+        if any(n.endswith("ffn_gate_inp_shexp.weight") for n in self.w):
+            return False
+        exps = [w for n, w in self.w.items() if n.endswith("_exps.weight")]
+        return all(w.qtype in mk.MV_TYPES and w.data.data.ptr % ALIGN[w.qtype] == 0
+                   and (w.data.size // w.shape[0]) % ALIGN[w.qtype] == 0 for w in exps)
 
     def moe_route(self, h, name, k, normalize):
         """Softmax router, top-k, renormalized, on the device -> ids (T, k) int32, weights (T, k) f32."""
@@ -64,13 +121,17 @@ class CUDAExperts:
 
     def moe_experts(self, h, il, ids, weights, act):
         """Sum over each token's chosen experts of weight * down(act(gate(h)) * up(h))."""
-        if not self.moe_grouped:
-            return self._moe_per_expert(h, il, ids, weights, act)
         from lite.kernels import moe_cuda as mk
         cp = self.cp
-        ws = [self.w[f"blk.{il}.ffn_{n}_exps.weight"] for n in ("gate", "up", "down")]
         if act not in ("silu", "gelu_tanh"):
             raise ValueError(f"unknown activation {act!r}")
+        hx = self.host_experts
+        if hx is not None and hx.serves(il):
+            with self.stream:
+                return hx.moe_experts(self, h, il, ids, weights, act)
+        if not self.moe_grouped:
+            return self._moe_per_expert(h, il, ids, weights, act)
+        ws = [self.w[f"blk.{il}.ffn_{n}_exps.weight"] for n in ("gate", "up", "down")]
         with self.stream:
             h = cp.ascontiguousarray(h, dtype=np.float32)
             ids = cp.ascontiguousarray(cp.asarray(ids), dtype=np.int32)   # CPU-made int64 ids too
@@ -83,19 +144,21 @@ class CUDAExperts:
             mk.combine(y, plan.get("pos"), weights, out)
         return out
 
-    def _moe_plan(self, ids, ws, bm=None):
-        """Which path, and the device index arrays it needs (moe_align's; none for pairs)."""
+    def _moe_plan(self, ids, ws, bm=None, bases=None):
+        """Which path, and the device index arrays it needs (moe_align's; none for pairs). bases:
+        the slot buffers the experts will come from (their alignment decides as the tensors')."""
         from lite.kernels import moe_cuda as mk
         from lite.kernels.matvec_cuda import ALIGN
         cp = self.cp
         T, k = ids.shape
         n_expert = ws[0].shape[0]
-        fused = all(w.qtype in mk.MV_TYPES and w.data.data.ptr % ALIGN[w.qtype] == 0
-                    and (w.data.size // n_expert) % ALIGN[w.qtype] == 0 for w in ws)
+        src = bases or [w.data for w in ws]
+        fused = all(w.qtype in mk.MV_TYPES and b.data.ptr % ALIGN[w.qtype] == 0
+                    and expert_bytes(w) % ALIGN[w.qtype] == 0 for w, b in zip(ws, src))
         if fused and T <= FUSED_MAX_TOKENS:
             return {"path": "pairs", "n": 1, "blk_expert": ids.reshape(-1), "blk_rows": None,
                     "n_blocks": T * k, "pos": None}
-        if T <= FUSED_MAX_TOKENS:
+        if T <= FUSED_MAX_TOKENS and bases is None:
             return None                      # no fused kernel for this type: per expert (syncs)
         S = T * k
         if fused and T <= self.MOE_FUSED_MAX_TOKENS:
@@ -112,10 +175,11 @@ class CUDAExperts:
         mk.align(ids, n_expert, bm, plan)
         return plan
 
-    def _moe_run(self, plan, h, ids, ws, act, bases=None, slot_of=None, y=None):
+    def _moe_run(self, plan, h, ids, ws, act, bases=None, slot_of=None, y=None, rnd=None):
         """The experts' rows y (padded order) for a plan. bases (3 device uint8 buffers) and slot_of
         (expert -> slot, -1 = skip) serve experts from a cache's slots instead of the layer tensors;
-        rows of skipped experts are left as they are in y, so rounds can fill one y in turn."""
+        rows of skipped experts are left as they are in y, so rounds can fill one y in turn. rnd
+        (the cache's Round, host side) is needed for types without a gathered dequantize."""
         from lite.kernels import moe_cuda as mk
         cp = self.cp
         wg, wu, wd = ws
@@ -125,28 +189,39 @@ class CUDAExperts:
         if y is None:
             y = cp.empty((P, n_embd), np.float32)
         if plan["path"] == "gemm":
-            return self._moe_gemm(plan, h, ws, src, act, slot_of, y)
+            return self._moe_gemm(plan, h, ws, src, act, slot_of, y, rnd)
         S = ids.size
         T, k = ids.shape
         kw = dict(slot_of=slot_of, blk_expert=plan["blk_expert"], blk_rows=plan["blk_rows"], kdiv=k, S=S,
                   n_blocks=plan["n_blocks"])
         gu = cp.empty((2, P, ff), np.float32)
         if wg.qtype == wu.qtype:
-            mk.grouped_mv(wg.qtype, plan["n"], src[0], src[1], wg.data.size // n_expert, x=h, out0=gu[0],
+            mk.grouped_mv(wg.qtype, plan["n"], src[0], src[1], expert_bytes(wg), x=h, out0=gu[0],
                           out1=gu[1], rows=ff, cols=n_embd, **kw)
         else:
             for i, w in ((0, wg), (1, wu)):
-                mk.grouped_mv(w.qtype, plan["n"], src[i], None, w.data.size // n_expert, x=h, out0=gu[i],
+                mk.grouped_mv(w.qtype, plan["n"], src[i], None, expert_bytes(w), x=h, out0=gu[i],
                               out1=None, rows=ff, cols=n_embd, **kw)
         a = cp.empty((P, ff), np.float32)
         mk.act(gu[0], gu[1], a, act)
-        mk.grouped_mv(wd.qtype, plan["n"], src[2], None, wd.data.size // n_expert, x=a, out0=y, out1=None,
-                      rows=n_embd, cols=ff, **kw)
+        mk.grouped_mv(wd.qtype, plan["n"], src[2], None, expert_bytes(wd), x=a, out0=y, out1=None,
+                      rows=n_embd, cols=ff, x_by_row=True, **kw)
+        self._trace(gu=gu, a=a, y=y)
         return y
 
-    def _moe_gemm(self, plan, h, ws, src, act, slot_of, y):
-        """Used experts dequantized to fp16 (one launch a tensor), two cublasGemmBatchedEx calls."""
-        from cupy_backends.cuda.libs import cublas
+    # Set to a dict to keep each step's device arrays of the next _moe_run (scripts/moe_diag.py
+    # checks them one by one against NumPy to find the first step that differs); None: nothing kept.
+    moe_trace = None
+
+    def _trace(self, **arrays):
+        if self.moe_trace is not None:
+            self.moe_trace.update(arrays)
+
+    def _moe_gemm(self, plan, h, ws, src, act, slot_of, y, rnd=None):
+        """Used experts dequantized to fp16 (one launch a tensor), two cublasGemmBatchedEx calls.
+        Every round runs the same batch (all nb_max blocks; blocks not live this round write into
+        a dummy), so cuBLAS picks the same algorithm and a row's result does not depend on the
+        rounds: outputs are byte-identical whatever the expert cache size."""
         from lite.kernels import dequantize
         from lite.kernels import moe_cuda as mk
         cp = self.cp
@@ -158,18 +233,28 @@ class CUDAExperts:
         eelems = ff * n_embd
         kerns = [mk.gather_dequant_kernel(w.qtype) for w in ws]
         gathered = all(kr is not None for kr in kerns)
-        if not gathered and slot_of is not None:
-            raise NotImplementedError(f"cached experts of type {wg.qtype}/{wd.qtype} need a gathered dequantize")
-        n_deq = min(n_expert, S) if gathered else n_expert
+        rank = plan["rank"]
+        if gathered:
+            n_deq = min(n_expert, S)          # compact: used expert j -> row j (rank)
+        elif slot_of is None:
+            n_deq = n_expert                  # whole tensor: row = expert index (rank None)
+            rank = None
+        else:                                 # slots: this round's experts, one launch each
+            n_deq = len(rnd.experts)
+            rank = cp.asarray(np.array([rnd.experts.index(e) if e in rnd.experts else -1
+                                        for e in range(n_expert)], np.int32))
         wa = cp.empty((n_deq, eelems), np.float16)            # gate, then down (stream order)
         wb = cp.empty((n_deq, eelems), np.float16)            # up
 
         def deq(i, out):
+            eb = expert_bytes(ws[i])
             if gathered:
-                mk.gather_dequant(kerns[i], src[i], ws[i].data.size // n_expert, eelems, plan["used_list"],
-                                  slot_of, out, n_deq)
-            else:                                             # whole tensor: rank = expert index
+                mk.gather_dequant(kerns[i], src[i], eb, eelems, plan["used_list"], slot_of, out, n_deq)
+            elif slot_of is None:
                 dequantize(src[i], ws[i].qtype, np.float16, self.stream, out=out.reshape(-1))
+            else:
+                for j, s_ in enumerate(rnd.slots):
+                    dequantize(src[i][s_ * eb:(s_ + 1) * eb], ws[i].qtype, np.float16, self.stream, out=out[j])
 
         xs = cp.empty((P, n_embd), np.float16)                # (P, n_embd) rows in padded order
         mk.gather_x16(h, plan["blk_rows"], xs)
@@ -179,24 +264,21 @@ class CUDAExperts:
         arrays = cp.empty((9, nbm), np.uint64)
         deq(0, wa)
         deq(1, wb)
-        mk.ptrs(plan["blk_expert"], plan["rank"] if gathered else None, slot_of, nbm,
+        mk.ptrs(plan["blk_expert"], rank, slot_of, nbm,
                 wa.data.ptr, wb.data.ptr, wa.data.ptr, eelems * 2, xs.data.ptr, bm * n_embd * 2,
                 gu[0].data.ptr, gu[1].data.ptr, bm * ff * 4, h16.data.ptr, bm * ff * 2,
                 y.data.ptr, bm * n_embd * 4, dummy.data.ptr, arrays)
         handle = cp.cuda.device.get_cublas_handle()
+        from cupy_backends.cuda.libs import cublas
         cublas.setStream(handle, self.stream.ptr)
-        one, zero = np.array(1.0, np.float32), np.array(0.0, np.float32)
         # Row-major Y = X W^T as column-major Y^T = W X^T (as gemm_f16_f32), per block.
-        cublas.gemmBatchedEx(handle, cublas.CUBLAS_OP_T, cublas.CUBLAS_OP_N, ff, bm, n_embd, one.ctypes.data,
-                             arrays[0].data.ptr, 2, n_embd, arrays[2].data.ptr, 2, n_embd, zero.ctypes.data,
-                             arrays[4].data.ptr, 0, ff, 2 * nbm, cublas.CUBLAS_COMPUTE_32F,
-                             cublas.CUBLAS_GEMM_DEFAULT)
+        mk.gemm_batched_f16(handle, ff, bm, n_embd, arrays[0].data.ptr, n_embd, arrays[2].data.ptr, n_embd,
+                            arrays[4].data.ptr, ff, 2 * nbm)
         mk.act(gu[0], gu[1], h16, act)
         deq(2, wa)
-        cublas.gemmBatchedEx(handle, cublas.CUBLAS_OP_T, cublas.CUBLAS_OP_N, n_embd, bm, ff, one.ctypes.data,
-                             arrays[6].data.ptr, 2, ff, arrays[7].data.ptr, 2, ff, zero.ctypes.data,
-                             arrays[8].data.ptr, 0, n_embd, nbm, cublas.CUBLAS_COMPUTE_32F,
-                             cublas.CUBLAS_GEMM_DEFAULT)
+        mk.gemm_batched_f16(handle, n_embd, bm, ff, arrays[6].data.ptr, ff, arrays[7].data.ptr, ff,
+                            arrays[8].data.ptr, n_embd, nbm)
+        self._trace(wd16=wa, wu16=wb, xs=xs, gu=gu, h16=h16, y=y, arrays=arrays)
         return y
 
     def _moe_per_expert(self, h, il, ids, weights, act):

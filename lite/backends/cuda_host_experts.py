@@ -1,0 +1,170 @@
+"""Experts kept off the GPU (--experts host|mmap): the device side of lite/experts.py.
+
+Dense weights and the KV cache stay on the device; each layer's three expert tensors live in pinned
+host RAM (host: one pinned copy of the file's bytes, so copies are true async DMA) or stay in the
+file's mapped pages (mmap: through lite.experts.Stager's two pinned buffers). A GPU cache of slots
+(lite.experts.ExpertCache, least recently used out) serves them: a layer's routed experts are copied
+on a copy stream into free or evicted slots, the compute stream waits on the copies' events (on the
+device; the host does not block), and the grouped kernels read the slots through slot_of. A layer
+whose routed experts outnumber the slots runs in rounds; each round writes only its experts' rows,
+so outputs are byte-identical to all-on-GPU whatever the cache size (tests/test_experts.py).
+
+Layers whose expert tensors differ in type or shape get a pool of slots each; the cache bytes are
+split between pools by their number of layers.
+"""
+import numpy as np
+
+from lite.experts import ExpertCache, Stager, run_layer
+
+KINDS = ("gate", "up", "down")
+STAGING_BYTES = 64 << 20        # each of mmap mode's two pinned staging buffers
+
+
+class StreamedWeight:
+    """What the grouped path needs of an expert tensor that is not on the device."""
+    __slots__ = ("name", "qtype", "shape", "data", "ebytes")
+
+    def __init__(self, name, qtype, shape, ebytes):
+        self.name, self.qtype, self.shape, self.data, self.ebytes = name, qtype, tuple(shape), None, ebytes
+
+
+class _Pool:
+    """n_slots slots of one layout: a device buffer per tensor kind, one expert a slot."""
+
+    def __init__(self, cp, ebytes, n_slots, copy, wait, retain):
+        self.ebytes = ebytes
+        self.n_slots = n_slots
+        self.bufs = [cp.empty(n_slots * eb, np.uint8) for eb in ebytes]
+        self.cache = ExpertCache(n_slots, lambda il, e, s, after: copy(self, il, e, s, after), wait,
+                                 lambda il: sum(ebytes), retain=retain)
+
+
+class HostExperts:
+    """The experts of a stage's layers, off the device, served through a GPU slot cache.
+    names: the stage's blk.N.ffn_{gate,up,down}_exps.weight tensors. cache_bytes: the slots' VRAM
+    (n_slots, when given, overrides it: the tests' one-expert cache). retain False: --expert-cache
+    off (slots are staging only, forgotten after each layer)."""
+
+    def __init__(self, backend, gguf, names, mode, cache_bytes, retain=True, n_slots=None):
+        import cupyx
+        cp = self.cp = backend.cp
+        self.backend, self.mode = backend, mode
+        by_layer = {}
+        for n in names:
+            il, kind = int(n.split(".")[1]), n.split(".")[2][len("ffn_"):-len("_exps")]
+            by_layer.setdefault(il, {})[kind] = n
+        self.weights, self.src, layouts = {}, {}, {}
+        for il, d in sorted(by_layer.items()):
+            ts = [gguf.tensors[d[k]] for k in KINDS]
+            self.weights[il] = [StreamedWeight(d[k], t.type_name, t.shape, t.nbytes // t.shape[0])
+                                for k, t in zip(KINDS, ts)]
+            if mode == "host":       # pinned copies: the DMA engine reads them while the GPU computes
+                self.src[il] = []
+                for t in ts:
+                    buf = cupyx.empty_pinned(t.nbytes, np.uint8)
+                    np.copyto(buf, t.raw.reshape(-1))
+                    self.src[il].append(buf)
+            else:
+                self.src[il] = [t.raw.reshape(-1) for t in ts]
+            layouts.setdefault(tuple((w.qtype, w.shape, w.ebytes) for w in self.weights[il]), []).append(il)
+        self.copy_stream = cp.cuda.Stream(non_blocking=True)
+        self.stager = None
+        if mode == "mmap":
+            pinned = [cupyx.empty_pinned(STAGING_BYTES, np.uint8) for _ in range(2)]
+            self.stager = Stager(STAGING_BYTES, lambda i, s, off, n: np.copyto(pinned[i][:n], s[off:off + n]),
+                                 lambda i, d, off, n: self._upload(d[off:off + n], pinned[i][:n]),
+                                 lambda ev: ev.synchronize())
+        self._waits = []             # (before, after) events around the compute stream's waits
+        self._gpu_wait_s = 0.0
+        self.pool_of = {}
+        for layout, ils in layouts.items():
+            ebytes = [eb for _, _, eb in layout]
+            k = n_slots or max(1, int(cache_bytes * len(ils) / len(by_layer)) // sum(ebytes))
+            pool = _Pool(cp, ebytes, k, self._copy, self._wait, retain)
+            for il in ils:
+                self.pool_of[il] = pool
+        self.pools = list({id(p): p for p in self.pool_of.values()}.values())
+
+    def serves(self, il):
+        return il in self.pool_of
+
+    # --- copies (copy stream) and waits (compute stream) -------------------------------------
+    def _upload(self, dst, src):
+        dst.set(src, stream=self.copy_stream)
+        return self.copy_stream.record()
+
+    def _copy(self, pool, il, e, slot, after):
+        """Fill `slot` of pool with expert e of layer il once `after` (the last compute that read
+        the slot) is done; returns the copy's event."""
+        cs = self.copy_stream
+        if after is not None:
+            cs.wait_event(after)
+        for i, eb in enumerate(pool.ebytes):
+            dst = pool.bufs[i][slot * eb:(slot + 1) * eb]
+            src = self.src[il][i][e * eb:(e + 1) * eb]
+            if self.stager is None:
+                dst.set(src, stream=cs)
+            else:
+                self.stager.copy(src, dst, eb)
+        return cs.record()
+
+    def _wait(self, ev):
+        """The compute stream waits for a copy on the device; events around the wait measure how
+        long the GPU sat idle for it (read by stats())."""
+        st = self.backend.stream
+        before = st.record()
+        st.wait_event(ev)
+        self._waits.append((before, st.record()))
+        if len(self._waits) > 4096:
+            self._settle()
+
+    def _settle(self):
+        cp = self.cp
+        for a, b in self._waits:
+            b.synchronize()
+            self._gpu_wait_s += cp.cuda.get_elapsed_time(a, b) / 1e3
+        self._waits = []
+
+    # --- the MoE of one layer ------------------------------------------------------------------
+    def moe_experts(self, be, h, il, ids, weights, act):
+        """As CUDAExperts.moe_experts, the experts from the slots. The host reads the routed ids
+        (one sync a layer): which experts to copy depends on them."""
+        from lite.kernels import moe_cuda as mk
+        cp = self.cp
+        pool, ws = self.pool_of[il], self.weights[il]
+        n_expert = ws[0].shape[0]
+        h = cp.ascontiguousarray(h, dtype=np.float32)
+        ids = cp.ascontiguousarray(cp.asarray(ids), dtype=np.int32)
+        weights = cp.ascontiguousarray(cp.asarray(weights), dtype=np.float32)
+        plan = be._moe_plan(ids, ws, bases=pool.bufs)
+        ids_h = cp.asnumpy(ids)
+        state = {"y": None}
+
+        def compute(rnd):
+            slot_of = cp.asarray(np.array(rnd.slot_of(n_expert), np.int32))
+            state["y"] = be._moe_run(plan, h, ids, ws, act, bases=pool.bufs, slot_of=slot_of,
+                                     y=state["y"], rnd=rnd)
+            return be.stream.record()
+
+        run_layer(pool.cache, il, ids_h, compute)
+        out = cp.empty_like(h)
+        mk.combine(state["y"], plan.get("pos"), weights, out)
+        return out
+
+    # --- counters --------------------------------------------------------------------------------
+    def stats(self):
+        """Counters over all pools (lite bench --verbose): hits, misses, bytes streamed, the host's
+        and the GPU's time waiting for copies, evictions, rounds, slots."""
+        self._settle()
+        tot = {}
+        for p in self.pools:
+            for k, v in p.cache.stats.as_dict().items():
+                if k != "hit_rate":
+                    tot[k] = tot.get(k, 0) + v
+        n = tot.get("hits", 0) + tot.get("misses", 0)
+        tot["hit_rate"] = round(tot.get("hits", 0) / n, 4) if n else 0.0
+        tot["gpu_wait_s"] = round(self._gpu_wait_s, 4)
+        tot["slots"] = sum(p.n_slots for p in self.pools)
+        tot["cache_bytes"] = sum(p.n_slots * sum(p.ebytes) for p in self.pools)
+        tot["mode"] = self.mode
+        return tot
