@@ -30,9 +30,17 @@ def ffn_block(ops, cfg, il, h, kind=""):
     return ops.linear(ops.act_mul(gate, up, cfg.act), p + f"ffn_down{kind}.weight")
 
 
+def add_rms_norm(ops, x, y, name, eps):
+    """(x + y, rms_norm(x + y)): one launch on backends that fuse the two (the CUDA one)."""
+    if hasattr(ops, "add_rms_norm"):
+        return ops.add_rms_norm(x, y, name, eps)
+    s = ops.add(x, y)
+    return s, ops.rms_norm(s, name, eps)
+
+
 def forward_layer(ops, cfg, il, x, kv, pos0):
     p = f"blk.{il}."
     h = ops.rms_norm(x, p + "attn_norm.weight", cfg.rms_eps)
-    x = ops.add(x, attention_block(ops, cfg, il, h, kv, pos0))
-    h = ops.rms_norm(x, p + "ffn_norm.weight", cfg.rms_eps)
+    x, h = add_rms_norm(ops, x, attention_block(ops, cfg, il, h, kv, pos0), p + "ffn_norm.weight",
+                        cfg.rms_eps)
     return ops.add(x, ffn_block(ops, cfg, il, h))

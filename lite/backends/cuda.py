@@ -12,6 +12,7 @@ import os
 
 import numpy as np
 
+from lite.backends.cuda_decode import CUDADecodeAttention
 from lite.backends.cuda_moe import FUSED_MAX_TOKENS, CUDAExperts, _Weight
 
 log = logging.getLogger(__name__)
@@ -41,16 +42,17 @@ def unavailable_reason():
     return None
 
 
-class CUDABackend(CUDAExperts):
+class CUDABackend(CUDADecodeAttention, CUDAExperts):
     name = "cuda"
     supports_graphs = True
 
     def __init__(self, gguf, names, device_id=0):
         import cupy as cp
         import cupyx
-        from lite.kernels import cupy_ops
+        from lite.kernels import cupy_decode, cupy_ops
         self.cp = self.xp = cp
         self.k = cupy_ops
+        self.kd = cupy_decode
         self.gguf = gguf
         self.device = cp.cuda.Device(device_id)
         self.device_key = f"cuda:{device_id}"
@@ -68,6 +70,7 @@ class CUDABackend(CUDAExperts):
             # The decode position lives on the device, so a captured graph replays any position.
             self.pos_dev = cp.zeros(1, np.int64)
             self._pos_host = cupyx.empty_pinned(1, np.int64)
+            self._attn_counters = cupy_decode.new_counters()   # decode attention's split merge
         self.capturing = False
         self._graph_memory = []   # allocations captured graphs refer to, kept alive with them
 
@@ -264,11 +267,11 @@ class CUDABackend(CUDAExperts):
     def rms_norm(self, x, name, eps):
         return self.k.rms_norm(self.cp.ascontiguousarray(x), self.w[name].data, eps, self.stream)
 
-    def rope(self, x, pos0, base, neox, n_rot=None, freq_scale=1.0, freq_factors=None):
-        if freq_factors is not None:
-            raise NotImplementedError("rope frequency factors on the GPU")
-        return self.k.rope(self.cp.ascontiguousarray(x), pos0, base, neox, n_rot or x.shape[-1],
-                           freq_scale, self.stream, self.pos_dev if x.shape[0] == 1 else None)
+    def add_rms_norm(self, x, y, name, eps):
+        """(x + y, rms_norm(x + y)): the residual add and the next norm in one launch."""
+        cp = self.cp
+        return self.k.add_rms_norm(cp.ascontiguousarray(x), cp.ascontiguousarray(y),
+                                   self.w[name].data, eps, self.stream)
 
     def attention(self, kv, il, q, k, v, pos0, scale, window=0):
         """A chunk of T queries against the cache up to pos0+T, on tensor cores. Head dims 64 and
@@ -312,18 +315,6 @@ class CUDABackend(CUDAExperts):
                          out[h0:h0 + nb], 0, Dv, rows * Dv, nb)
         o = out.reshape(Hkv, G, T, Dv).transpose(2, 0, 1, 3)
         return cp.ascontiguousarray(o).reshape(T, H * Dv)
-
-    def _attention_decode(self, kv, il, q, k, v, scale, window):
-        """One token: store k, v at pos_dev, attend over 0..pos_dev (fixed shapes: capturable)."""
-        cp, int8 = self.cp, kv.kind == "int8"
-        self.k.kv_store(cp.ascontiguousarray(k[0]), kv.k[il], kv.ks[il] if int8 else None,
-                        self.pos_dev, self.stream)
-        self.k.kv_store(cp.ascontiguousarray(v[0]), kv.v[il], kv.vs[il] if int8 else None,
-                        self.pos_dev, self.stream)
-        o = self.k.attn_decode(cp.ascontiguousarray(q[0]), kv.k[il], kv.v[il],
-                               kv.ks[il] if int8 else None, kv.vs[il] if int8 else None,
-                               self.pos_dev, scale, window, self.stream)
-        return o.reshape(1, -1)
 
     def act_mul(self, gate, up, act):
         if act == "silu":

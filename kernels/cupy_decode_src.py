@@ -1,0 +1,286 @@
+"""CUDA C of the decode-step attention (one query token), launched through kernels/cupy_decode.py.
+
+Both kernels read the position from the device (a captured graph replays any position) and have
+grids fixed by the cache size. Kept apart from the Python wrappers so the file stays readable and
+so tests/cuda_c_emulator.py can compile the same text on the host.
+"""
+
+DECODE_SRC = r"""
+#ifndef NEG_INF
+#define NEG_INF (-__int_as_float(0x7f800000))
+#endif
+#define DEC_THREADS 128      // four warps
+#define DEC_GB 4             // query heads a block serves: one warp each in the softmax
+#define DEC_TILE 256         // keys whose scores sit in shared memory at once
+#define DEC_MAX_SPLITS 64    // splits of the keys, each a block (per KV head and head group)
+#define DEC_MAX_D 256        // key head dim
+#define DEC_MAX_ROW 1024     // the longest row rope_kv_store handles
+
+__device__ __forceinline__ float dec_warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);
+    return v;
+}
+__device__ __forceinline__ float dec_warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffff, v, o));
+    return v;
+}
+// eight consecutive cache values as floats, in one 16-byte (f16) or 8-byte (int8) load
+__device__ __forceinline__ void dec_load8(const __half* p, float* f) {
+    uint4 u = *reinterpret_cast<const uint4*>(p);
+    const __half2* h = reinterpret_cast<const __half2*>(&u);
+    for (int i = 0; i < 4; ++i) { float2 v = __half22float2(h[i]); f[2 * i] = v.x; f[2 * i + 1] = v.y; }
+}
+__device__ __forceinline__ void dec_load8(const signed char* p, float* f) {
+    uint2 u = *reinterpret_cast<const uint2*>(p);
+    const signed char* c = reinterpret_cast<const signed char*>(&u);
+    for (int i = 0; i < 8; ++i) f[i] = (float)c[i];
+}
+__device__ __forceinline__ void dec_store(__half* p, float v) { *p = __float2half(v); }
+__device__ __forceinline__ void dec_store(signed char* p, float v) { *p = (signed char)v; }
+
+// --- RoPE of q and k, and k, v into the cache at *pos, in one launch (one warp a row) ----------
+// Blocks 0..H-1 rotate the q heads into q_out; blocks H..H+Hkv-1 rotate the k heads into the K
+// cache; the next Hkv blocks copy the v heads into the V cache. n_rot = 0: no rotation. int8
+// caches (scales != null) get one scale per (head, position) = amax / 127, as KVCache._quantize.
+template <typename T> __device__ void rope_kv_store(
+        const float* q, const float* k, const float* v, float* q_out, T* Kc, T* Vc, float* ks,
+        float* vs, const long long* pos_ptr, int H, int Hkv, int D, int Dv, int S_max, int n_rot,
+        double base, double freq_scale, int neox) {
+    __shared__ float row[DEC_MAX_ROW];
+    int b = blockIdx.x, lane = threadIdx.x;
+    long long pos = *pos_ptr;
+    const float* src;
+    float* fdst = nullptr;
+    T* cdst = nullptr;
+    float* sdst = nullptr;
+    int n = D, rot = n_rot;
+    if (b < H) {
+        src = q + (long long)b * D;
+        fdst = q_out + (long long)b * D;
+    } else if (b < H + Hkv) {
+        int h = b - H;
+        src = k + (long long)h * D;
+        cdst = Kc + ((long long)h * S_max + pos) * D;
+        if (ks) sdst = ks + (long long)h * S_max + pos;
+    } else {
+        int h = b - H - Hkv;
+        src = v + (long long)h * Dv;
+        n = Dv;
+        rot = 0;
+        cdst = Vc + ((long long)h * S_max + pos) * Dv;
+        if (vs) sdst = vs + (long long)h * S_max + pos;
+    }
+    int half = rot / 2;
+    for (int i = lane; i < half; i += 32) {
+        // angles in double, the same expression as the rope kernel: long positions keep precision
+        double ang = (double)pos * freq_scale * pow(base, -2.0 * i / rot);
+        float c = (float)cos(ang), s = (float)sin(ang);
+        int a = neox ? i : 2 * i, bb = neox ? i + half : 2 * i + 1;
+        float xa = src[a], xb = src[bb];
+        row[a] = xa * c - xb * s;
+        row[bb] = xa * s + xb * c;
+    }
+    for (int j = rot + lane; j < n; j += 32) row[j] = src[j];
+    __syncwarp();
+    if (fdst) {
+        for (int j = lane; j < n; j += 32) fdst[j] = row[j];
+        return;
+    }
+    if (sdst == nullptr) {
+        for (int j = lane; j < n; j += 32) dec_store(cdst + j, row[j]);
+        return;
+    }
+    float amax = 0.f;
+    for (int j = lane; j < n; j += 32) amax = fmaxf(amax, fabsf(row[j]));
+    amax = dec_warp_max(amax);
+    float sc = amax / 127.f;
+    float div = sc > 0.f ? sc : 1.f;
+    for (int j = lane; j < n; j += 32) dec_store(cdst + j, fminf(fmaxf(rintf(row[j] / div), -127.f), 127.f));
+    if (lane == 0) *sdst = sc;
+}
+extern "C" __global__ void rope_kv_store_f16(const float* q, const float* k, const float* v,
+        float* q_out, __half* Kc, __half* Vc, const long long* p, int H, int Hkv, int D, int Dv,
+        int S, int n_rot, double base, double fs, int neox)
+{ rope_kv_store<__half>(q, k, v, q_out, Kc, Vc, nullptr, nullptr, p, H, Hkv, D, Dv, S, n_rot, base, fs, neox); }
+extern "C" __global__ void rope_kv_store_i8(const float* q, const float* k, const float* v,
+        float* q_out, signed char* Kc, signed char* Vc, float* ks, float* vs, const long long* p,
+        int H, int Hkv, int D, int Dv, int S, int n_rot, double base, double fs, int neox)
+{ rope_kv_store<signed char>(q, k, v, q_out, Kc, Vc, ks, vs, p, H, Hkv, D, Dv, S, n_rot, base, fs, neox); }
+
+// --- attention of one query token over keys 0..*pos (flash-decoding) ---------------------------
+// Block (x = KV head hk and head group, y = split) serves up to DEC_GB query heads of KV head hk,
+// so each K/V row is read once for all of them. The keys j0..pos are cut into the fewest splits
+// of at least min_chunk keys (multiples of 16) that fit the grid's gridDim.y; blocks past the last
+// split exit at once. A split walks its keys in tiles of DEC_TILE with a running max and sum.
+// Scores: lpk lanes share one key row, 8 dims a lane (one wide load), four keys a lane in flight,
+// partial dots meet through shuffles. Values: Dv/8 lanes cover a row, the block's rows in
+// parallel, four rows a lane in flight. Each split writes its max, sum and weighted V; the block
+// that finishes last (a counter per block column, reset by that block) merges them into out.
+template <typename T> __device__ void attn_decode(
+        const float* q, const T* K, const T* V, const float* ks, const float* vs, float* pm,
+        float* pl, float* pacc, int* counters, float* out, const long long* pos_ptr, int H,
+        int Hkv, int D, int Dv, int S_max, float scale, int window, int min_chunk) {
+    __shared__ float qs[DEC_GB][DEC_MAX_D];
+    __shared__ float sc[DEC_GB][DEC_TILE];
+    __shared__ float part[DEC_THREADS * DEC_GB * 8];
+    __shared__ float alpha[DEC_GB];
+    __shared__ float wsplit[DEC_GB][DEC_MAX_SPLITS];
+    __shared__ float inv_l[DEC_GB];
+    __shared__ int is_last;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, NS = gridDim.y;
+    const int G = H / Hkv, n_groups = (G + DEC_GB - 1) / DEC_GB;
+    const int hk = blockIdx.x / n_groups, gb = blockIdx.x % n_groups;
+    const int h0 = hk * G + gb * DEC_GB, ng = min(DEC_GB, G - gb * DEC_GB);
+    const long long pos = *pos_ptr;
+    const long long j0 = window > 0 ? max(0LL, pos - window + 1) : 0;
+    const long long nk = pos + 1 - j0;
+    long long chunk = (nk + NS - 1) / NS;
+    chunk = max((long long)min_chunk, (chunk + 15) / 16 * 16);
+    const int active = (int)((nk + chunk - 1) / chunk);
+    const int split = blockIdx.y;
+    if (split >= active) return;
+    const long long lo = j0 + split * chunk, hi = min(pos + 1, lo + chunk);
+    const long long slot = (long long)blockIdx.x * NS + split;
+
+    for (int i = tid; i < DEC_GB * D; i += DEC_THREADS) {
+        int g = i / D, d = i % D;
+        qs[g][d] = g < ng ? q[(long long)(h0 + g) * D + d] : 0.f;
+    }
+    __syncthreads();
+    int lpk = 1;                                   // lanes a key row: 8 dims each, a power of 2
+    while (lpk * 8 < D) lpk <<= 1;
+    const int kpw = 32 / lpk, li = lane % lpk, d0 = li * 8, sub = lane / lpk;
+    const int kstep = 4 * kpw;                     // keys a block pass covers (four warps)
+    float qr[DEC_GB][8];
+    for (int g = 0; g < DEC_GB; ++g)
+        for (int i = 0; i < 8; ++i) qr[g][i] = d0 < D ? qs[g][d0 + i] : 0.f;
+    const int vl = Dv / 8, R = DEC_THREADS / vl;   // lanes a V row, V rows at once
+    const int vr = tid / vl, vc = (tid % vl) * 8;
+    float acc[DEC_GB][8];
+    for (int g = 0; g < DEC_GB; ++g)
+        for (int i = 0; i < 8; ++i) acc[g][i] = 0.f;
+    float m_run = NEG_INF, l_run = 0.f;            // warp g keeps head g's
+
+    for (long long t0 = lo; t0 < hi; t0 += DEC_TILE) {
+        const int tn = (int)min((long long)DEC_TILE, hi - t0);
+        const T* Kt = K + ((long long)hk * S_max + t0) * D;
+        for (int base = 0; base < tn; base += 4 * kstep) {       // uniform over the warp
+            float f[4][8];
+            int j[4];
+            for (int u = 0; u < 4; ++u) {
+                j[u] = base + u * kstep + warp * kpw + sub;
+                if (j[u] < tn && d0 < D) dec_load8(Kt + (long long)j[u] * D + d0, f[u]);
+                else for (int i = 0; i < 8; ++i) f[u][i] = 0.f;
+            }
+            for (int u = 0; u < 4; ++u) {
+                float s[DEC_GB];
+                for (int g = 0; g < DEC_GB; ++g) {
+                    float a = 0.f;
+                    for (int i = 0; i < 8; ++i) a = fmaf(qr[g][i], f[u][i], a);
+                    for (int o = lpk >> 1; o > 0; o >>= 1) a += __shfl_xor_sync(0xffffffff, a, o);
+                    s[g] = a;
+                }
+                if (li == 0 && j[u] < tn) {
+                    float kscale = ks ? ks[(long long)hk * S_max + t0 + j[u]] * scale : scale;
+                    for (int g = 0; g < DEC_GB; ++g) sc[g][j[u]] = s[g] * kscale;
+                }
+            }
+        }
+        __syncthreads();
+        if (warp < ng) {                           // softmax bookkeeping of head `warp`
+            float m = NEG_INF;
+            for (int jj = lane; jj < tn; jj += 32) m = fmaxf(m, sc[warp][jj]);
+            float m_new = fmaxf(m_run, dec_warp_max(m));
+            float sum = 0.f;
+            for (int jj = lane; jj < tn; jj += 32) {
+                float p = __expf(sc[warp][jj] - m_new);
+                sc[warp][jj] = p;
+                sum += p;
+            }
+            float a = __expf(m_run - m_new);       // 0 on the first tile
+            l_run = l_run * a + dec_warp_sum(sum);
+            m_run = m_new;
+            if (lane == 0) alpha[warp] = a;
+        }
+        __syncthreads();
+        if (vr < R) {
+            for (int g = 0; g < DEC_GB; ++g)
+                for (int i = 0; i < 8; ++i) acc[g][i] *= g < ng ? alpha[g] : 0.f;
+            const T* Vt = V + ((long long)hk * S_max + t0) * Dv + vc;
+            const float* vst = vs ? vs + (long long)hk * S_max + t0 : nullptr;
+            for (int jb = vr; jb < tn; jb += 4 * R) {
+                float f[4][8];
+                for (int u = 0; u < 4; ++u) {
+                    int jj = jb + u * R;
+                    if (jj < tn) dec_load8(Vt + (long long)jj * Dv, f[u]);
+                }
+                for (int u = 0; u < 4; ++u) {
+                    int jj = jb + u * R;
+                    if (jj >= tn) break;
+                    float vsc = vst ? vst[jj] : 1.f;
+                    for (int g = 0; g < DEC_GB; ++g) {
+                        float w = sc[g][jj] * vsc;
+                        for (int i = 0; i < 8; ++i) acc[g][i] = fmaf(w, f[u][i], acc[g][i]);
+                    }
+                }
+            }
+        }
+        __syncthreads();                           // sc is rewritten by the next tile
+    }
+
+    // the R row groups of this block meet in shared memory; the partial goes to global memory
+    if (vr < R)
+        for (int g = 0; g < DEC_GB; ++g)
+            for (int i = 0; i < 8; ++i) part[(tid * DEC_GB + g) * 8 + i] = acc[g][i];
+    __syncthreads();
+    for (int idx = tid; idx < ng * Dv; idx += DEC_THREADS) {
+        int g = idx / Dv, d = idx % Dv, c = d / 8, i = d % 8;
+        float a = 0.f;
+        for (int r = 0; r < R; ++r) a += part[((r * vl + c) * DEC_GB + g) * 8 + i];
+        pacc[(slot * DEC_GB + g) * Dv + d] = a;
+    }
+    if (warp < ng && lane == 0) { pm[slot * DEC_GB + warp] = m_run; pl[slot * DEC_GB + warp] = l_run; }
+
+    // the last block of this column merges the splits (threadFenceReduction pattern)
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) {
+        int ticket = atomicAdd(&counters[blockIdx.x], 1);
+        is_last = ticket == active - 1;
+        if (is_last) counters[blockIdx.x] = 0;     // every split has counted: ready for the next launch
+    }
+    __syncthreads();
+    if (!is_last) return;
+    __threadfence();
+    const long long col = (long long)blockIdx.x * NS;
+    if (warp < ng) {
+        float M = NEG_INF;
+        for (int s = lane; s < active; s += 32) M = fmaxf(M, __ldcg(pm + (col + s) * DEC_GB + warp));
+        M = dec_warp_max(M);
+        float L = 0.f;
+        for (int s = lane; s < active; s += 32) {
+            float e = __expf(__ldcg(pm + (col + s) * DEC_GB + warp) - M);
+            wsplit[warp][s] = e;
+            L += e * __ldcg(pl + (col + s) * DEC_GB + warp);
+        }
+        L = dec_warp_sum(L);
+        if (lane == 0) inv_l[warp] = 1.f / L;
+    }
+    __syncthreads();
+    for (int idx = tid; idx < ng * Dv; idx += DEC_THREADS) {
+        int g = idx / Dv, d = idx % Dv;
+        float a = 0.f;
+        for (int s = 0; s < active; ++s) a += __ldcg(pacc + ((col + s) * DEC_GB + g) * Dv + d) * wsplit[g][s];
+        out[(long long)(h0 + g) * Dv + d] = a * inv_l[g];
+    }
+}
+extern "C" __global__ void attn_decode_f16(const float* q, const __half* K, const __half* V,
+        float* pm, float* pl, float* pacc, int* cnt, float* out, const long long* p, int H,
+        int Hkv, int D, int Dv, int S, float scale, int win, int min_chunk)
+{ attn_decode<__half>(q, K, V, nullptr, nullptr, pm, pl, pacc, cnt, out, p, H, Hkv, D, Dv, S, scale, win, min_chunk); }
+extern "C" __global__ void attn_decode_i8(const float* q, const signed char* K,
+        const signed char* V, const float* ks, const float* vs, float* pm, float* pl, float* pacc,
+        int* cnt, float* out, const long long* p, int H, int Hkv, int D, int Dv, int S,
+        float scale, int win, int min_chunk)
+{ attn_decode<signed char>(q, K, V, ks, vs, pm, pl, pacc, cnt, out, p, H, Hkv, D, Dv, S, scale, win, min_chunk); }
+"""

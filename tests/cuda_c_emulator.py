@@ -1,0 +1,164 @@
+"""Run the CUDA C of kernels/cupy_*.py on the host, one std::thread per GPU thread.
+
+CuPy RawKernels have no simulator (Numba's covers only Numba kernels), and GPU time is scarce, so
+the tests compile the very same kernel text with g++ against a small CUDA emulation: blocks run
+one after another (so `static` stands in for __shared__), the threads of a block run at once and
+meet at __syncthreads (a std::barrier) and __shfl_xor_sync (a barrier per warp). Enough for
+correctness, nothing about speed; atomics across blocks are trivially ordered here.
+
+    lib = compile_kernels(SOURCE)                 # needs g++ with C++20
+    lib.launch("kernel_name", grid, block, arg0, arg1, ...)   # numpy arrays, numpy scalars, None
+"""
+import ctypes
+import hashlib
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+HEADER = r"""
+#include <atomic>
+#include <barrier>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <thread>
+#include <vector>
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __shared__ static
+#define __restrict__
+struct dim3 { unsigned x = 1, y = 1, z = 1; };
+thread_local dim3 threadIdx, blockIdx;
+dim3 blockDim, gridDim;
+struct __half {
+    _Float16 v;
+    __half() = default;
+    __half(float f) : v((_Float16)f) {}
+    operator float() const { return (float)v; }
+};
+struct __half2 { __half x, y; };
+struct float2 { float x, y; };
+struct uint4 { unsigned x, y, z, w; };
+struct uint2 { unsigned x, y; };
+inline float2 __half22float2(__half2 h) { return {(float)h.x, (float)h.y}; }
+inline __half __float2half(float f) { return __half(f); }
+inline float __half2float(__half h) { return (float)h; }
+inline float2 make_float2(float a, float b) { return {a, b}; }
+inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
+inline float __expf(float x) { return expf(x); }
+inline float rsqrtf(float x) { return 1.f / sqrtf(x); }
+template <class A> inline A max(A a, A b) { return a > b ? a : b; }
+template <class A> inline A min(A a, A b) { return a < b ? a : b; }
+template <class A> inline A __ldcg(const A* p) { return *p; }
+inline int atomicAdd(int* p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+
+struct WarpState { std::barrier<>* bar; unsigned long long buf[32]; };
+thread_local std::barrier<>* tl_block_bar;
+thread_local WarpState* tl_warp;
+inline void __syncthreads() { tl_block_bar->arrive_and_wait(); }
+inline void __syncwarp(unsigned = 0xffffffff) { tl_warp->bar->arrive_and_wait(); }
+template <class T> inline T __shfl_xor_sync(unsigned, T v, int o) {
+    static_assert(sizeof(T) <= 8, "shuffle of a scalar");
+    int lane = threadIdx.x & 31;
+    unsigned long long bits = 0;
+    std::memcpy(&bits, &v, sizeof(T));
+    tl_warp->buf[lane] = bits;
+    tl_warp->bar->arrive_and_wait();
+    bits = tl_warp->buf[lane ^ o];
+    tl_warp->bar->arrive_and_wait();
+    T r;
+    std::memcpy(&r, &bits, sizeof(T));
+    return r;
+}
+
+// every block in turn; its threads at once, each dropping out of the barriers when it returns
+static void emu_launch(dim3 grid, dim3 block, const std::function<void()>& body) {
+    gridDim = grid; blockDim = block;
+    unsigned n = block.x * block.y * block.z;
+    for (unsigned bz = 0; bz < grid.z; ++bz)
+    for (unsigned by = 0; by < grid.y; ++by)
+    for (unsigned bx = 0; bx < grid.x; ++bx) {
+        std::barrier<> block_bar(n);
+        std::vector<std::barrier<>*> warp_bars;
+        std::vector<WarpState> warps((n + 31) / 32);
+        for (unsigned w = 0; w < warps.size(); ++w)
+            warps[w].bar = new std::barrier<>(std::min(32u, n - 32 * w));
+        std::vector<std::thread> threads;
+        for (unsigned t = 0; t < n; ++t) {
+            threads.emplace_back([&, t] {
+                blockIdx = {bx, by, bz};
+                threadIdx = {t % block.x, (t / block.x) % block.y, t / (block.x * block.y)};
+                tl_block_bar = &block_bar;
+                tl_warp = &warps[t / 32];
+                body();
+                tl_warp->bar->arrive_and_drop();
+                block_bar.arrive_and_drop();
+            });
+        }
+        for (auto& th : threads) th.join();
+        for (auto& w : warps) delete w.bar;
+    }
+}
+"""
+
+_SIGNATURE = re.compile(r'extern "C" __global__ void (\w+)\s*\(([^)]*)\)')
+
+
+def _wrappers(source):
+    """One extern "C" launch_<name>(grid, block, void** args) per kernel of the source."""
+    out = []
+    for name, params in _SIGNATURE.findall(source):
+        types = [re.sub(r"\s*\b\w+\s*$", "", p.strip()) for p in params.split(",")]
+        call = ", ".join(f"*({t}*)a[{i}]" for i, t in enumerate(types))
+        out.append(f'extern "C" void launch_{name}(unsigned gx, unsigned gy, unsigned bx, void** a)'
+                   f' {{ emu_launch({{gx, gy, 1}}, {{bx, 1, 1}}, [&] {{ {name}({call}); }}); }}')
+    return "\n".join(out)
+
+
+def available():
+    return shutil.which("g++") is not None
+
+
+class Kernels:
+    def __init__(self, path):
+        self._lib = ctypes.CDLL(str(path))
+
+    def launch(self, name, grid, block, *args):
+        """args: numpy arrays (passed by address), numpy scalars (by value), None (null pointer)."""
+        grid = tuple(grid) + (1,) * (2 - len(grid))
+        keep = []
+        for a in args:
+            if a is None:
+                keep.append(ctypes.c_void_p(0))
+            elif isinstance(a, np.ndarray):
+                assert a.flags.c_contiguous, "kernels take contiguous arrays"
+                keep.append(ctypes.c_void_p(a.ctypes.data))
+            else:
+                keep.append(np.array([a]))          # its dtype is the C type of the parameter
+        ptrs = (ctypes.c_void_p * len(keep))(*[
+            ctypes.addressof(k) if isinstance(k, ctypes.c_void_p) else k.ctypes.data for k in keep])
+        fn = getattr(self._lib, f"launch_{name}")
+        fn(ctypes.c_uint(grid[0]), ctypes.c_uint(grid[1]), ctypes.c_uint(block[0]), ptrs)
+
+
+def compile_kernels(source):
+    """Build (once per source text) and load the emulated kernels of a CUDA C source."""
+    text = HEADER + source + "\n" + _wrappers(source)
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    cache = Path(tempfile.gettempdir()) / "lite_cuda_emu"
+    cache.mkdir(exist_ok=True)
+    lib = cache / f"{digest}.so"
+    if not lib.exists():
+        src = cache / f"{digest}.cpp"
+        src.write_text(text)
+        tmp = cache / f"{digest}.{id(text)}.so"
+        subprocess.run(["g++", "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-w",
+                        "-o", str(tmp), str(src)], check=True)
+        tmp.replace(lib)
+    return Kernels(lib)

@@ -1,0 +1,189 @@
+"""The CUDA C of the decode step (kernels/cupy_decode*.py, add_rms_norm in kernels/cupy_ops*.py),
+compiled with g++ against tests/cuda_c_emulator.py and run through the real Python wrappers (a
+stand-in `cupy` module hands them NumPy arrays), against NumPy and the CPU backend's own code.
+No GPU needed; skips without g++."""
+import importlib
+import sys
+import types
+
+import numpy as np
+import pytest
+
+from cuda_c_emulator import available, compile_kernels
+
+pytestmark = pytest.mark.skipif(not available(), reason="needs g++ (C++20) to emulate CUDA C")
+
+
+class _RawModule:
+    def __init__(self, code, options=()):
+        self._lib = compile_kernels(code.replace("#include <cuda_fp16.h>\n", ""))
+
+    def get_function(self, name):
+        return lambda grid, block, args, stream=None: self._lib.launch(name, grid, block, *args)
+
+
+def _poisoned(alloc):
+    """An allocator whose memory starts as NaN bytes, so reading what no kernel wrote shows."""
+    def make(*args, **kw):
+        a = alloc(*args, **kw)
+        a.view(np.uint8)[...] = 0xFF
+        return a
+    return make
+
+
+@pytest.fixture(scope="module")
+def emulated():
+    """(cupy_ops, cupy_decode) imported against a NumPy-backed `cupy` whose RawModule emulates."""
+    fake = types.ModuleType("cupy")
+    fake.empty, fake.empty_like, fake.zeros = _poisoned(np.empty), _poisoned(np.empty_like), np.zeros
+    fake.RawModule = _RawModule
+    fake.ElementwiseKernel = lambda *a, **k: None
+    import lite.kernels as package
+    names = ("cupy", "lite.kernels.cupy_ops", "lite.kernels.cupy_decode")
+    saved = {n: sys.modules.pop(n, None) for n in names}
+    saved_attrs = {a: getattr(package, a, None) for a in ("cupy_ops", "cupy_decode")}
+    sys.modules["cupy"] = fake
+    try:
+        yield (importlib.import_module("lite.kernels.cupy_ops"),
+               importlib.import_module("lite.kernels.cupy_decode"))
+    finally:
+        # the real modules back (a GPU run of later tests must not find these stand-ins)
+        for n, m in saved.items():
+            sys.modules.pop(n, None)
+            if m is not None:
+                sys.modules[n] = m
+        for a, m in saved_attrs.items():
+            if m is None:
+                vars(package).pop(a, None)
+            else:
+                setattr(package, a, m)
+
+
+def test_add_rms_norm(emulated):
+    ops, _ = emulated
+    rng = np.random.default_rng(0)
+    a, b = (rng.standard_normal((3, 300)).astype(np.float32) for _ in range(2))
+    w = rng.standard_normal(300).astype(np.float32)
+    s, y = ops.add_rms_norm(a, b, w, 1e-5, None)
+    want = a + b
+    np.testing.assert_array_equal(s, want)
+    ms = np.mean(want.astype(np.float64) ** 2, axis=-1, keepdims=True)
+    np.testing.assert_allclose(y, want / np.sqrt(ms + 1e-5) * w, rtol=1e-5, atol=1e-6)
+
+
+def _cpu_rope(x, pos, base, neox, n_rot, freq_scale):
+    from lite.backends.cpu import CPUBackend
+    return CPUBackend.rope(None, x[None], pos, base, neox, n_rot, freq_scale)[0]
+
+
+@pytest.mark.parametrize("kind", ["f16", "int8"])
+@pytest.mark.parametrize("neox,n_rot", [(False, 64), (True, 32)])
+def test_rope_kv_store(emulated, kind, neox, n_rot):
+    from lite.kv_cache import KVCache
+    _, dec = emulated
+    rng = np.random.default_rng(1)
+    H, Hkv, D, Dv, S, pos = 6, 2, 64, 48, 40, 17
+    q = rng.standard_normal((H, D)).astype(np.float32)
+    k = rng.standard_normal((Hkv, D)).astype(np.float32)
+    v = rng.standard_normal((Hkv, Dv)).astype(np.float32)
+    dt = np.float16 if kind == "f16" else np.int8
+    K, V = np.zeros((Hkv, S, D), dt), np.zeros((Hkv, S, Dv), dt)
+    ks = vs = None
+    if kind == "int8":
+        ks, vs = np.zeros((Hkv, S), np.float32), np.zeros((Hkv, S), np.float32)
+    pos_dev = np.array([pos], np.int64)
+    rope = (n_rot, 10000.0, 0.5, neox)
+    q_out = dec.rope_kv_store(q, k, v, K, V, ks, vs, pos_dev, rope, None)
+    np.testing.assert_allclose(q_out, _cpu_rope(q, pos, 10000.0, neox, n_rot, 0.5), atol=1e-5)
+    k_rot = _cpu_rope(k, pos, 10000.0, neox, n_rot, 0.5)
+    others = np.ones(S, bool)
+    others[pos] = False
+    assert not K[:, others].any() and not V[:, others].any()      # only row pos written
+    if kind == "f16":
+        np.testing.assert_allclose(K[:, pos].astype(np.float32), k_rot, rtol=1e-3, atol=1e-3)
+        np.testing.assert_array_equal(V[:, pos], v.astype(np.float16))
+    else:
+        quant = KVCache._quantize(types.SimpleNamespace(xp=np), np.stack([k_rot, k_rot]))
+        np.testing.assert_allclose(ks[:, pos], quant[1][:, 0], rtol=1e-6)
+        assert np.abs(K[:, pos].astype(int) - quant[0][:, 0].astype(int)).max() <= 1
+        qv, sv = KVCache._quantize(types.SimpleNamespace(xp=np), v[None])
+        np.testing.assert_array_equal(V[:, pos], qv[:, 0])
+        np.testing.assert_array_equal(vs[:, pos], sv[:, 0])
+
+
+def decode_attention_reference(q, K, V, ks, vs, pos, scale, window):
+    H, D = q.shape
+    Hkv = K.shape[0]
+    Kf, Vf = K.astype(np.float64), V.astype(np.float64)
+    if ks is not None:
+        Kf, Vf = Kf * ks[..., None], Vf * vs[..., None]
+    j0 = max(0, pos - window + 1) if window else 0
+    out = np.empty((H, V.shape[2]))
+    for h in range(H):
+        hk = h // (H // Hkv)
+        s = Kf[hk, j0:pos + 1] @ q[h] * scale
+        p = np.exp(s - s.max())
+        out[h] = p @ Vf[hk, j0:pos + 1] / p.sum()
+    return out
+
+
+@pytest.mark.parametrize("kind,H,Hkv,S,positions,window", [
+    (kind, *case) for kind in ("f16", "int8") for case in [
+        (8, 2, 1000, [0, 63, 64, 500, 999], 0),      # G=4: one block column a KV head
+        (6, 2, 300, [0, 130, 299], 0),               # G=3: a column with an idle warp
+        (12, 2, 300, [70, 299], 100),                # G=6: two columns a KV head, sliding window
+    ]] + [("f16", 4, 1, 20000, [19999], 0)])         # splits longer than a tile (several tiles)
+def test_attn_decode_matches_reference(emulated, kind, H, Hkv, S, positions, window):
+    _, dec = emulated
+    rng = np.random.default_rng(2)
+    D = Dv = 64
+    q = rng.standard_normal((H, D)).astype(np.float32)
+    if kind == "f16":
+        K = rng.standard_normal((Hkv, S, D)).astype(np.float16)
+        V = rng.standard_normal((Hkv, S, Dv)).astype(np.float16)
+        ks = vs = None
+    else:
+        K = rng.integers(-127, 128, (Hkv, S, D)).astype(np.int8)
+        V = rng.integers(-127, 128, (Hkv, S, Dv)).astype(np.int8)
+        ks = (rng.random((Hkv, S)) * 0.02).astype(np.float32)
+        vs = (rng.random((Hkv, S)) * 0.02).astype(np.float32)
+    counters = dec.new_counters(64)
+    for pos in positions:
+        out = dec.attn_decode(q, K, V, ks, vs, np.array([pos], np.int64), 0.125, window,
+                              counters, None)
+        want = decode_attention_reference(q, K, V, ks, vs, pos, 0.125, window)
+        np.testing.assert_allclose(out, want, rtol=2e-4, atol=2e-4 * np.abs(want).max())
+        assert not counters.any()          # handed back zeroed for the next launch
+
+
+@pytest.mark.parametrize("kind", ["f16", "int8"])
+@pytest.mark.parametrize("defer_k", [True, False])
+def test_backend_decode_attention_matches_cpu(emulated, kind, defer_k):
+    """CUDABackend's one-token path (rope left for attention, rope_kv_store, attn_decode) against
+    the CPU backend's rope and attention over the same cache; defer_k=False: only q's rotation was
+    left, so the backend rotates it with the rope kernel and stores k as it came."""
+    from lite.backends.cpu import CPUBackend
+    from lite.backends.cuda_decode import CUDADecodeAttention
+    from lite.kv_cache import KVCache
+    ops, dec = emulated
+    rng = np.random.default_rng(3)
+    H, Hkv, D, S, pos, il = 8, 2, 64, 600, 321, 0
+    cfg = types.SimpleNamespace(n_head_kv=Hkv, head_dim=D, v_head_dim=D)
+    caches = [KVCache(cfg, [il], S, kind) for _ in range(2)]
+    past = rng.standard_normal((2, pos, Hkv, D)).astype(np.float32)
+    for c in caches:
+        c.write(il, past[0], past[1], 0)
+    q = rng.standard_normal((1, H, D)).astype(np.float32)
+    k, v = rng.standard_normal((2, 1, Hkv, D)).astype(np.float32)
+    rope = (10000.0, True, D, 1.0)
+
+    gpu = CUDADecodeAttention()
+    gpu.cp, gpu.k, gpu.kd, gpu.stream = np, ops, dec, None
+    gpu.pos_dev, gpu._attn_counters = np.array([pos], np.int64), dec.new_counters(16)
+    q_later = gpu.rope(q, pos, *rope)
+    k_in = gpu.rope(k, pos, *rope) if defer_k else CPUBackend.rope(None, k, pos, *rope)
+    got = gpu._attention_decode(caches[0], il, q_later, k_in, v, 0.125, 0)
+
+    want = CPUBackend.attention(None, caches[1], il, CPUBackend.rope(None, q, pos, *rope),
+                                CPUBackend.rope(None, k, pos, *rope), v, pos, 0.125)
+    np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-3 * np.abs(want).max())
