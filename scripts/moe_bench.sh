@@ -11,7 +11,7 @@
 set -u
 PRESET=${PRESET:-30b-a3b}; PROMPTS=${PROMPTS:-2048,8192,32768}; NGEN=${NGEN:-64}; REPS=${REPS:-2}
 CHUNK=${CHUNK:-2048}; DEVICE=${DEVICE:-cuda}; DIR=${DIR:-/tmp}; out=${OUT:-$DIR/moe_bench}
-mkdir -p "$out"
+mkdir -p "$out" "$DIR"
 L="python3 -m lite.cli.main"
 quants=${*:-Q4_K IQ3_XXS}
 for q in $quants; do
