@@ -5,6 +5,8 @@ Two launches a layer instead of six (rope q, rope k, store k, store v, attend, c
 captured decode graph each launch costs ~2 us of ramp and tail besides its work. Every wrapper
 takes the CuPy stream to launch on, reads the position from pos_dev and never synchronizes.
 """
+import functools
+
 import cupy as cp
 import numpy as np
 
@@ -53,11 +55,28 @@ def rope_kv_store(q, k, v, K, V, ks, vs, pos_dev, rope, stream):
     return q_out
 
 
+@functools.lru_cache(maxsize=None)
+def _resident_blocks(device_id):
+    """Blocks of attn_decode the GPU holds at once: 167 registers a thread leave room for three
+    128-thread blocks an SM (ptxas, sm_90). More splits than that would run a second, mostly idle
+    wave at long contexts."""
+    return 3 * cp.cuda.runtime.getDeviceProperties(device_id)["multiProcessorCount"]
+
+
+def _current_resident_blocks():
+    try:
+        return _resident_blocks(cp.cuda.Device().id)
+    except AttributeError:       # no device API (the host emulation in the tests)
+        return 3 * 132
+
+
 def grid_shape(H, Hkv, S_max):
     """(block columns, splits): a column is a KV head and a group of its query heads."""
     G = H // Hkv
     cols = Hkv * -(-G // HEADS_PER_BLOCK)
-    return cols, min(MAX_SPLITS, -(-S_max // MIN_KEYS_PER_SPLIT))
+    splits = min(MAX_SPLITS, max(1, _current_resident_blocks() // cols),
+                 -(-S_max // MIN_KEYS_PER_SPLIT))
+    return cols, splits
 
 
 def new_counters(n=4096):
