@@ -26,11 +26,11 @@ tests/test_flash_attn.py has a NumPy twin of the fragment layouts (runs in CPU C
 against a float64 reference and the materialized path.
 
 The default prefill attention of the CUDA backend (LITE_FLASH_ATTN=0: the materialized path).
-Measured on the H200 (2026-11-29), 8B shape (H 32, Hkv 8, D 128), one 2048-query chunk, per layer:
-context 8192: 0.99 ms (243 TFLOP/s) against 3.06 ms materialized; context 32768: 4.25 ms
-(250 TFLOP/s) against 14.26 ms (scripts/bench_flash_attn.py). lite bench on the 8B Q4_K file,
---prefill 2048: pp8192 22,470 tok/s (materialized 15,073), pp32768 13,930 (7,118); llama.cpp on the
-same GPU: 10,402 and 8,624.
+Measured on the H200 (2026-11-29), 8B shape (H 32, Hkv 8, D 128), one 2048-query chunk, per layer
+(scripts/bench_flash_attn.py): context 8192: 0.93 ms (258 TFLOP/s) against 3.06 ms materialized;
+context 32768: 3.98 ms (268 TFLOP/s) against 14.3 ms. lite bench on the 8B Q4_K file, --prefill
+2048: pp8192 22,646 tok/s (materialized 15,073), pp32768 14,713 (7,118); llama.cpp on the same GPU:
+10,402 and 8,624.
 """
 import numpy as np
 
@@ -258,10 +258,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_CTAS) flash_fwd(const 
 BN = 64                                                # keys a tile (the kernel's BN)
 LOG2E = 1.4426950408889634
 # Query rows a CTA (16 a warp) and CTAs an SM should hold (__launch_bounds__: the register cap),
-# by head dim. D=128 at 64 rows: 2 CTAs (248 registers, no spills) ran 0.99 ms where 3 (168
-# registers, 68 bytes spilled) ran 1.32 ms on the H200 (T 2048, context 8192). D=64: 3 CTAs give
-# 166 registers without spills (untimed).
-TILE = {64: (64, 3), 128: (64, 2)}
+# by head dim. D=128 on the H200 (T 2048, context 8192 / 32768): 128 rows, 1 CTA (230 registers)
+# 0.93 / 3.98 ms; 64 rows, 2 CTAs (248 registers) 0.99 / 4.22 ms; 64 rows, 3 CTAs (168 registers,
+# 68 bytes spilled) 1.33 / 5.71 ms. D=64: 64 rows, 3 CTAs, 166 registers, no spills (untimed;
+# 128 rows passes the same tests).
+TILE = {64: (64, 3), 128: (128, 1)}
 _kernels = {}
 
 
