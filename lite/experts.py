@@ -51,9 +51,10 @@ def parse_cache(value):
 def resolve(experts, expert_cache, expert_bytes, free_vram, free_host, slot_bytes, layer_bytes=0):
     """Where experts live and how big the cache is. free_vram: what is left on the device after the
     dense weights and the KV cache; free_host: available RAM; layer_bytes: one layer's experts. A
-    pure function, tested on the CPU. The cache never gets less than one layer's experts (when
+    pure function, tested on the CPU. The cache never gets less than two layers' experts (when
     the VRAM allows): with fewer slots a prefill chunk, which routes to nearly every expert, would
-    run a layer in many rounds, each a full batched GEMM."""
+    run a layer in many rounds, each a full batched GEMM; the second layer is the staging that the
+    next layer's copies fill while this one computes."""
     if experts not in MODES:
         raise ValueError(f"--experts must be one of {', '.join(MODES)}, got {experts!r}")
     cache = parse_cache(expert_cache)
@@ -68,9 +69,9 @@ def resolve(experts, expert_cache, expert_bytes, free_vram, free_host, slot_byte
         return Residency("gpu", 0)
     if cache == "auto":
         cache = int(min(expert_bytes, VRAM_USE * free_vram))
-    # At least two slots (one being computed while the next is filled), and a layer's experts
+    # At least two slots (one being computed while the next is filled), and two layers' experts
     # as staging where the VRAM allows it.
-    floor = max(2 * slot_bytes, min(layer_bytes, int(VRAM_USE * free_vram)))
+    floor = max(2 * slot_bytes, min(2 * layer_bytes, int(VRAM_USE * free_vram)))
     return Residency(experts, max(cache, floor))
 
 

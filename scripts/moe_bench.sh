@@ -5,6 +5,7 @@
 # On the GPU machine, after `source scripts/device_setup.sh`:
 #   bash scripts/moe_bench.sh                 # Q4_K and IQ3_XXS
 #   bash scripts/moe_bench.sh Q4_K            # one quant
+#   LITE_EXPERT_PREFETCH=1 bash scripts/moe_bench.sh   # copies of the next layer overlapped (opt-in)
 # Env: PRESET (30b-a3b; `tiny` for a smoke test), PROMPTS (2048,8192,32768), NGEN (64), REPS (2),
 #      CHUNK (prefill chunk, 2048), DEVICE (cuda; cpu runs the script without a GPU), DIR (where the synthetic files go, /tmp), OUT (JSON rows and the
 #      table; default $DIR/moe_bench). Writing a 30B-A3B file takes a few minutes the first time.
@@ -51,7 +52,7 @@ for key, data in rows.items():
     by = {r["test"]: r["tok_s"] for r in data}
     st = data[0].get("experts") or {}
     cells = [key] + [f"{by[t]:.1f}" if t in by else "" for t in tests]
-    cells += [str(st.get("hit_rate", "")), f"{st['bytes_streamed'] / 1e9:.1f}" if st else "",
+    cells += [str(st.get("hit_rate", "")), f"{st['bytes_streamed'] / 1e9:.2f}" if st else "",
               str(st.get("gpu_wait_s", ""))]
     lines.append("| " + " | ".join(cells) + " |")
 table = "\n".join(lines)

@@ -25,6 +25,15 @@ def tiny_moe(tmp_path_factory):
     return str(path)
 
 
+@pytest.fixture(scope="module")
+def tiny_moe_iq(tmp_path_factory):
+    """IQ3_XXS experts: no fused grouped kernel, so the per-expert loop (T <= 8) and the
+    one-launch-a-slot dequantize (GEMM path) serve the streamed experts."""
+    path = tmp_path_factory.mktemp("moe") / "qwen3moe-IQ3_XXS.gguf"
+    synth("qwen3moe", "tiny", "IQ3_XXS", str(path), seed=3)
+    return str(path)
+
+
 def test_bad_flags_are_one_line_errors(tiny_moe, capsys):
     with pytest.raises(LiteError, match="--experts"):
         Engine(tiny_moe, device="cpu", experts="vram")
@@ -63,7 +72,18 @@ def _backends(path, mode, n_slots):
 @pytest.mark.parametrize("mode,n_slots", [("host", 8), ("host", 3), ("host", 1), ("mmap", 2)])
 @pytest.mark.parametrize("T", [1, 5, 40, 100])   # pairs, pairs, sorted blocks, batched GEMM
 def test_gpu_streamed_experts_byte_identical(tiny_moe, mode, n_slots, T):
-    g, ref, streamed = _backends(tiny_moe, mode, n_slots)
+    _check_streamed(tiny_moe, mode, n_slots, T)
+
+
+@needs_gpu
+@pytest.mark.parametrize("n_slots", [8, 1])
+@pytest.mark.parametrize("T", [3, 100])
+def test_gpu_streamed_iq_experts_byte_identical(tiny_moe_iq, n_slots, T):
+    _check_streamed(tiny_moe_iq, "host", n_slots, T)
+
+
+def _check_streamed(path, mode, n_slots, T):
+    g, ref, streamed = _backends(path, mode, n_slots)
     cpu = CPUBackend(g, [n for n in g.tensors if n.startswith("blk.0.")])
     h = np.random.default_rng(T).standard_normal((T, 256)).astype(np.float32)
     ids, w = cpu.moe_route(h, "blk.0.ffn_gate_inp.weight", 2, True)

@@ -32,6 +32,9 @@ def test_resolve_residency():
     assert r.mode == "host" and r.cache_bytes == int(0.9 * 40 * G)
     assert ex.resolve("auto", "4", 100 * G, 40 * G, 50 * G, G // 8) == ex.Residency("mmap", 4 * G)
     assert ex.resolve("host", "off", G, 80 * G, 100 * G, G // 8) == ex.Residency("host", G // 4)
+    # two layers of staging at least, as far as the VRAM goes
+    assert ex.resolve("host", "0.5", 48 * G, 80 * G, 100 * G, G // 8, G) == ex.Residency("host", 2 * G)
+    assert ex.resolve("host", "off", 48 * G, G, 100 * G, G // 8, G) == ex.Residency("host", int(0.9 * G))
     with pytest.raises(ValueError, match="--experts"):
         ex.resolve("vram", "auto", G, G, G, 1)
 

@@ -12,12 +12,19 @@ so outputs are byte-identical to all-on-GPU whatever the cache size (tests/test_
 Layers whose expert tensors differ in type or shape get a pool of slots each; the cache bytes are
 split between pools by their number of layers.
 """
+import os
+
 import numpy as np
 
+from lite.backends.cuda_moe import FUSED_MAX_TOKENS
 from lite.experts import ExpertCache, Stager, run_layer
 
 KINDS = ("gate", "up", "down")
 STAGING_BYTES = 64 << 20        # each of mmap mode's two pinned staging buffers
+# Prefetch the next layer's likely experts while this layer computes (copy/compute overlap). Not yet
+# run on a GPU, so opt-in: LITE_EXPERT_PREFETCH=1 (outputs stay byte-identical either way: a
+# prefetch only changes which slots hold what).
+PREFETCH = os.environ.get("LITE_EXPERT_PREFETCH") == "1"
 
 
 class StreamedWeight:
@@ -84,6 +91,7 @@ class HostExperts:
             for il in ils:
                 self.pool_of[il] = pool
         self.pools = list({id(p): p for p in self.pool_of.values()}.values())
+        self._last = {}              # layer -> the experts it routed to last time (prefetch's guess)
 
     def serves(self, il):
         return il in self.pool_of
@@ -139,17 +147,48 @@ class HostExperts:
         plan = be._moe_plan(ids, ws, bases=pool.bufs)
         ids_h = cp.asnumpy(ids)
         state = {"y": None}
+        # Few tokens of a type without a fused grouped kernel: the per-expert loop, as on the device
+        per_expert = ids_h.shape[0] <= FUSED_MAX_TOKENS and plan["path"] != "pairs"
 
         def compute(rnd):
+            if per_expert:
+                state["y"] = be._moe_per_expert(h, il, ids, weights, act, self._slot_weight(pool, ws, rnd),
+                                                ids_h=ids_h, y=state["y"], experts=rnd.experts, combine=False)
+                return be.stream.record()
             slot_of = cp.asarray(np.array(rnd.slot_of(n_expert), np.int32))
             state["y"] = be._moe_run(plan, h, ids, ws, act, bases=pool.bufs, slot_of=slot_of,
                                      y=state["y"], rnd=rnd)
             return be.stream.record()
 
         run_layer(pool.cache, il, ids_h, compute)
+        self._last[il] = np.unique(ids_h)
+        if PREFETCH:
+            self._prefetch(il)
         out = cp.empty_like(h)
-        mk.combine(state["y"], plan.get("pos"), weights, out)
+        mk.combine(state["y"], None if per_expert else plan.get("pos"), weights, out)
         return out
+
+    @staticmethod
+    def _slot_weight(pool, ws, rnd):
+        """(expert, kind) -> the 2-D weight of that expert in its slot this round."""
+        from lite.backends.cuda_moe import _Weight
+        slot_of = dict(zip(rnd.experts, rnd.slots))
+
+        def weight_of(e, kind):
+            i = KINDS.index(kind)
+            w, eb, s = ws[i], pool.ebytes[i], slot_of[e]
+            return _Weight(w.name, w.qtype, w.shape[1:], pool.bufs[i][s * eb:(s + 1) * eb])
+        return weight_of
+
+    def _prefetch(self, il):
+        """Start copying layer il+1's likely experts (those it routed to last time, else the ones
+        il just used) into slots not holding il's or il+1's; the copies wait for the computes that
+        still read those slots, and overlap with this layer's MoE and the next one's attention."""
+        nxt = il + 1
+        if nxt not in self.pool_of:
+            return
+        guess = self._last.get(nxt, self._last[il])
+        self.pool_of[nxt].cache.prefetch(nxt, guess.tolist(), keep_layer=il)
 
     # --- counters --------------------------------------------------------------------------------
     def stats(self):

@@ -281,25 +281,37 @@ class CUDAExperts:
         self._trace(wd16=wa, wu16=wb, xs=xs, gu=gu, h16=h16, y=y, arrays=arrays)
         return y
 
-    def _moe_per_expert(self, h, il, ids, weights, act):
+    def _moe_per_expert(self, h, il, ids, weights, act, weight_of=None, ids_h=None, y=None, experts=None,
+                        combine=True):
         """Expert by expert, for few tokens of a type with no fused grouped kernel (IQ types): the
-        host reads the ids (a sync) and launches per used expert."""
+        host reads the ids (a sync) and launches per used expert. Each token-slot's row goes to y
+        (slot order, as the pairs path), then one combine: so streamed experts (weight_of: expert,
+        kind -> a weight in a cache slot; experts: this round's) give the same bytes in rounds."""
+        from lite.kernels import moe_cuda as mk
         cp = self.cp
-        out = cp.zeros_like(h)
-        ids_h = cp.asnumpy(ids)
-        for e in np.unique(ids_h):
+        h = cp.ascontiguousarray(h, dtype=np.float32)
+        ids_h = cp.asnumpy(ids) if ids_h is None else ids_h
+        T, k = ids_h.shape
+        if y is None:
+            y = cp.empty((T * k, h.shape[1]), np.float32)
+        if weight_of is None:
+            weight_of = lambda e, kind: self._expert_weight(f"blk.{il}.ffn_{kind}_exps.weight", e)  # noqa: E731
+        for e in (np.unique(ids_h) if experts is None else experts):
             rows, slot = np.nonzero(ids_h == e)
+            if rows.size == 0:
+                continue
             x = h[cp.asarray(rows)]
-            g = self._expert_matmul(x, f"blk.{il}.ffn_gate_exps.weight", e)
-            u = self._expert_matmul(x, f"blk.{il}.ffn_up_exps.weight", e)
-            y = self._expert_matmul(self.act_mul(g, u, act), f"blk.{il}.ffn_down_exps.weight", e)
-            out[cp.asarray(rows)] += y * weights[cp.asarray(rows), cp.asarray(slot)][:, None]
+            g = self._matmul(x, weight_of(e, "gate"))
+            u = self._matmul(x, weight_of(e, "up"))
+            y[cp.asarray(rows * k + slot)] = self._matmul(self.act_mul(g, u, act), weight_of(e, "down"))
+        if not combine:
+            return y
+        out = cp.empty_like(h)
+        mk.combine(y, None, cp.ascontiguousarray(cp.asarray(weights), dtype=np.float32), out)
         return out
 
-    def _expert_matmul(self, x, name, e):
+    def _expert_weight(self, name, e):
         w = self.w[name]
         n_exp, rows, cols = w.shape
         per = w.data.size // n_exp
-        sub = _Weight(name, w.qtype, (rows, cols), w.data[e * per:(e + 1) * per])
-        return self._matmul(x, sub)
-
+        return _Weight(name, w.qtype, (rows, cols), w.data[e * per:(e + 1) * per])
