@@ -108,17 +108,28 @@ class Round:
 
 
 class ExpertCache:
-    """LRU cache of n_slots expert slots. copy(layer, expert, slot, after) starts filling a slot once
+    """A cache of n_slots expert slots. copy(layer, expert, slot, after) starts filling a slot once
     `after` (a handle from compute, or None) is done and returns a handle; wait(handle) blocks on it.
     expert_bytes(layer) is what one miss moves. retain=False (--expert-cache off) forgets every slot
-    after its layer's rounds, so every use is a miss."""
+    after its layer's rounds, so every use is a miss.
 
-    def __init__(self, n_slots, copy, wait, expert_bytes, retain=True, clock=time.perf_counter):
+    Eviction: least recently used, or, given `layers` (the layers this cache serves, in the order a
+    forward pass visits them), the expert of the layer whose next turn is furthest away (the layer
+    just computed, then the one before...; LRU within a layer). A forward pass sweeps the layers in
+    a cycle, and under LRU a prefill chunk, which needs nearly all of every layer's experts, would
+    evict each expert just before its next use: no hit at all whatever the cache size. Evicting by
+    next turn keeps a fixed share of the layers resident instead (a cache of half the experts: half
+    the uses hit)."""
+
+    def __init__(self, n_slots, copy, wait, expert_bytes, retain=True, clock=time.perf_counter, layers=None):
         if n_slots < 1:
             raise ValueError(f"an expert cache needs at least one slot, got {n_slots}")
         self.n_slots = n_slots
         self._copy, self._wait, self._bytes, self.retain, self._clock = copy, wait, expert_bytes, retain, clock
         self._lru = OrderedDict()            # (layer, expert) -> slot, least recently used first
+        self._order = list(layers) if layers is not None else None
+        self._turn = {l_: i for i, l_ in enumerate(self._order or [])}
+        self._by_layer = {}                  # layer -> OrderedDict of its resident keys, LRU first
         self._free = list(range(n_slots - 1, -1, -1))
         self._ready = {}                     # slot -> handle of the copy that fills it
         self._busy = {}                      # slot -> handle of the last compute reading it
@@ -133,21 +144,37 @@ class ExpertCache:
         return dict(self._lru)
 
     # --- slot assignment ----------------------------------------------------------------------
-    def _take_slot(self, pinned):
-        """A free slot, else the least recently used one not pinned (needed by the current round)."""
+    def _victims(self, layer):
+        """Resident keys in eviction order for a load into `layer`."""
+        if self._order is None or layer not in self._turn:
+            yield from self._lru
+            return
+        n, t = len(self._order), self._turn[layer]
+        for d in range(1, n + 1):            # the layer just before `layer` comes back last
+            yield from self._by_layer.get(self._order[(t - d) % n], ())
+        yield from (k for k in self._lru if k[0] not in self._turn)
+
+    def _forget(self, key):
+        slot = self._lru.pop(key, None)
+        if slot is not None:
+            self._by_layer[key[0]].pop(key, None)
+        return slot
+
+    def _take_slot(self, pinned, layer):
+        """A free slot, else the first victim not pinned (needed by the current round)."""
         if self._free:
             return self._free.pop()
-        for key, slot in self._lru.items():
+        for key in self._victims(layer):
             if key not in pinned:
-                del self._lru[key]
                 self.stats.evictions += 1
-                return slot
+                return self._forget(key)
         raise RuntimeError("expert cache: every slot is pinned by the current round")
 
     def _load(self, layer, expert, pinned):
-        slot = self._take_slot(pinned)
+        slot = self._take_slot(pinned, layer)
         self._ready[slot] = self._copy(layer, expert, slot, self._busy.get(slot))
         self._lru[(layer, expert)] = slot
+        self._by_layer.setdefault(layer, OrderedDict())[(layer, expert)] = slot
         self.stats.bytes_streamed += self._bytes(layer)
         return slot
 
@@ -167,6 +194,7 @@ class ExpertCache:
             key = (layer, e)
             if key in self._lru:
                 self._lru.move_to_end(key)
+                self._by_layer[layer].move_to_end(key)
                 self.stats.hits += 1
                 slots.append(self._lru[key])
             else:
@@ -189,7 +217,7 @@ class ExpertCache:
                 self._busy[s] = done
         if not self.retain:
             for e, s in zip(rnd.experts, rnd.slots):
-                if self._lru.pop((rnd.layer, e), None) is not None:
+                if self._forget((rnd.layer, e)) is not None:
                     self._free.append(s)
 
     def prefetch(self, layer, experts, keep_layer=None, limit=None):
@@ -197,17 +225,17 @@ class ExpertCache:
         chunk) into free or least recently used slots, never taking one that holds keep_layer's
         (the layer being computed) or this layer's own; they count as hits when it is acquired.
         A slot still read by a compute is refilled only after it (the copy's `after`)."""
-        pinned = lambda: {k for k in self._lru if k[0] in (layer, keep_layer)}   # noqa: E731
+        keep = {k for k in self._lru if k[0] in (layer, keep_layer)}
         started = 0
         for e in sorted(set(int(e) for e in experts)):
             if limit is not None and started >= limit:
                 break
             if (layer, e) in self._lru:
                 continue
-            keep = pinned()
-            if not self._free and all(k in keep for k in self._lru):
+            if not self._free and len(keep) >= len(self._lru):     # every resident one is kept
                 break
             self._load(layer, e, keep)
+            keep.add((layer, e))
             self.stats.prefetched += 1
             started += 1
         return started

@@ -87,6 +87,22 @@ def test_plan_rounds_resident_first_and_one_slot():
     assert ex.Round(0, (1, 3), (0, 2)).slot_of(4) == [-1, 0, -1, 2]
 
 
+def test_eviction_by_next_turn_keeps_layers_through_cyclic_sweeps():
+    """Prefill-like sweeps (every layer needs all its experts) with half the experts cached: LRU
+    evicts each expert just before its next use; by next turn, half the uses hit."""
+    def sweep_hits(layers):                   # 8 layers of 8 experts, 32 slots
+        c = ex.ExpertCache(32, lambda *a: None, lambda h: None, lambda layer: 1, layers=layers)
+        hits = []
+        for _ in range(4):
+            before = c.stats.hits
+            for il in range(8):
+                ex.run_layer(c, il, [[0, 1, 2, 3], [4, 5, 6, 7]], lambda rnd: None)
+            hits.append(c.stats.hits - before)
+        return hits
+    assert sweep_hits(None) == [0, 0, 0, 0]
+    assert sweep_hits(range(8)) == [0, 32, 32, 32]
+
+
 def test_cache_off_forgets_after_each_round():
     c, _ = make_cache(4, retain=False)
     for _ in range(2):

@@ -38,12 +38,13 @@ class StreamedWeight:
 class _Pool:
     """n_slots slots of one layout: a device buffer per tensor kind, one expert a slot."""
 
-    def __init__(self, cp, ebytes, n_slots, copy, wait, retain):
+    def __init__(self, cp, ebytes, n_slots, copy, wait, retain, layers):
         self.ebytes = ebytes
         self.n_slots = n_slots
         self.bufs = [cp.empty(n_slots * eb, np.uint8) for eb in ebytes]
+        # layers in forward order: evict the expert whose layer comes back last (lite/experts.py)
         self.cache = ExpertCache(n_slots, lambda il, e, s, after: copy(self, il, e, s, after), wait,
-                                 lambda il: sum(ebytes), retain=retain)
+                                 lambda il: sum(ebytes), retain=retain, layers=layers)
 
 
 class HostExperts:
@@ -87,7 +88,7 @@ class HostExperts:
         for layout, ils in layouts.items():
             ebytes = [eb for _, _, eb in layout]
             k = n_slots or max(1, int(cache_bytes * len(ils) / len(by_layer)) // sum(ebytes))
-            pool = _Pool(cp, ebytes, k, self._copy, self._wait, retain)
+            pool = _Pool(cp, ebytes, k, self._copy, self._wait, retain, sorted(ils))
             for il in ils:
                 self.pool_of[il] = pool
         self.pools = list({id(p): p for p in self.pool_of.values()}.values())
