@@ -7,10 +7,13 @@ Every figure is timed inside captured CUDA graphs (many launches per graph), bec
 Python-side launch costs 7-200 us of host time, more than the kernels themselves take at these
 sizes (shared device notes). Bandwidths:
   dequant: (bytes of blocks read + bytes of fp16 written) / time
-  matvec:  bytes of weight blocks / time (x and out are negligible), one activation row
+  matvec:  bytes of weight blocks / time (x and out are negligible), one activation row; the
+           launches of a graph rotate through copies of the weights (> L2_ROTATE_BYTES in all),
+           so that the 50 MB L2 of an H100/H200 cannot serve them as it would a 9 MB matrix
   copy:    (bytes read + bytes written) / time for a device-to-device cudaMemcpyAsync of 1 GiB,
            same run; every % of copy is against it (a CuPy elementwise copy is listed beside it)
 """
+import itertools
 import logging
 import statistics
 
@@ -22,6 +25,8 @@ log = logging.getLogger(__name__)
 
 SHAPES = ((4096, 4096), (14336, 4096), (4096, 14336), (768, 2048))
 REPEATS = 5
+L2_ROTATE_BYTES = 256 << 20
+MAX_LAUNCHES = 200
 
 
 def _time_graph(enqueue, stream, launches):
@@ -63,7 +68,15 @@ def copy_bandwidth(stream, nbytes=1 << 30, elementwise=False):
 
 def _launches_for(nbytes):
     # Enough launches that a graph runs for several milliseconds.
-    return int(min(200, max(10, 4e9 * 0.005 / max(nbytes, 1))))
+    return int(min(MAX_LAUNCHES, max(10, 4e9 * 0.005 / max(nbytes, 1))))
+
+
+def _rotation(blocks, stream):
+    """`blocks` and enough device copies of it that one pass over them all overflows the L2."""
+    import cupy
+    copies = min(MAX_LAUNCHES, -(-L2_ROTATE_BYTES // max(blocks.nbytes, 1)))
+    with stream:
+        return [blocks] + [cupy.array(blocks) for _ in range(copies - 1)]
 
 
 def _dequant_impls(qtype):
@@ -118,14 +131,18 @@ def bench_kernels(types=None, shapes=None, numba_variants=True):
                 with stream:
                     x = cupy.ones((1, c), dtype=np.float32)
                     y = cupy.empty((1, r), dtype=np.float32)
+                    rot = _rotation(blocks, stream)
+                weights = itertools.cycle(rot)       # each captured launch reads the next copy
                 try:
-                    t = _time_graph(lambda: mv(blocks, x, y, r, c, stream), stream, _launches_for(nb))
+                    t = _time_graph(lambda: mv(next(weights), x, y, r, c, stream), stream,
+                                    max(len(rot), _launches_for(nb)))
                 except Exception as e:  # noqa: BLE001
                     log.warning("%s %s matvec failed: %s", qtype, shape, e)
                     continue
                 g = nb / t / 1e9
                 rows.append({"type": qtype, "shape": shape, "kernel": "matvec", "us": t * 1e6,
                              "gbps": g, "pct_copy": 100 * g / copy})
+                del rot, weights
             del blocks, out
     return rows
 

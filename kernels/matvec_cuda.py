@@ -25,12 +25,18 @@ import functools
 
 import numpy as np
 
+from lite.kernels import matvec_staged
+
 C_MAX_N = 8
 THREADS = 128
 # (rows a CTA, prefetch 0/1) per type: the best n=1 mean of 4096x14336 and 14336x4096 measured by
 # tests/gpu_bench_matvec.py on the H200 (GB/s: Q4_0 1953 vs 1650 without prefetch, Q8_0 2696 vs
 # 2549, Q4_K 1949, Q5_K 1966, Q6_K 2358; 16 rows a CTA lost everywhere).
 CONFIG = {"Q4_0": (8, 1), "Q8_0": (8, 1), "Q4_K": (8, 0), "Q5_K": (4, 0), "Q6_K": (4, 0)}
+# The kernel each type's decode launches take (n <= 2): ("mv",) the register kernel with CONFIG,
+# ("mvs", rows a CTA, stages) the staged kernel, ("mvp", rows a CTA) the persistent register
+# kernel (both in kernels/matvec_staged.py). Others, and n > 2, take CONFIG's register kernel.
+DEFAULT = {"Q4_0": ("mv",), "Q8_0": ("mv",), "Q4_K": ("mv",), "Q5_K": ("mv",), "Q6_K": ("mv",)}
 # Byte alignment the kernel needs of the block buffer (16-byte loads vs 32-bit word loads).
 ALIGN = {"Q4_0": 4, "Q8_0": 4, "Q4_K": 16, "Q5_K": 16, "Q6_K": 4}
 
@@ -42,7 +48,14 @@ __device__ __forceinline__ float lt_h2f(unsigned short h) {
 // Byte j of w as an exact float, minus `off`: 0x4B0000bb reads as 2^23 + bb.
 #define BF(w, j, off) (__int_as_float(__byte_perm((w), 0x4B000000u, 0x7440u | (j))) - (8388608.f + (off)))
 #define LO4 0x0F0F0F0Fu
-__device__ __forceinline__ unsigned ldw(const unsigned char* p) { return __ldg((const unsigned*)p); }
+// Loads of block bytes: from global memory through the read-only path, or (SH, the staged
+// kernel of matvec_staged.py) from a stage in shared memory.
+template <bool SH> __device__ __forceinline__ unsigned ldw(const unsigned char* p) {
+    if constexpr (SH) return *(const unsigned*)p; else return __ldg((const unsigned*)p); }
+template <bool SH> __device__ __forceinline__ uint4 ld16(const unsigned char* p) {
+    if constexpr (SH) return *(const uint4*)p; else return __ldg((const uint4*)p); }
+template <bool SH> __device__ __forceinline__ unsigned short ldh(const unsigned char* p) {
+    if constexpr (SH) return *(const unsigned short*)p; else return __ldg((const unsigned short*)p); }
 // Sum of 16 weights (4 words of 4 bytes, zero point off) times 4 float4 of x.
 __device__ __forceinline__ float dot16(unsigned a, unsigned b, unsigned c, unsigned d, const float4* xv, float off) {
     const unsigned q[4] = {a, b, c, d};
@@ -80,10 +93,11 @@ C_TYPES = r"""
 struct TQ4_K {   // d, dmin, scales[12], qs[128]; chunk p = bytes 16p.. of qs: low nibbles are values
     static constexpr int BE = 256, TS = 144, CPB = 8;   // 64j+l0+i, high 64j+32+l0+i (j=p/2, l0=16(p%2))
     struct Raw { uint4 h, q; };
-    __device__ static __forceinline__ void load(Raw& r, const unsigned char* row, int c) {
+    __device__ static __forceinline__ void init() {}
+    template <bool SH = false> __device__ static __forceinline__ void load(Raw& r, const unsigned char* row, int c) {
         const unsigned char* b = row + (c >> 3) * TS;
-        r.h = __ldg((const uint4*)b);
-        r.q = __ldg((const uint4*)(b + 16 + 16 * (c & 7)));
+        r.h = ld16<SH>(b);
+        r.q = ld16<SH>(b + 16 + 16 * (c & 7));
     }
     __device__ static __forceinline__ int xoff(int c, int k) {
         const int p = c & 7;
@@ -100,11 +114,12 @@ struct TQ4_K {   // d, dmin, scales[12], qs[128]; chunk p = bytes 16p.. of qs: l
 struct TQ5_K {   // d, dmin, scales[12], qh[32], qs[128]; as Q4_K, with the 5th bit of value 64j+l in
     static constexpr int BE = 256, TS = 176, CPB = 8;   // bit 2j of qh[l] (64j+32+l: bit 2j+1)
     struct Raw { uint4 h, qh, q; };
-    __device__ static __forceinline__ void load(Raw& r, const unsigned char* row, int c) {
+    __device__ static __forceinline__ void init() {}
+    template <bool SH = false> __device__ static __forceinline__ void load(Raw& r, const unsigned char* row, int c) {
         const unsigned char* b = row + (c >> 3) * TS;
-        r.h = __ldg((const uint4*)b);
-        r.qh = __ldg((const uint4*)(b + 16 + 16 * (c & 1)));
-        r.q = __ldg((const uint4*)(b + 48 + 16 * (c & 7)));
+        r.h = ld16<SH>(b);
+        r.qh = ld16<SH>(b + 16 + 16 * (c & 1));
+        r.q = ld16<SH>(b + 48 + 16 * (c & 7));
     }
     __device__ static __forceinline__ int xoff(int c, int k) { return TQ4_K::xoff(c, k); }
     __device__ static __forceinline__ float dot(const Raw& r, int c, const float4 (&xv)[8], float xa, float xb) {
@@ -123,19 +138,20 @@ struct TQ5_K {   // d, dmin, scales[12], qh[32], qs[128]; as Q4_K, with the 5th 
 struct TQ6_K {   // ql[128], qh[64], scales[16] int8, d. Chunk p: half h=p/4, l0=8(p%4), 8 values of each
     static constexpr int BE = 256, TS = 210, CPB = 8;   // run t=0..3 at 128h+32t+l0 (see dot)
     struct Raw { unsigned a[3], b[3], h[3], s[3]; unsigned short d; unsigned sh; };
-    __device__ static __forceinline__ void load(Raw& r, const unsigned char* row, int c) {
+    __device__ static __forceinline__ void init() {}
+    template <bool SH = false> __device__ static __forceinline__ void load(Raw& r, const unsigned char* row, int c) {
         const unsigned char* blk = row + (c >> 3) * TS;
         const int p = c & 7, hf = p >> 2, l0 = 8 * (p & 3);
         const unsigned m = (unsigned)((unsigned long long)blk & 3u);          // 0 or 2: blocks are 210 bytes
         const unsigned char* b = blk - m;                         // every field below is 8-aligned in the block
         #pragma unroll
         for (int i = 0; i < 3; i++) {
-            r.a[i] = ldw(b + 64 * hf + l0 + 4 * i);
-            r.b[i] = ldw(b + 64 * hf + 32 + l0 + 4 * i);
-            r.h[i] = ldw(b + 128 + 32 * hf + l0 + 4 * i);
-            r.s[i] = ldw(b + 192 + 8 * hf + 4 * i);
+            r.a[i] = ldw<SH>(b + 64 * hf + l0 + 4 * i);
+            r.b[i] = ldw<SH>(b + 64 * hf + 32 + l0 + 4 * i);
+            r.h[i] = ldw<SH>(b + 128 + 32 * hf + l0 + 4 * i);
+            r.s[i] = ldw<SH>(b + 192 + 8 * hf + 4 * i);
         }
-        r.d = __ldg((const unsigned short*)(blk + 208));
+        r.d = ldh<SH>(blk + 208);
         r.sh = 8 * m;
     }
     __device__ static __forceinline__ int xoff(int c, int k) {
@@ -162,11 +178,12 @@ struct TQ6_K {   // ql[128], qh[64], scales[16] int8, d. Chunk p: half h=p/4, l0
 struct TQ4_0 {   // d, qs[16]: value i = (qs[i] & 15) - 8, value 16+i = (qs[i] >> 4) - 8; a chunk is a block
     static constexpr int BE = 32, TS = 18, CPB = 1;
     struct Raw { unsigned w[5]; unsigned m; };
-    __device__ static __forceinline__ void load(Raw& r, const unsigned char* row, int c) {
+    __device__ static __forceinline__ void init() {}
+    template <bool SH = false> __device__ static __forceinline__ void load(Raw& r, const unsigned char* row, int c) {
         const unsigned char* blk = row + c * TS;
         r.m = (unsigned)((unsigned long long)blk & 3u);
         #pragma unroll
-        for (int i = 0; i < 5; i++) r.w[i] = ldw(blk - r.m + 4 * i);
+        for (int i = 0; i < 5; i++) r.w[i] = ldw<SH>(blk - r.m + 4 * i);
     }
     __device__ static __forceinline__ int xoff(int c, int k) { return 32 * c + 4 * k; }
     __device__ static __forceinline__ float dot(const Raw& r, int, const float4 (&xv)[8], float, float) {
@@ -183,11 +200,12 @@ struct TQ4_0 {   // d, qs[16]: value i = (qs[i] & 15) - 8, value 16+i = (qs[i] >
 struct TQ8_0 {   // d, qs[32] int8; a chunk is a block
     static constexpr int BE = 32, TS = 34, CPB = 1;
     struct Raw { unsigned w[9]; unsigned m; };
-    __device__ static __forceinline__ void load(Raw& r, const unsigned char* row, int c) {
+    __device__ static __forceinline__ void init() {}
+    template <bool SH = false> __device__ static __forceinline__ void load(Raw& r, const unsigned char* row, int c) {
         const unsigned char* blk = row + c * TS;
         r.m = (unsigned)((unsigned long long)blk & 3u);
         #pragma unroll
-        for (int i = 0; i < 9; i++) r.w[i] = ldw(blk - r.m + 4 * i);
+        for (int i = 0; i < 9; i++) r.w[i] = ldw<SH>(blk - r.m + 4 * i);
     }
     __device__ static __forceinline__ int xoff(int c, int k) { return 32 * c + 4 * k; }
     __device__ static __forceinline__ float dot(const Raw& r, int, const float4 (&xv)[8], float, float) {
@@ -271,19 +289,29 @@ __global__ void __launch_bounds__(128) mv(const unsigned char* __restrict__ w, c
 """
 
 TYPES = tuple(CONFIG)
+# (bytes, chunks of 32 weights) a block: the staged kernel's stage sizes
+BLOCK_LAYOUT = {"Q4_0": (18, 1), "Q8_0": (34, 1), "Q4_K": (144, 8), "Q5_K": (176, 8), "Q6_K": (210, 8)}
 
 
 def c_source():
-    return C_HEAD + C_TYPES + C_KERNEL
+    return C_HEAD + C_TYPES + C_KERNEL + matvec_staged.C_STAGED + matvec_staged.C_PERSISTENT
 
 
-def kernel_name(qtype, n, rows_per_cta, prefetch):
-    return f"mv<TQ{qtype[1:]}, {n}, {rows_per_cta}, {prefetch}>"
+def kernel_name(qtype, n, *config):
+    """The kernel of a config: (rows, prefetch) or ("mv", rows, prefetch), ("mvs", rows, stages),
+    ("mvp", rows)."""
+    kind, *p = config if isinstance(config[0], str) else ("mv",) + tuple(config)
+    struct = f"TQ{qtype[1:]}"
+    if kind == "mvs":
+        return matvec_staged.kernel_name(struct, n, *p)
+    if kind == "mvp":
+        return matvec_staged.persistent_name(struct, n, *p)
+    return f"mv<{struct}, {n}, {p[0]}, {p[1]}>"
 
 
 @functools.lru_cache(maxsize=None)
 def raw_module(device, qtype, config, ns=tuple(range(1, C_MAX_N + 1))):
-    """The compiled kernels of one type and (rows_per_cta, prefetch) for each n in ns (compiling is
+    """The compiled kernels of one type and config (see CONFIG) for each n in ns (compiling is
     ~0.5 s a kernel, so launch() builds only the type and n it meets)."""
     import cupy
     names = [kernel_name(qtype, n, *config) for n in ns]
@@ -304,18 +332,40 @@ def qualifies(qtype, blocks, x):
     return qtype in CONFIG and _ptr(blocks) % ALIGN[qtype] == 0 and _ptr(x) % 16 == 0
 
 
+def _plan(qtype, config, n, staged_ok):
+    """The config of one launch of n rows of x: `config` (see kernel_name) or DEFAULT's; the staged
+    kernel only where its 16-byte copies can go, the new kernels only for n <= 2; otherwise
+    CONFIG's register kernel, at most 4 rows a CTA when n > 2 (R * n accumulators spill beyond)."""
+    config = tuple(config or DEFAULT[qtype])
+    if config == ("mv",):
+        config = ("mv",) + CONFIG[qtype]
+    elif not isinstance(config[0], str):
+        config = ("mv",) + config
+    if config[0] != "mv" and (n > 2 or (config[0] == "mvs" and not staged_ok)):
+        config = ("mv",) + CONFIG[qtype]
+    if (config[0] == "mv" and n > 2) or (config[0] == "mvp" and n == 2):
+        config = (config[0], min(config[1], 4)) + config[2:]   # mvp<8 rows, n=2> spills
+    return config
+
+
 def launch(qtype, blocks, x, out, rows, cols, stream=None, config=None):
     """Enqueue out = x @ W.T on `stream` (a CuPy stream, None: the current one). Inputs are checked
     by the caller (matvec_basic): blocks 1-D uint8 of rows x cols, x (n, cols) and out (n, rows)
-    C-contiguous float32, qualifies() true. `config` = (rows_per_cta, prefetch) overrides CONFIG."""
+    C-contiguous float32, qualifies() true. `config` overrides DEFAULT (see _plan). One launch per
+    C_MAX_N rows of x and no host synchronization: meant to be captured into CUDA graphs."""
     import cupy
-    config = tuple(config or CONFIG[qtype])
     device = cupy.cuda.runtime.getDevice()
+    ts, cpb = BLOCK_LAYOUT[qtype]
+    staged_ok = matvec_staged.qualifies(_ptr(blocks), cols // (32 * cpb) * ts)
     with stream if stream is not None else contextlib.nullcontext():
         for i in range(0, x.shape[0], C_MAX_N):
             xs, os_ = x[i:i + C_MAX_N], out[i:i + C_MAX_N]
             n = xs.shape[0]
-            # R * n accumulators: beyond 4 rows a CTA, n > 2 spills registers (ptxas -v, sm_90)
-            cfg = config if n <= 2 else (min(config[0], 4), config[1])
-            grid = ((rows + cfg[0] - 1) // cfg[0],)
-            _kernel(device, qtype, cfg, n)(grid, (THREADS,), (blocks, xs, os_, np.int32(rows), np.int32(cols)))
+            cfg = _plan(qtype, config, n, staged_ok)
+            args = (blocks, xs, os_, np.int32(rows), np.int32(cols))
+            func = _kernel(device, qtype, cfg, n)
+            if cfg[0] == "mv":
+                func(((rows + cfg[1] - 1) // cfg[1],), (THREADS,), args)
+            else:
+                smem = matvec_staged.smem_bytes(ts, cpb, *cfg[1:]) if cfg[0] == "mvs" else 0
+                matvec_staged.launch(func, smem, device, rows, cfg[1], args)

@@ -24,6 +24,7 @@ from numba import cuda, float32
 from lite.kernels.dequant_iq import (
     C_HELPERS, _p_iq3_xxs, _p_iq4_xs, _ptr, _v_grid_sign, _v_nonlinear, c_grid_array,
 )
+from lite.kernels import matvec_cuda, matvec_staged
 from lite.kernels.iq_tables import KVALUES_IQ4, device_tables
 from lite.kernels.reduce import warp_sum
 from lite.kernels.registry import quant_info, register_matvec
@@ -224,33 +225,101 @@ __global__ void __launch_bounds__(128) mv_iq4xs(const unsigned* __restrict__ w32
 """
 
 
+# IQ3_XXS as a type of the staged and persistent kernels (kernels/matvec_staged.py); the decode is
+# C_IQ3_XXS's, a thread per sub-block.
+C_IQ3_XXS_STAGED = r"""
+__shared__ unsigned lt_iq3_grid[256 * GCOPIES];
+struct TIQ3_XXS {   // d, qs[64] (grid indices, 8 a sub-block), then a word a sub-block: 4x7 sign bits, scale
+    static constexpr int BE = 256, TS = 98, CPB = 8;
+    struct Raw { unsigned q0, q1, aux; unsigned short d; };
+    __device__ static __forceinline__ void init() {
+        for (int i = threadIdx.x; i < 256 * GCOPIES; i += blockDim.x) lt_iq3_grid[i] = IQ3XXS_GRID[i / GCOPIES];
+        __syncthreads();
+    }
+    template <bool SH = false> __device__ static __forceinline__ void load(Raw& r, const unsigned char* row, int c) {
+        const unsigned char* b = row + (c >> 3) * TS;     // blocks are only 2-aligned: 16-bit loads
+        const int ib = c & 7;
+        r.q0 = ldh<SH>(b + 2 + 8 * ib) | ((unsigned)ldh<SH>(b + 4 + 8 * ib) << 16);
+        r.q1 = ldh<SH>(b + 6 + 8 * ib) | ((unsigned)ldh<SH>(b + 8 + 8 * ib) << 16);
+        r.aux = ldh<SH>(b + 66 + 4 * ib) | ((unsigned)ldh<SH>(b + 68 + 4 * ib) << 16);
+        r.d = ldh<SH>(b);
+    }
+    __device__ static __forceinline__ int xoff(int c, int k) { return 32 * c + 4 * k; }
+    __device__ static __forceinline__ float dot(const Raw& r, int, const float4 (&xv)[8], float, float) {
+        const unsigned* gl = lt_iq3_grid + (threadIdx.x % GCOPIES);
+        float sum = 0.f;
+        #pragma unroll
+        for (int l = 0; l < 4; l++) {   // sign group l: grid entries 2l, 2l+1
+            const unsigned sb = ksign((r.aux >> (7 * l)) & 127u);
+            const unsigned qq = (l < 2 ? r.q0 : r.q1) >> (16 * (l & 1));
+            const unsigned g0 = gl[(qq & 255u) * GCOPIES], g1 = gl[((qq >> 8) & 255u) * GCOPIES];
+            const float4 a = xv[2 * l], c = xv[2 * l + 1];
+            sum = fmaf(GB(g0, 0), SX(a.x, sb, 0), sum); sum = fmaf(GB(g0, 1), SX(a.y, sb, 1), sum);
+            sum = fmaf(GB(g0, 2), SX(a.z, sb, 2), sum); sum = fmaf(GB(g0, 3), SX(a.w, sb, 3), sum);
+            sum = fmaf(GB(g1, 0), SX(c.x, sb, 4), sum); sum = fmaf(GB(g1, 1), SX(c.y, sb, 5), sum);
+            sum = fmaf(GB(g1, 2), SX(c.z, sb, 6), sum); sum = fmaf(GB(g1, 3), SX(c.w, sb, 7), sum);
+        }
+        return h2f(r.d) * (0.5f + (float)(r.aux >> 28)) * 0.5f * sum;
+    }
+};
+"""
+# The kernel IQ3_XXS decode launches take: ("reg",) mv_iq3xxs above, ("mvs", rows a CTA, stages)
+# the staged kernel or ("mvp", rows a CTA) the persistent one (kernels/matvec_staged.py).
+DEFAULT = {"IQ3_XXS": ("reg",)}
+
+
 def c_source():
     kv = ", ".join(str(int(v)) for v in KVALUES_IQ4)
+    # the staged skeleton before C_COMMON, whose `#define R 4` would rename its template parameter
     return (C_HELPERS + c_grid_array("IQ3XXS_GRID", "IQ3_XXS")
-            + f"__device__ const int IQ4_KVALUES[16] = {{{kv}}};\n" + C_COMMON + C_IQ3_XXS + C_IQ4_XS)
+            + f"__device__ const int IQ4_KVALUES[16] = {{{kv}}};\n"
+            + matvec_cuda.C_HEAD + matvec_staged.C_STAGED + matvec_staged.C_PERSISTENT
+            + C_COMMON + C_IQ3_XXS + C_IQ4_XS + C_IQ3_XXS_STAGED)
 
 
 _C_NAMES = {"IQ3_XXS": "mv_iq3xxs", "IQ4_XS": "mv_iq4xs"}
+_STRUCTS = {"IQ3_XXS": "TIQ3_XXS"}
+
+
+def kernel_name(name, n, config):
+    if config[0] == "mvs":
+        return matvec_staged.kernel_name(_STRUCTS[name], n, *config[1:])
+    if config[0] == "mvp":
+        return matvec_staged.persistent_name(_STRUCTS[name], n, *config[1:])
+    return f"{_C_NAMES[name]}<{n}>"
 
 
 @functools.lru_cache(maxsize=None)
-def _raw_module(device):
+def _raw_module(device, extra=()):
+    """The kernels named by `extra` ((name, n, config) triples), or without it all register kernels."""
     import cupy
-    exprs = [f"{k}<{n}>" for name, k in _C_NAMES.items() for n in range(1, C_MAX_N[name] + 1)]
+    exprs = [kernel_name(*e) for e in extra] or [
+        f"{k}<{n}>" for name, k in _C_NAMES.items() for n in range(1, C_MAX_N[name] + 1)]
     return cupy.RawModule(code=c_source(), options=("--std=c++17",), name_expressions=exprs)
 
 
-def launch_cuda(name, blocks, x, out, rows, cols, stream):
+def launch_cuda(name, blocks, x, out, rows, cols, stream, config=None):
+    """`config` overrides DEFAULT (IQ3_XXS; IQ4_XS has the register kernel only)."""
     import cupy
-    mod = _raw_module(cupy.cuda.runtime.getDevice())
-    w = blocks.view(np.uint16 if name == "IQ3_XXS" else np.uint32)
-    grid = (-(-rows // _ROWS_PER_CTA),)
+    device = cupy.cuda.runtime.getDevice()
+    cfg = tuple(config or DEFAULT.get(name, ("reg",)))
+    info = quant_info(name)
+    if cfg[0] == "mvs" and not matvec_staged.qualifies(_ptr(blocks), cols // info.block_elems * info.type_size):
+        cfg = ("reg",)
     with stream if stream is not None else contextlib.nullcontext():
         step = C_MAX_N[name]
         for i in range(0, x.shape[0], step):
             xs, os_ = x[i:i + step], out[i:i + step]
-            kern = mod.get_function(f"{_C_NAMES[name]}<{xs.shape[0]}>")
-            kern(grid, (128,), (w, xs, os_, np.int32(rows), np.int32(cols)))
+            n = xs.shape[0]
+            if cfg[0] != "reg" and not (cfg[0] == "mvp" and n == 2):   # mvp<TIQ3_XXS, 2, 4> spills
+                func = _raw_module(device, ((name, n, cfg),)).get_function(kernel_name(name, n, cfg))
+                smem = matvec_staged.smem_bytes(info.type_size, info.block_elems // 32, *cfg[1:]) if cfg[0] == "mvs" else 0
+                matvec_staged.launch(func, smem, device, rows, cfg[1],
+                                     (blocks, xs, os_, np.int32(rows), np.int32(cols)))
+                continue
+            w = blocks.view(np.uint16 if name == "IQ3_XXS" else np.uint32)
+            kern = _raw_module(device).get_function(f"{_C_NAMES[name]}<{n}>")
+            kern((-(-rows // _ROWS_PER_CTA),), (128,), (w, xs, os_, np.int32(rows), np.int32(cols)))
 
 
 def impl():

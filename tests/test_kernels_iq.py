@@ -6,7 +6,7 @@ import pytest
 
 from kernel_blocks import random_blocks, reference, reference_f16
 from lite import kernels as K
-from lite.kernels import iq_tables
+from lite.kernels import iq_tables, matvec_iq
 
 IQ_TYPES = ["IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ4_NL", "IQ4_XS"]
 
@@ -90,6 +90,10 @@ def test_cuda_c_matches_numba_on_gpu(name, monkeypatch):
     rows, cols = 37, 2048                      # rows not a multiple of the 4 a CUDA block takes
     blocks = cupy.asarray(random_blocks(name, rows * cols // 256, rng))
     x = cupy.asarray(rng.standard_normal((5, cols)).astype(np.float32))
+    from lite.kernels import matvec_staged
+    used = []
+    real = matvec_staged.launch
+    monkeypatch.setattr(matvec_staged, "launch", lambda *a, **k: used.append(1) or real(*a, **k))
     results = {}
     for impl in ("cuda", "numba"):
         monkeypatch.setenv("LITE_MATVEC_IMPL", impl)
@@ -99,3 +103,25 @@ def test_cuda_c_matches_numba_on_gpu(name, monkeypatch):
     np.testing.assert_allclose(results["cuda"][0], results["numba"][0], rtol=1e-4,
                                atol=1e-4 * np.abs(results["numba"][0]).max())
     np.testing.assert_array_equal(results["cuda"][1].view(np.uint16), results["numba"][1].view(np.uint16))
+    # IQ3_XXS rows here are 784 bytes (16-aligned): a staged or persistent default must have run
+    assert bool(used) == (matvec_iq.DEFAULT.get(name, ("reg",))[0] != "reg"), used
+
+
+@pytest.mark.skipif(K.SIMULATOR, reason="the CUDA C kernels run only on a GPU")
+@pytest.mark.parametrize("config", [("mvs", 4, 3), ("mvp", 4), ("reg",)])
+def test_iq3_xxs_cuda_c_kernels_match_float64(config):
+    # every IQ3_XXS CUDA C kernel, on 37 rows (not a multiple of any rows a CTA), n = 1, 2 and 3
+    # (mvp takes n = 1 only; n = 2 and n = 3 = 2 + 1 go through the others)
+    import cupy
+    rng = np.random.default_rng(13)
+    rows, cols = 37, 2048
+    blocks = random_blocks("IQ3_XXS", rows * cols // 256, rng)
+    x = rng.standard_normal((3, cols)).astype(np.float32)
+    w = reference(blocks, "IQ3_XXS").astype(np.float64).reshape(rows, cols)
+    expect = x.astype(np.float64) @ w.T
+    scale = np.abs(x.astype(np.float64)) @ np.abs(w).T + 1e-30
+    for n in (1, 2, 3):
+        out = cupy.full((n, rows), np.nan, np.float32)
+        matvec_iq.launch_cuda("IQ3_XXS", cupy.asarray(blocks), cupy.asarray(x[:n]), out, rows, cols, None,
+                              config=config)
+        assert np.all(np.abs(out.get() - expect[:n]) <= 1e-5 * scale[:n] + 1e-4 * np.abs(expect[:n]))

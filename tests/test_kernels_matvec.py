@@ -212,13 +212,45 @@ def test_cuda_c_matches_numba_and_float64_full_size(qtype, monkeypatch):
 @pytest.mark.parametrize("qtype", TYPES)
 def test_cuda_c_ragged_rows_and_every_n(qtype, monkeypatch):
     # n = 9 is one launch of 8 plus one of 1; both loop shapes (with and without prefetch)
+    # (rows of 594-1190 bytes: not 16-aligned for Q4_0/Q8_0/Q6_K, so the register kernel runs)
     rows, cols = RAGGED[qtype]
     blocks, x, ref, scale = _problem(qtype, rows, cols, 9, seed=40 + TYPES.index(qtype))
-    for config in (None, (4, 0), (4, 1), (8, 0), (8, 1)):
+    for config in (None, (4, 1), (8, 0)):
         for n in (1, 2, 3, 9):
             got, twin = _both_impls(monkeypatch, qtype, blocks, x[:n], rows, cols, config)
             _check(got, ref[:n], scale[:n])
             _check(twin, ref[:n], scale[:n])
+
+
+# Rows of a multiple of 16 bytes (the staged kernel's copies), 37 of them (not a multiple of any rows
+# a CTA), and fewer chunks than threads (a partial stage) for the K types.
+STAGED_SHAPES = {"Q4_0": (37, 768), "Q8_0": (37, 256), "Q4_K": (37, 2048), "Q5_K": (37, 2048), "Q6_K": (37, 2048)}
+
+
+@pytest.mark.skipif(SIMULATOR, reason="the CUDA C kernels run only on a GPU (no GPU driver here)")
+@pytest.mark.parametrize("qtype", TYPES)
+def test_cuda_c_staged_and_persistent_kernels_ragged_rows(qtype, monkeypatch):
+    # against float64 only (the register kernel, checked against the Numba twin above, is the
+    # reference for the same arithmetic; these differ from it in data movement only)
+    from lite.kernels import matvec_cuda, matvec_staged
+    used = []
+    real = matvec_staged.launch
+    monkeypatch.setattr(matvec_staged, "launch", lambda *a, **k: used.append(a[0]) or real(*a, **k))
+    monkeypatch.setenv("LITE_MATVEC_IMPL", "cuda")
+    rows, cols = STAGED_SHAPES[qtype]
+    blocks, x, ref, scale = _problem(qtype, rows, cols, 3, seed=60 + TYPES.index(qtype))
+    b, xd = cupy_asarray(blocks), cupy_asarray(x)
+    for config in (("mvs", 4, 3), ("mvs", 8, 2), ("mvp", 4), ("mvp", 8)):
+        for n in (1, 2, 3):
+            out = cupy_asarray(np.full((n, rows), np.nan, np.float32))
+            matvec_cuda.launch(qtype, b, xd[:n], out, rows, cols, config=config)
+            _check(out, ref[:n], scale[:n])
+    assert len(used) == 8, "the staged / persistent kernels must take n = 1, 2 (n = 3: register)"
+
+
+def cupy_asarray(a):
+    import cupy
+    return cupy.asarray(a)
 
 
 @pytest.mark.skipif(SIMULATOR, reason="the CUDA C kernels run only on a GPU (no GPU driver here)")
@@ -232,3 +264,22 @@ def test_cuda_c_skipped_for_unaligned_blocks(monkeypatch):
     buf[2:] = cupy.asarray(blocks)
     assert not matvec_cuda.qualifies("Q4_K", buf[2:], cupy.asarray(x))
     _check(matvec(buf[2:], "Q4_K", cupy.asarray(x), rows, cols), ref, scale)
+
+
+def test_launch_plan_takes_new_kernels_only_where_they_can():
+    # pure host logic (no GPU): which kernel and configuration one launch gets
+    from lite.kernels import matvec_cuda as mc
+    reg = ("mv",) + mc.CONFIG["Q4_K"]
+    assert mc._plan("Q4_K", ("mvs", 4, 3), 1, staged_ok=True) == ("mvs", 4, 3)
+    assert mc._plan("Q4_K", ("mvs", 4, 3), 2, staged_ok=True) == ("mvs", 4, 3)
+    assert mc._plan("Q4_K", ("mvs", 4, 3), 1, staged_ok=False) == reg          # rows not 16-aligned
+    assert mc._plan("Q4_K", ("mvp", 8), 1, staged_ok=False) == ("mvp", 8)
+    assert mc._plan("Q4_K", ("mvp", 8), 3, staged_ok=True) == ("mv", min(reg[1], 4), reg[2])
+    assert mc._plan("Q4_K", ("mvp", 8), 2, staged_ok=True) == ("mvp", 4)
+    assert mc._plan("Q8_0", (8, 1), 1, staged_ok=True) == ("mv", 8, 1)          # a register override
+    assert mc._plan("Q8_0", (8, 1), 5, staged_ok=True) == ("mv", 4, 1)
+    for qtype in mc.TYPES:                                                     # defaults are valid
+        assert mc._plan(qtype, None, 1, staged_ok=True)[0] in ("mv", "mvs", "mvp")
+    assert mc.kernel_name("Q4_K", 1, "mvp", 8) == "mvp<TQ4_K, 1, 8>"
+    assert mc.kernel_name("Q4_K", 2, 8, 0) == "mv<TQ4_K, 2, 8, 0>"
+    assert mc.kernel_name("Q6_K", 1, "mvs", 4, 3) == "mvs<TQ6_K, 1, 4, 3>"

@@ -1,0 +1,135 @@
+"""GPU only (not collected by pytest): the staged matvec kernels (kernels/matvec_staged.py) against
+the register kernels, for correctness and bandwidth, on full-size shapes.
+
+    source scripts/device_setup.sh; python3 tests/gpu_sweep_matvec.py [--types Q4_K,IQ3_XXS]
+
+For each type, one module holds the register kernel and every variant (staged "mvs", persistent
+"mvp"); each variant's n=1 output must match the register kernel's (the register kernels are
+checked against the Numba twins and float64 by tests/test_kernels_*.py).
+Times are from captured CUDA graphs rotating through enough weight copies that the 50 MB L2 cannot
+serve them; GB/s = weight bytes / time, % against the device copy measured in the same run.
+"""
+import argparse
+import json
+import math
+import os
+import sys
+
+import numpy as np
+import cupy as cp
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from kernel_blocks import random_blocks  # noqa: E402
+
+from lite.kernels import matvec_cuda as mc, matvec_iq as mi, matvec_staged as ms, quant_info  # noqa: E402
+
+SHAPES = [(4096, 14336), (14336, 4096), (4096, 4096)]
+VARIANTS = [("mvs", 8, 3), ("mvs", 4, 3), ("mvp", 4), ("mvp", 8)]
+L2_ROTATE_BYTES = 256 << 20
+stream = cp.cuda.Stream(non_blocking=True)
+
+
+def gtime(fns, reps=8, replays=5):
+    with stream:
+        for f in fns:
+            f()
+        stream.synchronize()
+        stream.begin_capture()
+        for _ in range(reps):
+            for f in fns:
+                f()
+        g = stream.end_capture()
+        g.launch(stream)
+        stream.synchronize()
+        e0, e1 = cp.cuda.Event(), cp.cuda.Event()
+        e0.record(stream)
+        for _ in range(replays):
+            g.launch(stream)
+        e1.record(stream)
+        e1.synchronize()
+    return cp.cuda.get_elapsed_time(e0, e1) / 1e3 / (replays * reps * len(fns))
+
+
+def copy_bandwidth():
+    a = cp.empty(512 << 20, cp.uint8)
+    b = cp.empty_like(a)
+    el = 2 * a.nbytes / gtime([lambda: b.__setitem__(slice(None), a)], reps=5) / 1e9
+    mcp = 2 * a.nbytes / gtime([lambda: cp.cuda.runtime.memcpyAsync(
+        b.data.ptr, a.data.ptr, a.nbytes, cp.cuda.runtime.memcpyDeviceToDevice, stream.ptr)], reps=5) / 1e9
+    return max(el, mcp)
+
+
+def launchers(qt, dev):
+    """{label: launch(w, x, out, rows, cols)} (n = 1) for the register kernel and each variant."""
+    info = quant_info(qt)
+    cpb = info.block_elems // 32
+    out = {}
+    if qt in mc.CONFIG:
+        names = [mc.kernel_name(qt, 1, *mc.CONFIG[qt])] + [mc.kernel_name(qt, 1, *v) for v in VARIANTS]
+        mod = cp.RawModule(code=mc.c_source(), options=("--std=c++17",), name_expressions=names)
+        get = mod.get_function
+        reg = mc.CONFIG[qt]
+        k = get(names[0])
+        out["register"] = lambda w, x, o, rows, cols: k(((rows + reg[0] - 1) // reg[0],), (128,),
+                                                        (w, x, o, np.int32(rows), np.int32(cols)))
+    else:
+        out["register"] = lambda w, x, o, rows, cols: mi.launch_cuda(qt, w, x, o, rows, cols, None, config=("reg",))
+        names = [None] + [mi.kernel_name(qt, 1, v) for v in VARIANTS]
+        mod = mi._raw_module(dev, tuple((qt, 1, v) for v in VARIANTS))
+        get = mod.get_function
+    for v, name in zip(VARIANTS, names[1:]):
+        f = get(name)
+        smem = ms.smem_bytes(info.type_size, cpb, *v[1:]) if v[0] == "mvs" else 0
+        label = "".join(map(str, v))
+        print(f"  {qt} {label}: grid cap {ms.prepare(f, smem, dev)}, regs {getattr(f, 'num_regs', '?')}, smem {smem}", flush=True)
+        out[label] = (lambda w, x, o, rows, cols, f=f, smem=smem, r=v[1]:
+                      ms.launch(f, smem, dev, rows, r, (w, x, o, np.int32(rows), np.int32(cols))))
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--types", default="Q4_K,Q6_K,Q8_0,IQ3_XXS,Q4_0,Q5_K")
+    args = ap.parse_args()
+    dev = cp.cuda.runtime.getDevice()
+    copy_bw = copy_bandwidth()
+    print(f"copy {copy_bw:.0f} GB/s", flush=True)
+    rng = np.random.default_rng(0)
+    res = {"copy_GBs": copy_bw, "rows": []}
+    bad = 0
+    for qt in args.types.split(","):
+        info = quant_info(qt)
+        fns = launchers(qt, dev)
+        # correctness (n = 1) against the register kernel; ragged rows: tests/test_kernels_*.py
+        for rows, cols in SHAPES:
+            host = random_blocks(qt, rows * cols // info.block_elems, rng)
+            w = cp.asarray(host)
+            x = cp.asarray(rng.standard_normal((1, cols)).astype(np.float32))
+            ref = cp.empty((1, rows), cp.float32)
+            fns["register"](w, x, ref, rows, cols)
+            ref = ref.get().astype(np.float64)
+            scale = np.abs(ref).max() + 1e-30
+            for label, f in fns.items():
+                o = cp.full((1, rows), np.nan, cp.float32)
+                f(w, x, o, rows, cols)
+                d = float(np.max(np.abs(o.get() - ref)) / scale)
+                if not d < 1e-5:
+                    bad += 1
+                    print(f"MISMATCH {qt} {rows}x{cols} {label}: {d}", flush=True)
+            copies = [w] + [cp.asarray(host) for _ in range(max(1, math.ceil(L2_ROTATE_BYTES / host.size)) - 1)]
+            o = cp.empty((1, rows), cp.float32)
+            line = []
+            for label, f in fns.items():
+                t = gtime([lambda w=w_, f=f: f(w, x, o, rows, cols) for w_ in copies])
+                gbs = host.size / t / 1e9
+                res["rows"].append(dict(type=qt, shape=f"{rows}x{cols}", kernel=label, us=t * 1e6, GBs=gbs,
+                                        pct=100 * gbs / copy_bw))
+                line.append(f"{label} {t * 1e6:6.1f}us {gbs:5.0f} {100 * gbs / copy_bw:3.0f}%")
+            print(f"{qt:7s} {rows}x{cols}: " + " | ".join(line), flush=True)
+            del copies
+        json.dump(res, open(os.path.join(os.environ.get("OUT", "/tmp"), "sweep.json"), "w"), indent=1)
+    print("mismatches:", bad)
+
+
+if __name__ == "__main__":
+    main()
