@@ -1,6 +1,8 @@
 """--experts / --expert-cache: the flags through the engine (CPU), and on the GPU outputs that are
 byte-identical whether the experts live on the device or stream from host RAM or the file's pages
 through a cache of any size (all experts, some, one)."""
+import types
+
 import numpy as np
 import pytest
 
@@ -116,3 +118,78 @@ def test_gpu_engine_experts_host_matches_gpu(tiny_moe, experts, cache):
     b = list(off.generate(ids, 6, GREEDY, stop_at_eog=False))
     assert a == b
     assert off.expert_stats()["misses"] > 0
+
+
+# ---------------------------------------------------------------- the copy machinery, on the CPU
+class _FakeCupy:
+    """Just what HostExperts' copies use, with host memory as the "device": memcpyAsync copies at
+    once, events and stream waits do nothing. Checks the batching of copies into runs."""
+
+    class _Arr(np.ndarray):
+        @property
+        def data(self):
+            return type("Ptr", (), {"ptr": self.ctypes.data})()
+
+    class cuda:
+        class Stream:
+            ptr = 0
+
+            def __init__(self, **kw):
+                pass
+
+            def record(self):
+                return types.SimpleNamespace(synchronize=lambda: None)
+
+            def wait_event(self, ev):
+                pass
+
+        class runtime:
+            memcpyHostToDevice = 1
+            calls = 0
+
+            @classmethod
+            def memcpyAsync(cls, dst, src, n, kind, stream):
+                import ctypes
+                cls.calls += 1
+                ctypes.memmove(dst, src, n)
+
+        @staticmethod
+        def get_elapsed_time(a, b):
+            return 0.0
+
+    @staticmethod
+    def empty(n, dtype):
+        return np.zeros(n, dtype).view(_FakeCupy._Arr)
+
+
+@pytest.mark.parametrize("mode,n_slots", [("host", 64), ("host", 5), ("host", 1), ("mmap", 3)])
+def test_copies_fill_the_right_slots(tiny_moe, monkeypatch, mode, n_slots):
+    import sys
+    from lite.backends import cuda_host_experts as hx_mod
+    from lite.experts import run_layer
+    monkeypatch.setitem(sys.modules, "cupyx", types.SimpleNamespace(empty_pinned=lambda n, dt: np.zeros(n, dt)))
+    monkeypatch.setattr(hx_mod, "PREFETCH", True)
+    g = GGUFFile(tiny_moe)
+    names = [n for n in g.tensors if n.endswith("_exps.weight")]
+    be = types.SimpleNamespace(cp=_FakeCupy, stream=_FakeCupy.cuda.Stream())
+    hx = hx_mod.HostExperts(be, g, names, mode, 0, n_slots=n_slots)
+    pool = hx.pools[0]
+    rng = np.random.default_rng(n_slots)
+    _FakeCupy.cuda.runtime.calls = 0
+    for step in range(3):
+        for il in range(4):
+            ids = np.stack([rng.choice(8, 2, replace=False) for _ in range(int(rng.integers(1, 9)))])
+
+            def compute(rnd):
+                for e, s in zip(rnd.experts, rnd.slots):
+                    for k, n in enumerate(hx_mod.KINDS):
+                        eb = pool.ebytes[k]
+                        want = g.tensors[f"blk.{il}.ffn_{n}_exps.weight"].raw.reshape(-1)[e * eb:(e + 1) * eb]
+                        assert np.array_equal(pool.bufs[k][s * eb:(s + 1) * eb], want), (il, e, s, n)
+            run_layer(pool.cache, il, ids, compute)
+            hx._last[il] = np.unique(ids)
+            hx._prefetch(il)
+    st = hx.stats()
+    assert st["misses"] > 0 and st["hits"] + st["misses"] >= 12
+    if mode == "host" and n_slots == 64:     # runs of consecutive experts: fewer calls than copies
+        assert _FakeCupy.cuda.runtime.calls < 3 * (st["misses"] + st["prefetched"])
