@@ -24,7 +24,7 @@ from kernel_blocks import random_blocks  # noqa: E402
 from lite.kernels import matvec_cuda as mc, matvec_iq as mi, matvec_staged as ms, quant_info  # noqa: E402
 
 SHAPES = [(4096, 14336), (14336, 4096), (4096, 4096)]
-VARIANTS = [("mvs", 8, 3), ("mvs", 4, 3), ("mvp", 4), ("mvp", 8)]
+VARIANTS = [("mvs", 8, 3), ("mvs", 4, 3), ("mvp", 2), ("mvp", 4), ("mvp", 8)]
 L2_ROTATE_BYTES = 256 << 20
 stream = cp.cuda.Stream(non_blocking=True)
 
