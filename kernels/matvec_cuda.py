@@ -36,6 +36,11 @@ CONFIG = {"Q4_0": (8, 1), "Q8_0": (8, 1), "Q4_K": (8, 0), "Q5_K": (4, 0), "Q6_K"
 # The kernel each type's decode launches take (n <= 2): ("mv",) the register kernel with CONFIG,
 # ("mvs", rows a CTA, stages) the staged kernel, ("mvp", rows a CTA) the persistent register
 # kernel (both in kernels/matvec_staged.py). Others, and n > 2, take CONFIG's register kernel.
+# mv won for every type here (H200, n=1, GB/s of weights, 4096x14336 / 14336x4096 / 4096x4096,
+# tests/gpu_sweep_matvec.py; best of mvs 8x3, mvs 4x3, mvp 2/4/8 after the slash):
+#   Q4_K 1837 1973 1411 / 1625 1597 1213     Q6_K 2280 2328 1817 / 1879 1886 1557
+#   Q8_0 2811 2524 1922 / 2336 2278 1844     Q4_0 2029 1795 1312 / 1503 1684 1152
+#   Q5_K 1920 1947 1462 / 1604 1669 1291
 DEFAULT = {"Q4_0": ("mv",), "Q8_0": ("mv",), "Q4_K": ("mv",), "Q5_K": ("mv",), "Q6_K": ("mv",)}
 # Byte alignment the kernel needs of the block buffer (16-byte loads vs 32-bit word loads).
 ALIGN = {"Q4_0": 4, "Q8_0": 4, "Q4_K": 16, "Q5_K": 16, "Q6_K": 4}

@@ -264,8 +264,11 @@ struct TIQ3_XXS {   // d, qs[64] (grid indices, 8 a sub-block), then a word a su
 };
 """
 # The kernel IQ3_XXS decode launches take: ("reg",) mv_iq3xxs above, ("mvs", rows a CTA, stages)
-# the staged kernel or ("mvp", rows a CTA) the persistent one (kernels/matvec_staged.py).
-DEFAULT = {"IQ3_XXS": ("reg",)}
+# the staged kernel or ("mvp", rows a CTA) the persistent one (kernels/matvec_staged.py). H200,
+# n=1, GB/s of weights (tests/gpu_sweep_matvec.py), 4096x14336 / 14336x4096 / 4096x4096:
+# reg 569 / 633 / 438, mvp8 689 / 701 / 491, mvs<8 rows, 3 stages> 601 / 639 / 458, mvp4 598 / 606
+# / 422, mvp2 479 / 463 / 365. mvp takes n = 1 only (n = 2 spills registers): n = 2 is reg.
+DEFAULT = {"IQ3_XXS": ("mvp", 8)}
 
 
 def c_source():

@@ -1,19 +1,23 @@
-"""The staged decode matvec skeleton: weights stream through shared memory by cp.async (CUDA C).
+"""Two alternatives to the register decode kernel `mv` of kernels/matvec_cuda.py (CUDA C):
 
-Used by kernels/matvec_cuda.py (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K) and kernels/matvec_iq.py (IQ3_XXS)
-with their per-type structs (load / xoff / dot, see matvec_cuda.C_TYPES); same arithmetic as the
-register kernel `mv` there, so the same Numba twins check it.
+  - mvs, *staged*: a CTA copies whole row segments (R rows x 128 chunks, a stage) into shared
+    memory with 16-byte cp.async, S stages deep, and computes from there; persistent grid (as many
+    CTAs as fit, each walking row groups blockIdx.x, +gridDim.x, ...) so the copy pipeline also
+    runs across row groups. Needs 16-byte aligned blocks and rows of a multiple of 16 bytes.
+  - mvp, *persistent register prefetch*: `mv`'s loop on the same persistent grid, loading the next
+    item (row group, trip) into registers before computing this one, across row groups too.
 
-Why: the register kernel `mv` (each thread loads its chunk of R rows, then computes) keeps the loads
-of one loop trip in flight per thread and nothing else; with 3-4 trips a row group its time was
-about memory time plus compute time (46-56% of copy for Q4_K/Q6_K on the H200), and prefetching
-into registers cost the occupancy it needed. Here a CTA copies the bytes of whole row segments
-(R rows x 128 chunks, a *stage*) with 16-byte cp.async, S stages deep, so S-1 stages are in flight
-while it computes one: memory and compute overlap without registers. The grid is persistent (as
-many CTAs as fit, each walking row groups blockIdx.x, +gridDim.x, ...), so that the copy pipeline
-also runs across row groups: 14336x4096 has one stage a row group.
-Needs 16-byte aligned blocks and rows of a multiple of 16 bytes (then every stage is 16-aligned);
-other inputs take the register kernel.
+Used with the per-type structs of matvec_cuda.C_TYPES (and TIQ3_XXS of matvec_iq.py), so the same
+arithmetic as `mv` and the same Numba twins. Why they exist: `mv` keeps only one loop trip of loads
+in flight per thread (3-4 trips a row group), so its time looked like memory time plus compute
+time; these overlap the two. Measured on the H200 (tests/gpu_sweep_matvec.py, n=1, weights
+rotated past the L2), they did NOT beat `mv` for Q4_0/Q8_0/Q4_K/Q5_K/Q6_K: 4096x14336 Q4_K
+1,837 GB/s for mv, 1,491 mvs<8 rows, 3 stages>, 1,625 mvp<4 rows>; Q8_0 2,811 / 1,799 / 2,204
+(mvp<8>: 2,336); the grid caps were as computed (occupancy is not what lost). So the kernels are
+bound by instructions and latency more than by loads in flight, and more CTAs (hardware
+scheduling) beat software pipelining. mvp<8 rows> is the default for IQ3_XXS only (569 -> 689
+GB/s). Kept, opt-in through the configs of matvec_cuda.launch / matvec_iq.launch_cuda, as
+measured variants.
 """
 import functools
 
