@@ -18,6 +18,7 @@ MIN_KEYS_PER_SPLIT = 64    # fewer keys a split would cost more in the merge tha
 THREADS = 128              # DEC_THREADS
 MAX_KEY_DIM = 256          # DEC_MAX_D
 MAX_ROW = 1024             # DEC_MAX_ROW
+ROPE_THREADS = 64          # DEC_ROPE_THREADS
 _module = None
 
 
@@ -47,7 +48,7 @@ def rope_kv_store(q, k, v, K, V, ks, vs, pos_dev, rope, stream):
     q_out = cp.empty_like(q)
     dims = (pos_dev, np.int32(H), np.int32(Hkv), np.int32(D), np.int32(Dv), np.int32(S_max),
             np.int32(n_rot), np.float64(base), np.float64(freq_scale), np.int32(bool(neox)))
-    grid, block = (H + 2 * Hkv,), (32,)
+    grid, block = (H + 2 * Hkv,), (ROPE_THREADS,)
     if ks is None:
         _kernel("rope_kv_store_f16")(grid, block, (q, k, v, q_out, K, V) + dims, stream=stream)
     else:
@@ -57,9 +58,9 @@ def rope_kv_store(q, k, v, K, V, ks, vs, pos_dev, rope, stream):
 
 @functools.lru_cache(maxsize=None)
 def _resident_blocks(device_id):
-    """Blocks of attn_decode the GPU holds at once: 167 registers a thread leave room for three
-    128-thread blocks an SM (ptxas, sm_90). More splits than that would run a second, mostly idle
-    wave at long contexts."""
+    """Blocks of attn_decode the GPU holds at once: its __launch_bounds__ keep it at 168 registers
+    a thread, room for three 128-thread blocks an SM (ptxas, sm_90). More splits than that would
+    run a second, mostly idle wave at long contexts."""
     return 3 * cp.cuda.runtime.getDeviceProperties(device_id)["multiProcessorCount"]
 
 

@@ -15,6 +15,9 @@ DECODE_SRC = r"""
 #define DEC_MAX_SPLITS 64    // splits of the keys, each a block (per KV head and head group)
 #define DEC_MAX_D 256        // key head dim
 #define DEC_MAX_ROW 1024     // the longest row rope_kv_store handles
+#define DEC_UNROLL 8         // K or V rows a lane has in flight
+// attn_decode is held to 168 registers (no spills, sm_90) so three blocks fit an SM; the wrapper
+// sizes the grid on that (kernels/cupy_decode.py, _resident_blocks)
 
 __device__ __forceinline__ float dec_warp_sum(float v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);
@@ -24,30 +27,42 @@ __device__ __forceinline__ float dec_warp_max(float v) {
     for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffff, v, o));
     return v;
 }
-// eight consecutive cache values as floats, in one 16-byte (f16) or 8-byte (int8) load
-__device__ __forceinline__ void dec_load8(const __half* p, float* f) {
-    uint4 u = *reinterpret_cast<const uint4*>(p);
-    const __half2* h = reinterpret_cast<const __half2*>(&u);
+// eight consecutive cache values: one 16-byte (f16) or 8-byte (int8) load kept raw while in
+// flight (half the registers of floats, so twice the loads in flight), then widened to floats
+template <typename T> struct Raw8;
+template <> struct Raw8<__half> { uint4 u; };
+template <> struct Raw8<signed char> { uint2 u; };
+__device__ __forceinline__ void dec_raw(const __half* p, Raw8<__half>& r) {
+    r.u = *reinterpret_cast<const uint4*>(p);
+}
+__device__ __forceinline__ void dec_raw(const signed char* p, Raw8<signed char>& r) {
+    r.u = *reinterpret_cast<const uint2*>(p);
+}
+__device__ __forceinline__ void dec_cvt(const Raw8<__half>& r, float* f) {
+    const __half2* h = reinterpret_cast<const __half2*>(&r.u);
     for (int i = 0; i < 4; ++i) { float2 v = __half22float2(h[i]); f[2 * i] = v.x; f[2 * i + 1] = v.y; }
 }
-__device__ __forceinline__ void dec_load8(const signed char* p, float* f) {
-    uint2 u = *reinterpret_cast<const uint2*>(p);
-    const signed char* c = reinterpret_cast<const signed char*>(&u);
+__device__ __forceinline__ void dec_cvt(const Raw8<signed char>& r, float* f) {
+    const signed char* c = reinterpret_cast<const signed char*>(&r.u);
     for (int i = 0; i < 8; ++i) f[i] = (float)c[i];
 }
 __device__ __forceinline__ void dec_store(__half* p, float v) { *p = __float2half(v); }
 __device__ __forceinline__ void dec_store(signed char* p, float v) { *p = (signed char)v; }
 
-// --- RoPE of q and k, and k, v into the cache at *pos, in one launch (one warp a row) ----------
+// --- RoPE of q and k, and k, v into the cache at *pos, in one launch (a block a row) -----------
 // Blocks 0..H-1 rotate the q heads into q_out; blocks H..H+Hkv-1 rotate the k heads into the K
 // cache; the next Hkv blocks copy the v heads into the V cache. n_rot = 0: no rotation. int8
 // caches (scales != null) get one scale per (head, position) = amax / 127, as KVCache._quantize.
+// DEC_ROPE_THREADS threads a row: one rotated pair each at head dim 128 (the double-precision
+// angle is the longest chain of the launch).
+#define DEC_ROPE_THREADS 64
 template <typename T> __device__ void rope_kv_store(
         const float* q, const float* k, const float* v, float* q_out, T* Kc, T* Vc, float* ks,
         float* vs, const long long* pos_ptr, int H, int Hkv, int D, int Dv, int S_max, int n_rot,
         double base, double freq_scale, int neox) {
     __shared__ float row[DEC_MAX_ROW];
-    int b = blockIdx.x, lane = threadIdx.x;
+    __shared__ float wmax[DEC_ROPE_THREADS / 32];
+    const int b = blockIdx.x, tid = threadIdx.x, nt = blockDim.x;
     long long pos = *pos_ptr;
     const float* src;
     float* fdst = nullptr;
@@ -71,32 +86,36 @@ template <typename T> __device__ void rope_kv_store(
         if (vs) sdst = vs + (long long)h * S_max + pos;
     }
     int half = rot / 2;
-    for (int i = lane; i < half; i += 32) {
+    for (int i = tid; i < half; i += nt) {
         // angles in double, the same expression as the rope kernel: long positions keep precision
-        double ang = (double)pos * freq_scale * pow(base, -2.0 * i / rot);
-        float c = (float)cos(ang), s = (float)sin(ang);
+        double ang = (double)pos * freq_scale * pow(base, -2.0 * i / rot), sd, cd;
+        sincos(ang, &sd, &cd);
+        float c = (float)cd, s = (float)sd;
         int a = neox ? i : 2 * i, bb = neox ? i + half : 2 * i + 1;
         float xa = src[a], xb = src[bb];
         row[a] = xa * c - xb * s;
         row[bb] = xa * s + xb * c;
     }
-    for (int j = rot + lane; j < n; j += 32) row[j] = src[j];
-    __syncwarp();
+    for (int j = rot + tid; j < n; j += nt) row[j] = src[j];
+    __syncthreads();
     if (fdst) {
-        for (int j = lane; j < n; j += 32) fdst[j] = row[j];
+        for (int j = tid; j < n; j += nt) fdst[j] = row[j];
         return;
     }
     if (sdst == nullptr) {
-        for (int j = lane; j < n; j += 32) dec_store(cdst + j, row[j]);
+        for (int j = tid; j < n; j += nt) dec_store(cdst + j, row[j]);
         return;
     }
     float amax = 0.f;
-    for (int j = lane; j < n; j += 32) amax = fmaxf(amax, fabsf(row[j]));
+    for (int j = tid; j < n; j += nt) amax = fmaxf(amax, fabsf(row[j]));
     amax = dec_warp_max(amax);
+    if ((tid & 31) == 0) wmax[tid >> 5] = amax;
+    __syncthreads();
+    for (int w = 0; w < nt / 32; ++w) amax = fmaxf(amax, wmax[w]);
     float sc = amax / 127.f;
     float div = sc > 0.f ? sc : 1.f;
-    for (int j = lane; j < n; j += 32) dec_store(cdst + j, fminf(fmaxf(rintf(row[j] / div), -127.f), 127.f));
-    if (lane == 0) *sdst = sc;
+    for (int j = tid; j < n; j += nt) dec_store(cdst + j, fminf(fmaxf(rintf(row[j] / div), -127.f), 127.f));
+    if (tid == 0) *sdst = sc;
 }
 extern "C" __global__ void rope_kv_store_f16(const float* q, const float* k, const float* v,
         float* q_out, __half* Kc, __half* Vc, const long long* p, int H, int Hkv, int D, int Dv,
@@ -112,9 +131,9 @@ extern "C" __global__ void rope_kv_store_i8(const float* q, const float* k, cons
 // so each K/V row is read once for all of them. The keys j0..pos are cut into the fewest splits
 // of at least min_chunk keys (multiples of 16) that fit the grid's gridDim.y; blocks past the last
 // split exit at once. A split walks its keys in tiles of DEC_TILE with a running max and sum.
-// Scores: lpk lanes share one key row, 8 dims a lane (one wide load), four keys a lane in flight,
+// Scores: lpk lanes share one key row, 8 dims a lane (one wide load), eight keys a lane in flight,
 // partial dots meet through shuffles. Values: Dv/8 lanes cover a row, the block's rows in
-// parallel, four rows a lane in flight. Each split writes its max, sum and weighted V; the block
+// parallel, eight rows a lane in flight. Each split writes its max, sum and weighted V; the block
 // that finishes last (a counter per block column, reset by that block) merges them into out.
 template <typename T> __device__ void attn_decode(
         const float* q, const T* K, const T* V, const float* ks, const float* vs, float* pm,
@@ -164,19 +183,21 @@ template <typename T> __device__ void attn_decode(
     for (long long t0 = lo; t0 < hi; t0 += DEC_TILE) {
         const int tn = (int)min((long long)DEC_TILE, hi - t0);
         const T* Kt = K + ((long long)hk * S_max + t0) * D;
-        for (int base = 0; base < tn; base += 4 * kstep) {       // uniform over the warp
-            float f[4][8];
-            int j[4];
-            for (int u = 0; u < 4; ++u) {
+        for (int base = 0; base < tn; base += DEC_UNROLL * kstep) {   // uniform over the warp
+            Raw8<T> raw[DEC_UNROLL] = {};
+            int j[DEC_UNROLL];
+            #pragma unroll
+            for (int u = 0; u < DEC_UNROLL; ++u) {
                 j[u] = base + u * kstep + warp * kpw + sub;
-                if (j[u] < tn && d0 < D) dec_load8(Kt + (long long)j[u] * D + d0, f[u]);
-                else for (int i = 0; i < 8; ++i) f[u][i] = 0.f;
+                if (j[u] < tn && d0 < D) dec_raw(Kt + (long long)j[u] * D + d0, raw[u]);
             }
-            for (int u = 0; u < 4; ++u) {
-                float s[DEC_GB];
+            #pragma unroll
+            for (int u = 0; u < DEC_UNROLL; ++u) {
+                float f[8], s[DEC_GB];
+                dec_cvt(raw[u], f);
                 for (int g = 0; g < DEC_GB; ++g) {
                     float a = 0.f;
-                    for (int i = 0; i < 8; ++i) a = fmaf(qr[g][i], f[u][i], a);
+                    for (int i = 0; i < 8; ++i) a = fmaf(qr[g][i], f[i], a);
                     for (int o = lpk >> 1; o > 0; o >>= 1) a += __shfl_xor_sync(0xffffffff, a, o);
                     s[g] = a;
                 }
@@ -208,19 +229,23 @@ template <typename T> __device__ void attn_decode(
                 for (int i = 0; i < 8; ++i) acc[g][i] *= g < ng ? alpha[g] : 0.f;
             const T* Vt = V + ((long long)hk * S_max + t0) * Dv + vc;
             const float* vst = vs ? vs + (long long)hk * S_max + t0 : nullptr;
-            for (int jb = vr; jb < tn; jb += 4 * R) {
-                float f[4][8];
-                for (int u = 0; u < 4; ++u) {
+            for (int jb = vr; jb < tn; jb += DEC_UNROLL * R) {
+                Raw8<T> raw[DEC_UNROLL];
+                #pragma unroll
+                for (int u = 0; u < DEC_UNROLL; ++u) {
                     int jj = jb + u * R;
-                    if (jj < tn) dec_load8(Vt + (long long)jj * Dv, f[u]);
+                    if (jj < tn) dec_raw(Vt + (long long)jj * Dv, raw[u]);
                 }
-                for (int u = 0; u < 4; ++u) {
+                #pragma unroll
+                for (int u = 0; u < DEC_UNROLL; ++u) {
                     int jj = jb + u * R;
                     if (jj >= tn) break;
+                    float f[8];
+                    dec_cvt(raw[u], f);
                     float vsc = vst ? vst[jj] : 1.f;
                     for (int g = 0; g < DEC_GB; ++g) {
                         float w = sc[g][jj] * vsc;
-                        for (int i = 0; i < 8; ++i) acc[g][i] = fmaf(w, f[u][i], acc[g][i]);
+                        for (int i = 0; i < 8; ++i) acc[g][i] = fmaf(w, f[i], acc[g][i]);
                     }
                 }
             }
@@ -228,17 +253,21 @@ template <typename T> __device__ void attn_decode(
         __syncthreads();                           // sc is rewritten by the next tile
     }
 
-    // the R row groups of this block meet in shared memory; the partial goes to global memory
+    // the R row groups of this block meet in shared memory; one split: that is the output,
+    // else the partial goes to global memory
     if (vr < R)
         for (int g = 0; g < DEC_GB; ++g)
             for (int i = 0; i < 8; ++i) part[(tid * DEC_GB + g) * 8 + i] = acc[g][i];
+    if (warp < ng && lane == 0) inv_l[warp] = 1.f / l_run;
     __syncthreads();
     for (int idx = tid; idx < ng * Dv; idx += DEC_THREADS) {
         int g = idx / Dv, d = idx % Dv, c = d / 8, i = d % 8;
         float a = 0.f;
         for (int r = 0; r < R; ++r) a += part[((r * vl + c) * DEC_GB + g) * 8 + i];
-        pacc[(slot * DEC_GB + g) * Dv + d] = a;
+        if (active == 1) out[(long long)(h0 + g) * Dv + d] = a * inv_l[g];
+        else pacc[(slot * DEC_GB + g) * Dv + d] = a;
     }
+    if (active == 1) return;
     if (warp < ng && lane == 0) { pm[slot * DEC_GB + warp] = m_run; pl[slot * DEC_GB + warp] = l_run; }
 
     // the last block of this column merges the splits (threadFenceReduction pattern)
@@ -267,18 +296,38 @@ template <typename T> __device__ void attn_decode(
         if (lane == 0) inv_l[warp] = 1.f / L;
     }
     __syncthreads();
-    for (int idx = tid; idx < ng * Dv; idx += DEC_THREADS) {
-        int g = idx / Dv, d = idx % Dv;
-        float a = 0.f;
-        for (int s = 0; s < active; ++s) a += __ldcg(pacc + ((col + s) * DEC_GB + g) * Dv + d) * wsplit[g][s];
-        out[(long long)(h0 + g) * Dv + d] = a * inv_l[g];
+    // four output values a thread, eight splits' loads in flight: the merge is the tail of the
+    // launch (one block a column works while the rest of the GPU waits), so it must not wait on
+    // one L2 round trip per split
+    const long long split_stride = (long long)DEC_GB * Dv;
+    for (int idx = tid; idx < ng * Dv / 4; idx += DEC_THREADS) {
+        int g = idx * 4 / Dv, d = idx * 4 % Dv;
+        const float* src = pacc + (col * DEC_GB + g) * Dv + d;
+        float4 a = {0.f, 0.f, 0.f, 0.f};
+        for (int sp = 0; sp < active; sp += 8) {
+            float4 v[8];
+            #pragma unroll
+            for (int u = 0; u < 8; ++u)
+                if (sp + u < active)
+                    v[u] = __ldcg(reinterpret_cast<const float4*>(src + (sp + u) * split_stride));
+            #pragma unroll
+            for (int u = 0; u < 8; ++u) {
+                if (sp + u >= active) break;
+                float w = wsplit[g][sp + u];
+                a.x = fmaf(w, v[u].x, a.x); a.y = fmaf(w, v[u].y, a.y);
+                a.z = fmaf(w, v[u].z, a.z); a.w = fmaf(w, v[u].w, a.w);
+            }
+        }
+        float il = inv_l[g];
+        float4 o = {a.x * il, a.y * il, a.z * il, a.w * il};
+        *reinterpret_cast<float4*>(out + (long long)(h0 + g) * Dv + d) = o;
     }
 }
-extern "C" __global__ void attn_decode_f16(const float* q, const __half* K, const __half* V,
+extern "C" __global__ void __launch_bounds__(DEC_THREADS, 3) attn_decode_f16(const float* q, const __half* K, const __half* V,
         float* pm, float* pl, float* pacc, int* cnt, float* out, const long long* p, int H,
         int Hkv, int D, int Dv, int S, float scale, int win, int min_chunk)
 { attn_decode<__half>(q, K, V, nullptr, nullptr, pm, pl, pacc, cnt, out, p, H, Hkv, D, Dv, S, scale, win, min_chunk); }
-extern "C" __global__ void attn_decode_i8(const float* q, const signed char* K,
+extern "C" __global__ void __launch_bounds__(DEC_THREADS, 3) attn_decode_i8(const float* q, const signed char* K,
         const signed char* V, const float* ks, const float* vs, float* pm, float* pl, float* pacc,
         int* cnt, float* out, const long long* p, int H, int Hkv, int D, int Dv, int S,
         float scale, int win, int min_chunk)

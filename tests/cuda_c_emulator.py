@@ -32,6 +32,7 @@ HEADER = r"""
 #define __forceinline__ inline
 #define __shared__ static
 #define __restrict__
+#define __launch_bounds__(...)
 struct dim3 { unsigned x = 1, y = 1, z = 1; };
 thread_local dim3 threadIdx, blockIdx;
 dim3 blockDim, gridDim;
@@ -43,6 +44,7 @@ struct __half {
 };
 struct __half2 { __half x, y; };
 struct float2 { float x, y; };
+struct float4 { float x, y, z, w; };
 struct uint4 { unsigned x, y, z, w; };
 struct uint2 { unsigned x, y; };
 inline float2 __half22float2(__half2 h) { return {(float)h.x, (float)h.y}; }
@@ -52,6 +54,7 @@ inline float2 make_float2(float a, float b) { return {a, b}; }
 inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
 inline float __expf(float x) { return expf(x); }
 inline float rsqrtf(float x) { return 1.f / sqrtf(x); }
+inline void sincos(double x, double* s, double* c) { *s = std::sin(x); *c = std::cos(x); }
 template <class A> inline A max(A a, A b) { return a > b ? a : b; }
 template <class A> inline A min(A a, A b) { return a < b ? a : b; }
 template <class A> inline A __ldcg(const A* p) { return *p; }
@@ -107,7 +110,8 @@ static void emu_launch(dim3 grid, dim3 block, const std::function<void()>& body)
 }
 """
 
-_SIGNATURE = re.compile(r'extern "C" __global__ void (\w+)\s*\(([^)]*)\)')
+_SIGNATURE = re.compile(
+    r'extern "C" __global__ void (?:__launch_bounds__\([^)]*\)\s*)?(\w+)\s*\(([^)]*)\)')
 
 
 def _wrappers(source):
