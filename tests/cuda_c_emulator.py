@@ -10,6 +10,7 @@ correctness, nothing about speed; atomics across blocks are trivially ordered he
     lib.launch("kernel_name", grid, block, arg0, arg1, ...)   # numpy arrays, numpy scalars, None
 """
 import ctypes
+import functools
 import hashlib
 import re
 import shutil
@@ -125,8 +126,17 @@ def _wrappers(source):
     return "\n".join(out)
 
 
+@functools.lru_cache(maxsize=None)
 def available():
-    return shutil.which("g++") is not None
+    """g++ that builds C++20 <barrier> code (GCC 11 or newer)."""
+    if shutil.which("g++") is None:
+        return False
+    with tempfile.TemporaryDirectory() as d:
+        src = Path(d) / "probe.cpp"
+        src.write_text("#include <barrier>\nint main() { std::barrier<> b(1); b.arrive_and_wait(); }\n")
+        probe = subprocess.run(["g++", "-std=c++20", "-pthread", "-o", str(Path(d) / "probe"),
+                                str(src)], capture_output=True)
+    return probe.returncode == 0
 
 
 class Kernels:
