@@ -296,23 +296,33 @@ class CUDABackend(CUDADecodeAttention, CUDAExperts):
         Hkv, s_stride, Dv = V.shape[0], V.shape[1], V.shape[2]
         G = H // Hkv
         rows = G * T
-        q16 = cp.ascontiguousarray(q.reshape(T, Hkv, G, D).transpose(1, 2, 0, 3)).astype(np.float16)
+        # q and the probabilities each go in as two fp16 halves (x = hi + lo, lo = fp16(x - hi)):
+        # four GEMMs instead of two, but scores and weights then carry ~fp32 precision. One fp16
+        # rounding of q and P moved Gemma 3 logits by up to 1.4 at a position with sharp attention
+        # (CPU emulation reproduces it); this path serves head dims flash does not (Gemma's 256).
+        qf = cp.ascontiguousarray(q.reshape(T, Hkv, G, D).transpose(1, 2, 0, 3))
+        q16 = qf.astype(np.float16)
+        q16_lo = (qf - q16).astype(np.float16)
         out = cp.empty((Hkv, rows, Dv), np.float32)                            # (Hkv, G*T, Dv)
-        per_head = rows * S * 6
+        per_head = rows * S * 12                 # scores f32, P hi+lo f16, a f32 temporary
         group = max(1, min(Hkv, ATTN_SCRATCH_BYTES // per_head))
         for h0 in range(0, Hkv, group):
             nb = min(group, Hkv - h0)
             scores = cp.empty((nb, rows, S), np.float32)
-            probs = cp.empty((nb, rows, S), np.float16)
             # column-major view: scores^T (S x rows) = K (S x D) . Q^T (D x rows)
-            gemm_strided(cp, self.stream, 1, 0, S, rows, D,
-                         K[h0:h0 + nb], 2, D, s_stride * D, q16[h0:h0 + nb], 2, D, rows * D,
-                         scores, 0, S, rows * S, nb)
-            self.k.masked_softmax(scores, T, pos0, window, scale, self.stream, p16=probs)
+            for qpart, beta in ((q16, 0.0), (q16_lo, 1.0)):
+                gemm_strided(cp, self.stream, 1, 0, S, rows, D,
+                             K[h0:h0 + nb], 2, D, s_stride * D, qpart[h0:h0 + nb], 2, D, rows * D,
+                             scores, 0, S, rows * S, nb, beta=beta)
+            self.k.masked_softmax(scores, T, pos0, window, scale, self.stream)   # probs in place
+            probs = scores.astype(np.float16)
+            probs_lo = (scores - probs).astype(np.float16)
+            del scores
             # out^T (Dv x rows) = V^T (Dv x S) . P^T (S x rows)
-            gemm_strided(cp, self.stream, 0, 0, Dv, rows, S,
-                         V[h0:h0 + nb], 2, Dv, s_stride * Dv, probs, 2, S, rows * S,
-                         out[h0:h0 + nb], 0, Dv, rows * Dv, nb)
+            for ppart, beta in ((probs, 0.0), (probs_lo, 1.0)):
+                gemm_strided(cp, self.stream, 0, 0, Dv, rows, S,
+                             V[h0:h0 + nb], 2, Dv, s_stride * Dv, ppart, 2, S, rows * S,
+                             out[h0:h0 + nb], 0, Dv, rows * Dv, nb, beta=beta)
         o = out.reshape(Hkv, G, T, Dv).transpose(2, 0, 1, 3)
         return cp.ascontiguousarray(o).reshape(T, H * Dv)
 
@@ -365,16 +375,17 @@ class CUDABackend(CUDADecodeAttention, CUDAExperts):
 
 
 def gemm_strided(cp, stream, transa, transb, m, n, k, A, a_type, lda, stride_a, B, b_type, ldb,
-                 stride_b, C, c_type, ldc, stride_c, batch):
-    """cublasGemmStridedBatchedEx in column-major terms, fp32 accumulation; types: 0 f32, 2 f16."""
+                 stride_b, C, c_type, ldc, stride_c, batch, beta=0.0):
+    """cublasGemmStridedBatchedEx in column-major terms, fp32 accumulation; types: 0 f32, 2 f16.
+    C = A B + beta C."""
     from cupy_backends.cuda.libs import cublas
     handle = cp.cuda.device.get_cublas_handle()
     cublas.setStream(handle, stream.ptr)
     one = np.array(1.0, np.float32)
-    zero = np.array(0.0, np.float32)
+    b = np.array(beta, np.float32)
     cublas.gemmStridedBatchedEx(handle, transa, transb, m, n, k, one.ctypes.data,
                                 A.data.ptr, a_type, lda, stride_a, B.data.ptr, b_type, ldb, stride_b,
-                                zero.ctypes.data, C.data.ptr, c_type, ldc, stride_c, batch,
+                                b.ctypes.data, C.data.ptr, c_type, ldc, stride_c, batch,
                                 cublas.CUBLAS_COMPUTE_32F, cublas.CUBLAS_GEMM_DEFAULT)
 
 
