@@ -11,7 +11,7 @@ python3 -m pytest -q tests/test_multi_gpu.py 2>&1 | tail -2 | tee -a "$out/multi
 [ -f /tmp/8b.gguf ] || $L synth --arch llama --preset 8b --quant Q4_K /tmp/8b.gguf 2>&1 | tail -1
 run() { echo "\$ lite $*" | tee -a "$out/multi.log"; $L "$@" 2>&1 | grep -v "^|--" | tee -a "$out/multi.log"; }
 B="bench /tmp/8b.gguf -r ${REPS:-2} --device cuda"
-run $B -p 8192,32768 -n 32 --prefill 2048
+run $B -p 512,8192,32768 -n 128 --prefill 2048
 run $B -p 8192,32768 -n 32 --prefill auto,2048,4096 --devices $devs
 run $B -p 8192,32768 -n 0 --prefill 2048 --devices $devs --pipeline sync
 run $B -p 32768 -n 0 -r 1 --prefill 2048 --devices $devs --timeline "$out/timeline_32k_${n}gpu.json"

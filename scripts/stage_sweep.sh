@@ -10,9 +10,9 @@ L="python3 -m lite.cli.main"
 run() { echo "\$ lite $*" | tee -a "$out/sweep.log"; $L "$@" 2>&1 | grep -v "^|--" | tee -a "$out/sweep.log"; }
 B="bench /tmp/8b.gguf -n 0 -r 1 --device cuda"
 run $B -p 8192,32768 --prefill auto,1024,2048,4096,8192
-run $B -p 8192,32768 --prefill auto,2048,4096 --layer-split 2
+run $B -p 8192,32768 --prefill auto,2048 --layer-split 2
 run $B -p 8192,32768 --prefill auto,1024,2048,4096,8192 --layer-split 4
-run $B -p 65536 --prefill auto,2048 ${SWEEP_64K_SPLIT:+--layer-split $SWEEP_64K_SPLIT}
+run $B -p 65536 --prefill auto,2048
 # host and device time per stage-chunk, 1 and 4 stages
 run $B -p 8192 --prefill 2048 --timeline "$out/timeline_1stage.json"
 run $B -p 8192 --prefill 2048 --layer-split 4 --timeline "$out/timeline_4stages.json"
