@@ -12,7 +12,7 @@ B="bench /tmp/8b.gguf -n 0 -r 1 --device cuda"
 run $B -p 8192,32768 --prefill auto,1024,2048,4096,8192
 run $B -p 8192,32768 --prefill auto,2048 --layer-split 2
 run $B -p 8192,32768 --prefill auto,1024,2048,4096,8192 --layer-split 4
-run $B -p 65536 --prefill auto,2048
 # host and device time per stage-chunk, 1 and 4 stages
 run $B -p 8192 --prefill 2048 --timeline "$out/timeline_1stage.json"
 run $B -p 8192 --prefill 2048 --layer-split 4 --timeline "$out/timeline_4stages.json"
+run $B -p 65536 --prefill auto,2048
