@@ -69,10 +69,12 @@ def model_options(f):
     f = click.option("--layer-split", default=None, metavar="auto|N0,N1,..",
                      help="Split the layers into pipeline stages: a count per stage (default: one stage).")(f)
     f = click.option("--handoff-stream", is_flag=True,
-                     help="A separate copy stream per stage for hand-offs (not implemented yet).")(f)
+                     help="Copy hand-offs on a separate stream per stage, so that a chunk's copy "
+                     "overlaps the next chunk's compute (GPU stages; with host or p2p).")(f)
     f = click.option("--handoff", default="host", type=click.Choice(["host", "p2p", "auto"]),
-                     show_default=True, help="How hidden states pass between stages on different "
-                     "GPUs: through pinned host memory, or device to device.")(f)
+                     show_default=True, help="How hidden states pass between stages: host (through "
+                     "pinned host memory), p2p (GPU to GPU, where every pair of neighbouring GPUs "
+                     "can reach each other), or auto (p2p where it can, else host).")(f)
     f = click.option("--devices", default=None, metavar="0,1,..",
                      help="The GPU of each stage (one stage per GPU unless --layer-split says more).")(f)
     f = click.option("--handoff-depth", default=1, type=click.IntRange(1, 2), show_default=True,

@@ -29,7 +29,7 @@ import numpy as np
 MAX_EXPERTS = 512          # moe_align's shared arrays and moe_topk's registers are sized for this
 ALIGN_THREADS = 512
 
-from lite.kernels.moe_cuda_src import C_MOE, C_MV  # noqa: E402  (the CUDA C, kept apart)
+from lite.kernels.moe_cuda_src import C_MOE, C_MV, C_TIQ4_XS  # noqa: E402  (the CUDA C, kept apart)
 
 
 _DEQ_SIG = "const uchar* __restrict__ src, long long nbytes, OUT_T* __restrict__ out, long long n) {"
@@ -41,23 +41,57 @@ _DEQ_GATHER_SIG = ("const uchar* __restrict__ src0, long long nbytes, OUT_T* __r
                    "    const uchar* src = src0 + (long long)s_ * nbytes;\n"
                    "    OUT_T* out = out0 + (long long)blockIdx.y * n;")
 
-MV_TYPES = ("Q4_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K")   # those of kernels/matvec_cuda.py
+IQ_MV_TYPES = ("IQ3_XXS", "IQ4_XS")   # struct TIQ3_XXS of kernels/matvec_iq.py, TIQ4_XS of moe_cuda_src
+MV_TYPES = ("Q4_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K") + IQ_MV_TYPES   # those of kernels/matvec_cuda.py, IQ
 MV_N = (1, 8)              # tokens a block: 1 (pairs, decode) or 8 (sorted blocks, short prefill)
+# Byte alignment the structs' loads need of an expert's blocks (base and expert stride):
+# IQ3_XXS blocks (98 bytes) are read in 16-bit halves, IQ4_XS (136) in 8-byte pairs of words.
+_IQ_ALIGN = {"IQ3_XXS": 2, "IQ4_XS": 8}
+# Rows a CTA at n <= 2. IQ3_XXS: 8, as its persistent decode kernel (mvp8 beat 4 rows a CTA by
+# 13-15% on the H200); IQ4_XS: 4, as its register kernel. Neither measured inside moe_mv.
+_IQ_ROWS = {"IQ3_XXS": 8, "IQ4_XS": 4}
 
 
-def mv_source():
+def mv_align(qtype):
     from lite.kernels import matvec_cuda
-    return matvec_cuda.C_HEAD + matvec_cuda.C_TYPES + C_MV
+    return _IQ_ALIGN[qtype] if qtype in _IQ_ALIGN else matvec_cuda.ALIGN[qtype]
+
+
+def mv_fits(qtype, base_ptr, ebytes):
+    """Can moe_mv read experts of `qtype` at base_ptr, ebytes apart (its loads' alignment)?"""
+    a = mv_align(qtype) if qtype in MV_TYPES else 0
+    return a > 0 and base_ptr % a == 0 and ebytes % a == 0
+
+
+def mv_source(qtype="Q4_K", host=False):
+    """CUDA C holding moe_mv and the struct of `qtype`. host: without the device-only helpers
+    (inline PTX), for the emulator tests, which put host stand-ins first."""
+    from lite.kernels import matvec_cuda
+    if qtype not in IQ_MV_TYPES:
+        return matvec_cuda.C_HEAD + matvec_cuda.C_TYPES + C_MV
+    from lite.kernels import dequant_iq, iq_tables, matvec_iq
+    kv = ", ".join(str(int(v)) for v in iq_tables.KVALUES_IQ4)
+    # The grid and the levels are compiled into the module (as matvec_iq.c_source does), so each
+    # device gets its own copy with the module: no table argument. C_IQ3_XXS brings the macros
+    # TIQ3_XXS uses (GCOPIES, GB, SX); C_COMMON's `#define R 4` is undone before moe_mv<.., R>.
+    return ((("" if host else dequant_iq.C_HELPERS) + dequant_iq.c_grid_array("IQ3XXS_GRID", "IQ3_XXS")
+             + f"__device__ const int IQ4_KVALUES[16] = {{{kv}}};\n" + matvec_cuda.C_HEAD
+             + matvec_iq.C_COMMON + matvec_iq.C_IQ3_XXS + "#undef R\n" + matvec_iq.C_IQ3_XXS_STAGED
+             + C_TIQ4_XS + C_MV))
 
 
 def mv_rows_per_cta(qtype, n):
     from lite.kernels import matvec_cuda
-    r = matvec_cuda.CONFIG[qtype][0]
+    r = _IQ_ROWS[qtype] if qtype in _IQ_ROWS else matvec_cuda.CONFIG[qtype][0]
     return r if n <= 2 else 2   # R * N accumulators: N=8 with R=4 spills (ptxas -v, sm_90)
 
 
+def mv_struct(qtype):
+    return f"T{qtype}" if qtype in IQ_MV_TYPES else f"TQ{qtype[1:]}"
+
+
 def mv_name(qtype, n):
-    return f"moe_mv<TQ{qtype[1:]}, {n}, {mv_rows_per_cta(qtype, n)}>"
+    return f"moe_mv<{mv_struct(qtype)}, {n}, {mv_rows_per_cta(qtype, n)}>"
 
 
 def _tiled():
@@ -90,7 +124,7 @@ def _moe_module(device):
 @functools.lru_cache(maxsize=None)
 def _mv_kernel(device, qtype, n):
     import cupy
-    mod = cupy.RawModule(code=mv_source(), options=("--std=c++17",), name_expressions=[mv_name(qtype, n)])
+    mod = cupy.RawModule(code=mv_source(qtype), options=("--std=c++17",), name_expressions=[mv_name(qtype, n)])
     return mod.get_function(mv_name(qtype, n))
 
 

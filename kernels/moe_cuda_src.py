@@ -188,6 +188,8 @@ __global__ void __launch_bounds__(128) moe_mv(
     if (e < 0) return;
     const int slot = slot_of ? slot_of[e] : e;
     if (slot < 0) return;                      // not resident this round
+    T::init();                                 // per-type tables in shared memory (IQ grids); the
+                                               // returns above are uniform over the block
     const unsigned char* w = (blockIdx.z ? w1 : w0) + (long long)slot * ebytes;
     float* out = blockIdx.z ? out1 : out0;
     int xr[N];                                 // the token of padded row b*N+n, -1 = padding
@@ -252,6 +254,48 @@ __global__ void __launch_bounds__(128) moe_mv(
                                                            + (red[2][threadIdx.x] + red[3][threadIdx.x]);
     }
 }
+"""
+
+# IQ4_XS as a type of moe_mv (the IQ3_XXS one is kernels/matvec_iq.py's TIQ3_XXS, shared with the
+# persistent matvec). The decode is matvec_iq.py's mv_iq4xs (checked against gguf-py), a chunk =
+# a 32-weight sub-block; the 16 levels sit in shared memory. Blocks are 136 bytes, so with an
+# 8-aligned base every block and its qs (at 8 + 16 ib) are 8-aligned: uint2 loads.
+C_TIQ4_XS = r"""
+__shared__ float lt_iq4_kv[16];
+struct TIQ4_XS {   // d (f16), scales_h (u16), scales_l[4], qs[128]; sub-block ib: 16 bytes at 8 + 16 ib,
+                   // low nibbles are values 0..15, high nibbles 16..31; 6-bit scale (low 4 | high 2 << 4) - 32
+    static constexpr int BE = 256, TS = 136, CPB = 8;
+    struct Raw { uint2 lo, hi; unsigned w0, w1; };
+    __device__ static __forceinline__ void init() {
+        if (threadIdx.x < 16) lt_iq4_kv[threadIdx.x] = (float)IQ4_KVALUES[threadIdx.x];
+        __syncthreads();
+    }
+    template <bool SH = false> __device__ static __forceinline__ void load(Raw& r, const unsigned char* row, int c) {
+        const unsigned char* b = row + (c >> 3) * TS;
+        const int ib = c & 7;
+        r.lo = __ldg((const uint2*)(b + 8 + 16 * ib));
+        r.hi = __ldg((const uint2*)(b + 16 + 16 * ib));
+        r.w0 = __ldg((const unsigned*)b);
+        r.w1 = __ldg((const unsigned*)(b + 4));
+    }
+    __device__ static __forceinline__ int xoff(int c, int k) { return 32 * c + 4 * k; }
+    __device__ static __forceinline__ float dot(const Raw& r, int c, const float4 (&xv)[8], float, float) {
+        const int ib = c & 7;
+        const int ls = (int)(((r.w1 >> (8 * (ib >> 1) + 4 * (ib & 1))) & 15u) | (((r.w0 >> (16 + 2 * ib)) & 3u) << 4));
+        const unsigned qw[4] = {r.lo.x, r.lo.y, r.hi.x, r.hi.y};
+        float sum = 0.f;
+        #pragma unroll
+        for (int k = 0; k < 4; k++) {   // bytes 4k..4k+3: low nibbles values 4k.., high 16+4k..
+            const unsigned w = qw[k];
+            const float4 a = xv[k], e = xv[k + 4];
+            sum = fmaf(lt_iq4_kv[w & 15u], a.x, sum);         sum = fmaf(lt_iq4_kv[(w >> 8) & 15u], a.y, sum);
+            sum = fmaf(lt_iq4_kv[(w >> 16) & 15u], a.z, sum); sum = fmaf(lt_iq4_kv[(w >> 24) & 15u], a.w, sum);
+            sum = fmaf(lt_iq4_kv[(w >> 4) & 15u], e.x, sum);  sum = fmaf(lt_iq4_kv[(w >> 12) & 15u], e.y, sum);
+            sum = fmaf(lt_iq4_kv[(w >> 20) & 15u], e.z, sum); sum = fmaf(lt_iq4_kv[w >> 28], e.w, sum);
+        }
+        return h2f((unsigned short)(r.w0 & 0xffffu)) * (float)(ls - 32) * sum;
+    }
+};
 """
 
 # dequant_basic's kernel signature and the gathered variant's (y = blockIdx.y picks sel[y]).

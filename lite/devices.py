@@ -9,7 +9,9 @@ log = logging.getLogger(__name__)
 # --- device assignment and hand-off options (--devices, --handoff, --handoff-stream) -------------
 
 HANDOFFS = ("host", "p2p", "auto")
-P2P_IMPLEMENTED = False     # no backend copies device to device yet: p2p resolves to an error
+# The CUDA backend copies device to device (lite/backends/cuda_handoff.py). Checked on the CPU
+# against a fake CuPy only: not run on two GPUs yet (tests/test_multi_gpu.py will).
+P2P_IMPLEMENTED = True
 
 
 def parse_devices(spec):
@@ -54,14 +56,13 @@ def resolve_handoff(mode, stage_devices, backend="cuda", can_access_peer=None,
     """'host' or 'p2p' for a chain whose stages sit on `stage_devices`. auto takes p2p only where
     every pair of neighbouring stages on different GPUs can reach each other and p2p copies are
     implemented; p2p where that does not hold is an error saying why. can_access_peer(a, b) ->
-    bool (cupy.cuda.runtime.deviceCanAccessPeer on the GPU)."""
+    bool (cupy.cuda.runtime.deviceCanAccessPeer on the GPU), asked both ways for each pair: the
+    consumer reads the producer's memory; a one-way link stays on the host path, to be safe.
+    handoff_stream (a copy stream per stage, with either mode) needs GPU stages."""
     if mode not in HANDOFFS:
         raise LiteError(f"--handoff must be one of {', '.join(HANDOFFS)}, got {mode!r}")
     if handoff_stream and backend != "cuda":
         raise LiteError("--handoff-stream needs GPU stages (--device cuda): the CPU has no streams")
-    if handoff_stream:
-        raise LiteError("--handoff-stream (a copy stream per stage for hand-offs) is not "
-                        "implemented yet: leave it off")
     if mode == "host":
         return "host"
     pairs = [(a, b) for a, b in zip(stage_devices, stage_devices[1:]) if a != b]
@@ -73,7 +74,8 @@ def resolve_handoff(mode, stage_devices, backend="cuda", can_access_peer=None,
     elif can_access_peer is None:
         why = "peer access cannot be queried here"
     else:
-        blocked = [(a, b) for a, b in pairs if not can_access_peer(a, b)]
+        blocked = [(a, b) for a, b in pairs
+                   if not (can_access_peer(a, b) and can_access_peer(b, a))]
         if blocked:
             why = f"GPU {blocked[0][0]} cannot reach GPU {blocked[0][1]} directly"
         elif not P2P_IMPLEMENTED:

@@ -86,7 +86,8 @@ class Engine:
         except ValueError as e:
             raise LiteError(str(e)) from None
         self.stages = [Stage(self.gguf, self.cfg, spec, backend_cls, self.max_context, kv, dev,
-                             experts=experts, expert_cache=expert_cache)
+                             experts=experts, expert_cache=expert_cache, handoff=self.handoff,
+                             handoff_stream=handoff_stream)
                        for spec, dev in zip(specs, stage_devs)]
         # Device time per stage-chunk (CUDA events) only when a timeline is asked for.
         self.chain = StageChain(self.stages, mode=pipeline, handoff_depth=handoff_depth,

@@ -12,12 +12,15 @@ The StageRunner protocol (what the engine implements per layer range):
         The chain keeps depth+1 of them per stage (two by default: double-buffered) and reuses them
         alternately; it hands `buf[:T]` (a contiguous view) to the calls below.
     to_handoff(y, buf) -> None
-        Write y into buf. When it returns, buf must hold y (a GPU stage synchronizes its copy).
+        Write y into buf. When it returns, buf must hold y, or carry an event that the
+        successor's from_handoff waits on (GPU --handoff p2p / --handoff-stream:
+        lite/backends/cuda_handoff.py; the host path synchronizes its copy).
     from_handoff(buf) -> x     (called on the successor)
         Turn the predecessor's buffer into this stage's input (a GPU stage copies it to its device).
         buf stays untouched until this stage's job for the chunk has returned, so a CPU stage may
-        return buf itself; a GPU stage whose copy is asynchronous must have it finished by the end
-        of its job (a non-last stage's to_handoff synchronizes its stream anyway).
+        return buf itself; a GPU stage whose copy is asynchronous must either have it finished by
+        the end of its job (the host path: a non-last stage's to_handoff synchronizes its stream)
+        or leave an event the producer's device waits on before writing buf again (p2p).
 
 Prefill runs each runner's calls on that stage's worker thread; `decode` runs them on the caller's
 thread. So a runner must not depend on thread-local state: a GPU runner enters its device and

@@ -56,7 +56,7 @@ class Stage:
     run() computes one chunk, and the hand-off buffers come from the backend (pinned on a GPU)."""
 
     def __init__(self, gguf, cfg, spec, backend_cls, max_context, kv_kind, device_id=None,
-                 experts="auto", expert_cache="auto"):
+                 experts="auto", expert_cache="auto", handoff="host", handoff_stream=False):
         self.cfg, self.spec = cfg, spec
         self.fwd = family(cfg.arch).forward_layer
         names = stage_tensor_names(gguf, cfg, spec)
@@ -75,6 +75,10 @@ class Stage:
                 f"out of memory loading the weights of {what} ({gib:.1f} GiB) on "
                 f"{backend_cls.name}: split the layers over more devices (--layer-split, "
                 f"--devices) or use a smaller quant") from None
+        if handoff != "host" or handoff_stream:
+            # the chain's resolved --handoff / --handoff-stream (lite.devices.resolve_handoff
+            # allows them only on GPU stages, whose backend implements configure_handoff)
+            self.ops.configure_handoff(handoff, handoff_stream)
         try:
             # on the stage's own GPU: allocated under another device's context, the cache of a
             # stage on GPU 1 sat on GPU 0 and every attention read it over the link (measured on

@@ -13,6 +13,7 @@ import os
 import numpy as np
 
 from lite.backends.cuda_decode import CUDADecodeAttention
+from lite.backends.cuda_handoff import CUDAHandoff
 from lite.backends.cuda_moe import FUSED_MAX_TOKENS, CUDAExperts, _Weight
 
 log = logging.getLogger(__name__)
@@ -42,7 +43,7 @@ def unavailable_reason():
     return None
 
 
-class CUDABackend(CUDADecodeAttention, CUDAExperts):
+class CUDABackend(CUDAHandoff, CUDADecodeAttention, CUDAExperts):
     name = "cuda"
     supports_graphs = True
 
@@ -352,26 +353,15 @@ class CUDABackend(CUDADecodeAttention, CUDAExperts):
         name = "output.weight" if "output.weight" in self.w else "token_embd.weight"
         return self._matmul(x, self.w[name])
 
-    # --- host transfers ------------------------------------------------------------------------
+    # --- host transfers (the stage hand-off is in lite/backends/cuda_handoff.py) ---------------
     def to_host(self, x):
         out = self.cp.asnumpy(x, stream=self.stream)
         self.stream.synchronize()
         return out
 
-    def alloc_handoff(self, shape, dtype):
-        import cupyx
-        return cupyx.empty_pinned(shape, dtype)
-
-    def to_handoff(self, y, buf):
-        y.get(out=buf, stream=self.stream)
-        self.stream.synchronize()
-
-    def from_handoff(self, buf):
-        with self.activate():
-            return self.cp.asarray(buf)
-
     def synchronize(self):
         self.stream.synchronize()
+        self.synchronize_handoff()
 
 
 def gemm_strided(cp, stream, transa, transb, m, n, k, A, a_type, lda, stride_a, B, b_type, ldb,
