@@ -18,3 +18,6 @@ t env LITE_EXPERT_PREFETCH=1 python3 -m pytest -q tests/test_expert_residency.py
 # TAIL=40 t bash scripts/moe_bench.sh Q4_K
 # 5. decode: docs/wip/decode-attention-latency.patch (git apply, then tests/test_cuda_decode.py and
 #    scripts/profile_decode.py /tmp/8b.gguf 512 and 8192)
+# 6. issue 4's --max-context 131072 on the 8B shape (KV 17.2 GiB f16): decode at the far end too
+[ -f /tmp/8b.gguf ] || $L synth --arch llama --preset 8b --quant Q4_K /tmp/8b.gguf >/dev/null 2>&1
+TAIL=8 t $L bench /tmp/8b.gguf -p 131072 -n 32 -r 1 -c 131072 --device cuda --prefill auto
