@@ -9,6 +9,7 @@ t() { echo "\$ $*" | tee -a "$out/checks.log"; "$@" 2>&1 | tail -${TAIL:-6} | te
 # 1. the KV cache / experts now allocated on the stage's own GPU (lite/stage.py): identity and speed
 t python3 -m pytest -q tests/test_multi_gpu.py
 [ "$(nvidia-smi -L | wc -l)" -ge 2 ] && TAIL=40 t bash scripts/multi_gpu.sh
+[ "$(nvidia-smi -L | wc -l)" -ge 2 ] && for h in "host" "p2p" "p2p --handoff-stream"; do TAIL=8 t $L bench /tmp/8b.gguf -r 2 --device cuda -p 32768 -n 32 --prefill 2048 --devices 0,1 --handoff $h; done   # p2p hand-off (never run on a GPU yet), identity in test_multi_gpu.py above
 # 2. everything on one GPU (the decode helper's final version ran only part of this file)
 t python3 -m pytest -q tests/test_cuda_backend.py tests/test_cuda_decode.py tests/test_flash_attn.py
 # 3. MoE changes after the last MoE device call: batched cache copies, eviction by next use, prefetch

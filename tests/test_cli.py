@@ -140,3 +140,12 @@ def test_chat_two_turns_reuse_the_cached_conversation(smollm2):
     turns = [ln for ln in err.splitlines() if "turn:" in ln]
     assert len(turns) == 2
     assert "(0 reused)" in turns[0] and "(0 reused)" not in turns[1]
+
+
+def test_run_help_explains_the_handoff_options():
+    rc, out, err = lite("run", "--help")
+    assert rc == 0, err
+    text = " ".join(out.split())          # click wraps the help text
+    assert "p2p (GPU to GPU, where every pair of neighbouring GPUs can reach each other)" in text
+    assert "auto (p2p where it can, else host)" in text
+    assert "overlaps the next chunk's compute" in text and "not implemented" not in text

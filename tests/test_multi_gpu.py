@@ -44,3 +44,34 @@ def test_stages_on_separate_gpus_match_one_gpu(model, pipeline):
     a = list(one.generate(ids + [5], 12, GREEDY, stop_at_eog=False))
     b = list(many.generate(ids + [5], 12, GREEDY, stop_at_eog=False))
     assert a == b
+
+
+def _all_peers(n):
+    import cupy
+    can = cupy.cuda.runtime.deviceCanAccessPeer
+    return all(can(a, b) for a in range(n) for b in range(n) if a != b)
+
+
+@pytest.mark.parametrize("handoff_stream", [False, True], ids=["compute-stream", "copy-stream"])
+@pytest.mark.parametrize("handoff", ["host", "p2p"])
+def test_handoff_modes_match_one_gpu(model, handoff, handoff_stream):
+    """--handoff host|p2p and --handoff-stream (lite/backends/cuda_handoff.py, written without a
+    GPU: this is its first real run) give the bytes of one GPU, in prefill and graphed decode.
+    Two stages a GPU, so that p2p also hands off between stages on one GPU."""
+    n = min(_n_gpus(), 2)
+    if handoff == "p2p" and not _all_peers(n):
+        pytest.skip(f"GPUs 0..{n - 1} cannot all reach each other")
+    ids = list(range(3, 90))
+    one = Engine(model, device="cuda", max_context=160, prefill_chunk=16)
+    many = Engine(model, device="cuda", max_context=160, prefill_chunk=16, layer_split=2 * n,
+                  devices=",".join(str(i) for i in range(n)), handoff=handoff,
+                  handoff_stream=handoff_stream)
+    assert many.handoff == handoff
+    assert [st.ops.device.id for st in many.stages] == [i // 2 for i in range(2 * n)]
+    assert all((st.ops.copy_stream is not None) == handoff_stream for st in many.stages)
+    for _ in range(2):           # the second prefill reuses every hand-off slot
+        many.cached_ids = one.cached_ids = []
+        assert np.array_equal(one.prefill(ids, all_logits=True), many.prefill(ids, all_logits=True))
+    a = list(one.generate(ids + [5], 12, GREEDY, stop_at_eog=False))
+    b = list(many.generate(ids + [5], 12, GREEDY, stop_at_eog=False))
+    assert a == b

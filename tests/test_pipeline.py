@@ -471,19 +471,37 @@ def test_resolve_handoff():
     assert resolve_handoff("host", [0, 1], "cuda", peers) == "host"
     assert resolve_handoff("auto", [0, 0], "cuda", peers) == "host"
     assert resolve_handoff("auto", [0, 1], "cpu") == "host"
-    # p2p cannot run anywhere yet: auto falls back, an explicit p2p says why in one line
-    assert resolve_handoff("auto", [0, 1], "cuda", peers) == "host"
+    assert resolve_handoff("auto", [0, 1], "cuda") == "host"            # peers not queryable
+    # auto takes p2p only when every neighbouring pair on different GPUs reaches the other way too
+    assert resolve_handoff("auto", [0, 1], "cuda", peers) == "p2p"
+    assert resolve_handoff("auto", [0, 0, 1, 1], "cuda", peers) == "p2p"
+    assert resolve_handoff("p2p", [0, 0, 1, 1], "cuda", peers) == "p2p"
+    no_1_2 = lambda a, b: {a, b} != {1, 2}
+    assert resolve_handoff("auto", [0, 1, 2], "cuda", no_1_2) == "host"
+    one_way = lambda a, b: (a, b) == (0, 1)
+    assert resolve_handoff("auto", [0, 1], "cuda", one_way) == "host"
     cases = [([0, 1], "cpu", None, "GPU stages"), ([0, 0], "cuda", peers, "different GPUs"),
              ([0, 1], "cuda", lambda a, b: False, "GPU 0 cannot reach GPU 1"),
-             ([0, 1], "cuda", None, "cannot be queried"),
-             ([0, 1], "cuda", peers, "not implemented")]
+             ([0, 1, 2], "cuda", no_1_2, "GPU 1 cannot reach GPU 2"),
+             ([0, 1], "cuda", one_way, "GPU 0 cannot reach GPU 1"),
+             ([0, 1], "cuda", None, "cannot be queried")]
     for devs, backend, can, msg in cases:
         with pytest.raises(LiteError, match=msg) as info:
             resolve_handoff("p2p", devs, backend, can)
         assert "--handoff host" in str(info.value) and "\n" not in str(info.value)
     with pytest.raises(LiteError, match="must be one of"):
         resolve_handoff("pcie", [0])
+    # --handoff-stream: GPU stages only, with either mode
     with pytest.raises(LiteError, match="needs GPU stages"):
         resolve_handoff("host", [0], "cpu", handoff_stream=True)
+    assert resolve_handoff("host", [0, 1], "cuda", handoff_stream=True) == "host"
+    assert resolve_handoff("auto", [0, 1], "cuda", peers, handoff_stream=True) == "p2p"
+
+
+def test_resolve_handoff_without_p2p_copies(monkeypatch):
+    from lite import devices
+    monkeypatch.setattr(devices, "P2P_IMPLEMENTED", False)
+    peers = lambda a, b: True
+    assert devices.resolve_handoff("auto", [0, 1], "cuda", peers) == "host"
     with pytest.raises(LiteError, match="not implemented"):
-        resolve_handoff("host", [0, 1], "cuda", handoff_stream=True)
+        devices.resolve_handoff("p2p", [0, 1], "cuda", peers)

@@ -1,0 +1,253 @@
+"""A fake CuPy for checking the order of stream operations on the CPU (tests/test_handoff.py).
+
+Device memory is NumPy memory tagged with a device id; copies and "kernels" run at once on the
+host, so data is always right. What the fake checks is the order a real GPU would guarantee: every
+operation enqueued on a stream is logged with its dependencies (the previous operation on that
+stream, and the operations behind any event the stream waited on). `FakeCupy.check_order()` then
+requires every pair of conflicting memory accesses (write-read, read-write, write-write) to be
+ordered by those dependencies; a missing event wait shows up as a race, even though the fake
+happened to run the operations in a safe host order.
+
+Also enforced, as CUDA does or as a real GPU would silently get wrong: an event is recorded only
+on a stream of its own device; waiting on an event never recorded is an error (CUDA treats it as
+done); memcpyAsync touches only the stream's own device (peer copies go through memcpyPeerAsync).
+Nothing is ever freed, so addresses are never reused (CuPy's pool reuse is not modelled).
+"""
+import contextlib
+import ctypes
+import itertools
+import threading
+
+import numpy as np
+
+
+class CUDARuntimeError(RuntimeError):
+    def __init__(self, status):
+        super().__init__(f"cudaError {status}")
+        self.status = status
+
+
+class FakeCupy:
+    def __init__(self, n_devices=2):
+        self.n_devices = n_devices
+        self.ops = []            # dicts: id, what, stream, deps, reads, writes
+        self.lock = threading.RLock()
+        self.tls = threading.local()
+        self.ranges = []         # (lo, hi, device or None for host): every allocation, kept alive
+        self.keep = []
+        self.streams = {}
+        self.peer_enabled = set()
+        self.calls = []          # (name, details) of runtime calls, for assertions
+        self._ptrs = itertools.count(1000)
+        fake = self
+
+        class Device:
+            def __init__(self, id=0):
+                self.id = id
+
+            def __enter__(self):
+                fake._stack("dev").append(self.id)
+                return self
+
+            def __exit__(self, *a):
+                fake._stack("dev").pop()
+
+        class Stream:
+            def __init__(self, non_blocking=False):
+                self.device = fake.current_device()
+                self.ptr = next(fake._ptrs)
+                self.last, self.waits = None, []
+                fake.streams[self.ptr] = self
+
+            def __enter__(self):
+                fake._stack("stream").append(self)
+                return self
+
+            def __exit__(self, *a):
+                fake._stack("stream").pop()
+
+            def wait_event(self, ev):
+                with fake.lock:
+                    if not ev.recorded:
+                        raise AssertionError("stream waits on an event that was never recorded")
+                    if ev.op is not None:
+                        self.waits.append(ev.op)
+                    fake.calls.append(("wait", self, ev))
+
+            def record(self, event=None):
+                ev = event or Event()
+                ev.record(self)
+                return ev
+
+            def synchronize(self):
+                fake.calls.append(("synchronize", self, None))
+
+        class Event:
+            def __init__(self, block=False, disable_timing=False, interprocess=False):
+                self.device = fake.current_device()
+                self.recorded, self.op = False, None
+
+            def record(self, stream=None):
+                stream = stream or fake.current_stream()
+                if stream.device != self.device:
+                    raise AssertionError(f"event of GPU {self.device} recorded on a stream of "
+                                         f"GPU {stream.device}")
+                with fake.lock:
+                    self.recorded, self.op = True, stream.last
+                    fake.calls.append(("record", stream, self))
+
+            def synchronize(self):
+                pass
+
+        class runtime:
+            memcpyHostToDevice, memcpyDeviceToHost, memcpyDeviceToDevice, memcpyDefault = 1, 2, 3, 4
+            CUDARuntimeError = globals()["CUDARuntimeError"]
+
+            @staticmethod
+            def memcpyAsync(dst, src, n, kind, stream_ptr):
+                st = fake.streams[stream_ptr]
+                want = {1: (None, st.device), 2: (st.device, None), 3: (st.device, st.device)}[kind]
+                got = (fake.device_of(src, n), fake.device_of(dst, n))
+                assert got == want, f"memcpyAsync kind {kind} on GPU {st.device}: {got}"
+                fake.copy(st, dst, src, n, f"memcpyAsync{kind}")
+
+            @staticmethod
+            def memcpyPeerAsync(dst, dst_dev, src, src_dev, n, stream_ptr):
+                st = fake.streams[stream_ptr]
+                assert (fake.device_of(src, n), fake.device_of(dst, n)) == (src_dev, dst_dev)
+                fake.copy(st, dst, src, n, "memcpyPeerAsync")
+
+            @staticmethod
+            def deviceEnablePeerAccess(peer):
+                pair = (fake.current_device(), peer)
+                fake.calls.append(("enable_peer", pair, None))
+                if pair in fake.peer_enabled:
+                    raise CUDARuntimeError(704)
+                fake.peer_enabled.add(pair)
+
+            @staticmethod
+            def getDeviceCount():
+                return fake.n_devices
+
+        class cuda:
+            pass
+        cuda.Device, cuda.Stream, cuda.Event, cuda.runtime = Device, Stream, Event, runtime
+        self.cuda = cuda
+
+    # --- CuPy's array functions that the hand-off uses ----------------------------------------
+    def empty(self, shape, dtype):
+        a = np.zeros(shape, dtype).view(DeviceArray)
+        a.fake, a.gpu = self, self.current_device()
+        self._register(a, a.gpu)
+        return a
+
+    def ascontiguousarray(self, a):
+        assert a.flags.c_contiguous
+        return a
+
+    def asarray(self, host):             # the host path: a synchronous copy in CuPy too
+        a = self.empty(host.shape, host.dtype)
+        self.copy(self.current_stream(), a.data.ptr, host.ctypes.data, a.nbytes, "asarray")
+        return a
+
+    def empty_pinned(self, shape, dtype):  # cupyx.empty_pinned
+        a = np.zeros(shape, dtype)
+        self._register(a, None)
+        return a
+
+    def kernel(self, stream, reads, writes, fn):
+        """A kernel on `stream` reading and writing these arrays; fn() computes it at once."""
+        fn()
+        self._enqueue(stream, "kernel", [_span(a) for a in reads], [_span(a) for a in writes])
+
+    # --- bookkeeping ----------------------------------------------------------------------------
+    def _stack(self, what):
+        if not hasattr(self.tls, what):
+            setattr(self.tls, what, [])
+        return getattr(self.tls, what)
+
+    def current_device(self):
+        s = self._stack("dev")
+        return s[-1] if s else 0
+
+    def current_stream(self):
+        s = self._stack("stream")
+        assert s, "no stream entered (CuPy would use the legacy default stream)"
+        return s[-1]
+
+    def _register(self, a, device):
+        self.keep.append(a)
+        self.ranges.append((a.ctypes.data, a.ctypes.data + max(a.nbytes, 1), device))
+
+    def device_of(self, ptr, n):
+        for lo, hi, dev in self.ranges:
+            if lo <= ptr and ptr + n <= hi:
+                return dev
+        raise AssertionError(f"address {ptr:#x}+{n} was never allocated")
+
+    def copy(self, stream, dst, src, n, what):
+        ctypes.memmove(dst, src, n)
+        self._enqueue(stream, what, [(src, src + n)], [(dst, dst + n)])
+
+    def _enqueue(self, stream, what, reads, writes):
+        with self.lock:
+            deps = ([stream.last] if stream.last is not None else []) + stream.waits
+            op = dict(id=len(self.ops), what=what, stream=stream, deps=deps, reads=reads,
+                      writes=writes)
+            self.ops.append(op)
+            stream.last, stream.waits = op["id"], []
+
+    def check_order(self):
+        """Every conflicting pair of accesses ordered on the device; returns the races found."""
+        before = []
+        for op in self.ops:
+            anc = set(op["deps"])
+            for d in op["deps"]:
+                anc |= before[d]
+            before.append(anc)
+        races = []
+        for b in self.ops:
+            for a in self.ops[:b["id"]]:
+                clash = (_overlap(a["writes"], b["reads"] + b["writes"])
+                         or _overlap(a["reads"], b["writes"]))
+                if clash and a["id"] not in before[b["id"]]:
+                    races.append(f"{a['what']}#{a['id']} and {b['what']}#{b['id']} unordered")
+        return races
+
+
+class DeviceArray(np.ndarray):
+    """NumPy memory standing for an array on GPU `device`; views keep the tag."""
+
+    def __array_finalize__(self, obj):
+        self.fake = getattr(obj, "fake", None)
+        self.gpu = getattr(obj, "gpu", None)        # (NumPy 2 owns .device)
+
+    @property
+    def data(self):
+        return _Ptr(self.ctypes.data)
+
+    def get(self, out, stream):          # the host path's ndarray.get(out=, stream=)
+        self.fake.copy(stream, out.ctypes.data, self.ctypes.data, self.nbytes, "get")
+
+
+class _Ptr:
+    def __init__(self, ptr):
+        self.ptr = ptr
+
+
+def _span(a):
+    return (a.ctypes.data, a.ctypes.data + a.nbytes)
+
+
+def _overlap(xs, ys):
+    return any(a < d and c < b for a, b in xs for c, d in ys)
+
+
+@contextlib.contextmanager
+def installed(monkeypatch, fake):
+    """sys.modules' cupyx is this fake's while the block runs (the backend reaches CuPy itself
+    through self.cp)."""
+    import sys
+    import types
+    monkeypatch.setitem(sys.modules, "cupyx", types.SimpleNamespace(empty_pinned=fake.empty_pinned))
+    yield fake
