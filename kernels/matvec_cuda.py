@@ -25,7 +25,7 @@ import functools
 
 import numpy as np
 
-from lite.kernels import matvec_staged
+from lite.kernels import matvec_half, matvec_staged
 
 C_MAX_N = 8
 THREADS = 128
@@ -35,7 +35,9 @@ THREADS = 128
 CONFIG = {"Q4_0": (8, 1), "Q8_0": (8, 1), "Q4_K": (8, 0), "Q5_K": (4, 0), "Q6_K": (4, 0)}
 # The kernel each type's decode launches take (n <= 2): ("mv",) the register kernel with CONFIG,
 # ("mvs", rows a CTA, stages) the staged kernel, ("mvp", rows a CTA) the persistent register
-# kernel (both in kernels/matvec_staged.py). Others, and n > 2, take CONFIG's register kernel.
+# kernel (both in kernels/matvec_staged.py), ("mvh", rows a CTA) the half2 kernel of
+# kernels/matvec_half.py (Q4_K and Q6_K only; not yet run on a GPU). Others, and n > 2, take
+# CONFIG's register kernel.
 # mv won for every type here (H200, n=1, GB/s of weights, 4096x14336 / 14336x4096 / 4096x4096,
 # tests/gpu_sweep_matvec.py; best of mvs 8x3, mvs 4x3, mvp 2/4/8 after the slash):
 #   Q4_K 1837 1973 1411 / 1625 1597 1213     Q6_K 2280 2328 1817 / 1879 1886 1557
@@ -298,19 +300,24 @@ TYPES = tuple(CONFIG)
 BLOCK_LAYOUT = {"Q4_0": (18, 1), "Q8_0": (34, 1), "Q4_K": (144, 8), "Q5_K": (176, 8), "Q6_K": (210, 8)}
 
 
-def c_source():
-    return C_HEAD + C_TYPES + C_KERNEL + matvec_staged.C_STAGED + matvec_staged.C_PERSISTENT
+def c_source(half=False):
+    """The kernels' CUDA C; `half` adds matvec_half's (only in modules that use it, so that the
+    default kernels keep compiling from the text that has run on a GPU)."""
+    return (C_HEAD + C_TYPES + C_KERNEL + matvec_staged.C_STAGED + matvec_staged.C_PERSISTENT
+            + (matvec_half.C_HALF if half else ""))
 
 
 def kernel_name(qtype, n, *config):
     """The kernel of a config: (rows, prefetch) or ("mv", rows, prefetch), ("mvs", rows, stages),
-    ("mvp", rows)."""
+    ("mvp", rows), ("mvh", rows)."""
     kind, *p = config if isinstance(config[0], str) else ("mv",) + tuple(config)
     struct = f"TQ{qtype[1:]}"
     if kind == "mvs":
         return matvec_staged.kernel_name(struct, n, *p)
     if kind == "mvp":
         return matvec_staged.persistent_name(struct, n, *p)
+    if kind == "mvh":
+        return matvec_half.kernel_name(qtype, n, *p)
     return f"mv<{struct}, {n}, {p[0]}, {p[1]}>"
 
 
@@ -320,7 +327,8 @@ def raw_module(device, qtype, config, ns=tuple(range(1, C_MAX_N + 1))):
     ~0.5 s a kernel, so launch() builds only the type and n it meets)."""
     import cupy
     names = [kernel_name(qtype, n, *config) for n in ns]
-    return cupy.RawModule(code=c_source(), options=("--std=c++17",), name_expressions=names)
+    return cupy.RawModule(code=c_source(half=config[0] == "mvh"), options=("--std=c++17",),
+                          name_expressions=names)
 
 
 @functools.lru_cache(maxsize=None)
@@ -339,14 +347,16 @@ def qualifies(qtype, blocks, x):
 
 def _plan(qtype, config, n, staged_ok):
     """The config of one launch of n rows of x: `config` (see kernel_name) or DEFAULT's; the staged
-    kernel only where its 16-byte copies can go, the new kernels only for n <= 2; otherwise
-    CONFIG's register kernel, at most 4 rows a CTA when n > 2 (R * n accumulators spill beyond)."""
+    kernel only where its 16-byte copies can go, the half2 one only for Q4_K/Q6_K, the new kernels
+    only for n <= 2; otherwise CONFIG's register kernel, at most 4 rows a CTA when n > 2 (R * n
+    accumulators spill beyond)."""
     config = tuple(config or DEFAULT[qtype])
     if config == ("mv",):
         config = ("mv",) + CONFIG[qtype]
     elif not isinstance(config[0], str):
         config = ("mv",) + config
-    if config[0] != "mv" and (n > 2 or (config[0] == "mvs" and not staged_ok)):
+    if config[0] != "mv" and (n > 2 or (config[0] == "mvs" and not staged_ok)
+                              or (config[0] == "mvh" and qtype not in matvec_half.TYPES)):
         config = ("mv",) + CONFIG[qtype]
     if (config[0] == "mv" and n > 2) or (config[0] == "mvp" and n == 2):
         config = (config[0], min(config[1], 4)) + config[2:]   # mvp<8 rows, n=2> spills
@@ -369,7 +379,7 @@ def launch(qtype, blocks, x, out, rows, cols, stream=None, config=None):
             cfg = _plan(qtype, config, n, staged_ok)
             args = (blocks, xs, os_, np.int32(rows), np.int32(cols))
             func = _kernel(device, qtype, cfg, n)
-            if cfg[0] == "mv":
+            if cfg[0] in ("mv", "mvh"):   # same grid: one CTA of THREADS per cfg[1] rows
                 func(((rows + cfg[1] - 1) // cfg[1],), (THREADS,), args)
             else:
                 smem = matvec_staged.smem_bytes(ts, cpb, *cfg[1:]) if cfg[0] == "mvs" else 0

@@ -4,7 +4,8 @@ CuPy RawKernels have no simulator (Numba's covers only Numba kernels), and GPU t
 the tests compile the very same kernel text with g++ against a small CUDA emulation: blocks run
 one after another (so `static` stands in for __shared__), the threads of a block run at once and
 meet at __syncthreads (a std::barrier) and __shfl_xor_sync (a barrier per warp). Enough for
-correctness, nothing about speed; atomics across blocks are trivially ordered here.
+correctness, nothing about speed; atomics across blocks are trivially ordered here. __half is
+_Float16; the half2 arithmetic (__hfma2, __hsub2, ...) rounds each result once, as the GPU does.
 
     lib = compile_kernels(SOURCE)                 # needs g++ with C++20
     lib.launch("kernel_name", grid, block, arg0, arg1, ...)   # numpy arrays, numpy scalars, None
@@ -52,6 +53,20 @@ inline float2 __half22float2(__half2 h) { return {(float)h.x, (float)h.y}; }
 inline __half __float2half(float f) { return __half(f); }
 inline float __half2float(__half h) { return (float)h; }
 inline float2 make_float2(float a, float b) { return {a, b}; }
+// half2 arithmetic, each result rounded once to fp16 as the GPU's f16x2 instructions do (the exact
+// value in double first: products of two halves have 22 bits and the sums stay within 53 bits).
+inline __half lt_emu_h(double v) { __half h; h.v = (_Float16)v; return h; }
+inline __half2 __hfma2(__half2 a, __half2 b, __half2 c) {
+    return {lt_emu_h((double)a.x * (double)b.x + (double)c.x), lt_emu_h((double)a.y * (double)b.y + (double)c.y)}; }
+inline __half2 __hsub2(__half2 a, __half2 b) {
+    return {lt_emu_h((double)a.x - (double)b.x), lt_emu_h((double)a.y - (double)b.y)}; }
+inline __half2 __hadd2(__half2 a, __half2 b) {
+    return {lt_emu_h((double)a.x + (double)b.x), lt_emu_h((double)a.y + (double)b.y)}; }
+inline __half2 __hmul2(__half2 a, __half2 b) {
+    return {lt_emu_h((double)a.x * (double)b.x), lt_emu_h((double)a.y * (double)b.y)}; }
+inline __half2 __floats2half2_rn(float lo, float hi) { return {__half(lo), __half(hi)}; }
+inline float __low2float(__half2 h) { return (float)h.x; }
+inline float __high2float(__half2 h) { return (float)h.y; }
 inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
 inline float __expf(float x) { return expf(x); }
 inline float rsqrtf(float x) { return 1.f / sqrtf(x); }

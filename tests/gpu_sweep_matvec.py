@@ -1,11 +1,15 @@
-"""GPU only (not collected by pytest): the staged matvec kernels (kernels/matvec_staged.py) against
-the register kernels, for correctness and bandwidth, on full-size shapes.
+"""GPU only (not collected by pytest): the staged matvec kernels (kernels/matvec_staged.py) and the
+half2 kernel (kernels/matvec_half.py, Q4_K/Q6_K) against the register kernels, for correctness and
+bandwidth, on full-size shapes.
 
     source scripts/device_setup.sh; python3 tests/gpu_sweep_matvec.py [--types Q4_K,IQ3_XXS]
+    python3 tests/gpu_sweep_matvec.py --types Q4_K,Q6_K --variants mvh8,mvh4   # half2 vs register
 
 For each type, one module holds the register kernel and every variant (staged "mvs", persistent
 "mvp"); each variant's n=1 output must match the register kernel's (the register kernels are
-checked against the Numba twins and float64 by tests/test_kernels_*.py).
+checked against the Numba twins and float64 by tests/test_kernels_*.py): to 1e-5 of the largest
+output, the half2 kernel to HALF_TOL (fp16 products; tests/test_kernels_matvec_half.py has the
+per-output bound against float64).
 Times are from captured CUDA graphs rotating through enough weight copies that the 50 MB L2 cannot
 serve them; GB/s = weight bytes / time, % against the device copy measured in the same run.
 """
@@ -21,10 +25,12 @@ import cupy as cp
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from kernel_blocks import random_blocks  # noqa: E402
 
-from lite.kernels import matvec_cuda as mc, matvec_iq as mi, matvec_staged as ms, quant_info  # noqa: E402
+from lite.kernels import matvec_cuda as mc, matvec_half as mh, matvec_iq as mi, matvec_staged as ms, quant_info  # noqa: E402
 
 SHAPES = [(4096, 14336), (14336, 4096), (4096, 4096)]
 VARIANTS = [("mvs", 8, 3), ("mvs", 4, 3), ("mvp", 2), ("mvp", 4), ("mvp", 8)]
+HALF_VARIANTS = [("mvh", 8), ("mvh", 4)]     # matvec_half.TYPES only; same grid as the register kernel
+HALF_TOL = 3e-3
 L2_ROTATE_BYTES = 256 << 20
 stream = cp.cuda.Stream(non_blocking=True)
 
@@ -59,14 +65,22 @@ def copy_bandwidth():
     return max(el, mcp)
 
 
-def launchers(qt, dev):
-    """{label: launch(w, x, out, rows, cols)} (n = 1) for the register kernel and each variant."""
+def _label(v):
+    return "".join(map(str, v))
+
+
+def launchers(qt, dev, only=None):
+    """{label: launch(w, x, out, rows, cols)} (n = 1) for the register kernel and each variant
+    (those labelled in `only`, if given)."""
     info = quant_info(qt)
     cpb = info.block_elems // 32
     out = {}
+    variants = [v for v in VARIANTS if only is None or _label(v) in only]
+    halves = [v for v in HALF_VARIANTS if qt in mh.TYPES and (only is None or _label(v) in only)]
     if qt in mc.CONFIG:
-        names = [mc.kernel_name(qt, 1, *mc.CONFIG[qt])] + [mc.kernel_name(qt, 1, *v) for v in VARIANTS]
-        mod = cp.RawModule(code=mc.c_source(), options=("--std=c++17",), name_expressions=names)
+        names = ([mc.kernel_name(qt, 1, *mc.CONFIG[qt])] + [mc.kernel_name(qt, 1, *v) for v in variants]
+                 + [mc.kernel_name(qt, 1, *v) for v in halves])
+        mod = cp.RawModule(code=mc.c_source(half=bool(halves)), options=("--std=c++17",), name_expressions=names)
         get = mod.get_function
         reg = mc.CONFIG[qt]
         k = get(names[0])
@@ -74,13 +88,18 @@ def launchers(qt, dev):
                                                         (w, x, o, np.int32(rows), np.int32(cols)))
     else:
         out["register"] = lambda w, x, o, rows, cols: mi.launch_cuda(qt, w, x, o, rows, cols, None, config=("reg",))
-        names = [None] + [mi.kernel_name(qt, 1, v) for v in VARIANTS]
-        mod = mi._raw_module(dev, tuple((qt, 1, v) for v in VARIANTS))
+        names = [None] + [mi.kernel_name(qt, 1, v) for v in variants]
+        mod = mi._raw_module(dev, tuple((qt, 1, v) for v in variants))
         get = mod.get_function
-    for v, name in zip(VARIANTS, names[1:]):
+    for v, name in zip(halves, names[1 + len(variants):]):
+        f = get(name)
+        print(f"  {qt} {_label(v)}: regs {getattr(f, 'num_regs', '?')}, local {getattr(f, 'local_size_bytes', '?')}", flush=True)
+        out[_label(v)] = (lambda w, x, o, rows, cols, f=f, r=v[1]:
+                          f(((rows + r - 1) // r,), (128,), (w, x, o, np.int32(rows), np.int32(cols))))
+    for v, name in zip(variants, names[1:]):
         f = get(name)
         smem = ms.smem_bytes(info.type_size, cpb, *v[1:]) if v[0] == "mvs" else 0
-        label = "".join(map(str, v))
+        label = _label(v)
         print(f"  {qt} {label}: grid cap {ms.prepare(f, smem, dev)}, regs {getattr(f, 'num_regs', '?')}, smem {smem}", flush=True)
         out[label] = (lambda w, x, o, rows, cols, f=f, smem=smem, r=v[1]:
                       ms.launch(f, smem, dev, rows, r, (w, x, o, np.int32(rows), np.int32(cols))))
@@ -90,6 +109,8 @@ def launchers(qt, dev):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--types", default="Q4_K,Q6_K,Q8_0,IQ3_XXS,Q4_0,Q5_K")
+    ap.add_argument("--variants", default=None, help="labels to time beside the register kernel "
+                    "(e.g. mvh8,mvh4,mvs83,mvp4); default: all")
     args = ap.parse_args()
     dev = cp.cuda.runtime.getDevice()
     copy_bw = copy_bandwidth()
@@ -99,7 +120,7 @@ def main():
     bad = 0
     for qt in args.types.split(","):
         info = quant_info(qt)
-        fns = launchers(qt, dev)
+        fns = launchers(qt, dev, None if args.variants is None else set(args.variants.split(",")))
         # correctness (n = 1) against the register kernel; ragged rows: tests/test_kernels_*.py
         for rows, cols in SHAPES:
             host = random_blocks(qt, rows * cols // info.block_elems, rng)
@@ -113,7 +134,7 @@ def main():
                 o = cp.full((1, rows), np.nan, cp.float32)
                 f(w, x, o, rows, cols)
                 d = float(np.max(np.abs(o.get() - ref)) / scale)
-                if not d < 1e-5:
+                if not d < (HALF_TOL if label.startswith("mvh") else 1e-5):
                     bad += 1
                     print(f"MISMATCH {qt} {rows}x{cols} {label}: {d}", flush=True)
             copies = [w] + [cp.asarray(host) for _ in range(max(1, math.ceil(L2_ROTATE_BYTES / host.size)) - 1)]
