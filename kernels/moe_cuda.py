@@ -13,7 +13,11 @@ A layer's MoE work is a constant number of launches whatever the number of exper
   moe_mv       fused dequantize-and-dot over blocks: a CTA takes R weight rows of one block's expert
                and the block's N token rows (N=1 and blk_rows=NULL: block b is the token-slot pair b,
                its token b / k, no sort needed - the decode case). blockIdx.z picks gate or up, so
-               both run in one launch. The per-type decode is kernels/matvec_cuda.py's (same structs).
+               both run in one launch. The per-type decode is kernels/matvec_cuda.py's (same structs);
+               IQ3_XXS takes kernels/matvec_iq.py's TIQ3_XXS, IQ4_XS moe_cuda_src.py's TIQ4_XS (their
+               tables compiled into the module, filled into shared memory by T::init). The IQ
+               variants have NOT run on a GPU: tests/test_moe_mv_emulated.py runs their CUDA C on
+               the host (g++) against float64 products of gguf-py's dequantize.
   deq_gather   dequantize the used experts (sel[y], y = blockIdx.y) of a 3-D tensor to fp16, one
                launch: kernels/dequant_basic.py's tiled kernel with a second grid dimension.
   moe_gather_x16, moe_act_{f32,f16}, moe_ptrs, moe_combine: the cuBLAS path's glue (rows to fp16

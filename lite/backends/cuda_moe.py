@@ -75,17 +75,16 @@ class CUDAExperts:
     def moe_graph_safe(self):
         """Can a decode step of this MoE stage be captured in a CUDA graph? Yes when the grouped
         path serves it without cuBLAS or a host sync: every expert tensor resident on the device
-        in a type moe_mv takes (else the per-expert loop reads ids on the host), and no shared
-        expert (qwen2moe's sigmoid gate is a CuPy dot, i.e. cuBLAS, which capture refuses)."""
+        in a type moe_mv takes (IQ3_XXS and IQ4_XS included; else the per-expert loop reads ids on
+        the host), and no shared expert (qwen2moe's sigmoid gate is a CuPy dot, i.e. cuBLAS, which
+        capture refuses)."""
         from lite.kernels import moe_cuda as mk
-        from lite.kernels.matvec_cuda import ALIGN
         if not self.moe_grouped or self.host_experts is not None:
             return False
         if any(n.endswith("ffn_gate_inp_shexp.weight") for n in self.w):
             return False
         exps = [w for n, w in self.w.items() if n.endswith("_exps.weight")]
-        return all(w.qtype in mk.MV_TYPES and w.data.data.ptr % ALIGN[w.qtype] == 0
-                   and (w.data.size // w.shape[0]) % ALIGN[w.qtype] == 0 for w in exps)
+        return all(mk.mv_fits(w.qtype, w.data.data.ptr, expert_bytes(w)) for w in exps)
 
     def moe_route(self, h, name, k, normalize):
         """Softmax router, top-k, renormalized, on the device -> ids (T, k) int32, weights (T, k) f32."""
@@ -148,13 +147,11 @@ class CUDAExperts:
         """Which path, and the device index arrays it needs (moe_align's; none for pairs). bases:
         the slot buffers the experts will come from (their alignment decides as the tensors')."""
         from lite.kernels import moe_cuda as mk
-        from lite.kernels.matvec_cuda import ALIGN
         cp = self.cp
         T, k = ids.shape
         n_expert = ws[0].shape[0]
         src = bases or [w.data for w in ws]
-        fused = all(w.qtype in mk.MV_TYPES and b.data.ptr % ALIGN[w.qtype] == 0
-                    and expert_bytes(w) % ALIGN[w.qtype] == 0 for w, b in zip(ws, src))
+        fused = all(mk.mv_fits(w.qtype, b.data.ptr, expert_bytes(w)) for w, b in zip(ws, src))
         if fused and T <= FUSED_MAX_TOKENS:
             return {"path": "pairs", "n": 1, "blk_expert": ids.reshape(-1), "blk_rows": None,
                     "n_blocks": T * k, "pos": None}
@@ -283,7 +280,8 @@ class CUDAExperts:
 
     def _moe_per_expert(self, h, il, ids, weights, act, weight_of=None, ids_h=None, y=None, experts=None,
                         combine=True):
-        """Expert by expert, for few tokens of a type with no fused grouped kernel (IQ types): the
+        """Expert by expert, for few tokens of a type with no fused grouped kernel (moe_mv covers
+        Q4_0/Q8_0/Q4_K/Q5_K/Q6_K/IQ3_XXS/IQ4_XS; other IQ and K types, or misaligned data): the
         host reads the ids (a sync) and launches per used expert. Each token-slot's row goes to y
         (slot order, as the pairs path), then one combine: so streamed experts (weight_of: expert,
         kind -> a weight in a cache slot; experts: this round's) give the same bytes in rounds."""
