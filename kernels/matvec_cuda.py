@@ -35,8 +35,8 @@ THREADS = 128
 CONFIG = {"Q4_0": (8, 1), "Q8_0": (8, 1), "Q4_K": (8, 0), "Q5_K": (4, 0), "Q6_K": (4, 0)}
 # The kernel each type's decode launches take (n <= 2): ("mv",) the register kernel with CONFIG,
 # ("mvs", rows a CTA, stages) the staged kernel, ("mvp", rows a CTA) the persistent register
-# kernel (both in kernels/matvec_staged.py), ("mvh", rows a CTA) the half2 kernel of
-# kernels/matvec_half.py (Q4_K and Q6_K only; not yet run on a GPU). Others, and n > 2, take
+# kernel (both in kernels/matvec_staged.py), ("mvh", rows a CTA[, 64]) the half2 kernel of
+# kernels/matvec_half.py (Q4_K and Q6_K only, 64-weight chunks Q4_K only; not yet run on a GPU). Others, and n > 2, take
 # CONFIG's register kernel.
 # mv won for every type here (H200, n=1, GB/s of weights, 4096x14336 / 14336x4096 / 4096x4096,
 # tests/gpu_sweep_matvec.py; best of mvs 8x3, mvs 4x3, mvp 2/4/8 after the slash):
@@ -309,7 +309,7 @@ def c_source(half=False):
 
 def kernel_name(qtype, n, *config):
     """The kernel of a config: (rows, prefetch) or ("mv", rows, prefetch), ("mvs", rows, stages),
-    ("mvp", rows), ("mvh", rows)."""
+    ("mvp", rows), ("mvh", rows[, weights a chunk])."""
     kind, *p = config if isinstance(config[0], str) else ("mv",) + tuple(config)
     struct = f"TQ{qtype[1:]}"
     if kind == "mvs":
@@ -356,7 +356,7 @@ def _plan(qtype, config, n, staged_ok):
     elif not isinstance(config[0], str):
         config = ("mv",) + config
     if config[0] != "mv" and (n > 2 or (config[0] == "mvs" and not staged_ok)
-                              or (config[0] == "mvh" and qtype not in matvec_half.TYPES)):
+                              or (config[0] == "mvh" and not matvec_half.supports(qtype, config))):
         config = ("mv",) + CONFIG[qtype]
     if (config[0] == "mv" and n > 2) or (config[0] == "mvp" and n == 2):
         config = (config[0], min(config[1], 4)) + config[2:]   # mvp<8 rows, n=2> spills

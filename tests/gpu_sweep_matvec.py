@@ -3,7 +3,7 @@ half2 kernel (kernels/matvec_half.py, Q4_K/Q6_K) against the register kernels, f
 bandwidth, on full-size shapes.
 
     source scripts/device_setup.sh; python3 tests/gpu_sweep_matvec.py [--types Q4_K,IQ3_XXS]
-    python3 tests/gpu_sweep_matvec.py --types Q4_K,Q6_K --variants mvh8,mvh4   # half2 vs register
+    python3 tests/gpu_sweep_matvec.py --types Q4_K,Q6_K --variants mvh8,mvh4,mvh8c64,mvh4c64   # half2
 
 For each type, one module holds the register kernel and every variant (staged "mvs", persistent
 "mvp"); each variant's n=1 output must match the register kernel's (the register kernels are
@@ -29,7 +29,9 @@ from lite.kernels import matvec_cuda as mc, matvec_half as mh, matvec_iq as mi, 
 
 SHAPES = [(4096, 14336), (14336, 4096), (4096, 4096)]
 VARIANTS = [("mvs", 8, 3), ("mvs", 4, 3), ("mvp", 2), ("mvp", 4), ("mvp", 8)]
-HALF_VARIANTS = [("mvh", 8), ("mvh", 4)]     # matvec_half.TYPES only; same grid as the register kernel
+# matvec_half's kernel where it supports the type (Q4_K, Q6_K; 64-weight chunks Q4_K only); same
+# grid as the register kernel. Labels mvh8, mvh4, mvh8c64, mvh4c64.
+HALF_VARIANTS = [("mvh", 8), ("mvh", 4), ("mvh", 8, 64), ("mvh", 4, 64)]
 HALF_TOL = 3e-3
 L2_ROTATE_BYTES = 256 << 20
 stream = cp.cuda.Stream(non_blocking=True)
@@ -66,7 +68,7 @@ def copy_bandwidth():
 
 
 def _label(v):
-    return "".join(map(str, v))
+    return "".join(map(str, v[:2])) + "".join(f"c{p}" for p in v[2:]) if v[0] == "mvh" else "".join(map(str, v))
 
 
 def launchers(qt, dev, only=None):
@@ -76,7 +78,7 @@ def launchers(qt, dev, only=None):
     cpb = info.block_elems // 32
     out = {}
     variants = [v for v in VARIANTS if only is None or _label(v) in only]
-    halves = [v for v in HALF_VARIANTS if qt in mh.TYPES and (only is None or _label(v) in only)]
+    halves = [v for v in HALF_VARIANTS if mh.supports(qt, v) and (only is None or _label(v) in only)]
     if qt in mc.CONFIG:
         names = ([mc.kernel_name(qt, 1, *mc.CONFIG[qt])] + [mc.kernel_name(qt, 1, *v) for v in variants]
                  + [mc.kernel_name(qt, 1, *v) for v in halves])

@@ -34,26 +34,27 @@ inline unsigned lt_h2_bits(__half2 h) { unsigned u; std::memcpy(&u, &h, 4); retu
 inline unsigned lt_host_hfma2(unsigned a, unsigned b, unsigned c) {
     return lt_h2_bits(__hfma2(lt_bits_h2(a), lt_bits_h2(b), lt_bits_h2(c))); }
 inline unsigned lt_host_hsub2(unsigned a, unsigned b) { return lt_h2_bits(__hsub2(lt_bits_h2(a), lt_bits_h2(b))); }
+inline unsigned lt_host_hadd2(unsigned a, unsigned b) { return lt_h2_bits(__hadd2(lt_bits_h2(a), lt_bits_h2(b))); }
 inline unsigned lt_host_f2h2(float lo, float hi) { return lt_h2_bits(__floats2half2_rn(lo, hi)); }
 """
 ARGS = "const unsigned char* w, const float* x, float* out, int rows, int cols"
-# rows: 37 is no multiple of any rows a CTA; Q4_K 17 blocks a row (136 chunks: some threads take
-# two loop trips), Q6_K 5 blocks with 210-byte blocks, so rows start 2 bytes off a word.
-SHAPES = {"Q4_K": (37, 256 * 17), "Q6_K": (37, 256 * 5)}
-KERNELS = [(qt, n, r) for qt in matvec_half.TYPES for n in (1, 2) for r in (4, 8)]
+# rows: 37 is no multiple of any rows a CTA; Q4_K 33 blocks a row (132 chunks of 64 weights: some
+# threads take two loop trips), Q6_K 5 blocks of 210 bytes, so rows start 2 bytes off a word.
+SHAPES = {"Q4_K": (37, 256 * 33), "Q6_K": (37, 256 * 5)}
+KERNELS = [(qt, n, r, ch) for qt in matvec_half.TYPES for ch in matvec_half.CHUNKS[qt] for n in (1, 2) for r in (4, 8)]
 
 pytestmark = pytest.mark.skipif(not emu.available(), reason="needs g++ (C++20)")
 
 
-def _wrapper_name(qt, n, r):
-    return f"emu_{qt}_{n}_{r}"
+def _wrapper_name(qt, n, r, ch):
+    return f"emu_{qt}_{n}_{r}_{ch}"
 
 
 @pytest.fixture(scope="module")
 def lib():
     calls = "".join(
-        f'extern "C" __global__ void {_wrapper_name(qt, n, r)}({ARGS}) '
-        f'{{ {matvec_half.kernel_name(qt, n, r)}(w, x, out, rows, cols); }}\n' for qt, n, r in KERNELS)
+        f'extern "C" __global__ void {_wrapper_name(*k)}({ARGS}) '
+        f'{{ {matvec_half.kernel_name(*k)}(w, x, out, rows, cols); }}\n' for k in KERNELS)
     source = (HOST_SHIMS + HALF_SHIMS + matvec_cuda.C_HEAD + matvec_cuda.C_TYPES + matvec_half.C_HALF + calls)
     return emu.compile_kernels(source)
 
@@ -107,31 +108,31 @@ def check(out, ref, scale16):
     assert np.all(err <= 1e-3 * np.abs(ref) + 2e-3 * scale16), np.max(err / scale16)
 
 
-def _run(lib, qt, n, r, blocks, x):
+def _run(lib, qt, n, r, blocks, x, ch=32):
     rows, cols = SHAPES[qt]
     out = np.full((n, rows), np.nan, np.float32)
-    lib.launch(_wrapper_name(qt, n, r), (-(-rows // r),), (128,), blocks, x, out, np.int32(rows), np.int32(cols))
+    lib.launch(_wrapper_name(qt, n, r, ch), (-(-rows // r),), (128,), blocks, x, out, np.int32(rows), np.int32(cols))
     return out
 
 
-@pytest.mark.parametrize("kernel", KERNELS, ids=lambda k: f"{k[0]}-n{k[1]}-r{k[2]}")
+@pytest.mark.parametrize("kernel", KERNELS, ids=lambda k: f"{k[0]}-n{k[1]}-r{k[2]}-c{k[3]}")
 def test_emulated_half2_matvec_matches_float64(lib, kernel):
-    qt, n, r = kernel
+    qt, n, r, ch = kernel
     blocks, x, ref, scale16 = _problem(qt, n, seed=11 * n + r + len(qt))
-    check(_run(lib, qt, n, r, blocks, x), ref, scale16)
+    check(_run(lib, qt, n, r, blocks, x, ch), ref, scale16)
 
 
-@pytest.mark.parametrize("qt", matvec_half.TYPES)
-def test_emulated_half2_matvec_rms_error_on_typical_activations(lib, qt):
+@pytest.mark.parametrize("qt,ch", [(qt, ch) for qt in matvec_half.TYPES for ch in matvec_half.CHUNKS[qt]])
+def test_emulated_half2_matvec_rms_error_on_typical_activations(lib, qt, ch):
     blocks, x, ref, scale16 = _problem(qt, 2, seed=21, extreme=False)
-    out = _run(lib, qt, 2, 4, blocks, x)
+    out = _run(lib, qt, 2, 4, blocks, x, ch)
     check(out, ref, scale16)
     assert np.sqrt(np.mean((out - ref) ** 2) / np.mean(ref ** 2)) < 1e-3
 
 
-def test_emulated_half2_matvec_all_zero_and_huge_x(lib):
+@pytest.mark.parametrize("qt", matvec_half.TYPES)
+def test_emulated_half2_matvec_all_zero_and_huge_x(lib, qt):
     # x = 0 everywhere (the scale's exponent clamp) and x near fp32's top (no overflow to inf)
-    qt = "Q4_K"
     rows, cols = SHAPES[qt]
     blocks, _, _, _ = _problem(qt, 1, seed=3)
     w = reference(blocks, qt).astype(np.float64).reshape(rows, cols)
@@ -139,7 +140,9 @@ def test_emulated_half2_matvec_all_zero_and_huge_x(lib):
     for v in (0.0, 1e30):
         x = np.zeros((1, cols), np.float32)
         x[0, ::5] = v
-        check(_run(lib, qt, 1, 8, blocks, x), x.astype(np.float64) @ w.T, np.abs(x).astype(np.float64) @ centred.T)
+        for ch in matvec_half.CHUNKS[qt]:
+            check(_run(lib, qt, 1, 8, blocks, x, ch), x.astype(np.float64) @ w.T,
+                  np.abs(x).astype(np.float64) @ centred.T)
 
 
 def test_half2_kernel_is_planned_only_where_it_exists():
@@ -151,6 +154,9 @@ def test_half2_kernel_is_planned_only_where_it_exists():
     assert mc._plan("Q8_0", ("mvh", 8), 1, staged_ok=True) == ("mv",) + mc.CONFIG["Q8_0"]
     assert mc.kernel_name("Q4_K", 1, "mvh", 8) == "mvh<HQ4_K, 1, 8>"
     assert mc.kernel_name("Q6_K", 2, "mvh", 4) == "mvh<HQ6_K, 2, 4>"
+    assert mc._plan("Q4_K", ("mvh", 8, 64), 1, staged_ok=True) == ("mvh", 8, 64)
+    assert mc._plan("Q6_K", ("mvh", 8, 64), 1, staged_ok=True) == ("mv",) + mc.CONFIG["Q6_K"]
+    assert mc.kernel_name("Q4_K", 1, "mvh", 8, 64) == "mvh<HQ4_K64, 1, 8>"
     assert "mvh" in mc.c_source(half=True) and "mvh" not in mc.c_source()
 
 
@@ -167,7 +173,8 @@ def test_gpu_half2_matvec_through_launch(qtype):
     rows, cols = SHAPES[qtype]
     b, xd = cupy.asarray(blocks), cupy.asarray(x)
     for r in (4, 8):
-        for n in (1, 2, 3):     # n = 3 takes the register kernel
-            out = cupy.full((n, rows), np.nan, np.float32)
-            matvec_cuda.launch(qtype, b, xd[:n], out, rows, cols, config=("mvh", r))
-            check(out.get(), ref[:n], scale16[:n])
+        for ch in matvec_half.CHUNKS[qtype]:
+            for n in (1, 2, 3):     # n = 3 takes the register kernel
+                out = cupy.full((n, rows), np.nan, np.float32)
+                matvec_cuda.launch(qtype, b, xd[:n], out, rows, cols, config=("mvh", r, ch))
+                check(out.get(), ref[:n], scale16[:n])
