@@ -22,3 +22,9 @@ t env LITE_EXPERT_PREFETCH=1 python3 -m pytest -q tests/test_expert_residency.py
 # 6. issue 4's --max-context 131072 on the 8B shape (KV 17.2 GiB f16): decode at the far end too
 [ -f /tmp/8b.gguf ] || $L synth --arch llama --preset 8b --quant Q4_K /tmp/8b.gguf >/dev/null 2>&1
 TAIL=8 t $L bench /tmp/8b.gguf -p 131072 -n 32 -r 1 -c 131072 --device cuda --prefill auto
+# 7. the half2 matvec variant for Q4_K/Q6_K (kernels/matvec_half.py, opt-in, never run on a GPU):
+#    correctness, then its timing beside the register kernel
+t python3 -m pytest -q tests/test_kernels_matvec_half.py
+TAIL=30 t python3 tests/gpu_sweep_matvec.py --types Q4_K,Q6_K --variants mvh8,mvh4,mvh8c64,mvh4c64
+# 8. grouped IQ3_XXS / IQ4_XS MoE decode (moe_mv, never run on a GPU)
+t python3 -m pytest -q tests/test_experts_iq.py tests/test_moe_mv_emulated.py tests/test_expert_residency.py
