@@ -1,0 +1,186 @@
+"""`moe_mvw`: a decode variant of the grouped MoE matvec `moe_mv` for small expert matrices (issue 6).
+
+NOT RUN ON A GPU. Written in a session without device time: its CUDA C has been compiled with nvcc
+(sm_90, register and spill figures in docs/experts.md) and run on the host by
+tests/cuda_c_emulator.py against float64 (tests/test_moe_mvw_emulated.py). It is opt-in:
+LITE_MOE_MV=warp (default `cta`, the old moe_mv), so the next GPU session can time both
+(scripts/moe_decode_ab.sh) and run tests/test_experts_mvw.py (this kernel = moe_mv within fp32
+rounding) first.
+
+Why. moe_mv gives a (token, expert) block's R rows to a CTA of 128 threads, a thread per 32-weight
+chunk of a row. A Qwen3-30B-A3B expert row has 64 chunks (gate/up, 2048 inputs) or 24 (down, 768):
+64 or 104 of the 128 threads hold no chunk, and the block ends with a shared-memory reduction and a
+__syncthreads. Here a CTA's 128 threads are split into groups of L lanes (L = 8, 16 or 32, so 4-16
+groups a CTA); a group takes R consecutive rows and its lanes the row's chunks, C chunks a lane per
+pass (lane j of the group: chunks j, j + L, ..., so a group's 16-byte loads of one pass are
+contiguous). A lane first issues all R * C weight loads of a pass (16-byte loads where the struct
+has them), then decodes and accumulates R sums; the R sums are reduced once at the end by
+log2(L) xor-shuffles inside the group (no shared memory, no barrier), and lanes 0..R-1 of the group
+write the R rows. L, C, R are chosen from the row's chunk count so that one pass covers the row
+when it can (30B-A3B Q4_K: gate/up L=16, C=4, R=2: 16 rows a CTA; down L=8, C=3, R=2: 32 rows).
+
+Launch contract: that of moe_mv with N = 1 (the pairs path): block y = token-slot pair b, its expert
+blk_expert[b] (-1: nothing), slot_of (expert -> cache slot, -1: not this round, rows untouched),
+blockIdx.z picks gate or up (both in one launch), x_by_row for the down product, the per-type
+decode structs of kernels/matvec_cuda.py (and the IQ ones moe_mv takes). Rows are computed each on
+their own, in an order fixed by (L, C, R), so streamed and resident experts stay byte-identical.
+"""
+import functools
+import os
+
+import numpy as np
+
+C_MVW = r"""
+// At most 128 registers (4 CTAs an SM): unbounded, nvcc hoists all C chunks' x loads and the
+// Q4_K <16, 4, 2> instance took 244 registers (2 CTAs an SM); bounded, no instance spills.
+template <class T, int L, int C, int R>
+__global__ void __launch_bounds__(128, 4) moe_mvw(
+        const unsigned char* __restrict__ w0, const unsigned char* __restrict__ w1, long long ebytes,
+        const int* __restrict__ slot_of, const float* __restrict__ x, float* __restrict__ out0,
+        float* __restrict__ out1, const int* __restrict__ blk_expert, const int* __restrict__ blk_rows,
+        int kdiv, int S, int rows, int cols, int x_by_row) {
+    static_assert(L == 8 || L == 16 || L == 32, "a lane group is 8, 16 or 32 lanes of one warp");
+    const int b = blockIdx.y;                  // one token-slot a block (N = 1)
+    const int e = blk_expert[b];
+    if (e < 0) return;
+    const int slot = slot_of ? slot_of[e] : e;
+    if (slot < 0) return;                      // not resident this round
+    const int tok = blk_rows ? blk_rows[b] : (b < S ? b / kdiv : -1);
+    if (tok < 0) return;                       // padding; all three returns are uniform over the block
+    T::init();                                 // per-type tables in shared memory (IQ types)
+    const unsigned char* w = (blockIdx.z ? w1 : w0) + (long long)slot * ebytes;
+    float* out = blockIdx.z ? out1 : out0;
+    const float* xp = x + (long long)(x_by_row ? b : tok) * cols;   // down: x is one row a slot
+    const int g = threadIdx.x / L, lg = threadIdx.x % L;
+    const int row0 = (blockIdx.x * (128 / L) + g) * R;
+    const int nb = cols / T::BE, chunks = nb * T::CPB;
+    const long long rb = (long long)nb * T::TS;
+    const unsigned char* rowp[R];
+    #pragma unroll
+    for (int r = 0; r < R; r++) rowp[r] = w + (long long)min(row0 + r, rows - 1) * rb;   // tail rows: not written
+    float acc[R];
+    #pragma unroll
+    for (int r = 0; r < R; r++) acc[r] = 0.f;
+    for (int c0 = lg; c0 < chunks; c0 += L * C) {
+        // All weight loads of the pass first: R * C independent loads in flight a lane.
+        typename T::Raw cur[C][R];
+        #pragma unroll
+        for (int j = 0; j < C; j++)
+            if (c0 + j * L < chunks) {
+                #pragma unroll
+                for (int r = 0; r < R; r++) T::load(cur[j][r], rowp[r], c0 + j * L);
+            }
+        #pragma unroll
+        for (int j = 0; j < C; j++) {
+            const int c = c0 + j * L;
+            if (c >= chunks) continue;
+            float4 xv[8];                      // x of the chunk (L1/L2: the same for every group)
+            #pragma unroll
+            for (int q = 0; q < 8; q++) xv[q] = __ldg((const float4*)(xp + T::xoff(c, q)));
+            const float xa = (xv[0].x + xv[0].y + xv[0].z + xv[0].w) + (xv[1].x + xv[1].y + xv[1].z + xv[1].w)
+                           + (xv[2].x + xv[2].y + xv[2].z + xv[2].w) + (xv[3].x + xv[3].y + xv[3].z + xv[3].w);
+            const float xb = (xv[4].x + xv[4].y + xv[4].z + xv[4].w) + (xv[5].x + xv[5].y + xv[5].z + xv[5].w)
+                           + (xv[6].x + xv[6].y + xv[6].z + xv[6].w) + (xv[7].x + xv[7].y + xv[7].z + xv[7].w);
+            #pragma unroll
+            for (int r = 0; r < R; r++) acc[r] += T::dot(cur[j][r], c, xv, xa, xb);
+        }
+    }
+    // One reduction at the end, inside the group (xor offsets < L stay in it); every lane of the
+    // warp takes part (no lane has returned).
+    float mine = 0.f;
+    #pragma unroll
+    for (int r = 0; r < R; r++) {
+        float v = acc[r];
+        #pragma unroll
+        for (int o = L / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+        if (lg == r) mine = v;                 // lane r writes row r: a register select, no local array
+    }
+    if (lg < R && row0 + lg < rows) out[(long long)b * rows + row0 + lg] = mine;
+}
+"""
+
+# Raw structs a lane may hold at once (R * C), by the size of the type's Raw (registers): 8 for the
+# small ones (Q4_K 8 words, Q4_0 6, IQ3_XXS 4, IQ4_XS 6), 4 for the large (Q8_0 10, Q5_K 12, Q6_K 14).
+# Chosen so the instances stay under ~128 registers without spills (nvcc sm_90, docs/experts.md);
+# not tuned on a GPU.
+_RAWS = {"Q4_0": 8, "Q4_K": 8, "IQ3_XXS": 8, "IQ4_XS": 8, "Q8_0": 4, "Q5_K": 4, "Q6_K": 4}
+THREADS = 128
+
+
+def overrides(text=None):
+    """LITE_MOE_MVW="2048=16,2,4;768=8,3,2": (L, C, R) by row width, for timing other shapes of the
+    kernel on the GPU without editing code (scripts/moe_decode_ab.sh's MVW_EXTRA). Not checked
+    against the register budget: an instance may spill (nvcc --resource-usage tells)."""
+    text = os.environ.get("LITE_MOE_MVW", "") if text is None else text
+    out = {}
+    for item in filter(None, (t.strip() for t in text.split(";"))):
+        cols, cfg = item.split("=")
+        L, C, R = (int(v) for v in cfg.split(","))
+        if L not in (8, 16, 32) or not 1 <= C <= 8 or not 1 <= R <= 4:
+            raise ValueError(f"LITE_MOE_MVW: {item!r}: L in 8/16/32, C in 1..8, R in 1..4")
+        out[int(cols)] = (L, C, R)
+    return out
+
+
+def config(qtype, cols):
+    """(L, C, R): lanes a row, chunks a lane a pass, rows a lane group. L: the smallest of 8/16/32
+    whose pass of 4 chunks a lane covers the row (else 32, several passes); C: the chunks a lane
+    needs for one pass (<= 4, <= the Raw budget); R: the rest of the budget in rows."""
+    forced = overrides().get(cols)
+    if forced:
+        return forced
+    chunks = cols // 32                  # every type's chunk is 32 weights
+    budget = _RAWS[qtype]
+    L = next((l for l in (8, 16) if l * 4 >= chunks), 32)
+    C = max(1, min(4, budget, -(-chunks // L)))
+    R = max(1, min(4, budget // C))
+    return L, C, R
+
+
+def rows_per_cta(qtype, cols):
+    L, _, R = config(qtype, cols)
+    return THREADS // L * R
+
+
+def name(qtype, cols):
+    from lite.kernels import moe_cuda as mk
+    L, C, R = config(qtype, cols)
+    return f"moe_mvw<{mk.mv_struct(qtype)}, {L}, {C}, {R}>"
+
+
+def source(qtype="Q4_K", host=False):
+    """moe_mv's module source (the type structs) with moe_mvw after it."""
+    from lite.kernels import moe_cuda as mk
+    return mk.mv_source(qtype, host=host) + C_MVW
+
+
+def enabled():
+    """LITE_MOE_MV=warp: decode products (pairs) take moe_mvw; anything else: moe_mv (default)."""
+    return os.environ.get("LITE_MOE_MV", "cta").strip().lower() == "warp"
+
+
+@functools.lru_cache(maxsize=None)
+def _kernel(device, qtype, kname):
+    import cupy
+    mod = cupy.RawModule(code=source(qtype), options=("--std=c++17",), name_expressions=[kname])
+    return mod.get_function(kname)
+
+
+def kernel(qtype, cols):
+    import cupy
+    return _kernel(cupy.cuda.runtime.getDevice(), qtype, name(qtype, cols))
+
+
+def grid(qtype, rows, cols, n_blocks, two):
+    return (-(-rows // rows_per_cta(qtype, cols)), n_blocks, 2 if two else 1)
+
+
+def launch(qtype, w0, w1, ebytes, slot_of, x, out0, out1, blk_expert, blk_rows, kdiv, S, n_blocks, rows, cols,
+           x_by_row=False):
+    """moe_cuda.grouped_mv's arguments for n = 1 (same meaning), on the current CuPy stream."""
+    null, i32 = np.uint64(0), np.int32
+    kernel(qtype, cols)(grid(qtype, rows, cols, n_blocks, w1 is not None), (THREADS,),
+                        (w0, null if w1 is None else w1, np.int64(ebytes), null if slot_of is None else slot_of,
+                         x, out0, null if out1 is None else out1, blk_expert,
+                         null if blk_rows is None else blk_rows, i32(kdiv), i32(S), i32(rows), i32(cols),
+                         i32(bool(x_by_row))))
