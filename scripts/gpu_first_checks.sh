@@ -28,3 +28,5 @@ t python3 -m pytest -q tests/test_kernels_matvec_half.py
 TAIL=30 t python3 tests/gpu_sweep_matvec.py --types Q4_K,Q6_K --variants mvh8,mvh4,mvh8c64,mvh4c64
 # 8. grouped IQ3_XXS / IQ4_XS MoE decode (moe_mv, never run on a GPU)
 t python3 -m pytest -q tests/test_experts_iq.py tests/test_moe_mv_emulated.py tests/test_expert_residency.py
+# 9. MoE decode kernel variant moe_mvw (LITE_MOE_MV=warp, opt-in, never run on a GPU): tests, then A/B
+# TAIL=20 t bash scripts/moe_decode_ab.sh Q4_K
