@@ -82,6 +82,35 @@ __device__ __forceinline__ float dot8(unsigned a, unsigned b, const float4* xv, 
     s = fmaf(BF(b, 2, off), xv[1].z, s); s = fmaf(BF(b, 3, off), xv[1].w, s);
     return s;
 }
+// The 8 float4 of x that chunk c of type T meets, and the sums of its first and last 4 (what
+// every T::dot takes): one loader for all the kernels that walk a row's chunks.
+template <class T>
+__device__ __forceinline__ void load_x(const float* xr, int c, float4 (&xv)[8], float& xa, float& xb) {
+    #pragma unroll
+    for (int k = 0; k < 8; k++) xv[k] = __ldg((const float4*)(xr + T::xoff(c, k)));
+    xa = (xv[0].x + xv[0].y + xv[0].z + xv[0].w) + (xv[1].x + xv[1].y + xv[1].z + xv[1].w)
+       + (xv[2].x + xv[2].y + xv[2].z + xv[2].w) + (xv[3].x + xv[3].y + xv[3].z + xv[3].w);
+    xb = (xv[4].x + xv[4].y + xv[4].z + xv[4].w) + (xv[5].x + xv[5].y + xv[5].z + xv[5].w)
+       + (xv[6].x + xv[6].y + xv[6].z + xv[6].w) + (xv[7].x + xv[7].y + xv[7].z + xv[7].w);
+}
+// acc summed over a block of 4 warps: each warp by shuffles, then the warps' partials through red
+// (ends with a __syncthreads). Thread r*NX+n (< NR*NX) gets row r, x n; the others get 0.
+template <int NR, int NX>   // not R, N: matvec_iq.py #defines R
+__device__ __forceinline__ float block_sum(const float (&acc)[NR][NX], float (&red)[4][NR * NX]) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    #pragma unroll
+    for (int r = 0; r < NR; r++)
+        #pragma unroll
+        for (int n = 0; n < NX; n++) {
+            float v = acc[r][n];
+            #pragma unroll
+            for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+            if (lane == 0) red[warp][r * NX + n] = v;
+        }
+    __syncthreads();
+    const int i = threadIdx.x;
+    return i < NR * NX ? (red[0][i] + red[1][i]) + (red[2][i] + red[3][i]) : 0.f;
+}
 // 6-bit scales (sc) and minimums (mn) of Q4_K/Q5_K sub-blocks 2j, 2j+1 as bytes e, e+1 of a word.
 __device__ __forceinline__ float kblock_scales(uint4 h, int j, float sa, float sb, float xa, float xb) {
     const bool lo = j < 2;
@@ -257,14 +286,9 @@ __global__ void __launch_bounds__(128) mv(const unsigned char* __restrict__ w, c
         }
         #pragma unroll
         for (int n = 0; n < N; n++) {
-            const float* xr = x + (long long)n * cols;
             float4 xv[8];
-            #pragma unroll
-            for (int k = 0; k < 8; k++) xv[k] = __ldg((const float4*)(xr + T::xoff(c, k)));
-            const float xa = (xv[0].x + xv[0].y + xv[0].z + xv[0].w) + (xv[1].x + xv[1].y + xv[1].z + xv[1].w)
-                           + (xv[2].x + xv[2].y + xv[2].z + xv[2].w) + (xv[3].x + xv[3].y + xv[3].z + xv[3].w);
-            const float xb = (xv[4].x + xv[4].y + xv[4].z + xv[4].w) + (xv[5].x + xv[5].y + xv[5].z + xv[5].w)
-                           + (xv[6].x + xv[6].y + xv[6].z + xv[6].w) + (xv[7].x + xv[7].y + xv[7].z + xv[7].w);
+            float xa, xb;
+            load_x<T>(x + (long long)n * cols, c, xv, xa, xb);
             #pragma unroll
             for (int r = 0; r < R; r++) acc[r][n] += T::dot(cur[r], c, xv, xa, xb);
         }
@@ -273,24 +297,11 @@ __global__ void __launch_bounds__(128) mv(const unsigned char* __restrict__ w, c
             for (int r = 0; r < R; r++) cur[r] = nxt[r];
         }
     }
-    // warp sums, then the 4 warps' partials through shared memory; thread r*N+n writes row r, x n
     __shared__ float red[4][R * N];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    #pragma unroll
-    for (int r = 0; r < R; r++)
-        #pragma unroll
-        for (int n = 0; n < N; n++) {
-            float v = acc[r][n];
-            #pragma unroll
-            for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-            if (lane == 0) red[warp][r * N + n] = v;
-        }
-    __syncthreads();
+    const float total = block_sum<R, N>(acc, red);       // thread r*N+n writes row r, x n
     if (threadIdx.x < R * N) {
         const int r = threadIdx.x / N, n = threadIdx.x % N;
-        if (row0 + r < rows)
-            out[(long long)n * rows + row0 + r] = (red[0][threadIdx.x] + red[1][threadIdx.x])
-                                                  + (red[2][threadIdx.x] + red[3][threadIdx.x]);
+        if (row0 + r < rows) out[(long long)n * rows + row0 + r] = total;
     }
 }
 """

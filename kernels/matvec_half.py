@@ -213,24 +213,11 @@ __global__ void __launch_bounds__(128) mvh(const unsigned char* __restrict__ w, 
             for (int r = 0; r < R; r++) acc[r][n] += H::dot(cur[r], c, xh, inv, xa, xb);
         }
     }
-    // warp sums, then the 4 warps' partials through shared memory (as `mv`)
     __shared__ float red[4][R * N];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    #pragma unroll
-    for (int r = 0; r < R; r++)
-        #pragma unroll
-        for (int n = 0; n < N; n++) {
-            float v = acc[r][n];
-            #pragma unroll
-            for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-            if (lane == 0) red[warp][r * N + n] = v;
-        }
-    __syncthreads();
+    const float total = block_sum<R, N>(acc, red);       // as `mv`
     if (threadIdx.x < R * N) {
         const int r = threadIdx.x / N, n = threadIdx.x % N;
-        if (row0 + r < rows)
-            out[(long long)n * rows + row0 + r] = (red[0][threadIdx.x] + red[1][threadIdx.x])
-                                                  + (red[2][threadIdx.x] + red[3][threadIdx.x]);
+        if (row0 + r < rows) out[(long long)n * rows + row0 + r] = total;
     }
 }
 """

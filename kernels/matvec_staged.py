@@ -73,7 +73,6 @@ __global__ void __launch_bounds__(128) mvs(const unsigned char* __restrict__ w, 
         #pragma unroll
         for (int n = 0; n < N; n++) acc[r][n] = 0.f;
     __shared__ float red[4][R * N];
-    const int warp = tid >> 5, lane = tid & 31;
     int t = 0, g = blockIdx.x;                       // trip and row group of item i
     for (int i = 0; i < items; i++) {
         lt_cp_wait<S - 2>();
@@ -86,14 +85,9 @@ __global__ void __launch_bounds__(128) mvs(const unsigned char* __restrict__ w, 
             const unsigned char* seg = st + (i % S) * (R * SEG);
             #pragma unroll
             for (int n = 0; n < N; n++) {
-                const float* xr = x + (long long)n * cols;
                 float4 xv[8];
-                #pragma unroll
-                for (int k = 0; k < 8; k++) xv[k] = __ldg((const float4*)(xr + T::xoff(c, k)));
-                const float xa = (xv[0].x + xv[0].y + xv[0].z + xv[0].w) + (xv[1].x + xv[1].y + xv[1].z + xv[1].w)
-                               + (xv[2].x + xv[2].y + xv[2].z + xv[2].w) + (xv[3].x + xv[3].y + xv[3].z + xv[3].w);
-                const float xb = (xv[4].x + xv[4].y + xv[4].z + xv[4].w) + (xv[5].x + xv[5].y + xv[5].z + xv[5].w)
-                               + (xv[6].x + xv[6].y + xv[6].z + xv[6].w) + (xv[7].x + xv[7].y + xv[7].z + xv[7].w);
+                float xa, xb;
+                load_x<T>(x + (long long)n * cols, c, xv, xa, xb);
                 #pragma unroll
                 for (int r = 0; r < R; r++) {   // chunk tid of the stage: blocks are whole in a stage
                     typename T::Raw raw;
@@ -103,21 +97,14 @@ __global__ void __launch_bounds__(128) mvs(const unsigned char* __restrict__ w, 
             }
         }
         if (++t == trips) {                          // row group done: warp sums, then across warps
+            const float total = block_sum<R, N>(acc, red);
             #pragma unroll
             for (int r = 0; r < R; r++)
                 #pragma unroll
-                for (int n = 0; n < N; n++) {
-                    float v = acc[r][n];
-                    #pragma unroll
-                    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-                    if (lane == 0) red[warp][r * N + n] = v;
-                    acc[r][n] = 0.f;
-                }
-            __syncthreads();
+                for (int n = 0; n < N; n++) acc[r][n] = 0.f;
             if (tid < R * N) {   // red is rewritten only after the next item's __syncthreads
                 const int r = tid / N, n = tid % N;
-                if (g * R + r < rows)
-                    out[(long long)n * rows + g * R + r] = (red[0][tid] + red[1][tid]) + (red[2][tid] + red[3][tid]);
+                if (g * R + r < rows) out[(long long)n * rows + g * R + r] = total;
             }
             t = 0;
             g += gridDim.x;
@@ -151,7 +138,6 @@ __global__ void __launch_bounds__(128) mvp(const unsigned char* __restrict__ w, 
         #pragma unroll
         for (int n = 0; n < N; n++) acc[r][n] = 0.f;
     __shared__ float red[2][4][R * N];   // by row-group parity: a group's writes never meet the last one's reads
-    const int warp = tid >> 5, lane = tid & 31;
     int t = 0, g = blockIdx.x, done = 0;
     if (items > 0) load_item(cur, g, 0);
     for (int i = 0; i < items; i++) {
@@ -162,35 +148,22 @@ __global__ void __launch_bounds__(128) mvp(const unsigned char* __restrict__ w, 
         if (c < chunks) {
             #pragma unroll
             for (int n = 0; n < N; n++) {
-                const float* xr = x + (long long)n * cols;
                 float4 xv[8];
-                #pragma unroll
-                for (int k = 0; k < 8; k++) xv[k] = __ldg((const float4*)(xr + T::xoff(c, k)));
-                const float xa = (xv[0].x + xv[0].y + xv[0].z + xv[0].w) + (xv[1].x + xv[1].y + xv[1].z + xv[1].w)
-                               + (xv[2].x + xv[2].y + xv[2].z + xv[2].w) + (xv[3].x + xv[3].y + xv[3].z + xv[3].w);
-                const float xb = (xv[4].x + xv[4].y + xv[4].z + xv[4].w) + (xv[5].x + xv[5].y + xv[5].z + xv[5].w)
-                               + (xv[6].x + xv[6].y + xv[6].z + xv[6].w) + (xv[7].x + xv[7].y + xv[7].z + xv[7].w);
+                float xa, xb;
+                load_x<T>(x + (long long)n * cols, c, xv, xa, xb);
                 #pragma unroll
                 for (int r = 0; r < R; r++) acc[r][n] += T::dot(cur[r], c, xv, xa, xb);
             }
         }
         if (tn == 0) {                                   // row group g done
-            float (&rd)[4][R * N] = red[done & 1];
+            const float total = block_sum<R, N>(acc, red[done & 1]);
             #pragma unroll
             for (int r = 0; r < R; r++)
                 #pragma unroll
-                for (int n = 0; n < N; n++) {
-                    float v = acc[r][n];
-                    #pragma unroll
-                    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-                    if (lane == 0) rd[warp][r * N + n] = v;
-                    acc[r][n] = 0.f;
-                }
-            __syncthreads();
+                for (int n = 0; n < N; n++) acc[r][n] = 0.f;
             if (tid < R * N) {
                 const int r = tid / N, n = tid % N;
-                if (g * R + r < rows)
-                    out[(long long)n * rows + g * R + r] = (rd[0][tid] + rd[1][tid]) + (rd[2][tid] + rd[3][tid]);
+                if (g * R + r < rows) out[(long long)n * rows + g * R + r] = total;
             }
             done++;
         }

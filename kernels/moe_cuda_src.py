@@ -225,33 +225,17 @@ __global__ void __launch_bounds__(128) moe_mv(
         #pragma unroll
         for (int n = 0; n < N; n++) {
             float4 xv[8];
-            #pragma unroll
-            for (int q = 0; q < 8; q++) xv[q] = __ldg((const float4*)(xp[n] + T::xoff(c, q)));
-            const float xa = (xv[0].x + xv[0].y + xv[0].z + xv[0].w) + (xv[1].x + xv[1].y + xv[1].z + xv[1].w)
-                           + (xv[2].x + xv[2].y + xv[2].z + xv[2].w) + (xv[3].x + xv[3].y + xv[3].z + xv[3].w);
-            const float xb = (xv[4].x + xv[4].y + xv[4].z + xv[4].w) + (xv[5].x + xv[5].y + xv[5].z + xv[5].w)
-                           + (xv[6].x + xv[6].y + xv[6].z + xv[6].w) + (xv[7].x + xv[7].y + xv[7].z + xv[7].w);
+            float xa, xb;
+            load_x<T>(xp[n], c, xv, xa, xb);
             #pragma unroll
             for (int r = 0; r < R; r++) acc[r][n] += T::dot(cur[r], c, xv, xa, xb);
         }
     }
     __shared__ float red[4][R * N];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    #pragma unroll
-    for (int r = 0; r < R; r++)
-        #pragma unroll
-        for (int n = 0; n < N; n++) {
-            float v = acc[r][n];
-            #pragma unroll
-            for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-            if (lane == 0) red[warp][r * N + n] = v;
-        }
-    __syncthreads();
+    const float total = block_sum<R, N>(acc, red);
     if (threadIdx.x < R * N) {
         const int r = threadIdx.x / N, n = threadIdx.x % N;
-        if (row0 + r < rows && xr[n] >= 0)
-            out[(long long)(b * N + n) * rows + row0 + r] = (red[0][threadIdx.x] + red[1][threadIdx.x])
-                                                           + (red[2][threadIdx.x] + red[3][threadIdx.x]);
+        if (row0 + r < rows && xr[n] >= 0) out[(long long)(b * N + n) * rows + row0 + r] = total;
     }
 }
 """

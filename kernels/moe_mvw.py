@@ -75,12 +75,8 @@ __global__ void __launch_bounds__(128, 4) moe_mvw(
             const int c = c0 + j * L;
             if (c >= chunks) continue;
             float4 xv[8];                      // x of the chunk (L1/L2: the same for every group)
-            #pragma unroll
-            for (int q = 0; q < 8; q++) xv[q] = __ldg((const float4*)(xp + T::xoff(c, q)));
-            const float xa = (xv[0].x + xv[0].y + xv[0].z + xv[0].w) + (xv[1].x + xv[1].y + xv[1].z + xv[1].w)
-                           + (xv[2].x + xv[2].y + xv[2].z + xv[2].w) + (xv[3].x + xv[3].y + xv[3].z + xv[3].w);
-            const float xb = (xv[4].x + xv[4].y + xv[4].z + xv[4].w) + (xv[5].x + xv[5].y + xv[5].z + xv[5].w)
-                           + (xv[6].x + xv[6].y + xv[6].z + xv[6].w) + (xv[7].x + xv[7].y + xv[7].z + xv[7].w);
+            float xa, xb;
+            load_x<T>(xp, c, xv, xa, xb);
             #pragma unroll
             for (int r = 0; r < R; r++) acc[r] += T::dot(cur[j][r], c, xv, xa, xb);
         }
