@@ -3,6 +3,24 @@ tests/cuda_c_emulator.py can compile the same text on a machine without a GPU)."
 
 OPS_SRC = r"""
 #define NEG_INF (-__int_as_float(0x7f800000))
+struct SumOp { __device__ float operator()(float a, float b) const { return a + b; } };
+struct MaxOp { __device__ float operator()(float a, float b) const { return fmaxf(a, b); } };
+// v combined over the block by op (blockDim.x a multiple of 32, at most 1024; `idle` stands in for
+// the warps the block lacks): shuffles in each warp, then the warps' results through red (32
+// floats). Every thread gets the result; red may be written again after the next __syncthreads.
+template <class Op>
+__device__ __forceinline__ float block_reduce(float v, float idle, float* red, Op op) {
+    for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffff, v, o));
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        v = threadIdx.x < (blockDim.x >> 5) ? red[threadIdx.x] : idle;
+        for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffff, v, o));
+        if (threadIdx.x == 0) red[0] = v;
+    }
+    __syncthreads();
+    return red[0];
+}
 extern "C" __global__ void rms_norm(const float* x, const float* w, float* y, int n, float eps) {
     // one block per row; the weight broadcasts over rows (n values)
     const float* xr = x + (long long)blockIdx.x * n;
@@ -10,16 +28,7 @@ extern "C" __global__ void rms_norm(const float* x, const float* w, float* y, in
     __shared__ float part[32];
     float s = 0.f;
     for (int i = threadIdx.x; i < n; i += blockDim.x) { float v = xr[i]; s += v * v; }
-    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffff, s, o);
-    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = s;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        s = threadIdx.x < (blockDim.x >> 5) ? part[threadIdx.x] : 0.f;
-        for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffff, s, o);
-        if (threadIdx.x == 0) part[0] = s;
-    }
-    __syncthreads();
-    float r = rsqrtf(part[0] / n + eps);
+    float r = rsqrtf(block_reduce(s, 0.f, part, SumOp()) / n + eps);
     for (int i = threadIdx.x; i < n; i += blockDim.x) yr[i] = xr[i] * r * w[i];
 }
 
@@ -63,33 +72,15 @@ extern "C" __global__ void masked_softmax(float* s, __half* p16, int rows, int S
         row[j] = v;
         m = fmaxf(m, v);
     }
-    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, o));
-    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = m;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        m = threadIdx.x < (blockDim.x >> 5) ? red[threadIdx.x] : NEG_INF;
-        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, o));
-        if (threadIdx.x == 0) red[0] = m;
-    }
-    __syncthreads();
-    m = red[0];
-    __syncthreads();
+    m = block_reduce(m, NEG_INF, red, MaxOp());
+    __syncthreads();                                     // every thread has m before red is reused
     float sum = 0.f;
     for (int j = threadIdx.x; j < S; j += blockDim.x) {
         float e = __expf(row[j] - m);
         row[j] = e;
         sum += e;
     }
-    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffff, sum, o);
-    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = sum;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        sum = threadIdx.x < (blockDim.x >> 5) ? red[threadIdx.x] : 0.f;
-        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffff, sum, o);
-        if (threadIdx.x == 0) red[0] = sum;
-    }
-    __syncthreads();
-    float inv = 1.f / red[0];
+    float inv = 1.f / block_reduce(sum, 0.f, red, SumOp());
     __half* prow = p16 ? p16 + (long long)r * S : nullptr;
     for (int j = threadIdx.x; j < S; j += blockDim.x) {
         if (prow) prow[j] = __float2half(row[j] * inv); else row[j] *= inv;
@@ -107,16 +98,7 @@ extern "C" __global__ void add_rms_norm(const float* a, const float* b, const fl
         sum[off + i] = v;
         s += v * v;
     }
-    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffff, s, o);
-    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = s;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        s = threadIdx.x < (blockDim.x >> 5) ? part[threadIdx.x] : 0.f;
-        for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffff, s, o);
-        if (threadIdx.x == 0) part[0] = s;
-    }
-    __syncthreads();
-    float r = rsqrtf(part[0] / n + eps);
+    float r = rsqrtf(block_reduce(s, 0.f, part, SumOp()) / n + eps);
     for (int i = threadIdx.x; i < n; i += blockDim.x) y[off + i] = sum[off + i] * r * w[i];
 }
 """

@@ -71,6 +71,38 @@ def test_add_rms_norm(emulated):
     np.testing.assert_allclose(y, want / np.sqrt(ms + 1e-5) * w, rtol=1e-5, atol=1e-6)
 
 
+def test_rms_norm(emulated):
+    ops, _ = emulated
+    rng = np.random.default_rng(1)
+    for rows, n in ((3, 300), (2, 2048), (1, 7)):      # several warps, a full block, one warp
+        x = rng.standard_normal((rows, n)).astype(np.float32)
+        w = rng.standard_normal(n).astype(np.float32)
+        y = ops.rms_norm(x, w, 1e-5, None)
+        ms = np.mean(x.astype(np.float64) ** 2, axis=-1, keepdims=True)
+        np.testing.assert_allclose(y, x / np.sqrt(ms + 1e-5) * w, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("window", [0, 5])
+def test_masked_softmax(emulated, window):
+    """Causal (and sliding-window) softmax of G*T score rows against NumPy, in place and as fp16."""
+    ops, _ = emulated
+    rng = np.random.default_rng(2)
+    G, T, pos0, scale = 2, 6, 40, 0.125
+    S = pos0 + T
+    scores = rng.standard_normal((G * T, S)).astype(np.float32) * 8
+    qpos = pos0 + np.arange(G * T)[:, None] % T
+    k = np.arange(S)[None, :]
+    masked = (k > qpos) | ((qpos - k >= window) if window else False)
+    z = np.where(masked, -np.inf, scores.astype(np.float64) * scale)
+    p = np.exp(z - z.max(-1, keepdims=True))
+    want = p / p.sum(-1, keepdims=True)
+    got = ops.masked_softmax(scores.copy(), T, pos0, window, scale, None)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-7)
+    p16 = np.empty((G * T, S), np.float16)
+    ops.masked_softmax(scores.copy(), T, pos0, window, scale, None, p16=p16)
+    np.testing.assert_allclose(p16.astype(np.float64), want, rtol=2e-3, atol=1e-4)
+
+
 def _cpu_rope(x, pos, base, neox, n_rot, freq_scale):
     from lite.backends.cpu import CPUBackend
     return CPUBackend.rope(None, x[None], pos, base, neox, n_rot, freq_scale)[0]
