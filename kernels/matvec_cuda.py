@@ -22,6 +22,7 @@ instructions, not memory):
 """
 import contextlib
 import functools
+import os
 
 import numpy as np
 
@@ -44,6 +45,25 @@ CONFIG = {"Q4_0": (8, 1), "Q8_0": (8, 1), "Q4_K": (8, 0), "Q5_K": (4, 0), "Q6_K"
 #   Q8_0 2811 2524 1922 / 2336 2278 1844     Q4_0 2029 1795 1312 / 1503 1684 1152
 #   Q5_K 1920 1947 1462 / 1604 1669 1291
 DEFAULT = {"Q4_0": ("mv",), "Q8_0": ("mv",), "Q4_K": ("mv",), "Q5_K": ("mv",), "Q6_K": ("mv",)}
+
+
+def config_from_env(text=None):
+    """LITE_MATVEC_CONFIG="Q4_K=mvh,8;Q6_K=mvh,4,32": DEFAULT overrides (see kernel_name), so that
+    another decode kernel can be timed end to end without a code change (opt-in, for benchmarks)."""
+    text = os.environ.get("LITE_MATVEC_CONFIG", "") if text is None else text
+    out = {}
+    for item in filter(None, (t.strip() for t in text.split(";"))):
+        qtype, _, spec = item.partition("=")
+        kind, *nums = spec.split(",")
+        if qtype not in DEFAULT or kind not in ("mv", "mvs", "mvp", "mvh") or not all(
+                n.strip().isdigit() for n in nums):
+            raise ValueError(f"LITE_MATVEC_CONFIG: {item!r}: expected TYPE=mv|mvs|mvp|mvh[,int...] "
+                             f"with TYPE in {', '.join(DEFAULT)}")
+        out[qtype] = (kind,) + tuple(int(n) for n in nums)
+    return out
+
+
+DEFAULT.update(config_from_env())
 # Byte alignment the kernel needs of the block buffer (16-byte loads vs 32-bit word loads).
 ALIGN = {"Q4_0": 4, "Q8_0": 4, "Q4_K": 16, "Q5_K": 16, "Q6_K": 4}
 
