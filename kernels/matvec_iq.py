@@ -271,6 +271,14 @@ struct TIQ3_XXS {   // d, qs[64] (grid indices, 8 a sub-block), then a word a su
 # reg 569 / 633 / 438, mvp8 689 / 701 / 491, mvs<8 rows, 3 stages> 601 / 639 / 458, mvp4 598 / 606
 # / 422, mvp2 479 / 463 / 365. mvp takes n = 1 only (n = 2 spills registers): n = 2 is reg.
 DEFAULT = {"IQ3_XXS": ("mvp", 8)}
+# Opt-in, not yet run on a GPU: ("v2", rows, prefetch) / ("v2p", rows), kernels/matvec_iq_v2.py
+# (4.7 instead of 9.6 SASS instructions a weight); LITE_IQ_MV="v2,8,1" makes it IQ3_XXS's default.
+
+
+@functools.lru_cache(maxsize=None)
+def _env_config(text):
+    from lite.kernels import matvec_iq_v2
+    return matvec_iq_v2.parse(text)
 
 
 def c_source():
@@ -304,11 +312,19 @@ def _raw_module(device, extra=()):
 
 
 def launch_cuda(name, blocks, x, out, rows, cols, stream, config=None):
-    """`config` overrides DEFAULT (IQ3_XXS; IQ4_XS has the register kernel only)."""
+    """`config` overrides LITE_IQ_MV, which overrides DEFAULT (IQ3_XXS; IQ4_XS has the register
+    kernel only)."""
     import cupy
     device = cupy.cuda.runtime.getDevice()
-    cfg = tuple(config or DEFAULT.get(name, ("reg",)))
+    cfg = tuple(config or (name == "IQ3_XXS" and _env_config(os.environ.get("LITE_IQ_MV", "")))
+                or DEFAULT.get(name, ("reg",)))
     info = quant_info(name)
+    if cfg[0] in ("v2", "v2p") and name == "IQ3_XXS":
+        from lite.kernels import matvec_iq_v2
+        with stream if stream is not None else contextlib.nullcontext():
+            for i in range(0, x.shape[0], C_MAX_N[name]):
+                matvec_iq_v2.launch(blocks, x[i:i + C_MAX_N[name]], out[i:i + C_MAX_N[name]], rows, cols, cfg)
+        return
     if cfg[0] == "mvs" and not matvec_staged.qualifies(_ptr(blocks), cols // info.block_elems * info.type_size):
         cfg = ("reg",)
     with stream if stream is not None else contextlib.nullcontext():

@@ -4,6 +4,7 @@ bandwidth, on full-size shapes.
 
     source scripts/device_setup.sh; python3 tests/gpu_sweep_matvec.py [--types Q4_K,IQ3_XXS]
     python3 tests/gpu_sweep_matvec.py --types Q4_K,Q6_K --variants mvh8,mvh4,mvh8c64,mvh4c64   # half2
+    python3 tests/gpu_sweep_matvec.py --types IQ3_XXS --variants mvp8,v280,v281,v240,v241,v2p8,v2p4
 
 For each type, one module holds the register kernel and every variant (staged "mvs", persistent
 "mvp"); each variant's n=1 output must match the register kernel's (the register kernels are
@@ -33,6 +34,9 @@ VARIANTS = [("mvs", 8, 3), ("mvs", 4, 3), ("mvp", 2), ("mvp", 4), ("mvp", 8)]
 # grid as the register kernel. Labels mvh8, mvh4, mvh8c64, mvh4c64.
 HALF_VARIANTS = [("mvh", 8), ("mvh", 4), ("mvh", 8, 64), ("mvh", 4, 64)]
 HALF_TOL = 3e-3
+# IQ3_XXS v2 (kernels/matvec_iq_v2.py, opt-in, first GPU run): ("v2", rows, prefetch) on its copy of
+# the mv loop, ("v2p", rows) on the persistent loop. Labels v280, v281, v240, v241, v2p8, v2p4.
+IQ_V2_VARIANTS = [("v2", 8, 0), ("v2", 8, 1), ("v2", 4, 0), ("v2", 4, 1), ("v2p", 8), ("v2p", 4)]
 L2_ROTATE_BYTES = 256 << 20
 stream = cp.cuda.Stream(non_blocking=True)
 
@@ -93,6 +97,15 @@ def launchers(qt, dev, only=None):
         names = [None] + [mi.kernel_name(qt, 1, v) for v in variants]
         mod = mi._raw_module(dev, tuple((qt, 1, v) for v in variants))
         get = mod.get_function
+    if qt == "IQ3_XXS":
+        from lite.kernels import matvec_iq_v2 as v2
+        for v in IQ_V2_VARIANTS:
+            if only is not None and _label(v) not in only:
+                continue
+            f = v2.get_function(dev, 1, v)
+            print(f"  {qt} {_label(v)}: regs {getattr(f, 'num_regs', '?')}, local {getattr(f, 'local_size_bytes', '?')}, "
+                  f"smem {getattr(f, 'shared_size_bytes', '?')}", flush=True)
+            out[_label(v)] = lambda w, x, o, rows, cols, v=v: v2.launch(w, x, o, rows, cols, v)
     for v, name in zip(halves, names[1 + len(variants):]):
         f = get(name)
         print(f"  {qt} {_label(v)}: regs {getattr(f, 'num_regs', '?')}, local {getattr(f, 'local_size_bytes', '?')}", flush=True)
