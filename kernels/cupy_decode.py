@@ -4,12 +4,17 @@ with its split merge in the same launch (CUDA C in kernels/cupy_decode_src.py).
 Two launches a layer instead of six (rope q, rope k, store k, store v, attend, combine): in a
 captured decode graph each launch costs ~2 us of ramp and tail besides its work. Every wrapper
 takes the CuPy stream to launch on, reads the position from pos_dev and never synchronizes.
+
+Two attention kernels: v1 (default, the one verified on the H200) and v2 (opt-in,
+LITE_DECODE_ATTN=v2: warp-private cp.async streams, kernels/cupy_decode2_src.py), same contract.
 """
 import functools
+import os
 
 import cupy as cp
 import numpy as np
 
+from lite.kernels.cupy_decode2_src import DECODE2_SRC
 from lite.kernels.cupy_decode_src import DECODE_SRC
 
 HEADS_PER_BLOCK = 4        # DEC_GB in the CUDA source
@@ -85,10 +90,13 @@ def new_counters(n=4096):
     return cp.zeros(n, np.int32)
 
 
-def attn_decode(q, K, V, ks, vs, pos_dev, scale, window, counters, stream):
+def attn_decode(q, K, V, ks, vs, pos_dev, scale, window, counters, stream, variant=None):
     """q (H, D) f32 against cache K (Hkv, S_max, D), V (Hkv, S_max, Dv) up to *pos_dev -> (H, Dv).
     counters: from new_counters(), at least one per block column; launches on one stream may
-    share them (each launch hands them back zeroed)."""
+    share them (each launch hands them back zeroed). variant: "v1" or "v2", None: the
+    environment's LITE_DECODE_ATTN (default v1); v2 falls back to v1 on head dims it lacks."""
+    if (variant or selected_variant()) == "v2" and v2_supported(q.shape[1], V.shape[2], ks is not None):
+        return _attn_decode_v2(q, K, V, ks, vs, pos_dev, scale, window, counters, stream)
     H, D = q.shape
     Hkv, S_max, Dv = V.shape
     check_dims(D, Dv)
@@ -107,4 +115,121 @@ def attn_decode(q, K, V, ks, vs, pos_dev, scale, window, counters, stream):
         _kernel("attn_decode_f16")(grid, block, (q, K, V) + common, stream=stream)
     else:
         _kernel("attn_decode_i8")(grid, block, (q, K, V, ks, vs) + common, stream=stream)
+    return out
+
+
+# --- v2 (opt-in) ------------------------------------------------------------------------------
+# Tuning, overridable for experiments by LITE_DECODE_ATTN_V2="warps=4,warp_bytes=16384,...":
+# warps a block; bytes of cp.async ring a warp (stages = warp_bytes // bytes of an 8-key stage,
+# 2..8); blocks an SM the register cap (__launch_bounds__) is set for; keys a split at least
+# (0: one 8-key stage a warp).
+V2 = {"warps": 8, "warp_bytes": 12288, "blocks_per_sm": 2, "min_chunk": 0}
+V2_MAX_SPLITS = 128        # D2_MAX_SPLITS
+V2_KEYS_A_STAGE = 8        # D2_KW
+_modules2 = {}
+
+
+def _v2_tuning():
+    tune = dict(V2)
+    for item in filter(None, os.environ.get("LITE_DECODE_ATTN_V2", "").split(",")):
+        key, _, value = item.partition("=")
+        if key.strip() not in tune:
+            raise ValueError(f"LITE_DECODE_ATTN_V2: unknown setting {key!r} (known: {sorted(tune)})")
+        tune[key.strip()] = int(value)
+    return tune
+
+
+def selected_variant():
+    v = os.environ.get("LITE_DECODE_ATTN", "") or "v1"
+    if v not in ("v1", "v2"):
+        raise ValueError(f"LITE_DECODE_ATTN={v!r}: expected v1 or v2")
+    return v
+
+
+def v2_supported(D, Dv, int8):
+    """v2 copies whole 16-byte pieces of rows (int8 rows: multiples of 16 values) and is compiled
+    for key dims 32..256 and value dims up to 256."""
+    m = 16 if int8 else 8
+    return 32 <= D <= 256 and 0 < Dv <= 256 and D % m == 0 and Dv % m == 0
+
+
+def v2_config(D, Dv, int8):
+    """(warps, stages, dynamic shared bytes, blocks an SM, min keys a split) of the v2 kernel."""
+    t = _v2_tuning()
+    nw = t["warps"]
+    stage = V2_KEYS_A_STAGE * (D + Dv) * (1 if int8 else 2) + (8 * V2_KEYS_A_STAGE if int8 else 0)
+    stages = min(8, max(2, t["warp_bytes"] // stage))
+    merge = max(nw * 4 * Dv * 4, 4 * V2_MAX_SPLITS * 4 + max(nw * 32, Dv) * 16)   # see the C
+    smem = max(nw * stages * stage, merge)
+    return nw, stages, smem, t["blocks_per_sm"], t["min_chunk"] or V2_KEYS_A_STAGE * nw
+
+
+def _kernel2(D, Dv, int8):
+    nw, stages, smem, min_blocks, _ = v2_config(D, Dv, int8)
+    other = v2_config(D, Dv, not int8)
+    f16_stages, i8_stages = (other[1], stages) if int8 else (stages, other[1])
+    try:
+        device = cp.cuda.Device().id           # function attributes are per device
+    except AttributeError:                      # no device API (the host emulation in the tests)
+        device = -1
+    key = (device, D, Dv, nw, min_blocks, f16_stages, i8_stages, max(smem, other[2]))
+    if key not in _modules2:
+        head = (f"#define D2_D {D}\n#define D2_DV {Dv}\n#define D2_NW {nw}\n"
+                f"#define D2_STG_F16 {f16_stages}\n#define D2_STG_I8 {i8_stages}\n"
+                f"#define D2_SMEM {key[-1]}\n#define D2_MIN_BLOCKS {min_blocks}\n")
+        _modules2[key] = (cp.RawModule(code="#include <cuda_fp16.h>\n" + head + DECODE2_SRC,
+                                       options=("--std=c++17",)), {})
+    module, fns = _modules2[key]
+    name = "attn_decode2_i8" if int8 else "attn_decode2_f16"
+    if name not in fns:
+        fn = module.get_function(name)
+        if smem > 48 * 1024:                      # above the default dynamic shared limit
+            fn.max_dynamic_shared_size_bytes = smem
+        # all of L1 as shared memory, so blocks_per_sm rings fit an SM (cp.async.cg skips L1)
+        fn.preferred_shared_memory_carveout = 100
+        fns[name] = fn
+    fn = fns[name]
+    return fn, nw, smem
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_info(device_id):
+    props = cp.cuda.runtime.getDeviceProperties(device_id)
+    return props["multiProcessorCount"], props.get("sharedMemPerMultiprocessor", 233472)
+
+
+def _resident_blocks_v2(smem, min_blocks):
+    try:
+        sms, per_sm = _sm_info(cp.cuda.Device().id)
+    except AttributeError:       # no device API (the host emulation in the tests)
+        sms, per_sm = 132, 233472
+    # static shared (~1.5 KB at 8 warps) and the 1 KB the driver keeps a block
+    return sms * max(1, min(min_blocks, per_sm // (smem + 3072)))
+
+
+def grid_shape_v2(H, Hkv, S_max, D, Dv, int8):
+    """(block columns, splits) of v2: as many splits as fit one wave of resident blocks."""
+    nw, _, smem, min_blocks, min_chunk = v2_config(D, Dv, int8)
+    cols = Hkv * -(-(H // Hkv) // HEADS_PER_BLOCK)
+    splits = min(V2_MAX_SPLITS, max(1, _resident_blocks_v2(smem, min_blocks) // cols),
+                 -(-S_max // min_chunk))
+    return cols, splits
+
+
+def _attn_decode_v2(q, K, V, ks, vs, pos_dev, scale, window, counters, stream):
+    H, D = q.shape
+    Hkv, S_max, Dv = V.shape
+    int8 = ks is not None
+    cols, ns = grid_shape_v2(H, Hkv, S_max, D, Dv, int8)
+    if counters.size < cols:
+        raise ValueError(f"attn_decode needs {cols} counters, got {counters.size}")
+    fn, nw, smem = _kernel2(D, Dv, int8)
+    pm = cp.empty((cols, ns, HEADS_PER_BLOCK), np.float32)
+    pl = cp.empty((cols, ns, HEADS_PER_BLOCK), np.float32)
+    pacc = cp.empty((cols, ns, HEADS_PER_BLOCK, Dv), np.float32)
+    out = cp.empty((H, Dv), np.float32)
+    tail = (pm, pl, pacc, counters, out, pos_dev, np.int32(H), np.int32(Hkv), np.int32(S_max),
+            np.float32(scale), np.int32(window), np.int32(v2_config(D, Dv, int8)[4]))
+    head = (q, K, V, ks, vs) if int8 else (q, K, V)
+    fn((cols, ns), (32 * nw,), head + tail, shared_mem=smem, stream=stream)
     return out

@@ -1,8 +1,14 @@
 """GPU time of the decode attention launches alone (8B llama head shape), without per-graph
 launch overhead: 50 launches captured into one graph, replayed, timed with events.
 
-    python3 scripts/bench_decode_attn.py
+    python3 scripts/bench_decode_attn.py                       # both variants
+    python3 scripts/bench_decode_attn.py --variant v2 --v2-tune "" "warps=4,blocks_per_sm=4"
+
+--v2-tune: settings of LITE_DECODE_ATTN_V2 to time one after another (kernels/cupy_decode.py, V2).
 """
+import argparse
+import os
+
 import cupy as cp
 import numpy as np
 
@@ -10,6 +16,9 @@ from lite.kernels import cupy_decode
 
 H, HKV, D = 32, 8, 128
 REPS = 50
+# (S_max, position): short and long contexts, and a short one in a long cache (a decode graph
+# captured for a long context: most splits of the grid exit at once)
+CASES = ((768, 512), (8448, 8192), (32768, 32000), (32768, 512))
 
 
 def timed(stream, fn):
@@ -31,11 +40,18 @@ def timed(stream, fn):
 
 
 def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--variant", default="v1,v2", help="comma-separated: v1, v2")
+    ap.add_argument("--v2-tune", nargs="*", default=[""], help="LITE_DECODE_ATTN_V2 settings")
+    ap.add_argument("--kinds", default="f16,int8")
+    args = ap.parse_args()
+    runs = [("v1", "")] if "v1" in args.variant.split(",") else []
+    runs += [("v2", t) for t in args.v2_tune] if "v2" in args.variant.split(",") else []
     stream = cp.cuda.Stream(non_blocking=True)
     rng = np.random.default_rng(0)
     with stream:
-        for kind in ("f16", "int8"):
-            for s_max, pos in ((768, 512), (8448, 8192), (32768, 32000)):
+        for kind in args.kinds.split(","):
+            for s_max, pos in CASES:
                 if kind == "f16":
                     K = cp.asarray(rng.standard_normal((HKV, s_max, D)).astype(np.float16))
                     V = cp.asarray(rng.standard_normal((HKV, s_max, D)).astype(np.float16))
@@ -51,12 +67,25 @@ def main():
                 counters = cupy_decode.new_counters()
                 t_store = timed(stream, lambda: cupy_decode.rope_kv_store(
                     q, k, v, K, V, ks, vs, pos_dev, (D, 500000.0, 1.0, False), stream))
-                t_attn = timed(stream, lambda: cupy_decode.attn_decode(
-                    q, K, V, ks, vs, pos_dev, 0.088, 0, counters, stream))
                 kv_bytes = 2 * HKV * (pos + 1) * D * K.itemsize
-                print(f"{kind:4s} S_max {s_max:6d} pos {pos:6d}: rope_kv_store {t_store:6.1f} us, "
-                      f"attn_decode {t_attn:6.1f} us ({kv_bytes / t_attn / 1e3:6.0f} GB/s of K+V), "
-                      f"grid {cupy_decode.grid_shape(H, HKV, s_max)}")
+                print(f"{kind:4s} S_max {s_max:6d} pos {pos:6d}: rope_kv_store {t_store:6.1f} us")
+                ref = None
+                for variant, tune in runs:
+                    os.environ["LITE_DECODE_ATTN_V2"] = tune
+                    call = lambda: cupy_decode.attn_decode(                # noqa: E731
+                        q, K, V, ks, vs, pos_dev, 0.088, 0, counters, stream, variant=variant)
+                    t_attn = timed(stream, call)
+                    out = cp.asnumpy(call(), stream=stream)
+                    stream.synchronize()
+                    ref = out if ref is None else ref
+                    err = np.abs(out - ref).max() / np.abs(ref).max()
+                    grid = (cupy_decode.grid_shape(H, HKV, s_max) if variant == "v1" else
+                            cupy_decode.grid_shape_v2(H, HKV, s_max, D, D, ks is not None))
+                    print(f"    {variant} {tune or 'default':28s} attn_decode {t_attn:6.1f} us "
+                          f"({kv_bytes / t_attn / 1e3:6.0f} GB/s of K+V), grid {grid}, "
+                          f"max rel diff to first {err:.1e}")
+                os.environ.pop("LITE_DECODE_ATTN_V2", None)
+                del K, V
 
 
 if __name__ == "__main__":

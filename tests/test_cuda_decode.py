@@ -1,6 +1,6 @@
 """Decode-step attention on the GPU (kernels/cupy_decode.py): the kernels at the 8B model's head
-shape against NumPy, and whole decode steps against the CPU backend at contexts that span several
-splits (runs on the GPU machine; skips elsewhere)."""
+shape against NumPy (both variants, and v2 against v1), and whole decode steps against the CPU
+backend at contexts that span several splits (runs on the GPU machine; skips elsewhere)."""
 import numpy as np
 import pytest
 
@@ -13,13 +13,9 @@ WHY = cuda_unavailable_reason()
 pytestmark = pytest.mark.skipif(WHY is not None, reason=f"needs a GPU: {WHY}")
 
 
-@pytest.mark.parametrize("kind", ["f16", "int8"])
-@pytest.mark.parametrize("window", [0, 700])
-def test_attn_decode_8b_shape(kind, window):
-    import cupy as cp
-    from lite.kernels import cupy_decode
-    rng = np.random.default_rng(0)
-    H, Hkv, D, S = 32, 8, 128, 8448
+def _cache_8b(kind, S, seed=0):
+    rng = np.random.default_rng(seed)
+    H, Hkv, D = 32, 8, 128
     q = rng.standard_normal((H, D)).astype(np.float32)
     if kind == "f16":
         K = rng.standard_normal((Hkv, S, D)).astype(np.float16)
@@ -30,17 +26,69 @@ def test_attn_decode_8b_shape(kind, window):
         V = rng.integers(-127, 128, (Hkv, S, D)).astype(np.int8)
         ks = (rng.random((Hkv, S)) * 0.02).astype(np.float32)
         vs = (rng.random((Hkv, S)) * 0.02).astype(np.float32)
-    dev = [None if a is None else cp.asarray(a) for a in (q, K, V, ks, vs)]
+    return q, K, V, ks, vs
+
+
+def _run(variant, dev, pos, window, counters, stream):
+    import cupy as cp
+    from lite.kernels import cupy_decode
+    out = cupy_decode.attn_decode(*dev, cp.asarray([pos], np.int64), 0.088, window, counters,
+                                  stream, variant=variant)
+    got = cp.asnumpy(out, stream=stream)
+    stream.synchronize()
+    assert not cp.asnumpy(counters).any()
+    return got
+
+
+@pytest.mark.parametrize("variant", ["v1", "v2"])
+@pytest.mark.parametrize("kind", ["f16", "int8"])
+@pytest.mark.parametrize("window", [0, 700])
+def test_attn_decode_8b_shape(variant, kind, window):
+    import cupy as cp
+    from lite.kernels import cupy_decode
+    S = 8448
+    host = _cache_8b(kind, S)
+    dev = [None if a is None else cp.asarray(a) for a in host]
     counters = cupy_decode.new_counters()
     stream = cp.cuda.Stream(non_blocking=True)
-    for pos in (0, 100, 511, 4000, 8447):
-        out = cupy_decode.attn_decode(*dev, cp.asarray([pos], np.int64), 0.088, window, counters,
-                                      stream)
+    # v2 at S 8448: 33 splits of >= 64 keys; 63/64/255/256 cross its one- and two-split edges
+    for pos in (0, 1, 63, 64, 100, 255, 256, 511, 4000, 8191, 8192, 8447):
+        got = _run(variant, dev, pos, window, counters, stream)
+        want = decode_attention_reference(*host, pos, 0.088, window)
+        np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3 * np.abs(want).max(),
+                                   err_msg=f"{variant} pos {pos}")
+
+
+@pytest.mark.parametrize("kind", ["f16", "int8"])
+@pytest.mark.parametrize("S", [768, 32768])
+def test_attn_decode_v2_matches_v1(kind, S):
+    """The two variants on the same cache, including every launch replayed from one captured
+    graph (the position changes between replays, as in a decode graph)."""
+    import cupy as cp
+    from lite.kernels import cupy_decode
+    host = _cache_8b(kind, S, seed=1)
+    dev = [None if a is None else cp.asarray(a) for a in host]
+    counters = cupy_decode.new_counters()
+    stream = cp.cuda.Stream(non_blocking=True)
+    positions = (0, 7, 64, 511, 512, S - 2, S - 1) + ((1000, 8192, 32000) if S > 8192 else ())
+    for pos in positions:
+        a = _run("v1", dev, pos, 0, counters, stream)
+        b = _run("v2", dev, pos, 0, counters, stream)
+        np.testing.assert_allclose(b, a, rtol=1e-3, atol=1e-3 * np.abs(a).max(), err_msg=f"pos {pos}")
+    pos_dev = cp.asarray([0], np.int64)
+    with stream:
+        stream.begin_capture()
+        out = cupy_decode.attn_decode(*dev, pos_dev, 0.088, 0, counters, stream, variant="v2")
+        graph = stream.end_capture()
+    for pos in positions:
+        pos_dev.set(np.array([pos], np.int64), stream=stream)
+        graph.launch(stream)
         got = cp.asnumpy(out, stream=stream)
         stream.synchronize()
-        want = decode_attention_reference(q, K, V, ks, vs, pos, 0.088, window)
-        np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3 * np.abs(want).max())
-        assert not cp.asnumpy(counters).any()
+        want = decode_attention_reference(*host, pos, 0.088, 0)
+        np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3 * np.abs(want).max(),
+                                   err_msg=f"graph pos {pos}")
+    assert not cp.asnumpy(counters).any()
 
 
 @pytest.fixture(scope="module")
@@ -50,9 +98,11 @@ def llama_file(tmp_path_factory):
     return str(path)
 
 
+@pytest.mark.parametrize("variant", ["v1", "v2"])
 @pytest.mark.parametrize("kv", ["f16", "int8"])
-def test_decode_steps_match_cpu_over_many_splits(llama_file, kv):
+def test_decode_steps_match_cpu_over_many_splits(llama_file, kv, variant, monkeypatch):
     """A 300-token prompt in a 2048-position cache: 32 splits in the grid, 5 of them used."""
+    monkeypatch.setenv("LITE_DECODE_ATTN", variant)
     ids = [int(i) for i in np.random.default_rng(1).integers(5, 400, 300)]
     cpu = Engine(llama_file, device="cpu", max_context=2048, kv=kv, prefill_chunk=128)
     gpu = Engine(llama_file, device="cuda", max_context=2048, kv=kv, prefill_chunk=128)

@@ -19,7 +19,8 @@ class _RawModule:
         self._lib = compile_kernels(code.replace("#include <cuda_fp16.h>\n", ""))
 
     def get_function(self, name):
-        return lambda grid, block, args, stream=None: self._lib.launch(name, grid, block, *args)
+        return lambda grid, block, args, stream=None, shared_mem=0: self._lib.launch(
+            name, grid, block, *args)
 
 
 def _poisoned(alloc):
@@ -159,33 +160,70 @@ def decode_attention_reference(q, K, V, ks, vs, pos, scale, window):
     return out
 
 
-@pytest.mark.parametrize("kind,H,Hkv,S,positions,window", [
-    (kind, *case) for kind in ("f16", "int8") for case in [
-        (8, 2, 1000, [0, 63, 64, 500, 999], 0),      # G=4: one block column a KV head
-        (6, 2, 300, [0, 130, 299], 0),               # G=3: a column with an idle warp
-        (12, 2, 300, [70, 299], 100),                # G=6: two columns a KV head, sliding window
-    ]] + [("f16", 4, 1, 20000, [19999], 0)])         # splits longer than a tile (several tiles)
-def test_attn_decode_matches_reference(emulated, kind, H, Hkv, S, positions, window):
-    _, dec = emulated
-    rng = np.random.default_rng(2)
-    D = Dv = 64
-    q = rng.standard_normal((H, D)).astype(np.float32)
+def _cache(rng, kind, Hkv, S, D, Dv):
     if kind == "f16":
         K = rng.standard_normal((Hkv, S, D)).astype(np.float16)
         V = rng.standard_normal((Hkv, S, Dv)).astype(np.float16)
-        ks = vs = None
-    else:
-        K = rng.integers(-127, 128, (Hkv, S, D)).astype(np.int8)
-        V = rng.integers(-127, 128, (Hkv, S, Dv)).astype(np.int8)
-        ks = (rng.random((Hkv, S)) * 0.02).astype(np.float32)
-        vs = (rng.random((Hkv, S)) * 0.02).astype(np.float32)
+        return K, V, None, None
+    K = rng.integers(-127, 128, (Hkv, S, D)).astype(np.int8)
+    V = rng.integers(-127, 128, (Hkv, S, Dv)).astype(np.int8)
+    ks = (rng.random((Hkv, S)) * 0.02).astype(np.float32)
+    vs = (rng.random((Hkv, S)) * 0.02).astype(np.float32)
+    return K, V, ks, vs
+
+
+def _check_attn_decode(dec, variant, kind, H, Hkv, S, positions, window, D=64, Dv=64):
+    rng = np.random.default_rng(2)
+    q = rng.standard_normal((H, D)).astype(np.float32)
+    K, V, ks, vs = _cache(rng, kind, Hkv, S, D, Dv)
     counters = dec.new_counters(64)
     for pos in positions:
         out = dec.attn_decode(q, K, V, ks, vs, np.array([pos], np.int64), 0.125, window,
-                              counters, None)
+                              counters, None, variant=variant)
         want = decode_attention_reference(q, K, V, ks, vs, pos, 0.125, window)
-        np.testing.assert_allclose(out, want, rtol=2e-4, atol=2e-4 * np.abs(want).max())
+        np.testing.assert_allclose(out, want, rtol=2e-4, atol=2e-4 * np.abs(want).max(),
+                                   err_msg=f"{variant} pos {pos}")
         assert not counters.any()          # handed back zeroed for the next launch
+
+
+@pytest.mark.parametrize("variant", ["v1", "v2"])
+@pytest.mark.parametrize("kind,H,Hkv,S,positions,window", [
+    (kind, *case) for kind in ("f16", "int8") for case in [
+        (8, 2, 1000, [0, 1, 7, 8, 63, 64, 500, 998, 999], 0),   # G=4: one block column a KV head
+        (6, 2, 300, [0, 130, 299], 0),               # G=3: a column with an idle warp
+        (12, 2, 300, [70, 299], 100),                # G=6: two columns a KV head, sliding window
+    ]] + [("f16", 4, 1, 20000, [19999], 0)])         # splits longer than a tile (several tiles)
+def test_attn_decode_matches_reference(emulated, variant, kind, H, Hkv, S, positions, window):
+    _check_attn_decode(emulated[1], variant, kind, H, Hkv, S, positions, window)
+
+
+@pytest.mark.parametrize("kind", ["f16", "int8"])
+@pytest.mark.parametrize("D,Dv", [(128, 128), (256, 256), (96, 64)])
+def test_attn_decode_v2_head_dims(emulated, kind, D, Dv):
+    """v2 is compiled per head dims: the 8B shape's 128, Gemma's 256, and unequal/odd ones."""
+    _check_attn_decode(emulated[1], "v2", kind, 8, 2, 700, [0, 129, 699], 0, D, Dv)
+
+
+@pytest.mark.parametrize("tune", ["warps=2,warp_bytes=2048", "warps=4,warp_bytes=65536,min_chunk=16"])
+def test_attn_decode_v2_tunings(emulated, monkeypatch, tune):
+    """Other block shapes: fewer warps than heads a column (merge loops), deep rings (8 stages),
+    splits shorter than a block pass (idle warps)."""
+    monkeypatch.setenv("LITE_DECODE_ATTN_V2", tune)
+    for kind in ("f16", "int8"):
+        _check_attn_decode(emulated[1], "v2", kind, 8, 2, 1000, [0, 1, 17, 300, 999], 0)
+
+
+def test_attn_decode_variant_from_environment(emulated, monkeypatch):
+    _, dec = emulated
+    monkeypatch.setenv("LITE_DECODE_ATTN", "v2")
+    _check_attn_decode(dec, None, "f16", 8, 2, 200, [5, 199], 0)
+    assert dec.selected_variant() == "v2"
+    monkeypatch.setenv("LITE_DECODE_ATTN", "v3")
+    with pytest.raises(ValueError):
+        dec.selected_variant()
+    assert not dec.v2_supported(40, 40, True) and dec.v2_supported(40, 40, False)
+    monkeypatch.setenv("LITE_DECODE_ATTN", "v2")   # int8 rows of 40 values: v1 serves them
+    _check_attn_decode(dec, None, "int8", 8, 2, 200, [199], 0, 40, 40)
 
 
 @pytest.mark.parametrize("kind", ["f16", "int8"])
