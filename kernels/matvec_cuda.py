@@ -276,16 +276,10 @@ struct TQ8_0 {   // d, qs[32] int8; a chunk is a block
 """
 
 C_KERNEL = r"""
+// The loop every register-kernel launch runs: acc[r][n] = row r . x n over this thread's chunks.
 template <class T, int N, int R, int P>
-__global__ void __launch_bounds__(128) mv(const unsigned char* __restrict__ w, const float* __restrict__ x,
-                                          float* __restrict__ out, int rows, int cols) {
-    const int row0 = blockIdx.x * R, nb = cols / T::BE, chunks = nb * T::CPB;
-    const long long rb = (long long)nb * T::TS;
-    const unsigned char* rowp[R];
-    #pragma unroll
-    for (int r = 0; r < R; r++)   // rows past the end re-read the last row and are not written
-        rowp[r] = w + (long long)min(row0 + r, rows - 1) * rb;
-    float acc[R][N];
+__device__ __forceinline__ void mv_rows(const unsigned char* const (&rowp)[R], const float* __restrict__ x,
+                                        int cols, int chunks, float (&acc)[R][N]) {
     #pragma unroll
     for (int r = 0; r < R; r++)
         #pragma unroll
@@ -317,6 +311,18 @@ __global__ void __launch_bounds__(128) mv(const unsigned char* __restrict__ w, c
             for (int r = 0; r < R; r++) cur[r] = nxt[r];
         }
     }
+}
+template <class T, int N, int R, int P>
+__global__ void __launch_bounds__(128) mv(const unsigned char* __restrict__ w, const float* __restrict__ x,
+                                          float* __restrict__ out, int rows, int cols) {
+    const int row0 = blockIdx.x * R, nb = cols / T::BE, chunks = nb * T::CPB;
+    const long long rb = (long long)nb * T::TS;
+    const unsigned char* rowp[R];
+    #pragma unroll
+    for (int r = 0; r < R; r++)   // rows past the end re-read the last row and are not written
+        rowp[r] = w + (long long)min(row0 + r, rows - 1) * rb;
+    float acc[R][N];
+    mv_rows<T, N, R, P>(rowp, x, cols, chunks, acc);
     __shared__ float red[4][R * N];
     const float total = block_sum<R, N>(acc, red);       // thread r*N+n writes row r, x n
     if (threadIdx.x < R * N) {

@@ -7,7 +7,7 @@ qwen2moe: qwen2's attention (q/k/v biases, which linear adds); the top-k weights
 them (cfg.expert_weights_norm False); plus a shared expert every token goes through, a gated FFN
 over ffn_{gate,up,down}_shexp.weight scaled per token by sigmoid(h . ffn_gate_inp_shexp.weight).
 """
-from lite.models.llama import attention_block, ffn_block
+from lite.models.llama import attention_block, ffn_block, fold_residuals
 
 
 def moe_block(ops, cfg, il, h):
@@ -23,6 +23,9 @@ def moe_block(ops, cfg, il, h):
 def forward_layer(ops, cfg, il, x, kv, pos0):
     p = f"blk.{il}."
     h = ops.rms_norm(x, p + "attn_norm.weight", cfg.rms_eps)
-    x = ops.add(x, attention_block(ops, cfg, il, h, kv, pos0))
+    if fold_residuals(ops, x):
+        x = attention_block(ops, cfg, il, h, kv, pos0, residual=x)
+    else:
+        x = ops.add(x, attention_block(ops, cfg, il, h, kv, pos0))
     h = ops.rms_norm(x, p + "ffn_norm.weight", cfg.rms_eps)
     return ops.add(x, moe_block(ops, cfg, il, h))

@@ -90,3 +90,25 @@ def test_real_model_gpu_matches_cpu(key):
     for case in json.loads(doc.read_text())["cases"]:
         got, want = compare(str(path), case["prompt_ids"], len(case["generated"]), chunk=128)
         assert got == want
+
+
+@pytest.mark.parametrize("arch,quant", [("llama", "Q4_K"), ("qwen3", "Q6_K"), ("llama", "Q8_0")])
+def test_matvec_epilogues_equal_the_separate_launches(tmp_path, monkeypatch, arch, quant):
+    """Decode with the residual add and the FFN activation folded into the products
+    (kernels/matvec_epilogue.py, the default) against the separate launches (LITE_MATVEC_EPILOGUE=0):
+    the same fp32 operations, so the logits agree to the last bits and the tokens exactly."""
+    import lite.backends.cuda as cuda_backend
+    path = str(tmp_path / "m.gguf")
+    synth(arch, "tiny", quant, path, seed=6)
+    ids = list(range(5, 37))
+    runs = {}
+    for on in (True, False):
+        monkeypatch.setattr(cuda_backend, "EPILOGUES", on)
+        e = Engine(path, device="cuda", max_context=128)
+        logits = [e.prefill(ids)]
+        for _ in range(8):
+            logits.append(e.decode_step(int(np.argmax(logits[-1]))))
+        runs[on] = logits
+    for a, b in zip(runs[True], runs[False]):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5 * np.abs(b).max())
+        assert int(np.argmax(a)) == int(np.argmax(b))

@@ -15,6 +15,7 @@ import numpy as np
 from lite.backends.cuda_decode import CUDADecodeAttention
 from lite.backends.cuda_handoff import CUDAHandoff
 from lite.backends.cuda_moe import FUSED_MAX_TOKENS, CUDAExperts, _Weight
+from lite.kernels import matvec_epilogue
 
 log = logging.getLogger(__name__)
 
@@ -22,6 +23,9 @@ log = logging.getLogger(__name__)
 # is 3x faster than the materialized path at 8K-32K context on the H200; LITE_FLASH_ATTN=0 falls
 # back to the materialized path (scores through memory, cuBLAS), which serves every head dim.
 FLASH_ATTN = os.environ.get("LITE_FLASH_ATTN", "1") != "0"
+# Decode products with the residual add or the FFN activation folded in (kernels/matvec_epilogue.py);
+# LITE_MATVEC_EPILOGUE=0: the separate launches, as before (for comparison).
+EPILOGUES = os.environ.get("LITE_MATVEC_EPILOGUE", "1") != "0"
 PINNED_STAGING_BYTES = 64 << 20
 ATTN_SCRATCH_BYTES = 2 << 30      # scores + probabilities of the heads attended at once
 
@@ -264,6 +268,39 @@ class CUDABackend(CUDAHandoff, CUDADecodeAttention, CUDAExperts):
             outs.append(part)
             off += r
         return outs
+
+    def linear_add(self, x, name, res):
+        """res + x @ W.T: for a few tokens one launch (kernels/matvec_epilogue.py), else the
+        product and an add."""
+        w, cp = self.w[name], self.cp
+        bias = name[: -len("weight")] + "bias"
+        if bias not in self.w and self._epilogue_ok(w, x):
+            x, res = cp.ascontiguousarray(x), cp.ascontiguousarray(res)
+            out = cp.empty((x.shape[0], w.shape[-2]), np.float32)
+            matvec_epilogue.launch(w.qtype, w.data, x, out, w.shape[-2], w.shape[-1], "add", res,
+                                   self.stream)
+            return out
+        return res + self.linear(x, name)
+
+    def linear_gated(self, x, names, act):
+        """act(x @ gate.T) * (x @ up.T): for a few tokens one launch over the fused [gate; up]
+        (kernels/matvec_epilogue.py), else linear_many and act_mul."""
+        group, cp = self.fused.get(tuple(names)), self.cp
+        biased = any(n[: -len("weight")] + "bias" in self.w for n in names)
+        if (group is not None and not biased and len(group[1]) == 2 and group[1][0] == group[1][1]
+                and act in matvec_epilogue.EPILOGUES and self._epilogue_ok(group[0], x)):
+            w = group[0]
+            x = cp.ascontiguousarray(x)
+            out = cp.empty((x.shape[0], group[1][0]), np.float32)
+            matvec_epilogue.launch(w.qtype, w.data, x, out, w.shape[-2], w.shape[-1], act, None,
+                                   self.stream)
+            return out
+        gate, up = self.linear_many(x, names)
+        return self.act_mul(gate, up, act)
+
+    def _epilogue_ok(self, w, x):
+        return (EPILOGUES and x.shape[0] <= FUSED_MAX_TOKENS and w.data.ndim == 1
+                and matvec_epilogue.supports(w.qtype, w.data, self.cp.ascontiguousarray(x)))
 
     def rms_norm(self, x, name, eps):
         return self.k.rms_norm(self.cp.ascontiguousarray(x), self.w[name].data, eps, self.stream)
