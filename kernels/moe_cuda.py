@@ -18,7 +18,7 @@ A layer's MoE work is a constant number of launches whatever the number of exper
                tables compiled into the module, filled into shared memory by T::init). The IQ
                variants have NOT run on a GPU: tests/test_moe_mv_emulated.py runs their CUDA C on
                the host (g++) against float64 products of gguf-py's dequantize. Decode (n = 1) may
-               take kernels/moe_mvw.py's moe_mvw instead (LITE_MOE_MV=warp, opt-in, NOT run on a GPU).
+               take kernels/moe_mvw.py's moe_mvw (the default; LITE_MOE_MV=cta: moe_mv).
   deq_gather   dequantize the used experts (sel[y], y = blockIdx.y) of a 3-D tensor to fp16, one
                launch: kernels/dequant_basic.py's tiled kernel with a second grid dimension.
   moe_gather_x16, moe_act_{f32,f16}, moe_ptrs, moe_combine: the cuBLAS path's glue (rows to fp16
@@ -265,9 +265,9 @@ def grouped_mv(qtype, n, w0, w1, ebytes, slot_of, x, out0, out1, blk_expert, blk
     w1/out1 given: a second matrix of the same shape (up beside gate) in the same launch.
     x_by_row False: x is (T, cols), row i reads its token's row (gate, up); True: x is already in
     padded-row order (P, cols) and row i reads row i (down, on the activations).
-    n = 1 with LITE_MOE_MV=warp takes kernels/moe_mvw.py's moe_mvw (same contract, opt-in)."""
+    n = 1 takes kernels/moe_mvw.py's moe_mvw (same contract; LITE_MOE_MV=cta: moe_mv)."""
     from lite.kernels import moe_mvw as mvw
-    if n == 1 and mvw.enabled():        # LITE_MOE_MV=warp: the decode variant (not yet run on a GPU)
+    if n == 1 and mvw.enabled():        # the decode variant (LITE_MOE_MV=cta: moe_mv)
         return mvw.launch(qtype, w0, w1, ebytes, slot_of, x, out0, out1, blk_expert, blk_rows, kdiv, S, n_blocks,
                           rows, cols, x_by_row)
     R = mv_rows_per_cta(qtype, n)
