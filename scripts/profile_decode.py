@@ -52,9 +52,23 @@ def main():
     times, counts = defaultdict(float), defaultdict(int)
     # embed copies ids from the host: not capturable; a one-token rope only marks its input for
     # attention, which rotates q and k in the launch that stores the KV cache (no GPU work)
-    for name in ("linear", "linear_many", "rms_norm", "add_rms_norm", "attention", "act_mul",
-                 "add", "output"):
-        f = getattr(ops, name)
+    # where the host's share goes: the step without sampling, the sampler alone
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        logits = e.decode_step(tok)
+    bare = (time.perf_counter() - t0) / reps
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        greedy(logits)
+    sample = (time.perf_counter() - t0) / reps
+    print(f"host: decode_step without sampling {bare * 1e3:.3f} ms (graph replay {replay * 1e3:.3f} ms, "
+          f"so {max(bare - replay, 0) * 1e3:.3f} ms of input, output copy and Python); greedy sampler "
+          f"{sample * 1e3:.3f} ms on {logits.size} logits")
+    for name in ("linear", "linear_many", "linear_add", "linear_gated", "rms_norm", "add_rms_norm",
+                 "attention", "act_mul", "add", "output"):
+        f = getattr(ops, name, None)
+        if f is None:
+            continue
 
         def timed(*args, _f=f, _n=name, **kw):
             graph, r = ops.capture(lambda: _f(*args, **kw))
