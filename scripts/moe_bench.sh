@@ -5,14 +5,18 @@
 # On the GPU machine, after `source scripts/device_setup.sh`:
 #   bash scripts/moe_bench.sh                 # Q4_K and IQ3_XXS
 #   bash scripts/moe_bench.sh Q4_K            # one quant
-#   LITE_EXPERT_PREFETCH=1 bash scripts/moe_bench.sh   # copies of the next layer overlapped (opt-in)
+# Session 5 defaults: next-layer prefetch on (LITE_EXPERT_PREFETCH=0 turns it off), decode through the
+# device-managed expert cache, graph-captured (LITE_EXPERT_DEVICE_CACHE=0: the host-managed path),
+# half of a cache for it (LITE_EXPERT_PREFILL_SHARE=0.5: the host-managed share, prefill), prefill
+# chunks of >= 16 token-slots an expert without an ids sync (LITE_EXPERT_FULL_LAYER=0 turns it off).
+# `lite bench --verbose` prints the counters: dev_* (device cache), host_calls/host_syncs/host_s.
 # Env: PRESET (30b-a3b; `tiny` for a smoke test), PROMPTS (2048,8192,32768), NGEN (64), REPS (2),
-#      CHUNK (prefill chunk, 2048), DEVICE (cuda; cpu runs the script without a GPU), DIR (where
+#      CHUNK (prefill chunk, 8192: a chunk's compute hides its layers' copies), DEVICE (cuda; cpu runs the script without a GPU), DIR (where
 #      the synthetic files go, /tmp), OUT (JSON rows and the table; default $DIR/moe_bench).
 # Writing the 30B-A3B Q4_K file took 20 s on the H200 machine (17.4 GB).
 set -u
 PRESET=${PRESET:-30b-a3b}; PROMPTS=${PROMPTS:-2048,8192,32768}; NGEN=${NGEN:-64}; REPS=${REPS:-2}
-CHUNK=${CHUNK:-2048}; DEVICE=${DEVICE:-cuda}; DIR=${DIR:-/tmp}; out=${OUT:-$DIR/moe_bench}
+CHUNK=${CHUNK:-8192}; DEVICE=${DEVICE:-cuda}; DIR=${DIR:-/tmp}; out=${OUT:-$DIR/moe_bench}
 mkdir -p "$out" "$DIR"
 L="python3 -m lite.cli.main"
 quants=${*:-Q4_K IQ3_XXS}
@@ -47,7 +51,7 @@ for data in rows.values():
     for r in data:
         if r["test"] not in tests:
             tests.append(r["test"])
-head = ["quant-experts-cache%"] + tests + ["hit rate", "GB streamed", "GPU wait s"]
+head = ["quant-experts-cache%"] + tests + ["hit rate", "GB streamed", "GPU wait s", "dev hit", "host syncs"]
 lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
 for key, data in rows.items():
     by = {r["test"]: r["tok_s"] for r in data}
@@ -55,6 +59,8 @@ for key, data in rows.items():
     cells = [key] + [f"{by[t]:.1f}" if t in by else "" for t in tests]
     cells += [str(st.get("hit_rate", "")), f"{st['bytes_streamed'] / 1e9:.2f}" if st else "",
               str(st.get("gpu_wait_s", ""))]
+    dh, dm = st.get("dev_hits", 0), st.get("dev_misses", 0)
+    cells += [f"{dh / (dh + dm):.3f}" if dh + dm else "", str(st.get("host_syncs", ""))]
     lines.append("| " + " | ".join(cells) + " |")
 table = "\n".join(lines)
 print(table)

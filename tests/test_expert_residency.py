@@ -54,8 +54,9 @@ def test_cpu_engine_takes_the_flags_and_ignores_them(tiny_moe):
 
 
 # ---------------------------------------------------------------- on the GPU
-def _backends(path, mode, n_slots):
-    """A device-resident reference and a backend whose layer-0 experts come through `mode`."""
+def _backends(path, mode, n_slots, dev_slots=None):
+    """A device-resident reference and a backend whose layer-0 experts come through `mode`
+    (dev_slots: a device-managed decode cache of that many slots beside the host-managed one)."""
     from lite.backends.cuda import CUDABackend
     g = GGUFFile(path)
     names = [n for n in g.tensors if n.startswith("blk.0.")]
@@ -65,7 +66,7 @@ def _backends(path, mode, n_slots):
     streamed = CUDABackend(g, [n for n in names if n not in exps])
     streamed.moe_grouped = True
     with streamed.activate():
-        r = streamed.place_experts(g, exps, mode, "auto", n_slots=n_slots)
+        r = streamed.place_experts(g, exps, mode, "auto", n_slots=n_slots, dev_slots=dev_slots)
     assert r.mode == mode and streamed.host_experts is not None
     return g, ref, streamed
 
@@ -82,6 +83,32 @@ def test_gpu_streamed_experts_byte_identical(tiny_moe, mode, n_slots, T):
 @pytest.mark.parametrize("T", [3, 100])
 def test_gpu_streamed_iq_experts_byte_identical(tiny_moe_iq, n_slots, T):
     _check_streamed(tiny_moe_iq, "host", n_slots, T)
+
+
+@needs_gpu
+@pytest.mark.parametrize("dev_slots", [16, 4, 2])
+@pytest.mark.parametrize("T", [1, 2, 5, 40])     # device cache (when T*k <= dev_slots), else host
+def test_gpu_device_cache_experts_byte_identical(tiny_moe, dev_slots, T):
+    """Decode through the device-managed cache (xc_step, xc_fetch from pinned host RAM): the same
+    bytes as resident experts, with hits, misses and evictions; larger T takes the host path."""
+    g, ref, streamed = _backends(tiny_moe, "host", 3, dev_slots)
+    cpu = CPUBackend(g, [n for n in g.tensors if n.startswith("blk.0.")])
+    rng = np.random.default_rng(T)
+    for rep in range(4):                                # new routes: misses and evictions
+        h = rng.standard_normal((T, 256)).astype(np.float32)
+        ids, w = cpu.moe_route(h, "blk.0.ffn_gate_inp.weight", 2, True)
+        with ref.activate():
+            want = ref.moe_experts(ref.cp.asarray(h), 0, ids, w, "silu").get()
+        for _ in range(2):
+            with streamed.activate():
+                got = streamed.moe_experts(streamed.cp.asarray(h), 0, ids, w, "silu").get()
+            assert got.tobytes() == want.tobytes(), (rep, _)
+    st = streamed.expert_stats()
+    if T * 2 <= dev_slots:
+        assert st["dev_calls"] == 8 and st["host_calls"] == 0 and st["dev_steps"] == 8
+        assert st["dev_misses"] > 0 and st["dev_hits"] > 0
+    else:
+        assert st["dev_calls"] == 0 and st["host_calls"] == 8
 
 
 def _check_streamed(path, mode, n_slots, T):
@@ -106,18 +133,31 @@ def _check_streamed(path, mode, n_slots, T):
 
 
 @needs_gpu
-@pytest.mark.parametrize("experts,cache", [("host", "auto"), ("host", "off"), ("mmap", "0.001")])
-def test_gpu_engine_experts_host_matches_gpu(tiny_moe, experts, cache):
+@pytest.mark.parametrize("experts,cache,dev", [("host", "auto", None), ("host", "auto", 6), ("host", "auto", 0),
+                                               ("host", "off", None), ("mmap", "0.001", None)])
+def test_gpu_engine_experts_host_matches_gpu(tiny_moe, monkeypatch, experts, cache, dev):
+    """dev: the device cache's slots (None: the default split, which the tiny model's 32 experts
+    reach only with DEV_MIN_SLOTS lowered; 6: fewer than a decode step's 8 layer-experts, so it
+    evicts every step; 0: none). With a device cache, decode steps are graph-captured."""
+    from lite.backends import cuda_host_experts as hx_mod
+    monkeypatch.setattr(hx_mod, "DEV_MIN_SLOTS", 2)
+    if dev is not None:
+        monkeypatch.setattr(hx_mod.HostExperts, "_dev_split",
+                            staticmethod(lambda k, ne, mode, retain, n_slots, dev_slots: dev))
     ids = [5, 17, 99, 3, 42, 7, 8, 9, 10, 11, 12]
     on_gpu = Engine(tiny_moe, device="cuda", max_context=64, experts="gpu")
     off = Engine(tiny_moe, device="cuda", max_context=64, experts=experts, expert_cache=cache)
-    assert on_gpu.stages[0].use_graphs and not off.stages[0].use_graphs   # decode graphs for MoE
+    graphs = experts == "host" and cache == "auto" and dev != 0
+    assert on_gpu.stages[0].use_graphs and off.stages[0].use_graphs == graphs   # decode graphs for MoE
     assert off.expert_stats()["mode"] == experts and on_gpu.expert_stats() is None
     assert on_gpu.prefill(ids).tobytes() == off.prefill(ids).tobytes()
     a = list(on_gpu.generate(ids, 6, GREEDY, stop_at_eog=False))
     b = list(off.generate(ids, 6, GREEDY, stop_at_eog=False))
     assert a == b
-    assert off.expert_stats()["misses"] > 0
+    st = off.expert_stats()
+    assert st["misses"] > 0
+    if graphs:                       # decode steps replayed: the kernels counted more steps than calls
+        assert st["dev_steps"] > st["dev_calls"] > 0 and st["dev_misses"] > 0
 
 
 # ---------------------------------------------------------------- the copy machinery, on the CPU

@@ -10,9 +10,12 @@ whose routed experts outnumber the slots runs in rounds; each round writes only 
 so outputs are byte-identical to all-on-GPU whatever the cache size (tests/test_experts.py).
 
 Layers whose expert tensors differ in type or shape get a pool of slots each; the cache bytes are
-split between pools by their number of layers.
+split between pools by their number of layers. Within a pool, decode (T <= 8) goes through a cache
+managed on the device (cuda_expert_dev.py: no host sync, graph-captured) when the budget leaves it
+enough slots; prefill chunks through the host-managed one, large chunks without reading their ids.
 """
 import os
+import time
 
 import numpy as np
 
@@ -21,10 +24,23 @@ from lite.experts import ExpertCache, Stager, run_layer
 
 KINDS = ("gate", "up", "down")
 STAGING_BYTES = 64 << 20        # each of mmap mode's two pinned staging buffers
-# Prefetch the next layer's likely experts while this layer computes (copy/compute overlap). Not yet
-# run on a GPU, so opt-in: LITE_EXPERT_PREFETCH=1 (outputs stay byte-identical either way: a
-# prefetch only changes which slots hold what).
-PREFETCH = os.environ.get("LITE_EXPERT_PREFETCH") == "1"
+# Prefetch the next layer's likely experts while this layer computes (copy/compute overlap). The
+# default since session 5 (the residency tests passed with it on the H200); LITE_EXPERT_PREFETCH=0
+# turns it off. Outputs stay byte-identical either way: a prefetch only changes which slots hold what.
+PREFETCH = os.environ.get("LITE_EXPERT_PREFETCH", "1") != "0"
+# Decode (T <= FUSED_MAX_TOKENS, fused types) from a cache managed on the device
+# (cuda_expert_dev.py): no host sync, so decode steps are graph-captured. LITE_EXPERT_DEVICE_CACHE=0:
+# every layer through the host-managed cache as before.
+DEVICE_CACHE = os.environ.get("LITE_EXPERT_DEVICE_CACHE", "1") != "0"
+# The share of a pool's cache slots left to the host-managed cache (prefill chunks, whole layers);
+# the rest is the device cache (decode). At least two layers' experts stay with the host side.
+PREFILL_SHARE = float(os.environ.get("LITE_EXPERT_PREFILL_SHARE", "0.5"))
+DEV_MIN_SLOTS = 64              # below this the device cache is not worth its slots
+DEV_MAX_IDS = 128               # routed experts one device-cache step takes (T x k)
+# A chunk with at least FULL_LAYER token-slots an expert routes to nearly every expert: the layer's
+# experts are made resident whole, without reading the ids on the host (no sync: the host runs
+# ahead and the next layer's copies overlap this one's compute). 0 turns it off.
+FULL_LAYER = int(os.environ.get("LITE_EXPERT_FULL_LAYER", "16"))
 
 
 class StreamedWeight:
@@ -44,11 +60,13 @@ class _Handle:
 
 
 class _Pool:
-    """n_slots slots of one layout: a device buffer per tensor kind, one expert a slot."""
+    """n_slots slots of one layout: a device buffer per tensor kind, one expert a slot. dev: a
+    cuda_expert_dev.DeviceExpertCache of more slots of this layout (decode), or None."""
 
     def __init__(self, cp, ebytes, n_slots, copy, wait, retain, layers):
         self.ebytes = ebytes
         self.n_slots = n_slots
+        self.dev = None
         self.bufs = [cp.empty(n_slots * eb, np.uint8) for eb in ebytes]
         # layers in forward order: evict the expert whose layer comes back last (lite/experts.py)
         self.cache = ExpertCache(n_slots, lambda il, e, s, after: copy(self, il, e, s, after), wait,
@@ -61,7 +79,8 @@ class HostExperts:
     (n_slots, when given, overrides it: the tests' one-expert cache). retain False: --expert-cache
     off (slots are staging only, forgotten after each layer)."""
 
-    def __init__(self, backend, gguf, names, mode, cache_bytes, retain=True, n_slots=None):
+    def __init__(self, backend, gguf, names, mode, cache_bytes, retain=True, n_slots=None, dev_slots=None,
+                 dev_launch=None):
         import cupyx
         cp = self.cp = backend.cp
         self.backend, self.mode = backend, mode
@@ -97,12 +116,41 @@ class HostExperts:
         self.pool_of = {}
         for layout, ils in layouts.items():
             ebytes = [eb for _, _, eb in layout]
+            n_expert = layout[0][1][0]
             k = n_slots or max(1, int(cache_bytes * len(ils) / len(by_layer)) // sum(ebytes))
+            n_dev = self._dev_split(k, n_expert, mode, retain, n_slots, dev_slots)
+            if n_dev and n_slots is None and dev_slots is None:
+                k -= n_dev                   # the budget's rest stays with the host-managed cache
             pool = _Pool(cp, ebytes, k, self._copy, self._wait, retain, sorted(ils))
+            if n_dev:
+                from lite.backends.cuda_expert_dev import DeviceExpertCache
+                pool.dev = DeviceExpertCache(cp, n_dev, ils, n_expert, ebytes,
+                                             lambda il, kd: self.src[il][kd].ctypes.data,
+                                             min(n_dev, DEV_MAX_IDS), launch=dev_launch)
             for il in ils:
                 self.pool_of[il] = pool
         self.pools = list({id(p): p for p in self.pool_of.values()}.values())
         self._last = {}              # layer -> the experts it routed to last time (prefetch's guess)
+        # host-side counters (lite bench --verbose): calls of each path, host syncs, host seconds
+        self.prof = {"host_calls": 0, "host_syncs": 0, "host_s": 0.0, "full_layers": 0, "dev_calls": 0,
+                     "dev_host_s": 0.0}
+
+    @staticmethod
+    def _dev_split(k, n_expert, mode, retain, n_slots, dev_slots):
+        """Slots of a pool's budget k that go to the device cache (decode): dev_slots when given
+        (tests), none with n_slots given, mmap (no pinned source to read from), --expert-cache
+        off, more experts than xc_step takes, or too few slots; else what PREFILL_SHARE leaves."""
+        from lite.backends.cuda_expert_dev import XC_THREADS
+        if dev_slots is not None:
+            return dev_slots
+        if n_slots is not None or not DEVICE_CACHE or mode != "host" or not retain or n_expert > XC_THREADS:
+            return 0
+        n_host = max(min(k, 2 * n_expert), int(k * PREFILL_SHARE))
+        return k - n_host if k - n_host >= DEV_MIN_SLOTS else 0
+
+    def graph_safe(self):
+        """Is every layer's decode served by a device cache (no host sync, capturable)?"""
+        return all(p.dev is not None for p in self.pools)
 
     def serves(self, il):
         return il in self.pool_of
@@ -177,20 +225,59 @@ class HostExperts:
 
     # --- the MoE of one layer ------------------------------------------------------------------
     def moe_experts(self, be, h, il, ids, weights, act):
-        """As CUDAExperts.moe_experts, the experts from the slots. The host reads the routed ids
-        (one sync a layer): which experts to copy depends on them."""
-        from lite.kernels import moe_cuda as mk
+        """As CUDAExperts.moe_experts, the experts from the slots. Decode (T <= FUSED_MAX_TOKENS,
+        fused types) with a device cache: no host sync (_moe_dev). Otherwise the host-managed cache:
+        the host reads the routed ids (one sync a layer: which experts to copy depends on them),
+        except for chunks large enough to use nearly every expert, which make the whole layer
+        resident without reading them."""
         cp = self.cp
         pool, ws = self.pool_of[il], self.weights[il]
-        n_expert = ws[0].shape[0]
         h = cp.ascontiguousarray(h, dtype=np.float32)
         ids = cp.ascontiguousarray(cp.asarray(ids), dtype=np.int32)
         weights = cp.ascontiguousarray(cp.asarray(weights), dtype=np.float32)
+        dev = pool.dev
+        if dev is not None and ids.shape[0] <= FUSED_MAX_TOKENS and ids.size <= dev.max_ids:
+            t0 = time.perf_counter()
+            plan = be._moe_plan(ids, ws, bases=dev.bufs)
+            if plan["path"] == "pairs":
+                out = self._moe_dev(be, dev, plan, h, il, ids, weights, act)
+                self.prof["dev_calls"] += 1
+                self.prof["dev_host_s"] += time.perf_counter() - t0
+                return out
+        t0 = time.perf_counter()
+        try:
+            return self._moe_host(be, pool, ws, h, il, ids, weights, act)
+        finally:
+            self.prof["host_calls"] += 1
+            self.prof["host_s"] += time.perf_counter() - t0
+
+    def _moe_dev(self, be, dev, plan, h, il, ids, weights, act):
+        """The device cache's step (bookkeeping + the misses' copies, on the device), the pairs
+        path reading the slots through the layer's table row, one combine: capturable."""
+        from lite.kernels import moe_cuda as mk
+        dev.step(ids, il)
+        y = be._moe_run(plan, h, ids, self.weights[il], act, bases=dev.bufs, slot_of=dev.slot_of(il))
+        out = self.cp.empty_like(h)
+        mk.combine(y, None, weights, out)
+        return out
+
+    def _moe_host(self, be, pool, ws, h, il, ids, weights, act):
+        from lite.kernels import moe_cuda as mk
+        cp = self.cp
+        n_expert = ws[0].shape[0]
         plan = be._moe_plan(ids, ws, bases=pool.bufs)
-        ids_h = cp.asnumpy(ids)
+        T = ids.shape[0]
+        full = (FULL_LAYER > 0 and T > FUSED_MAX_TOKENS and plan["path"] == "gemm"
+                and ids.size >= FULL_LAYER * n_expert and pool.cache.n_slots >= 2 * n_expert)
+        if full:                     # the whole layer: no need to read the ids (no sync)
+            ids_h, route = None, np.arange(n_expert)
+            self.prof["full_layers"] += 1
+        else:
+            ids_h = route = cp.asnumpy(ids)
+            self.prof["host_syncs"] += 1
         state = {"y": None}
         # Few tokens of a type without a fused grouped kernel: the per-expert loop, as on the device
-        per_expert = ids_h.shape[0] <= FUSED_MAX_TOKENS and plan["path"] != "pairs"
+        per_expert = T <= FUSED_MAX_TOKENS and plan["path"] != "pairs"
 
         def compute(rnd):
             if per_expert:
@@ -202,8 +289,8 @@ class HostExperts:
                                      y=state["y"], rnd=rnd)
             return be.stream.record()
 
-        run_layer(pool.cache, il, ids_h, compute)
-        self._last[il] = np.unique(ids_h)
+        run_layer(pool.cache, il, route, compute)
+        self._last[il] = np.unique(route)
         if PREFETCH:
             self._prefetch(il)
         out = cp.empty_like(h)
@@ -246,7 +333,30 @@ class HostExperts:
         n = tot.get("hits", 0) + tot.get("misses", 0)
         tot["hit_rate"] = round(tot.get("hits", 0) / n, 4) if n else 0.0
         tot["gpu_wait_s"] = round(self._gpu_wait_s, 4)
-        tot["slots"] = sum(p.n_slots for p in self.pools)
-        tot["cache_bytes"] = sum(p.n_slots * sum(p.ebytes) for p in self.pools)
+        # the device caches (decode): their hits, misses and bytes count in the totals too
+        dev = {"dev_hits": 0, "dev_misses": 0, "dev_steps": 0, "dev_bytes": 0}
+        for p in self.pools:
+            if p.dev is not None:
+                d = p.dev.stats()
+                dev["dev_hits"] += d["hits"]
+                dev["dev_misses"] += d["misses"]
+                dev["dev_steps"] += d["steps"]
+                dev["dev_bytes"] += d["bytes_streamed"]
+        tot["hits"] = tot.get("hits", 0) + dev["dev_hits"]
+        tot["misses"] = tot.get("misses", 0) + dev["dev_misses"]
+        tot["bytes_streamed"] = tot.get("bytes_streamed", 0) + dev["dev_bytes"]
+        n = tot["hits"] + tot["misses"]
+        tot["hit_rate"] = round(tot["hits"] / n, 4) if n else 0.0
+        tot.update(dev)
+        tot["dev_slots"] = sum(p.dev.n_dev for p in self.pools if p.dev is not None)
+        tot["slots"] = sum(p.n_slots for p in self.pools) + tot["dev_slots"]
+        tot["cache_bytes"] = sum((p.n_slots + (p.dev.n_dev if p.dev else 0)) * sum(p.ebytes) for p in self.pools)
+        # host time: the host-managed path per call (Python, its one sync a layer included) and
+        # the device path's Python per eager call (graph replays run none of it)
+        pr = dict(self.prof)
+        pr["host_ms_per_call"] = round(1e3 * pr["host_s"] / pr["host_calls"], 4) if pr["host_calls"] else 0.0
+        pr["host_s"] = round(pr["host_s"], 4)
+        pr["dev_host_s"] = round(pr["dev_host_s"], 4)
+        tot.update(pr)
         tot["mode"] = self.mode
         return tot

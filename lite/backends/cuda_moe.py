@@ -38,10 +38,11 @@ class CUDAExperts:
 
     supports_host_experts = True
 
-    def place_experts(self, gguf, names, experts="auto", expert_cache="auto", n_slots=None):
+    def place_experts(self, gguf, names, experts="auto", expert_cache="auto", n_slots=None, dev_slots=None):
         """Put a stage's expert tensors where --experts says; called after the dense weights and
         the KV cache are allocated, so auto sees the VRAM that is left. -> lite.experts.Residency.
-        n_slots overrides the cache size in slots (tests: a cache of one expert)."""
+        n_slots overrides the host-managed cache's size in slots (tests: a cache of one expert),
+        dev_slots the device cache's (decode; cuda_expert_dev.py)."""
         from lite import experts as ex
         from lite.backends.cuda_host_experts import HostExperts
         cp = self.cp
@@ -65,7 +66,8 @@ class CUDAExperts:
             return r
         with self.device:
             self.host_experts = HostExperts(self, gguf, names, r.mode, r.cache_bytes,
-                                            retain=ex.parse_cache(expert_cache) != 0, n_slots=n_slots)
+                                            retain=ex.parse_cache(expert_cache) != 0, n_slots=n_slots,
+                                            dev_slots=dev_slots)
         return r
 
     def expert_stats(self):
@@ -74,15 +76,23 @@ class CUDAExperts:
 
     def moe_graph_safe(self):
         """Can a decode step of this MoE stage be captured in a CUDA graph? Yes when the grouped
-        path serves it without cuBLAS or a host sync: every expert tensor resident on the device
-        in a type moe_mv takes (IQ3_XXS and IQ4_XS included; else the per-expert loop reads ids on
-        the host), and no shared expert (qwen2moe's sigmoid gate is a CuPy dot, i.e. cuBLAS, which
-        capture refuses)."""
+        path serves it without cuBLAS or a host sync: every expert tensor in a type moe_mv takes
+        (IQ3_XXS and IQ4_XS included; else the per-expert loop reads ids on the host), either
+        resident on the device or served at decode by a device-managed expert cache (--experts
+        host, cuda_expert_dev.py: bookkeeping and copies on the device), and no shared expert
+        (qwen2moe's sigmoid gate is a CuPy dot, i.e. cuBLAS, which capture refuses)."""
         from lite.kernels import moe_cuda as mk
-        if not self.moe_grouped or self.host_experts is not None:
+        if not self.moe_grouped:
             return False
         if any(n.endswith("ffn_gate_inp_shexp.weight") for n in self.w):
             return False
+        hx = self.host_experts
+        if hx is not None:
+            if not hx.graph_safe():
+                return False
+            return all(mk.mv_fits(w.qtype, b.data.ptr, w.ebytes)
+                       for p in hx.pools for ws in [hx.weights[il] for il in hx.pool_of if hx.pool_of[il] is p]
+                       for w, b in zip(ws, p.dev.bufs))
         exps = [w for n, w in self.w.items() if n.endswith("_exps.weight")]
         return all(mk.mv_fits(w.qtype, w.data.data.ptr, expert_bytes(w)) for w in exps)
 
