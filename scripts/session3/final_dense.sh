@@ -3,7 +3,7 @@
 # the epilogue kernels and decode attention v2, their kernel timings, IQ3_XXS v2 matvec sweep, then
 # lite bench end to end per variant, and the per-op profile of the best. Results under $OUT.
 set -u
-source scripts/device_setup.sh 2>&1 | grep -v "^WARNING: Target"
+source scripts/device_setup.sh 2>/dev/null
 L="python3 -m lite.cli.main"; O=${OUT:-/tmp/out}; mkdir -p "$O"
 log() { echo "== $(date +%T) $*" | tee -a "$O/final.log"; }
 [ -f /tmp/8b.gguf ] || $L synth --arch llama --preset 8b --quant Q4_K /tmp/8b.gguf >/dev/null
