@@ -5,8 +5,12 @@ Two launches a layer instead of six (rope q, rope k, store k, store v, attend, c
 captured decode graph each launch costs ~2 us of ramp and tail besides its work. Every wrapper
 takes the CuPy stream to launch on, reads the position from pos_dev and never synchronizes.
 
-Two attention kernels: v1 (default, the one verified on the H200) and v2 (opt-in,
-LITE_DECODE_ATTN=v2: warp-private cp.async streams, kernels/cupy_decode2_src.py), same contract.
+Two attention kernels, same contract: v2 (the default since session 3: warp-private cp.async
+streams, kernels/cupy_decode2_src.py) and v1 (LITE_DECODE_ATTN=v1, and where v2 lacks the head
+dims). On the H200, 8B head shape (scripts/bench_decode_attn.py --variant v1,v2), f16 cache:
+512 keys 14.3 -> 6.1 us, 8K 32.9 -> 13.2 us (2.5 TB/s of K+V), 32K 96.9 -> 42.1 us (3.1 TB/s);
+int8: 17.0 -> 6.2, 38.6 -> 13.6, 132.3 -> 36.4 us. Decode of the 8B file, tg128 after 512 / 8K /
+32K: 278 / 235 / 164 -> 319 / 284 / 233 tok/s.
 """
 import functools
 import os
@@ -94,7 +98,7 @@ def attn_decode(q, K, V, ks, vs, pos_dev, scale, window, counters, stream, varia
     """q (H, D) f32 against cache K (Hkv, S_max, D), V (Hkv, S_max, Dv) up to *pos_dev -> (H, Dv).
     counters: from new_counters(), at least one per block column; launches on one stream may
     share them (each launch hands them back zeroed). variant: "v1" or "v2", None: the
-    environment's LITE_DECODE_ATTN (default v1); v2 falls back to v1 on head dims it lacks."""
+    environment's LITE_DECODE_ATTN (default v2); v2 falls back to v1 on head dims it lacks."""
     if (variant or selected_variant()) == "v2" and v2_supported(q.shape[1], V.shape[2], ks is not None):
         return _attn_decode_v2(q, K, V, ks, vs, pos_dev, scale, window, counters, stream)
     H, D = q.shape
@@ -118,7 +122,7 @@ def attn_decode(q, K, V, ks, vs, pos_dev, scale, window, counters, stream, varia
     return out
 
 
-# --- v2 (opt-in) ------------------------------------------------------------------------------
+# --- v2 (the default) ------------------------------------------------------------------------------
 # Tuning, overridable for experiments by LITE_DECODE_ATTN_V2="warps=4,warp_bytes=16384,...":
 # warps a block; bytes of cp.async ring a warp (stages = warp_bytes // bytes of an 8-key stage,
 # 2..8); blocks an SM the register cap (__launch_bounds__) is set for; keys a split at least
@@ -140,7 +144,7 @@ def _v2_tuning():
 
 
 def selected_variant():
-    v = os.environ.get("LITE_DECODE_ATTN", "") or "v1"
+    v = os.environ.get("LITE_DECODE_ATTN", "") or "v2"
     if v not in ("v1", "v2"):
         raise ValueError(f"LITE_DECODE_ATTN={v!r}: expected v1 or v2")
     return v

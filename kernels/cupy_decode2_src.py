@@ -1,4 +1,5 @@
-"""CUDA C of decode attention v2 (opt-in: LITE_DECODE_ATTN=v2), launched by kernels/cupy_decode.py.
+"""CUDA C of decode attention v2 (the default; LITE_DECODE_ATTN=v1: the old kernel), launched by
+kernels/cupy_decode.py.
 
 Same contract as attn_decode in cupy_decode_src.py (one query token, f16 or int8 cache, GQA head
 groups of 4, position read from the device, grid fixed by S_max, split-K with the merge done by the
@@ -17,9 +18,13 @@ each SM streams ~1 TB/s / 132. Here:
 - the NW warps meet once in shared memory, the split's partial goes out, and the last block of a
   column merges the splits with all its threads and 8 loads in flight each.
 Compiled once per shape (head dims as constants): the wrapper prepends the #defines below.
-Status (2026-11-29): NOT yet run on a GPU. Passes the host emulation (tests/
-test_cupy_kernels_emulated.py; it runs cp.async as plain copies, so ring-reuse ordering is checked
-only by reading) and compiles for sm_90 with nvcc and NVRTC: D=128 106-120 registers, no spills.
+Status (2026-11-29, session 3): on the H200 it passes tests/test_cuda_decode.py (against NumPy at
+the 8B shape up to 32K keys, against v1, graph replays) and tests/test_cuda_backend.py with it
+selected; timings in kernels/cupy_decode.py's docstring and BENCHMARKS.md. The host emulation
+(tests/test_cupy_kernels_emulated.py) runs cp.async as plain copies. nvcc / NVRTC sm_90: D=128
+106-120 registers, no spills. The tuning overrides that were tried on the GPU
+(`--v2-tune "warps=4,blocks_per_sm=4"`) failed to launch (CUDA_ERROR_INVALID_VALUE): only the
+default shape is known to work.
 """
 
 DECODE2_SRC = r"""

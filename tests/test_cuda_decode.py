@@ -49,6 +49,9 @@ def test_attn_decode_8b_shape(variant, kind, window):
     S = 8448
     host = _cache_8b(kind, S)
     dev = [None if a is None else cp.asarray(a) for a in host]
+    # the copies ran on the legacy default stream, which a non-blocking stream does not wait
+    # for: without this the kernels may read the cache before it has landed
+    cp.cuda.runtime.deviceSynchronize()
     counters = cupy_decode.new_counters()
     stream = cp.cuda.Stream(non_blocking=True)
     # v2 at S 8448: 33 splits of >= 64 keys; 63/64/255/256 cross its one- and two-split edges
@@ -68,6 +71,9 @@ def test_attn_decode_v2_matches_v1(kind, S):
     from lite.kernels import cupy_decode
     host = _cache_8b(kind, S, seed=1)
     dev = [None if a is None else cp.asarray(a) for a in host]
+    # the copies ran on the legacy default stream, which a non-blocking stream does not wait
+    # for: without this the kernels may read the cache before it has landed
+    cp.cuda.runtime.deviceSynchronize()
     counters = cupy_decode.new_counters()
     stream = cp.cuda.Stream(non_blocking=True)
     positions = (0, 7, 64, 511, 512, S - 2, S - 1) + ((1000, 8192, 32000) if S > 8192 else ())

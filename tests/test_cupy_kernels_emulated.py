@@ -218,6 +218,10 @@ def test_attn_decode_variant_from_environment(emulated, monkeypatch):
     monkeypatch.setenv("LITE_DECODE_ATTN", "v2")
     _check_attn_decode(dec, None, "f16", 8, 2, 200, [5, 199], 0)
     assert dec.selected_variant() == "v2"
+    monkeypatch.delenv("LITE_DECODE_ATTN")
+    assert dec.selected_variant() == "v2"                # the default
+    monkeypatch.setenv("LITE_DECODE_ATTN", "v1")
+    assert dec.selected_variant() == "v1"
     monkeypatch.setenv("LITE_DECODE_ATTN", "v3")
     with pytest.raises(ValueError):
         dec.selected_variant()

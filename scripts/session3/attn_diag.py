@@ -7,13 +7,17 @@ from test_cuda_decode import _cache_8b, _run                       # noqa: E402
 from test_cupy_kernels_emulated import decode_attention_reference  # noqa: E402
 from lite.kernels import cupy_decode                               # noqa: E402
 
+POSITIONS = [int(p) for p in sys.argv[1].split(",")] if len(sys.argv) > 1 else (0, 511, 4000, 8191, 8447, 16000, 32000, 32767)
 for kind in ("f16", "int8"):
-    for S in (8448, 32768):
+    for S in ((8448, 32768) if len(sys.argv) < 3 else [int(sys.argv[2])]):
         host = _cache_8b(kind, S, seed=1)
         dev = [None if a is None else cp.asarray(a) for a in host]
+        # the copies ran on the legacy default stream, which a non-blocking stream does not wait
+        # for: without this the kernels may read the cache before it has landed
+        cp.cuda.runtime.deviceSynchronize()
         counters = cupy_decode.new_counters()
         stream = cp.cuda.Stream(non_blocking=True)
-        for pos in (0, 511, 4000, 8191, 8447, 16000, 32000, S - 1):
+        for pos in POSITIONS:
             if pos >= S:
                 continue
             want = decode_attention_reference(*host, pos, 0.088, 0)
