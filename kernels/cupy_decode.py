@@ -99,7 +99,7 @@ def attn_decode(q, K, V, ks, vs, pos_dev, scale, window, counters, stream, varia
     counters: from new_counters(), at least one per block column; launches on one stream may
     share them (each launch hands them back zeroed). variant: "v1" or "v2", None: the
     environment's LITE_DECODE_ATTN (default v2); v2 falls back to v1 on head dims it lacks."""
-    if (variant or selected_variant()) == "v2" and v2_supported(q.shape[1], V.shape[2], ks is not None):
+    if use_v2(variant, q.shape[1], V.shape[2], ks is not None):
         return _attn_decode_v2(q, K, V, ks, vs, pos_dev, scale, window, counters, stream)
     H, D = q.shape
     Hkv, S_max, Dv = V.shape
@@ -141,6 +141,20 @@ def _v2_tuning():
             raise ValueError(f"LITE_DECODE_ATTN_V2: unknown setting {key!r} (known: {sorted(tune)})")
         tune[key.strip()] = int(value)
     return tune
+
+
+# Head dims v2 has run at on a GPU (64: tiny synthetic llama, 128: 8B and 30B-A3B shapes). Larger
+# ones (Gemma 3's 256) passed only the host emulation: they keep v1 unless v2 is asked for by name.
+V2_DEFAULT_MAX_D = 128
+
+
+def use_v2(variant, D, Dv, int8):
+    """Does this launch take v2? variant or LITE_DECODE_ATTN when either names one, else v2 for
+    head dims up to V2_DEFAULT_MAX_D; always v1 where v2 lacks the dims."""
+    named = variant or os.environ.get("LITE_DECODE_ATTN", "")
+    if (variant or selected_variant()) != "v2" or not v2_supported(D, Dv, int8):
+        return False
+    return bool(named) or max(D, Dv) <= V2_DEFAULT_MAX_D
 
 
 def selected_variant():

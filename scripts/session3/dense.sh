@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Session 3, device call 2 (one H200, carry .whl; /tmp/llb/llama-bench copied by the call before):
+# (docs/wip/decode-attention-latency.patch, applied by this script, was removed after this run: see
+# BENCHMARKS.md, session 3; it is in git history before commit "BENCHMARKS: session 3".)
 # llama.cpp peer and lite on the 8B Q4_K file in the same session, then the never-run decode
 # variants (half2 matvec, decode-attention patch), end to end. Results under $OUT.
 set -u
