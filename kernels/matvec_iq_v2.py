@@ -110,9 +110,9 @@ struct TIQ3_XXS2 : TIQ3_XXS {   // TIQ3_XXS's block layout, Raw and loads; anoth
         return (64.f * h2f(r.d)) * odd * fmaf(-0.75f, xa + xb, sum);
     }
 };
-// matvec_cuda's `mv` loop (same grid: a CTA of 128 threads per RR rows; P = 1 prefetches the next
-// trip's weights) with the tables' fill first (`mv` has no T::init). RR, not R: matvec_iq.py
-// #defines R.
+// matvec_cuda's `mv` (its loop mv_rows, same grid: a CTA of 128 threads per RR rows; P = 1
+// prefetches the next trip's weights) with the tables' fill first (`mv` has no T::init). RR, not
+// R: matvec_iq.py #defines R.
 template <class T, int N, int RR, int P>
 __global__ void __launch_bounds__(128) mv_iq2(const unsigned char* __restrict__ w, const float* __restrict__ x,
                                               float* __restrict__ out, int rows, int cols) {
@@ -124,35 +124,7 @@ __global__ void __launch_bounds__(128) mv_iq2(const unsigned char* __restrict__ 
     for (int r = 0; r < RR; r++)   // rows past the end re-read the last row and are not written
         rowp[r] = w + (long long)min(row0 + r, rows - 1) * rb;
     float acc[RR][N];
-    #pragma unroll
-    for (int r = 0; r < RR; r++)
-        #pragma unroll
-        for (int n = 0; n < N; n++) acc[r][n] = 0.f;
-    typename T::Raw cur[RR];
-    if (P) {
-        #pragma unroll
-        for (int r = 0; r < RR; r++) T::load(cur[r], rowp[r], min((int)threadIdx.x, chunks - 1));
-    }
-    for (int c = threadIdx.x; c < chunks; c += 128) {
-        typename T::Raw nxt[RR];
-        #pragma unroll
-        for (int r = 0; r < RR; r++) {
-            if (P) T::load(nxt[r], rowp[r], min(c + 128, chunks - 1));
-            else T::load(cur[r], rowp[r], c);
-        }
-        #pragma unroll
-        for (int n = 0; n < N; n++) {
-            float4 xv[8];
-            float xa, xb;
-            load_x<T>(x + (long long)n * cols, c, xv, xa, xb);
-            #pragma unroll
-            for (int r = 0; r < RR; r++) acc[r][n] += T::dot(cur[r], c, xv, xa, xb);
-        }
-        if (P) {
-            #pragma unroll
-            for (int r = 0; r < RR; r++) cur[r] = nxt[r];
-        }
-    }
+    mv_rows<T, N, RR, P>(rowp, x, cols, chunks, acc);
     __shared__ float red[4][RR * N];
     const float total = block_sum<RR, N>(acc, red);       // thread r*N+n writes row r, x n
     if (threadIdx.x < RR * N) {
