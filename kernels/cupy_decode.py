@@ -45,18 +45,27 @@ def check_dims(D, Dv):
                          f"{MAX_KEY_DIM} and values at most {8 * THREADS}, got {D}/{Dv}")
 
 
-def rope_kv_store(q, k, v, K, V, ks, vs, pos_dev, rope, stream):
+def rope_kv_store(q, k, v, K, V, ks, vs, pos_dev, rope, stream, norm=None):
     """One token: q (H, D) rotated into a new array (returned); k (Hkv, D) rotated and v (Hkv, Dv)
     stored into the caches K (Hkv, S_max, D), V (Hkv, S_max, Dv) at *pos_dev (f16, or int8 with
-    per-row scales ks, vs (Hkv, S_max)). rope: (n_rot, base, freq_scale, neox), or None."""
+    per-row scales ks, vs (Hkv, S_max)). rope: (n_rot, base, freq_scale, neox), or None.
+    norm: (q weights or None, k weights or None, eps), or None: each q and k head RMS-normed with
+    its (D,) f32 weights before the rotation (qwen3's per-head QK norm; the sums in the order of
+    cupy_ops.rms_norm)."""
     H, D = q.shape
     Hkv, S_max, Dv = V.shape
     if max(D, Dv) > MAX_ROW:
         raise ValueError(f"head dims above {MAX_ROW}: {D}/{Dv}")
     n_rot, base, freq_scale, neox = rope or (0, 1.0, 1.0, False)
+    qn, kn, eps = norm or (None, None, 0.0)
+    for w in (qn, kn):
+        if w is not None and w.shape != (D,):
+            raise ValueError(f"norm weights of shape {w.shape} for head dim {D}")
+    null = np.uint64(0)
     q_out = cp.empty_like(q)
     dims = (pos_dev, np.int32(H), np.int32(Hkv), np.int32(D), np.int32(Dv), np.int32(S_max),
-            np.int32(n_rot), np.float64(base), np.float64(freq_scale), np.int32(bool(neox)))
+            np.int32(n_rot), np.float64(base), np.float64(freq_scale), np.int32(bool(neox)),
+            null if qn is None else qn, null if kn is None else kn, np.float32(eps))
     grid, block = (H + 2 * Hkv,), (ROPE_THREADS,)
     if ks is None:
         _kernel("rope_kv_store_f16")(grid, block, (q, k, v, q_out, K, V) + dims, stream=stream)

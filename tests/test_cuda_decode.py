@@ -120,3 +120,50 @@ def test_decode_steps_match_cpu_over_many_splits(llama_file, kv, variant, monkey
         rtol = 1e-2 if kv == "f16" else 2e-2
         np.testing.assert_allclose(lg, lc, rtol=rtol, atol=rtol * np.abs(lc).max())
         tok = int(np.argmax(lc))
+
+
+@pytest.fixture(scope="module")
+def qk_norm_files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("synth_qk")
+    files = {}
+    for arch, quant in (("qwen3", "Q8_0"), ("qwen3moe", "Q4_K")):
+        files[arch] = str(d / f"{arch}-{quant}.gguf")
+        synth(arch, "tiny", quant, files[arch], seed=7)
+    return files
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "qwen3moe"])
+@pytest.mark.parametrize("kv", ["f16", "int8"])
+def test_folded_qk_norm_decode(qk_norm_files, arch, kv, monkeypatch):
+    """LITE_FOLD_QK_NORM=1: the per-head q/k RMSNorm runs in rope_kv_store (cuda.py's rms_norm
+    hands one decode token's (1, heads, head_dim) q or k to _norm_later). Logits equal (within fp32
+    rounding) those of the separate rms_norm launches (=0) and the CPU backend's; the prompt's last
+    chunk is one token (folded too), the first decode step captures the graph, the rest replay."""
+    from lite.backends.cuda_decode import CUDADecodeAttention
+    path = qk_norm_files[arch]
+    ids = [int(i) for i in np.random.default_rng(2).integers(5, 500, 129)]
+    folded = []
+    real = CUDADecodeAttention._norm_later
+
+    def counted(self, x, name, eps):
+        folded.append(name)
+        return real(self, x, name, eps)
+    monkeypatch.setattr(CUDADecodeAttention, "_norm_later", counted)
+    engines = {"cpu": Engine(path, device="cpu", max_context=1024, kv=kv, prefill_chunk=128)}
+    for fold in ("0", "1"):
+        monkeypatch.setenv("LITE_FOLD_QK_NORM", fold)   # read when the backend is made
+        engines[fold] = Engine(path, device="cuda", max_context=1024, kv=kv, prefill_chunk=128)
+    logits = {name: [e.prefill(ids)] for name, e in engines.items()}
+    tok = 7
+    for _ in range(4):
+        for name, e in engines.items():
+            logits[name].append(e.decode_step(tok))
+        tok = int(np.argmax(logits["cpu"][-1]))
+    assert folded, "rms_norm never called _norm_later: cuda.py lacks the LITE_FOLD_QK_NORM hook"
+    rtol = 1e-2 if kv == "f16" else 2e-2
+    for step, (c, off, on) in enumerate(zip(logits["cpu"], logits["0"], logits["1"])):
+        diff = float(np.abs(on - off).max())     # expected 0: the same sums, in the same order
+        np.testing.assert_allclose(on, off, rtol=1e-3, atol=1e-3 * np.abs(off).max(),
+                                   err_msg=f"step {step}: folded vs separate, max diff {diff}")
+        np.testing.assert_allclose(on, c, rtol=rtol, atol=rtol * np.abs(c).max(),
+                                   err_msg=f"step {step}: folded vs CPU")

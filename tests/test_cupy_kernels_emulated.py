@@ -144,6 +144,65 @@ def test_rope_kv_store(emulated, kind, neox, n_rot):
         np.testing.assert_array_equal(vs[:, pos], sv[:, 0])
 
 
+def _np_rms_norm(x, w, eps):
+    ms = np.mean(x.astype(np.float64) ** 2, axis=-1, keepdims=True)
+    return (x / np.sqrt(ms + eps) * w).astype(np.float32)
+
+
+@pytest.mark.parametrize("kind", ["f16", "int8"])
+@pytest.mark.parametrize("neox", [False, True])
+@pytest.mark.parametrize("D,n_rot,H,Hkv,which", [
+    (64, 64, 6, 2, "qk"), (128, 128, 8, 2, "qk"),       # GQA 3 and 4 heads a KV head
+    (128, 64, 4, 4, "qk"), (128, 128, 8, 1, "q"), (80, 80, 4, 2, "k")])   # partial rotation, one norm
+def test_rope_kv_store_qk_norm(emulated, kind, neox, D, n_rot, H, Hkv, which):
+    """Per-head RMSNorm folded into rope_kv_store: against NumPy (norm, RoPE, store), and bit for
+    bit against the separate launches (rms_norm kernel, then rope_kv_store without the norm)."""
+    ops, dec = emulated
+    rng = np.random.default_rng(D + H)
+    Dv, S, pos, eps = D, 24, 11, 1e-6
+    q = rng.standard_normal((H, D)).astype(np.float32) * 3
+    k = rng.standard_normal((Hkv, D)).astype(np.float32) * 3
+    v = rng.standard_normal((Hkv, Dv)).astype(np.float32)
+    wq = (rng.random(D) + 0.5).astype(np.float32) if "q" in which else None
+    wk = (rng.random(D) + 0.5).astype(np.float32) if "k" in which else None
+    dt = np.float16 if kind == "f16" else np.int8
+    pos_dev = np.array([pos], np.int64)
+    rope = (n_rot, 1000000.0, 1.0, neox)
+
+    def caches():
+        K, V = np.zeros((Hkv, S, D), dt), np.zeros((Hkv, S, Dv), dt)
+        ks = vs = None
+        if kind == "int8":
+            ks, vs = np.zeros((Hkv, S), np.float32), np.zeros((Hkv, S), np.float32)
+        return K, V, ks, vs
+
+    fused = caches()
+    q_out = dec.rope_kv_store(q, k, v, *fused, pos_dev, rope, None, norm=(wq, wk, eps))
+    apart = caches()
+    qn = q if wq is None else ops.rms_norm(q, wq, eps, None)
+    kn = k if wk is None else ops.rms_norm(k, wk, eps, None)
+    q_apart = dec.rope_kv_store(qn, kn, v, *apart, pos_dev, rope, None)
+    np.testing.assert_array_equal(q_out, q_apart)
+    for a, b in zip(fused, apart):
+        if a is not None:
+            np.testing.assert_array_equal(a, b)
+
+    K, V, ks, vs = fused
+    q_want, k_want = (_cpu_rope(x if w is None else _np_rms_norm(x, w, eps), pos, 1000000.0, neox,
+                                n_rot, 1.0) for x, w in ((q, wq), (k, wk)))
+    np.testing.assert_allclose(q_out, q_want, rtol=1e-5, atol=1e-5)
+    others = np.ones(S, bool)
+    others[pos] = False
+    assert not K[:, others].any() and not V[:, others].any()
+    if kind == "f16":
+        np.testing.assert_allclose(K[:, pos].astype(np.float32), k_want, rtol=1e-3, atol=2e-3)
+        np.testing.assert_array_equal(V[:, pos], v.astype(np.float16))
+    else:
+        k_deq = K[:, pos].astype(np.float32) * ks[:, pos, None]
+        np.testing.assert_allclose(k_deq, k_want, atol=0.51 * ks[:, pos, None].max() + 1e-6)
+        np.testing.assert_allclose(ks[:, pos], np.abs(k_want).max(-1) / 127, rtol=1e-5)
+
+
 def decode_attention_reference(q, K, V, ks, vs, pos, scale, window):
     H, D = q.shape
     Hkv = K.shape[0]
@@ -236,16 +295,19 @@ def test_attn_decode_variant_from_environment(emulated, monkeypatch):
 
 @pytest.mark.parametrize("kind", ["f16", "int8"])
 @pytest.mark.parametrize("defer_k", [True, False])
-def test_backend_decode_attention_matches_cpu(emulated, kind, defer_k):
+@pytest.mark.parametrize("qk_norm", [False, True])
+def test_backend_decode_attention_matches_cpu(emulated, kind, defer_k, qk_norm):
     """CUDABackend's one-token path (rope left for attention, rope_kv_store, attn_decode) against
     the CPU backend's rope and attention over the same cache; defer_k=False: only q's rotation was
-    left, so the backend rotates it with the rope kernel and stores k as it came."""
+    left, so the backend rotates it with the rope kernel and stores k as it came. qk_norm: q and k
+    come from _norm_later (what rms_norm returns with LITE_FOLD_QK_NORM=1), so their per-head
+    norms are applied in rope_kv_store (or, for a rotation done early, by the rms_norm kernel)."""
     from lite.backends.cpu import CPUBackend
-    from lite.backends.cuda_decode import CUDADecodeAttention
+    from lite.backends.cuda_decode import CUDADecodeAttention, NormLater
     from lite.kv_cache import KVCache
     ops, dec = emulated
     rng = np.random.default_rng(3)
-    H, Hkv, D, S, pos, il = 8, 2, 64, 600, 321, 0
+    H, Hkv, D, S, pos, il, eps = 8, 2, 64, 600, 321, 0, 1e-6
     cfg = types.SimpleNamespace(n_head_kv=Hkv, head_dim=D, v_head_dim=D)
     caches = [KVCache(cfg, [il], S, kind) for _ in range(2)]
     past = rng.standard_normal((2, pos, Hkv, D)).astype(np.float32)
@@ -254,14 +316,107 @@ def test_backend_decode_attention_matches_cpu(emulated, kind, defer_k):
     q = rng.standard_normal((1, H, D)).astype(np.float32)
     k, v = rng.standard_normal((2, 1, Hkv, D)).astype(np.float32)
     rope = (10000.0, True, D, 1.0)
+    w = {n: (rng.random(D) + 0.5).astype(np.float32) for n in ("qn", "kn")}
 
     gpu = CUDADecodeAttention()
     gpu.cp, gpu.k, gpu.kd, gpu.stream = np, ops, dec, None
     gpu.pos_dev, gpu._attn_counters = np.array([pos], np.int64), dec.new_counters(16)
-    q_later = gpu.rope(q, pos, *rope)
-    k_in = gpu.rope(k, pos, *rope) if defer_k else CPUBackend.rope(None, k, pos, *rope)
+    gpu.w = {n: types.SimpleNamespace(data=a) for n, a in w.items()}
+    cpu = types.SimpleNamespace(w=w)
+    q_in, k_in, q_ref, k_ref = q, k, q, k
+    if qk_norm:
+        q_in, k_in = gpu._norm_later(q, "qn", eps), gpu._norm_later(k, "kn", eps)
+        assert isinstance(q_in, NormLater) and isinstance(k_in, NormLater)
+        with pytest.raises(TypeError):
+            q_in.reshape(1, -1)                   # nothing but rope and attention takes it
+        q_ref, k_ref = CPUBackend.rms_norm(cpu, q, "qn", eps), CPUBackend.rms_norm(cpu, k, "kn", eps)
+    q_later = gpu.rope(q_in, pos, *rope)
+    k_in = gpu.rope(k_in, pos, *rope) if defer_k else CPUBackend.rope(None, k_ref, pos, *rope)
     got = gpu._attention_decode(caches[0], il, q_later, k_in, v, 0.125, 0)
 
-    want = CPUBackend.attention(None, caches[1], il, CPUBackend.rope(None, q, pos, *rope),
-                                CPUBackend.rope(None, k, pos, *rope), v, pos, 0.125)
+    want = CPUBackend.attention(None, caches[1], il, CPUBackend.rope(None, q_ref, pos, *rope),
+                                CPUBackend.rope(None, k_ref, pos, *rope), v, pos, 0.125)
+    np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-3 * np.abs(want).max())
+    if kind == "f16":        # the new key row as the CPU stored it
+        np.testing.assert_allclose(caches[0].k[il][:, pos].astype(np.float32),
+                                   caches[1].k[il][:, pos].astype(np.float32), rtol=2e-3, atol=2e-3)
+
+
+def test_fold_qk_norm_setting(monkeypatch):
+    """LITE_FOLD_QK_NORM=1 turns the folding on (off by default), read once a backend."""
+    from lite.backends.cuda_decode import CUDADecodeAttention
+    monkeypatch.delenv("LITE_FOLD_QK_NORM", raising=False)
+    assert not CUDADecodeAttention().fold_qk_norm
+    monkeypatch.setenv("LITE_FOLD_QK_NORM", "1")
+    b = CUDADecodeAttention()
+    assert b.fold_qk_norm
+    monkeypatch.setenv("LITE_FOLD_QK_NORM", "0")
+    assert b.fold_qk_norm and not CUDADecodeAttention().fold_qk_norm
+
+
+class _QKNormOps:
+    """The ops models/llama.py's attention_block calls for one token: fixed q, k, v products, and
+    rms_norm with the hook proposed for lite/backends/cuda.py's CUDABackend.rms_norm (fold off:
+    the rms_norm kernel, as now). `emulated` mixes in CUDADecodeAttention; `cpu` the CPU's ops."""
+
+    def __init__(self, qkv, weights, emulated=None):
+        self.qkv, self.launches = qkv, []
+        if emulated:
+            self.cp, self.xp, self.stream = np, np, None
+            self.k, self.kd = emulated
+            self.w = {n: types.SimpleNamespace(data=a) for n, a in weights.items()}
+        else:
+            self.w = weights
+
+    def linear_many(self, h, names):
+        return [a.reshape(1, -1) for a in self.qkv]
+
+    def linear(self, x, name):
+        return x
+
+
+def _hooked_rms_norm(self, x, name, eps):
+    if x.ndim == 3 and x.shape[0] == 1 and self.fold_qk_norm:   # a decode token's q or k heads:
+        return self._norm_later(x, name, eps)                   # normed in rope_kv_store
+    self.launches.append(name)
+    return self.k.rms_norm(self.cp.ascontiguousarray(x), self.w[name].data, eps, self.stream)
+
+
+@pytest.mark.parametrize("fold", ["0", "1"])
+def test_qwen3_attention_block_folds_qk_norm(emulated, monkeypatch, fold):
+    """models/llama.py's attention_block (qk_norm) for one decode token through the mixin with the
+    proposed rms_norm hook: no norm launch with LITE_FOLD_QK_NORM=1, same output as the CPU ops."""
+    from lite.backends.cpu import CPUBackend
+    from lite.backends.cuda_decode import CUDADecodeAttention
+    from lite.kv_cache import KVCache
+    from lite.models.llama import attention_block
+    monkeypatch.setenv("LITE_FOLD_QK_NORM", fold)
+    H, Hkv, D, S, pos, il = 8, 2, 128, 300, 200, 1
+    cfg = types.SimpleNamespace(n_head=H, n_head_kv=Hkv, head_dim=D, v_head_dim=D, qk_norm=True,
+                                rms_eps=1e-6, rope_neox=True, rope_dim=D, attn_scale=D ** -0.5,
+                                layer_rope_base=lambda il: 1e6, layer_rope_scale=lambda il: 1.0)
+    rng = np.random.default_rng(4)
+    qkv = [rng.standard_normal(n * D).astype(np.float32) * 4 for n in (H, Hkv, Hkv)]
+    p = f"blk.{il}."
+    names = [p + "attn_q_norm.weight", p + "attn_k_norm.weight"]
+    w = {n: (rng.random(D) + 0.5).astype(np.float32) for n in names}
+    caches = [KVCache(cfg, [il], S, "f16") for _ in range(2)]
+    past = rng.standard_normal((2, pos, Hkv, D)).astype(np.float32)
+    for c in caches:
+        c.write(il, past[0], past[1], 0)
+
+    class GPU(_QKNormOps, CUDADecodeAttention):
+        rms_norm = _hooked_rms_norm
+
+        def attention(self, kv, il, q, k, v, pos0, scale, window=0):
+            return self._attention_decode(kv, il, q, k, v, scale, window)
+    gpu = GPU(qkv, w, emulated)
+    gpu.pos_dev, gpu._attn_counters = np.array([pos], np.int64), emulated[1].new_counters(16)
+
+    class CPU(_QKNormOps):
+        rms_norm, rope, attention = CPUBackend.rms_norm, CPUBackend.rope, CPUBackend.attention
+    h = np.zeros((1, 16), np.float32)          # the products ignore it
+    got = attention_block(gpu, cfg, il, h, caches[0], pos)
+    want = attention_block(CPU(qkv, w), cfg, il, h, caches[1], pos)
+    assert gpu.launches == ([] if fold == "1" else names)
     np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-3 * np.abs(want).max())
