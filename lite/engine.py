@@ -180,7 +180,7 @@ class Engine:
         pos = len(self.cached_ids)
         self.stages[0].kv.check_fits(pos + 1)
         self.stages[-1].all_logits = False
-        job = ChunkJob(self.n_requests, pos, pos, pos + 1, as_ids([token]), last=True, decode=True)
+        job = ChunkJob.decode_step(self.n_requests, pos, as_ids([token]))
         logits = self.chain.decode(job.input, job)[-1]
         self.cached_ids.append(int(token))
         return logits

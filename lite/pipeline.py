@@ -77,6 +77,16 @@ class ChunkJob:
     def n_tokens(self):
         return self.end - self.start
 
+    @classmethod
+    def decode_step(cls, request_id, pos, ids):
+        """The job of one decode step at `pos` (ids: the token, shape (1,)): the same as
+        ChunkJob(request_id, pos, pos, pos + 1, ids, last=True, decode=True), built without the
+        frozen dataclass's per-field __setattr__ (a third of a decode step's Python)."""
+        job = object.__new__(cls)
+        job.__dict__.update(request_id=request_id, index=pos, start=pos, end=pos + 1, input=ids,
+                            last=True, decode=True)
+        return job
+
 
 @runtime_checkable
 class StageRunner(Protocol):
@@ -171,9 +181,10 @@ class _Stage:
         """from_handoff + run + to_handoff; returns (y, buf, times): buf is None on the last
         stage; times = (host s, host cpu s, device marks or None) over from_handoff + run."""
         chain = self.chain
+        if job.decode:
+            return self._compute_decode(job, payload, slot_index)
         try:
-            # no device clock in decode: two events a stage a token would cost more than they tell
-            timer = self.timer if not job.decode else None
+            timer = self.timer
             t0, c0 = perf_counter(), thread_time()
             m0 = timer.mark() if timer is not None else None
             x = payload if self.index == 0 else self.runner.from_handoff(payload)
@@ -188,6 +199,22 @@ class _Stage:
         except Exception as e:
             err = StageError(self.index, job, e)
             chain._fail(err)
+            raise err from e
+
+    def _compute_decode(self, job, payload, slot_index):
+        """compute() of a decode step: no clocks (StageChain.decode does not read them; two CUDA
+        events a stage a token would cost more than they tell), times None."""
+        try:
+            x = payload if self.index == 0 else self.runner.from_handoff(payload)
+            y = self.runner.run(job, x)
+            if self.next is None:
+                return y, None, None
+            buf = self.slot(slot_index, y)
+            self.runner.to_handoff(y, buf)
+            return y, buf, None
+        except Exception as e:
+            err = StageError(self.index, job, e)
+            self.chain._fail(err)
             raise err from e
 
     def _work(self, job, payload):
@@ -307,7 +334,8 @@ class StageChain:
         thread wake-ups per stage per token to a step meant to cost a few graph replays."""
         with self._lock:
             self._check_open()
-            self._reset()
+            if self._error is not None or self._marks or self._abort.is_set():
+                self._reset()
             for st in self._stages:
                 t0 = perf_counter()
                 y, buf, _ = st.compute(job, x, 0)

@@ -119,18 +119,34 @@ class Stage:
     def _decode_graphed(self, x, pos):
         """One token through this stage by replaying its captured graph. The input is copied into
         a persistent device buffer and the position into the backend's device scalar, so the same
-        graph serves every step."""
+        graph serves every step. With the backend's pinned graph I/O (LITE_GRAPH_IO=1,
+        lite/backends/cuda_graph_io.py) the graph itself starts by copying [token, position] from
+        pinned memory: the host only writes the two numbers before the launch."""
         ops = self.ops
+        io = getattr(ops, "graph_io", None)
         with ops.activate():
             if self._graph is None:
                 self._in = ops.persistent_input(x)
                 ops.begin(pos, 1)
                 self._forward(self._in, pos, False)        # warm-up: compiles, fills the pool
-                self._graph, self._out = ops.capture(lambda: self._forward(self._in, pos, False))
-            ops.set_input(self._in, x)
-            ops.begin(pos, 1)
-            ops.replay(self._graph)
+                self._graph, self._out = ops.capture(lambda: self._captured_step(pos, io))
+            if io is None:
+                ops.set_input(self._in, x)
+                ops.begin(pos, 1)
+                ops.replay(self._graph)
+            else:
+                first = self.spec.first
+                io.set_step(x if first else None, pos)
+                if not first:
+                    ops.set_input(self._in, x)             # hidden states: a device copy
+                ops.replay(self._graph)
+                io.replayed(self.spec.last)
             return self._out
+
+    def _captured_step(self, pos, io):
+        if io is not None:
+            io.capture_in()                                # the graph's first node
+        return self._forward(self._in, pos, False)
 
     def alloc_handoff(self, shape, dtype):
         return self.ops.alloc_handoff(shape, dtype)

@@ -1,6 +1,7 @@
 """Where a decode step's time goes on the GPU: graph replay alone against the whole step.
 
     python3 scripts/profile_decode.py MODEL.gguf [prompt_tokens]
+    LITE_GRAPH_IO=1 python3 scripts/profile_decode.py MODEL.gguf [prompt_tokens]   (pinned graph I/O)
 """
 import sys
 import time
@@ -64,6 +65,11 @@ def main():
     print(f"host: decode_step without sampling {bare * 1e3:.3f} ms (graph replay {replay * 1e3:.3f} ms, "
           f"so {max(bare - replay, 0) * 1e3:.3f} ms of input, output copy and Python); greedy sampler "
           f"{sample * 1e3:.3f} ms on {logits.size} logits")
+    io = getattr(e.stages[-1].ops, "graph_io", None)
+    print(f"host share per step (step without sampling - GPU time per replay): "
+          f"{(bare - gpu) * 1e6:.1f} us; LITE_GRAPH_IO={'1' if io is not None else '0'}"
+          + (f" (pinned logits buffers held {io.pool.held}/{io.pool.size}, steps that copied "
+             f"{io.copied_steps})" if io is not None else ""))
     for name in ("linear", "linear_many", "linear_add", "linear_gated", "rms_norm", "add_rms_norm",
                  "attention", "act_mul", "add", "output"):
         f = getattr(ops, name, None)

@@ -12,6 +12,12 @@ Also enforced, as CUDA does or as a real GPU would silently get wrong: an event 
 on a stream of its own device; waiting on an event never recorded is an error (CUDA treats it as
 done); memcpyAsync touches only the stream's own device (peer copies go through memcpyPeerAsync).
 Nothing is ever freed, so addresses are never reused (CuPy's pool reuse is not modelled).
+
+Stream capture (tests/test_decode_io.py): between a stream's begin_capture() and end_capture(),
+copies and kernels enqueued on it are recorded as graph nodes and not run; a copy captured must
+have both ends in registered memory (device or pinned: CUDA cannot capture a pageable copy), and
+synchronizing a capturing stream is an error. FakeGraph.launch(stream) runs the nodes again, in
+order, each logged as "graph:<what>".
 """
 import contextlib
 import ctypes
@@ -80,7 +86,18 @@ class FakeCupy:
                 return ev
 
             def synchronize(self):
+                assert self.capture is None, "synchronize on a capturing stream"
                 fake.calls.append(("synchronize", self, None))
+
+            capture = None          # graph nodes while capturing
+
+            def begin_capture(self, mode=None):
+                assert self.capture is None, "capture already in progress"
+                self.capture = []
+
+            def end_capture(self):
+                nodes, self.capture = self.capture, None
+                return FakeGraph(fake, nodes)
 
         class Event:
             def __init__(self, block=False, disable_timing=False, interprocess=False):
@@ -130,9 +147,18 @@ class FakeCupy:
                 return fake.n_devices
 
         class cuda:
-            pass
+            @staticmethod
+            def using_allocator(alloc=None):
+                return contextlib.nullcontext()
         cuda.Device, cuda.Stream, cuda.Event, cuda.runtime = Device, Stream, Event, runtime
         self.cuda = cuda
+        self.ndarray = DeviceArray
+
+    def get_default_memory_pool(self):
+        class Pool:
+            def malloc(self, size):
+                raise AssertionError("the fake's arrays do not come from a pool")
+        return Pool()
 
     # --- CuPy's array functions that the hand-off uses ----------------------------------------
     def empty(self, shape, dtype):
@@ -140,6 +166,15 @@ class FakeCupy:
         a.fake, a.gpu = self, self.current_device()
         self._register(a, a.gpu)
         return a
+
+    def zeros(self, shape, dtype):
+        return self.empty(shape, dtype)
+
+    def asnumpy(self, a, stream=None):     # into pageable memory (the driver stages it)
+        out = np.empty(a.shape, a.dtype)
+        self.copy(stream or self.current_stream(), out.ctypes.data, a.ctypes.data, a.nbytes,
+                  "asnumpy")
+        return out
 
     def ascontiguousarray(self, a):
         assert a.flags.c_contiguous
@@ -155,10 +190,15 @@ class FakeCupy:
         self._register(a, None)
         return a
 
-    def kernel(self, stream, reads, writes, fn):
-        """A kernel on `stream` reading and writing these arrays; fn() computes it at once."""
+    def kernel(self, stream, reads, writes, fn, what="kernel"):
+        """A kernel on `stream` reading and writing these arrays; fn() computes it at once (or
+        when the graph it is captured into is launched)."""
+        reads, writes = [_span(a) for a in reads], [_span(a) for a in writes]
+        if stream.capture is not None:
+            stream.capture.append(("kernel", reads, writes, fn, what))
+            return
         fn()
-        self._enqueue(stream, "kernel", [_span(a) for a in reads], [_span(a) for a in writes])
+        self._enqueue(stream, what, reads, writes)
 
     # --- bookkeeping ----------------------------------------------------------------------------
     def _stack(self, what):
@@ -186,6 +226,10 @@ class FakeCupy:
         raise AssertionError(f"address {ptr:#x}+{n} was never allocated")
 
     def copy(self, stream, dst, src, n, what):
+        if stream.capture is not None:
+            self.device_of(src, n), self.device_of(dst, n)     # pageable memory: not capturable
+            stream.capture.append(("copy", dst, src, n, what))
+            return
         ctypes.memmove(dst, src, n)
         self._enqueue(stream, what, [(src, src + n)], [(dst, dst + n)])
 
@@ -228,6 +272,35 @@ class DeviceArray(np.ndarray):
 
     def get(self, out, stream):          # the host path's ndarray.get(out=, stream=)
         self.fake.copy(stream, out.ctypes.data, self.ctypes.data, self.nbytes, "get")
+
+    def set(self, host, stream=None):    # ndarray.set: pinned or pageable source
+        host = np.ascontiguousarray(host)
+        assert host.nbytes == self.nbytes
+        self.fake.copy(stream or self.fake.current_stream(), self.ctypes.data, host.ctypes.data,
+                       self.nbytes, "set")
+
+    def copy(self, order="C"):           # a new device array (CuPy's copy)
+        a = self.fake.empty(self.shape, self.dtype)
+        np.copyto(a, self)
+        return a
+
+
+class FakeGraph:
+    """Nodes captured from one stream; launch() runs them on another (or the same) stream."""
+
+    def __init__(self, fake, nodes):
+        self.fake, self.nodes = fake, nodes
+
+    def launch(self, stream):
+        assert stream.capture is None
+        for node in self.nodes:
+            if node[0] == "copy":
+                _, dst, src, n, what = node
+                self.fake.copy(stream, dst, src, n, "graph:" + what)
+            else:
+                _, reads, writes, fn, what = node
+                fn()
+                self.fake._enqueue(stream, "graph:" + what, reads, writes)
 
 
 class _Ptr:

@@ -12,6 +12,7 @@ import os
 
 import numpy as np
 
+from lite.backends import cuda_graph_io
 from lite.backends.cuda_decode import CUDADecodeAttention
 from lite.backends.cuda_handoff import CUDAHandoff
 from lite.backends.cuda_moe import FUSED_MAX_TOKENS, CUDAExperts, _Weight
@@ -73,7 +74,12 @@ class CUDABackend(CUDAHandoff, CUDADecodeAttention, CUDAExperts):
             self._scratch = None
             self._scratch_elems = max((int(np.prod(w.shape)) for w in quantized), default=0)
             # The decode position lives on the device, so a captured graph replays any position.
-            self.pos_dev = cp.zeros(1, np.int64)
+            # LITE_GRAPH_IO=1: pinned [token, position] copied by the graph's first node, pinned
+            # logits (lite/backends/cuda_graph_io.py); pos_dev is then a view of its buffer.
+            self.graph_io = (cuda_graph_io.DecodeIO(cp, cupyx, self.stream)
+                             if cuda_graph_io.enabled() else None)
+            self.pos_dev = (self.graph_io.pos_dev if self.graph_io is not None
+                            else cp.zeros(1, np.int64))
             self._pos_host = cupyx.empty_pinned(1, np.int64)
             self._attn_counters = cupy_decode.new_counters()   # decode attention's split merge
         self.capturing = False
@@ -175,6 +181,9 @@ class CUDABackend(CUDAHandoff, CUDADecodeAttention, CUDAExperts):
         cp = self.cp
         if isinstance(x, cp.ndarray):
             return x.copy()
+        io = getattr(self, "graph_io", None)
+        if io is not None:
+            return io.input_ids(x)      # the graph copies each step's token into it
         return cp.asarray(np.asarray(x, dtype=np.int64))
 
     def set_input(self, buf, x):
@@ -392,6 +401,11 @@ class CUDABackend(CUDAHandoff, CUDADecodeAttention, CUDAExperts):
 
     # --- host transfers (the stage hand-off is in lite/backends/cuda_handoff.py) ---------------
     def to_host(self, x):
+        io = getattr(self, "graph_io", None)
+        if io is not None:
+            out = io.to_host(x)                    # (1, n) logits: through pinned memory
+            if out is not None:
+                return out
         out = self.cp.asnumpy(x, stream=self.stream)
         self.stream.synchronize()
         return out
