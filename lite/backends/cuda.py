@@ -312,6 +312,8 @@ class CUDABackend(CUDAHandoff, CUDADecodeAttention, CUDAExperts):
                 and matvec_epilogue.supports(w.qtype, w.data, self.cp.ascontiguousarray(x)))
 
     def rms_norm(self, x, name, eps):
+        if x.ndim == 3 and x.shape[0] == 1 and self.fold_qk_norm:   # a decode token's q or k heads:
+            return self._norm_later(x, name, eps)                   # normed in rope_kv_store
         return self.k.rms_norm(self.cp.ascontiguousarray(x), self.w[name].data, eps, self.stream)
 
     def add_rms_norm(self, x, y, name, eps):
