@@ -24,7 +24,6 @@ except for the last, shorter chunk.
 import json
 import logging
 import math
-import os
 import re
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -111,10 +110,8 @@ class CostProfile:
 def profile_dir(root=None):
     if root is not None:
         return Path(root)
-    if os.environ.get("LITE_CACHE_DIR"):
-        return Path(os.environ["LITE_CACHE_DIR"]) / "profiles"
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "lite" / "profiles"
+    from lite.hub import cache_dir
+    return cache_dir() / "profiles"
 
 
 def profile_path(device, model_key, root=None):

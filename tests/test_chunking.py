@@ -141,10 +141,10 @@ def test_profile_save_and_load(tmp_path, monkeypatch):
     assert path.parent == tmp_path and "/" not in path.name and " " not in path.name
     assert CostProfile.load(p.device, p.model_key, tmp_path) == p
     assert CostProfile.load("other", p.model_key, tmp_path) is None
-    monkeypatch.setenv("LITE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("LITE_CACHE", str(tmp_path / "cache"))
     assert p.save().parent == tmp_path / "cache" / "profiles"
     assert CostProfile.load(p.device, p.model_key) == p
-    monkeypatch.delenv("LITE_CACHE_DIR")
+    monkeypatch.delenv("LITE_CACHE")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert profile_path("d", "m").parent == tmp_path / "xdg" / "lite" / "profiles"
     path.write_text("{}")
