@@ -16,6 +16,7 @@ from lite.backends import cuda_graph_io
 from lite.backends.cuda_decode import CUDADecodeAttention
 from lite.backends.cuda_handoff import CUDAHandoff
 from lite.backends.cuda_moe import FUSED_MAX_TOKENS, CUDAExperts, _Weight
+from lite.backends.cuda_norm import CUDAFoldNorm
 from lite.kernels import matvec_epilogue
 
 log = logging.getLogger(__name__)
@@ -48,7 +49,7 @@ def unavailable_reason():
     return None
 
 
-class CUDABackend(CUDAHandoff, CUDADecodeAttention, CUDAExperts):
+class CUDABackend(CUDAFoldNorm, CUDAHandoff, CUDADecodeAttention, CUDAExperts):
     name = "cuda"
     supports_graphs = True
 
@@ -245,6 +246,7 @@ class CUDABackend(CUDAHandoff, CUDADecodeAttention, CUDAExperts):
     def _matmul(self, x, w):                                # (T, in) @ W(out, in).T -> (T, out) f32
         from lite.kernels import get_matvec, matvec
         cp = self.cp
+        x = self._arr(x)              # a NormedLater (LITE_FOLD_NORM=1, lite/backends/cuda_norm.py)
         rows, cols = w.shape[-2], w.shape[-1]
         T = x.shape[0]
         if w.qtype == "F32":
@@ -255,7 +257,7 @@ class CUDABackend(CUDAHandoff, CUDADecodeAttention, CUDAExperts):
         return gemm_f16_f32(cp, x.astype(np.float16), w16, self.stream)
 
     def linear(self, x, name):
-        y = self._matmul(x, self.w[name])
+        y = self._product(x, self.w[name])
         bias = name[: -len("weight")] + "bias"
         if bias in self.w:
             y += self.w[bias].data
@@ -267,7 +269,7 @@ class CUDABackend(CUDAHandoff, CUDADecodeAttention, CUDAExperts):
         if group is None:
             return [self.linear(x, n) for n in names]
         w, rows = group
-        y = self._matmul(x, w)
+        y = self._product(x, w)
         outs, off = [], 0
         for n, r in zip(names, rows):
             part = y[:, off:off + r]
@@ -283,8 +285,12 @@ class CUDABackend(CUDAHandoff, CUDADecodeAttention, CUDAExperts):
         product and an add."""
         w, cp = self.w[name], self.cp
         bias = name[: -len("weight")] + "bias"
-        if bias not in self.w and self._epilogue_ok(w, x):
-            x, res = cp.ascontiguousarray(x), cp.ascontiguousarray(res)
+        res = self._arr(res)
+        if bias not in self.w and EPILOGUES and self._norm_in(w, x):
+            return self._mvn(w, x, "add", res)
+        xa = self._ready(x)
+        if bias not in self.w and xa is not None and self._epilogue_ok(w, xa):
+            x, res = cp.ascontiguousarray(xa), cp.ascontiguousarray(res)
             out = cp.empty((x.shape[0], w.shape[-2]), np.float32)
             matvec_epilogue.launch(w.qtype, w.data, x, out, w.shape[-2], w.shape[-1], "add", res,
                                    self.stream)
@@ -296,10 +302,14 @@ class CUDABackend(CUDAHandoff, CUDADecodeAttention, CUDAExperts):
         (kernels/matvec_epilogue.py), else linear_many and act_mul."""
         group, cp = self.fused.get(tuple(names)), self.cp
         biased = any(n[: -len("weight")] + "bias" in self.w for n in names)
-        if (group is not None and not biased and len(group[1]) == 2 and group[1][0] == group[1][1]
-                and act in matvec_epilogue.EPILOGUES and self._epilogue_ok(group[0], x)):
+        gated = (group is not None and not biased and len(group[1]) == 2
+                 and group[1][0] == group[1][1] and act in matvec_epilogue.EPILOGUES)
+        if gated and EPILOGUES and self._norm_in(group[0], x):
+            return self._mvn(group[0], x, act)
+        xa = self._ready(x)
+        if gated and xa is not None and self._epilogue_ok(group[0], xa):
             w = group[0]
-            x = cp.ascontiguousarray(x)
+            x = cp.ascontiguousarray(xa)
             out = cp.empty((x.shape[0], group[1][0]), np.float32)
             matvec_epilogue.launch(w.qtype, w.data, x, out, w.shape[-2], w.shape[-1], act, None,
                                    self.stream)
@@ -312,13 +322,17 @@ class CUDABackend(CUDAHandoff, CUDADecodeAttention, CUDAExperts):
                 and matvec_epilogue.supports(w.qtype, w.data, self.cp.ascontiguousarray(x)))
 
     def rms_norm(self, x, name, eps):
+        x = self._arr(x)
         if x.ndim == 3 and x.shape[0] == 1 and self.fold_qk_norm:   # a decode token's q or k heads:
             return self._norm_later(x, name, eps)                   # normed in rope_kv_store
+        later = self._norm_marker(x, name, eps)     # LITE_FOLD_NORM=1: left for the next products
+        if later is not None:
+            return later
         return self.k.rms_norm(self.cp.ascontiguousarray(x), self.w[name].data, eps, self.stream)
 
     def add_rms_norm(self, x, y, name, eps):
         """(x + y, rms_norm(x + y)): the residual add and the next norm in one launch."""
-        cp = self.cp
+        cp, x, y = self.cp, self._arr(x), self._arr(y)
         return self.k.add_rms_norm(cp.ascontiguousarray(x), cp.ascontiguousarray(y),
                                    self.w[name].data, eps, self.stream)
 
@@ -376,6 +390,7 @@ class CUDABackend(CUDAHandoff, CUDADecodeAttention, CUDAExperts):
         return cp.ascontiguousarray(o).reshape(T, H * Dv)
 
     def act_mul(self, gate, up, act):
+        gate, up = self._arr(gate), self._arr(up)
         if act == "silu":
             return self.k.silu_mul(gate, up)
         if act == "gelu_tanh":
@@ -385,24 +400,25 @@ class CUDABackend(CUDAHandoff, CUDADecodeAttention, CUDAExperts):
     def sigmoid_gate(self, x, h, name):
         """x (T, n) scaled row by row by sigmoid(h . w), w an F32 vector (n_embd,); CuPy ops on the
         current stream (qwen2moe's shared expert; MoE stages do not capture graphs)."""
-        w = self.w[name]
+        w, x, h = self.w[name], self._arr(x), self._arr(h)
         if w.qtype != "F32":
             raise NotImplementedError(f"{name}: a {w.qtype} gate vector on the GPU (F32 is)")
         g = h @ w.data.reshape(-1)                            # (T,); some files store (1, n_embd)
         return x * (1.0 / (1.0 + self.cp.exp(-g)))[:, None]
 
     def add(self, a, b):
-        return a + b
+        return self._arr(a) + self._arr(b)
 
     def scale(self, x, s):
-        return x * np.float32(s)
+        return self._arr(x) * np.float32(s)
 
     def output(self, x):
         name = "output.weight" if "output.weight" in self.w else "token_embd.weight"
-        return self._matmul(x, self.w[name])
+        return self._product(x, self.w[name])
 
     # --- host transfers (the stage hand-off is in lite/backends/cuda_handoff.py) ---------------
     def to_host(self, x):
+        x = self._arr(x)
         io = getattr(self, "graph_io", None)
         if io is not None:
             out = io.to_host(x)                    # (1, n) logits: through pinned memory
