@@ -136,11 +136,12 @@ __global__ void __launch_bounds__(128) mv_iq2(const unsigned char* __restrict__ 
 
 
 def c_source():
-    """matvec_iq's source (as its c_source) and the v2 struct and loop."""
+    """matvec_iq's source (as its c_source), matvec_cuda's loop (C_KERNEL: mv_rows, before
+    matvec_iq's C_COMMON, which #defines R) and the v2 struct and kernels."""
     kv = ", ".join(str(int(v)) for v in KVALUES_IQ4)
     return (C_HELPERS + c_grid_array("IQ3XXS_GRID", "IQ3_XXS") + c_tables()
             + f"__device__ const int IQ4_KVALUES[16] = {{{kv}}};\n"
-            + matvec_cuda.C_HEAD + matvec_staged.C_STAGED + matvec_staged.C_PERSISTENT
+            + matvec_cuda.C_HEAD + matvec_cuda.C_KERNEL + matvec_staged.C_STAGED + matvec_staged.C_PERSISTENT
             + matvec_iq.C_COMMON + matvec_iq.C_IQ3_XXS + matvec_iq.C_IQ4_XS + matvec_iq.C_IQ3_XXS_STAGED
             + C_IQ3_XXS_V2)
 

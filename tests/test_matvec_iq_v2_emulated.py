@@ -64,7 +64,7 @@ def lib():
                        for i, (k, *_) in enumerate(KERNELS))
     source = (HOST_SHIMS + "inline uint2 make_uint2(unsigned a, unsigned b) { return {a, b}; }\n"
               + dequant_iq.c_grid_array("IQ3XXS_GRID", "IQ3_XXS") + v2.c_tables()
-              + matvec_cuda.C_HEAD + matvec_staged.C_PERSISTENT
+              + matvec_cuda.C_HEAD + matvec_cuda.C_KERNEL + matvec_staged.C_PERSISTENT
               + matvec_iq.C_COMMON + matvec_iq.C_IQ3_XXS + matvec_iq.C_IQ3_XXS_STAGED + v2.C_IQ3_XXS_V2
               + wrappers)
     return emu.compile_kernels(source)
