@@ -97,13 +97,13 @@ def test_matvec_epilogues_equal_the_separate_launches(tmp_path, monkeypatch, arc
     """Decode with the residual add and the FFN activation folded into the products
     (kernels/matvec_epilogue.py, the default) against the separate launches (LITE_MATVEC_EPILOGUE=0):
     the same fp32 operations, so the logits agree to the last bits and the tokens exactly."""
-    import lite.backends.cuda as cuda_backend
+    import lite.backends.cuda_linear as cuda_linear
     path = str(tmp_path / "m.gguf")
     synth(arch, "tiny", quant, path, seed=6)
     ids = list(range(5, 37))
     runs = {}
     for on in (True, False):
-        monkeypatch.setattr(cuda_backend, "EPILOGUES", on)
+        monkeypatch.setattr(cuda_linear, "EPILOGUES", on)
         e = Engine(path, device="cuda", max_context=128)
         logits = [e.prefill(ids)]
         for _ in range(8):

@@ -1,8 +1,11 @@
-"""The CUDA backend: CuPy for memory, streams and cuBLAS; Numba kernels for the quantized weights.
+"""The CUDA backend: CuPy for memory, streams and cuBLAS; CUDA C and Numba kernels for the
+quantized weights.
 
-Weights stay in VRAM as raw GGUF blocks. A linear layer over many tokens (prefill) dequantizes the
-weight to fp16 into a reusable scratch buffer and multiplies with cuBLAS (fp16 inputs, fp32
-accumulation and output); over a few tokens (decode) it runs the fused dequantize-and-dot kernel.
+Weights stay in VRAM as raw GGUF blocks. The matrix products are in cuda_linear.py (cuBLAS over an
+fp16 dequantization in prefill, fused dequantize-and-dot kernels in decode), decode attention in
+cuda_decode.py, experts in cuda_moe.py / cuda_host_experts.py / cuda_expert_dev.py, the stage
+hand-off in cuda_handoff.py, the decode graph's pinned I/O in cuda_graph_io.py and the folded norms
+in cuda_norm.py: mixins of (or helpers to) CUDABackend below.
 Activations are float32. Everything of one stage is enqueued on that stage's stream; the host waits
 only where data leaves the device (logits, hand-off).
 """
@@ -15,9 +18,9 @@ import numpy as np
 from lite.backends import cuda_graph_io
 from lite.backends.cuda_decode import CUDADecodeAttention
 from lite.backends.cuda_handoff import CUDAHandoff
-from lite.backends.cuda_moe import FUSED_MAX_TOKENS, CUDAExperts, _Weight
+from lite.backends.cuda_linear import CUDALinear
+from lite.backends.cuda_moe import CUDAExperts, _Weight
 from lite.backends.cuda_norm import CUDAFoldNorm
-from lite.kernels import matvec_epilogue
 
 log = logging.getLogger(__name__)
 
@@ -25,9 +28,6 @@ log = logging.getLogger(__name__)
 # is 3x faster than the materialized path at 8K-32K context on the H200; LITE_FLASH_ATTN=0 falls
 # back to the materialized path (scores through memory, cuBLAS), which serves every head dim.
 FLASH_ATTN = os.environ.get("LITE_FLASH_ATTN", "1") != "0"
-# Decode products with the residual add or the FFN activation folded in (kernels/matvec_epilogue.py);
-# LITE_MATVEC_EPILOGUE=0: the separate launches, as before (for comparison).
-EPILOGUES = os.environ.get("LITE_MATVEC_EPILOGUE", "1") != "0"
 PINNED_STAGING_BYTES = 64 << 20
 ATTN_SCRATCH_BYTES = 2 << 30      # scores + probabilities of the heads attended at once
 
@@ -49,7 +49,7 @@ def unavailable_reason():
     return None
 
 
-class CUDABackend(CUDAFoldNorm, CUDAHandoff, CUDADecodeAttention, CUDAExperts):
+class CUDABackend(CUDALinear, CUDAFoldNorm, CUDAHandoff, CUDADecodeAttention, CUDAExperts):
     name = "cuda"
     supports_graphs = True
 
@@ -236,91 +236,6 @@ class CUDABackend(CUDAFoldNorm, CUDAHandoff, CUDADecodeAttention, CUDAExperts):
         rows = w.data.reshape(n_vocab, -1)[ids_d].reshape(-1)
         return dequantize(rows, w.qtype, np.float32, self.stream).reshape(len(ids), n_embd)
 
-    def _dequant_f16(self, w):
-        from lite.kernels import dequantize
-        n = int(np.prod(w.shape))
-        if self._scratch is None or self._scratch.size < n:
-            self._scratch = self.cp.empty(max(n, self._scratch_elems), np.float16)
-        return dequantize(w.data, w.qtype, np.float16, self.stream, out=self._scratch[:n])
-
-    def _matmul(self, x, w):                                # (T, in) @ W(out, in).T -> (T, out) f32
-        from lite.kernels import get_matvec, matvec
-        cp = self.cp
-        x = self._arr(x)              # a NormedLater (LITE_FOLD_NORM=1, lite/backends/cuda_norm.py)
-        rows, cols = w.shape[-2], w.shape[-1]
-        T = x.shape[0]
-        if w.qtype == "F32":
-            return x @ w.data.T
-        if w.qtype not in ("F16",) and T <= FUSED_MAX_TOKENS and get_matvec(w.qtype) is not None:
-            return matvec(w.data, w.qtype, cp.ascontiguousarray(x), rows, cols, self.stream)
-        w16 = w.data if w.qtype == "F16" else self._dequant_f16(w).reshape(rows, cols)
-        return gemm_f16_f32(cp, x.astype(np.float16), w16, self.stream)
-
-    def linear(self, x, name):
-        y = self._product(x, self.w[name])
-        bias = name[: -len("weight")] + "bias"
-        if bias in self.w:
-            y += self.w[bias].data
-        return y
-
-    def linear_many(self, x, names):
-        """Products of one input with several weights; a fused group runs as one product."""
-        group = self.fused.get(tuple(names))
-        if group is None:
-            return [self.linear(x, n) for n in names]
-        w, rows = group
-        y = self._product(x, w)
-        outs, off = [], 0
-        for n, r in zip(names, rows):
-            part = y[:, off:off + r]
-            bias = n[: -len("weight")] + "bias"
-            if bias in self.w:
-                part = part + self.w[bias].data
-            outs.append(part)
-            off += r
-        return outs
-
-    def linear_add(self, x, name, res):
-        """res + x @ W.T: for a few tokens one launch (kernels/matvec_epilogue.py), else the
-        product and an add."""
-        w, cp = self.w[name], self.cp
-        bias = name[: -len("weight")] + "bias"
-        res = self._arr(res)
-        if bias not in self.w and EPILOGUES and self._norm_in(w, x):
-            return self._mvn(w, x, "add", res)
-        xa = self._ready(x)
-        if bias not in self.w and xa is not None and self._epilogue_ok(w, xa):
-            x, res = cp.ascontiguousarray(xa), cp.ascontiguousarray(res)
-            out = cp.empty((x.shape[0], w.shape[-2]), np.float32)
-            matvec_epilogue.launch(w.qtype, w.data, x, out, w.shape[-2], w.shape[-1], "add", res,
-                                   self.stream)
-            return out
-        return res + self.linear(x, name)
-
-    def linear_gated(self, x, names, act):
-        """act(x @ gate.T) * (x @ up.T): for a few tokens one launch over the fused [gate; up]
-        (kernels/matvec_epilogue.py), else linear_many and act_mul."""
-        group, cp = self.fused.get(tuple(names)), self.cp
-        biased = any(n[: -len("weight")] + "bias" in self.w for n in names)
-        gated = (group is not None and not biased and len(group[1]) == 2
-                 and group[1][0] == group[1][1] and act in matvec_epilogue.EPILOGUES)
-        if gated and EPILOGUES and self._norm_in(group[0], x):
-            return self._mvn(group[0], x, act)
-        xa = self._ready(x)
-        if gated and xa is not None and self._epilogue_ok(group[0], xa):
-            w = group[0]
-            x = cp.ascontiguousarray(xa)
-            out = cp.empty((x.shape[0], group[1][0]), np.float32)
-            matvec_epilogue.launch(w.qtype, w.data, x, out, w.shape[-2], w.shape[-1], act, None,
-                                   self.stream)
-            return out
-        gate, up = self.linear_many(x, names)
-        return self.act_mul(gate, up, act)
-
-    def _epilogue_ok(self, w, x):
-        return (EPILOGUES and x.shape[0] <= FUSED_MAX_TOKENS and w.data.ndim == 1
-                and matvec_epilogue.supports(w.qtype, w.data, self.cp.ascontiguousarray(x)))
-
     def rms_norm(self, x, name, eps):
         x = self._arr(x)
         if x.ndim == 3 and x.shape[0] == 1 and self.fold_qk_norm:   # a decode token's q or k heads:
@@ -412,10 +327,6 @@ class CUDABackend(CUDAFoldNorm, CUDAHandoff, CUDADecodeAttention, CUDAExperts):
     def scale(self, x, s):
         return self._arr(x) * np.float32(s)
 
-    def output(self, x):
-        name = "output.weight" if "output.weight" in self.w else "token_embd.weight"
-        return self._product(x, self.w[name])
-
     # --- host transfers (the stage hand-off is in lite/backends/cuda_handoff.py) ---------------
     def to_host(self, x):
         x = self._arr(x)
@@ -446,21 +357,3 @@ def gemm_strided(cp, stream, transa, transb, m, n, k, A, a_type, lda, stride_a, 
                                 A.data.ptr, a_type, lda, stride_a, B.data.ptr, b_type, ldb, stride_b,
                                 b.ctypes.data, C.data.ptr, c_type, ldc, stride_c, batch,
                                 cublas.CUBLAS_COMPUTE_32F, cublas.CUBLAS_GEMM_DEFAULT)
-
-
-def gemm_f16_f32(cp, x16, w16, stream):
-    """(T, in) f16 @ (out, in).T f16 -> (T, out) f32, fp32 accumulation (cublasGemmEx)."""
-    from cupy_backends.cuda.libs import cublas
-    T, k = x16.shape
-    n_out = w16.shape[0]
-    y = cp.empty((T, n_out), np.float32)
-    handle = cp.cuda.device.get_cublas_handle()
-    cublas.setStream(handle, stream.ptr)
-    one = np.array(1.0, np.float32)
-    zero = np.array(0.0, np.float32)
-    # Row-major Y = X W^T is column-major Y^T = W X^T: A = W (k x out, transposed), B = X (k x T).
-    cublas.gemmEx(handle, cublas.CUBLAS_OP_T, cublas.CUBLAS_OP_N, n_out, T, k,
-                  one.ctypes.data, w16.data.ptr, 2, k, x16.data.ptr, 2, k,
-                  zero.ctypes.data, y.data.ptr, 0, n_out, cublas.CUBLAS_COMPUTE_32F,
-                  cublas.CUBLAS_GEMM_DEFAULT)
-    return y

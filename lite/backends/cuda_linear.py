@@ -1,0 +1,128 @@
+"""The CUDA backend's matrix products (a mixin of CUDABackend, lite/backends/cuda.py).
+
+Over many tokens (prefill) a weight is dequantized to fp16 into the backend's scratch buffer and
+multiplied with cuBLAS (fp16 inputs, fp32 accumulation); over a few (decode) the fused
+dequantize-and-dot kernels run (lite.kernels.matvec), and where the next op can ride along, the
+epilogue kernels of kernels/matvec_epilogue.py: the residual add (linear_add) or the FFN's gated
+activation (linear_gated). An input may be a NormedLater (LITE_FOLD_NORM=1, cuda_norm.py): _product
+and _mvn take it, everything else materializes it with _arr.
+"""
+import os
+
+import numpy as np
+
+from lite.backends.cuda_moe import FUSED_MAX_TOKENS
+from lite.kernels import matvec_epilogue
+
+# Decode products with the residual add or the FFN activation folded in (kernels/matvec_epilogue.py);
+# LITE_MATVEC_EPILOGUE=0: the separate launches, as before (for comparison).
+EPILOGUES = os.environ.get("LITE_MATVEC_EPILOGUE", "1") != "0"
+
+
+class CUDALinear:
+    def _dequant_f16(self, w):
+        from lite.kernels import dequantize
+        n = int(np.prod(w.shape))
+        if self._scratch is None or self._scratch.size < n:
+            self._scratch = self.cp.empty(max(n, self._scratch_elems), np.float16)
+        return dequantize(w.data, w.qtype, np.float16, self.stream, out=self._scratch[:n])
+
+    def _matmul(self, x, w):                                # (T, in) @ W(out, in).T -> (T, out) f32
+        from lite.kernels import get_matvec, matvec
+        cp = self.cp
+        x = self._arr(x)              # a NormedLater (LITE_FOLD_NORM=1, lite/backends/cuda_norm.py)
+        rows, cols = w.shape[-2], w.shape[-1]
+        T = x.shape[0]
+        if w.qtype == "F32":
+            return x @ w.data.T
+        if w.qtype not in ("F16",) and T <= FUSED_MAX_TOKENS and get_matvec(w.qtype) is not None:
+            return matvec(w.data, w.qtype, cp.ascontiguousarray(x), rows, cols, self.stream)
+        w16 = w.data if w.qtype == "F16" else self._dequant_f16(w).reshape(rows, cols)
+        return gemm_f16_f32(cp, x.astype(np.float16), w16, self.stream)
+
+    def linear(self, x, name):
+        y = self._product(x, self.w[name])
+        bias = name[: -len("weight")] + "bias"
+        if bias in self.w:
+            y += self.w[bias].data
+        return y
+
+    def linear_many(self, x, names):
+        """Products of one input with several weights; a fused group runs as one product."""
+        group = self.fused.get(tuple(names))
+        if group is None:
+            return [self.linear(x, n) for n in names]
+        w, rows = group
+        y = self._product(x, w)
+        outs, off = [], 0
+        for n, r in zip(names, rows):
+            part = y[:, off:off + r]
+            bias = n[: -len("weight")] + "bias"
+            if bias in self.w:
+                part = part + self.w[bias].data
+            outs.append(part)
+            off += r
+        return outs
+
+    def linear_add(self, x, name, res):
+        """res + x @ W.T: for a few tokens one launch (kernels/matvec_epilogue.py), else the
+        product and an add."""
+        w, cp = self.w[name], self.cp
+        bias = name[: -len("weight")] + "bias"
+        res = self._arr(res)
+        if bias not in self.w and EPILOGUES and self._norm_in(w, x):
+            return self._mvn(w, x, "add", res)
+        xa = self._ready(x)
+        if bias not in self.w and xa is not None and self._epilogue_ok(w, xa):
+            x, res = cp.ascontiguousarray(xa), cp.ascontiguousarray(res)
+            out = cp.empty((x.shape[0], w.shape[-2]), np.float32)
+            matvec_epilogue.launch(w.qtype, w.data, x, out, w.shape[-2], w.shape[-1], "add", res,
+                                   self.stream)
+            return out
+        return res + self.linear(x, name)
+
+    def linear_gated(self, x, names, act):
+        """act(x @ gate.T) * (x @ up.T): for a few tokens one launch over the fused [gate; up]
+        (kernels/matvec_epilogue.py), else linear_many and act_mul."""
+        group, cp = self.fused.get(tuple(names)), self.cp
+        biased = any(n[: -len("weight")] + "bias" in self.w for n in names)
+        gated = (group is not None and not biased and len(group[1]) == 2
+                 and group[1][0] == group[1][1] and act in matvec_epilogue.EPILOGUES)
+        if gated and EPILOGUES and self._norm_in(group[0], x):
+            return self._mvn(group[0], x, act)
+        xa = self._ready(x)
+        if gated and xa is not None and self._epilogue_ok(group[0], xa):
+            w = group[0]
+            x = cp.ascontiguousarray(xa)
+            out = cp.empty((x.shape[0], group[1][0]), np.float32)
+            matvec_epilogue.launch(w.qtype, w.data, x, out, w.shape[-2], w.shape[-1], act, None,
+                                   self.stream)
+            return out
+        gate, up = self.linear_many(x, names)
+        return self.act_mul(gate, up, act)
+
+    def _epilogue_ok(self, w, x):
+        return (EPILOGUES and x.shape[0] <= FUSED_MAX_TOKENS and w.data.ndim == 1
+                and matvec_epilogue.supports(w.qtype, w.data, self.cp.ascontiguousarray(x)))
+
+    def output(self, x):
+        name = "output.weight" if "output.weight" in self.w else "token_embd.weight"
+        return self._product(x, self.w[name])
+
+
+def gemm_f16_f32(cp, x16, w16, stream):
+    """(T, in) f16 @ (out, in).T f16 -> (T, out) f32, fp32 accumulation (cublasGemmEx)."""
+    from cupy_backends.cuda.libs import cublas
+    T, k = x16.shape
+    n_out = w16.shape[0]
+    y = cp.empty((T, n_out), np.float32)
+    handle = cp.cuda.device.get_cublas_handle()
+    cublas.setStream(handle, stream.ptr)
+    one = np.array(1.0, np.float32)
+    zero = np.array(0.0, np.float32)
+    # Row-major Y = X W^T is column-major Y^T = W X^T: A = W (k x out, transposed), B = X (k x T).
+    cublas.gemmEx(handle, cublas.CUBLAS_OP_T, cublas.CUBLAS_OP_N, n_out, T, k,
+                  one.ctypes.data, w16.data.ptr, 2, k, x16.data.ptr, 2, k,
+                  zero.ctypes.data, y.data.ptr, 0, n_out, cublas.CUBLAS_COMPUTE_32F,
+                  cublas.CUBLAS_GEMM_DEFAULT)
+    return y
