@@ -10,16 +10,19 @@ L="python3 -m lite.cli.main"
 t() { echo "\$ $*" | tee -a "$out/checks.log"; "$@" 2>&1 | tail -${TAIL:-6} | tee -a "$out/checks.log"; }
 [ -f /tmp/8b.gguf ] || $L synth --arch llama --preset 8b --quant Q4_K /tmp/8b.gguf >/dev/null 2>&1
 # 1. written after the last device call of session 3 (opt-in, never run on a GPU): the decode step's
-#    graph I/O (LITE_GRAPH_IO=1) and the qwen3 q/k norms folded into RoPE + KV store
-#    (LITE_FOLD_QK_NORM=1); their tests, then A/B (see docs/status.md for the exact commands)
+#    graph I/O (LITE_GRAPH_IO=1), the qwen3 q/k norms folded into RoPE + KV store
+#    (LITE_FOLD_QK_NORM=1); their tests, then A/B (docs/switches.md lists every switch)
+#    and the rms_norm folded into the products (LITE_FOLD_NORM=1)
 t python3 -m pytest -q tests/test_cuda_decode.py tests/test_cuda_backend.py tests/test_decode_io.py
 for v in 0 1; do TAIL=6 t env LITE_GRAPH_IO=$v python3 scripts/profile_decode.py /tmp/8b.gguf 512; done
+for v in 0 1; do TAIL=3 t env LITE_FOLD_NORM=$v $L bench /tmp/8b.gguf -p 512 -n 128 -r 5 --device cuda; done
+TAIL=14 t env LITE_FOLD_NORM=1 LITE_GRAPH_IO=1 python3 scripts/profile_decode.py /tmp/8b.gguf 512
 [ -f /tmp/q3-8b.gguf ] || $L synth --arch qwen3 --preset 8b --quant Q4_K /tmp/q3-8b.gguf >/dev/null 2>&1
 [ -f /tmp/30b.gguf ] || $L synth --arch qwen3moe --preset 30b-a3b --quant Q4_K /tmp/30b.gguf >/dev/null 2>&1
 for m in /tmp/q3-8b.gguf /tmp/30b.gguf; do for f in 0 1; do
   TAIL=3 t env LITE_FOLD_QK_NORM=$f $L bench $m -p 512 -n 128 -r 3 --device cuda; done; done
 # if both pass and gain: make them the default (lite/backends/cuda_decode.py fold_qk_norm,
-# lite/backends/cuda_graph_io.py / cuda.py graph_io)
+# lite/backends/cuda_graph_io.py / cuda.py graph_io, lite/backends/cuda_norm.py)
 # 2. decode attention v2 at head dims other than 64/128 (Gemma 3's 256 keeps v1 until this passes):
 #    real models (scripts/carry_model.sh) with LITE_DECODE_ATTN=v2 forced, then raise
 #    kernels/cupy_decode.py's V2_DEFAULT_MAX_D
