@@ -43,7 +43,8 @@ class DecodeIO:
         self._pinned = cupyx.empty_pinned
         self.host_in = cupyx.empty_pinned(2, np.int64)          # [token id, position]
         self.host_in[...] = 0
-        self.dev_in = cp.zeros(2, np.int64)
+        with stream:                       # zeroed on lite's (non-blocking) stream, which writes it next
+            self.dev_in = cp.zeros(2, np.int64)
         self.ids = self.dev_in[0:1]        # the first stage's graph input (embed reads it)
         self.pos_dev = self.dev_in[1:2]    # the backend's pos_dev
         self._done = None                  # event after the last replay (non-last stages)
