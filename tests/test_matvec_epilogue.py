@@ -114,11 +114,17 @@ def _rms_norm_f32(x, g, eps):
     return x * r[:, None] * g
 
 
-@pytest.mark.parametrize("case", _ni_cases(), ids=lambda c: "ni_" + _name(c))
-def test_emulated_norm_in_matches_numpy_and_mv_of_the_normed_x(lib, case):
+# Rows of 4096 (the 8B shape's hidden size): 128 chunks, so every thread of all four warps loads x
+# and adds to the sum of squares (the rows of COLS leave warps 2-3 idle).
+WIDE = [(qt, 1, *matvec_epilogue.config(qt, 1), e) for qt in ("Q4_K", "Q6_K", "Q8_0") for e in (0, 2)]
+
+
+@pytest.mark.parametrize("case,cols", [(c, COLS[c[0]]) for c in _ni_cases()] + [(c, 4096) for c in WIDE],
+                         ids=lambda v: ("ni_" + _name(v)) if isinstance(v, tuple) else str(v))
+def test_emulated_norm_in_matches_numpy_and_mv_of_the_normed_x(lib, case, cols):
     qt, n, r, p, e = case
     rng = np.random.default_rng(100 + n * 10 + e)
-    cols, eps = COLS[qt], 1e-5
+    eps = 1e-5
     rows = 2 * UNITS if e >= 2 else UNITS
     blocks = random_blocks(qt, rows * cols // quant_info(qt).block_elems, rng)
     w = reference(blocks, qt).astype(np.float64).reshape(rows, cols)
