@@ -31,6 +31,9 @@ t env LITE_DECODE_ATTN=v2 python3 -m pytest -q tests/test_cuda_backend.py -k "re
 # TAIL=60 t bash scripts/session3/moe.sh IQ3_XXS    # needs /tmp/llb/llama-bench (a call before)
 # 4. MoE decode profile with attention v2 (where the remaining ~1.8 ms of expert work goes)
 TAIL=12 t python3 scripts/profile_decode.py /tmp/30b.gguf 2048
+# 4b. the register matvec at the decode step's own shapes and other CTA shapes (CONFIG was tuned
+#     on 4096x14336 / 14336x4096 only; q/k/v 6144x4096 runs at ~1.5 TB/s, o 4096x4096 ~1.4 TB/s)
+TAIL=30 t python3 tests/gpu_sweep_matvec.py --types Q4_K,Q6_K --variants mv20,mv40,mv41,mv160 --shapes 6144x4096,28672x4096,4096x4096,4096x14336,128256x4096
 # 5. grouped IQ3_XXS / IQ4_XS MoE decode at full size (moe_mv / moe_mvw, only tiny shapes ran)
 t python3 -m pytest -q tests/test_experts_iq.py tests/test_experts_mvw.py
 # 6. two GPUs (nvidia-h200-x2): the stage's KV cache / experts on its own GPU (fixed in session 2,

@@ -5,6 +5,8 @@ bandwidth, on full-size shapes.
     source scripts/device_setup.sh; python3 tests/gpu_sweep_matvec.py [--types Q4_K,IQ3_XXS]
     python3 tests/gpu_sweep_matvec.py --types Q4_K,Q6_K --variants mvh8,mvh4,mvh8c64,mvh4c64   # half2
     python3 tests/gpu_sweep_matvec.py --types IQ3_XXS --variants mvp8,v280,v281,v240,v241,v2p8,v2p4
+    python3 tests/gpu_sweep_matvec.py --types Q4_K,Q6_K --variants mv20,mv40,mv41,mv160 \
+        --shapes 6144x4096,28672x4096,4096x4096,4096x14336,128256x4096   # the 8B decode step's shapes
 
 For each type, one module holds the register kernel and every variant (staged "mvs", persistent
 "mvp"); each variant's n=1 output must match the register kernel's (the register kernels are
@@ -34,6 +36,10 @@ VARIANTS = [("mvs", 8, 3), ("mvs", 4, 3), ("mvp", 2), ("mvp", 4), ("mvp", 8)]
 # grid as the register kernel. Labels mvh8, mvh4, mvh8c64, mvh4c64.
 HALF_VARIANTS = [("mvh", 8), ("mvh", 4), ("mvh", 8, 64), ("mvh", 4, 64)]
 HALF_TOL = 3e-3
+# The register kernel at other shapes of CTA (rows, prefetch) than CONFIG's: CONFIG was chosen on the
+# two large shapes; the decode step's smaller products (q/k/v 6144x4096, o 4096x4096) may want more
+# CTAs. Labels mv20, mv40, mv41, mv160.
+REG_VARIANTS = [("mv", 2, 0), ("mv", 4, 0), ("mv", 4, 1), ("mv", 16, 0)]
 # IQ3_XXS v2 (kernels/matvec_iq_v2.py, opt-in, first GPU run): ("v2", rows, prefetch) on its copy of
 # the mv loop, ("v2p", rows) on the persistent loop. Labels v280, v281, v240, v241, v2p8, v2p4.
 IQ_V2_VARIANTS = [("v2", 8, 0), ("v2", 8, 1), ("v2", 4, 0), ("v2", 4, 1), ("v2p", 8), ("v2p", 4)]
@@ -83,9 +89,10 @@ def launchers(qt, dev, only=None):
     out = {}
     variants = [v for v in VARIANTS if only is None or _label(v) in only]
     halves = [v for v in HALF_VARIANTS if mh.supports(qt, v) and (only is None or _label(v) in only)]
+    regs = [v for v in REG_VARIANTS if qt in mc.CONFIG and (only is None or _label(v) in only)]
     if qt in mc.CONFIG:
         names = ([mc.kernel_name(qt, 1, *mc.CONFIG[qt])] + [mc.kernel_name(qt, 1, *v) for v in variants]
-                 + [mc.kernel_name(qt, 1, *v) for v in halves])
+                 + [mc.kernel_name(qt, 1, *v) for v in halves] + [mc.kernel_name(qt, 1, *v) for v in regs])
         mod = cp.RawModule(code=mc.c_source(half=bool(halves)), options=("--std=c++17",), name_expressions=names)
         get = mod.get_function
         reg = mc.CONFIG[qt]
@@ -111,6 +118,11 @@ def launchers(qt, dev, only=None):
         print(f"  {qt} {_label(v)}: regs {getattr(f, 'num_regs', '?')}, local {getattr(f, 'local_size_bytes', '?')}", flush=True)
         out[_label(v)] = (lambda w, x, o, rows, cols, f=f, r=v[1]:
                           f(((rows + r - 1) // r,), (128,), (w, x, o, np.int32(rows), np.int32(cols))))
+    for v, name in zip(regs, names[1 + len(variants) + len(halves):]):
+        f = get(name)
+        print(f"  {qt} {_label(v)}: regs {getattr(f, 'num_regs', '?')}, local {getattr(f, 'local_size_bytes', '?')}", flush=True)
+        out[_label(v)] = (lambda w, x, o, rows, cols, f=f, r=v[1]:
+                          f(((rows + r - 1) // r,), (128,), (w, x, o, np.int32(rows), np.int32(cols))))
     for v, name in zip(variants, names[1:]):
         f = get(name)
         smem = ms.smem_bytes(info.type_size, cpb, *v[1:]) if v[0] == "mvs" else 0
@@ -125,8 +137,12 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--types", default="Q4_K,Q6_K,Q8_0,IQ3_XXS,Q4_0,Q5_K")
     ap.add_argument("--variants", default=None, help="labels to time beside the register kernel "
-                    "(e.g. mvh8,mvh4,mvs83,mvp4); default: all")
+                    "(e.g. mvh8,mvh4,mvs83,mvp4,mv40); default: all")
+    ap.add_argument("--shapes", default=None, help="rows x cols list, e.g. 6144x4096,28672x4096 "
+                    "(default: " + ",".join(f"{r}x{c}" for r, c in SHAPES) + ")")
     args = ap.parse_args()
+    shapes = SHAPES if args.shapes is None else [tuple(int(v) for v in s.split("x"))
+                                                 for s in args.shapes.split(",")]
     dev = cp.cuda.runtime.getDevice()
     copy_bw = copy_bandwidth()
     print(f"copy {copy_bw:.0f} GB/s", flush=True)
@@ -137,7 +153,7 @@ def main():
         info = quant_info(qt)
         fns = launchers(qt, dev, None if args.variants is None else set(args.variants.split(",")))
         # correctness (n = 1) against the register kernel; ragged rows: tests/test_kernels_*.py
-        for rows, cols in SHAPES:
+        for rows, cols in shapes:
             host = random_blocks(qt, rows * cols // info.block_elems, rng)
             w = cp.asarray(host)
             x = cp.asarray(rng.standard_normal((1, cols)).astype(np.float32))
