@@ -26,6 +26,7 @@ import numpy as np
 import cupy as cp
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpu_bench_matvec import gtime, stream  # noqa: E402  (the graph timer and its stream: one copy)
 from kernel_blocks import random_blocks  # noqa: E402
 
 from lite.kernels import matvec_cuda as mc, matvec_half as mh, matvec_iq as mi, matvec_staged as ms, quant_info  # noqa: E402
@@ -40,32 +41,10 @@ HALF_TOL = 3e-3
 # two large shapes; the decode step's smaller products (q/k/v 6144x4096, o 4096x4096) may want more
 # CTAs. Labels mv20, mv40, mv41, mv160.
 REG_VARIANTS = [("mv", 2, 0), ("mv", 4, 0), ("mv", 4, 1), ("mv", 16, 0)]
-# IQ3_XXS v2 (kernels/matvec_iq_v2.py, opt-in, first GPU run): ("v2", rows, prefetch) on its copy of
-# the mv loop, ("v2p", rows) on the persistent loop. Labels v280, v281, v240, v241, v2p8, v2p4.
+# IQ3_XXS v2 (kernels/matvec_iq_v2.py, opt-in, first GPU run): ("v2", rows, prefetch) on matvec_cuda's
+# mv loop (mv_rows), ("v2p", rows) on the persistent loop. Labels v280, v281, v240, v241, v2p8, v2p4.
 IQ_V2_VARIANTS = [("v2", 8, 0), ("v2", 8, 1), ("v2", 4, 0), ("v2", 4, 1), ("v2p", 8), ("v2p", 4)]
 L2_ROTATE_BYTES = 256 << 20
-stream = cp.cuda.Stream(non_blocking=True)
-
-
-def gtime(fns, reps=8, replays=5):
-    with stream:
-        for f in fns:
-            f()
-        stream.synchronize()
-        stream.begin_capture()
-        for _ in range(reps):
-            for f in fns:
-                f()
-        g = stream.end_capture()
-        g.launch(stream)
-        stream.synchronize()
-        e0, e1 = cp.cuda.Event(), cp.cuda.Event()
-        e0.record(stream)
-        for _ in range(replays):
-            g.launch(stream)
-        e1.record(stream)
-        e1.synchronize()
-    return cp.cuda.get_elapsed_time(e0, e1) / 1e3 / (replays * reps * len(fns))
 
 
 def copy_bandwidth():
@@ -172,7 +151,7 @@ def main():
             o = cp.empty((1, rows), cp.float32)
             line = []
             for label, f in fns.items():
-                t = gtime([lambda w=w_, f=f: f(w, x, o, rows, cols) for w_ in copies])
+                t = gtime([lambda w=w_, f=f: f(w, x, o, rows, cols) for w_ in copies], reps=8)
                 gbs = host.size / t / 1e9
                 res["rows"].append(dict(type=qt, shape=f"{rows}x{cols}", kernel=label, us=t * 1e6, GBs=gbs,
                                         pct=100 * gbs / copy_bw))
