@@ -332,9 +332,10 @@ __device__ __forceinline__ void mv_rows(const unsigned char* const (&rowp)[R], c
         }
     }
 }
+// mv's whole body, also the body of kernels that set something up first (matvec_iq_v2's mv_iq2).
 template <class T, int N, int R, int P>
-__global__ void __launch_bounds__(128) mv(const unsigned char* __restrict__ w, const float* __restrict__ x,
-                                          float* __restrict__ out, int rows, int cols) {
+__device__ __forceinline__ void mv_body(const unsigned char* __restrict__ w, const float* __restrict__ x,
+                                        float* __restrict__ out, int rows, int cols) {
     const int row0 = blockIdx.x * R, nb = cols / T::BE, chunks = nb * T::CPB;
     const long long rb = (long long)nb * T::TS;
     const unsigned char* rowp[R];
@@ -349,6 +350,11 @@ __global__ void __launch_bounds__(128) mv(const unsigned char* __restrict__ w, c
         const int r = threadIdx.x / N, n = threadIdx.x % N;
         if (row0 + r < rows) out[(long long)n * rows + row0 + r] = total;
     }
+}
+template <class T, int N, int R, int P>
+__global__ void __launch_bounds__(128) mv(const unsigned char* __restrict__ w, const float* __restrict__ x,
+                                          float* __restrict__ out, int rows, int cols) {
+    mv_body<T, N, R, P>(w, x, out, rows, cols);
 }
 """
 

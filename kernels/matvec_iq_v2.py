@@ -110,27 +110,14 @@ struct TIQ3_XXS2 : TIQ3_XXS {   // TIQ3_XXS's block layout, Raw and loads; anoth
         return (64.f * h2f(r.d)) * odd * fmaf(-0.75f, xa + xb, sum);
     }
 };
-// matvec_cuda's `mv` (its loop mv_rows, same grid: a CTA of 128 threads per RR rows; P = 1
-// prefetches the next trip's weights) with the tables' fill first (`mv` has no T::init). RR, not
-// R: matvec_iq.py #defines R.
+// matvec_cuda's `mv` (mv_body: same grid, a CTA of 128 threads per RR rows; P = 1 prefetches the
+// next trip's weights) with the tables' fill first (`mv` has no T::init). RR, not R: matvec_iq.py
+// #defines R.
 template <class T, int N, int RR, int P>
 __global__ void __launch_bounds__(128) mv_iq2(const unsigned char* __restrict__ w, const float* __restrict__ x,
                                               float* __restrict__ out, int rows, int cols) {
     T::init();
-    const int row0 = blockIdx.x * RR, nb = cols / T::BE, chunks = nb * T::CPB;
-    const long long rb = (long long)nb * T::TS;
-    const unsigned char* rowp[RR];
-    #pragma unroll
-    for (int r = 0; r < RR; r++)   // rows past the end re-read the last row and are not written
-        rowp[r] = w + (long long)min(row0 + r, rows - 1) * rb;
-    float acc[RR][N];
-    mv_rows<T, N, RR, P>(rowp, x, cols, chunks, acc);
-    __shared__ float red[4][RR * N];
-    const float total = block_sum<RR, N>(acc, red);       // thread r*N+n writes row r, x n
-    if (threadIdx.x < RR * N) {
-        const int r = threadIdx.x / N, n = threadIdx.x % N;
-        if (row0 + r < rows) out[(long long)n * rows + row0 + r] = total;
-    }
+    mv_body<T, N, RR, P>(w, x, out, rows, cols);
 }
 """
 
