@@ -26,8 +26,9 @@ selected; timings in kernels/cupy_decode.py's docstring and BENCHMARKS.md. The h
 (`--v2-tune "warps=4,blocks_per_sm=4"`) failed to launch (CUDA_ERROR_INVALID_VALUE): only the
 default shape is known to work.
 """
+from lite.kernels.cupy_decode_src import C_LAST_OF_COLUMN
 
-DECODE2_SRC = r"""
+DECODE2_SRC = C_LAST_OF_COLUMN + r"""
 // set by the wrapper: D2_D, D2_DV (head dims), D2_NW (warps a block), D2_STG_F16, D2_STG_I8
 // (stages a warp's ring holds), D2_SMEM (dynamic shared bytes), D2_MIN_BLOCKS (blocks an SM)
 #define D2_GB 4                  // query heads a block column serves (as v1's DEC_GB)
@@ -158,7 +159,6 @@ template <typename T, int NSTG> __device__ void attn_decode2(
     D2_DYN_SMEM(smem);
     __shared__ float4 pw[D2_NW][(D2_KW * D2_GB + D2_GB) / 4];   // a warp's weights, alphas
     __shared__ float wm[D2_NW][D2_GB], wl[D2_NW][D2_GB], inv_l[D2_GB];
-    __shared__ int is_last;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, NS = gridDim.y;
     const int G = H / Hkv, n_groups = (G + D2_GB - 1) / D2_GB;
     const int hk = blockIdx.x / n_groups, gb = blockIdx.x % n_groups;
@@ -313,17 +313,7 @@ template <typename T, int NSTG> __device__ void attn_decode2(
     }
     if (active == 1) return;
 
-    // the last block of this column merges the splits (threadFenceReduction pattern, as v1)
-    __threadfence();
-    __syncthreads();
-    if (tid == 0) {
-        int ticket = atomicAdd(&counters[blockIdx.x], 1);
-        is_last = ticket == active - 1;
-        if (is_last) counters[blockIdx.x] = 0;  // every split has counted: ready for the next launch
-    }
-    __syncthreads();
-    if (!is_last) return;
-    __threadfence();
+    if (!dec_last_of_column(counters, active)) return;   // the last block merges the splits
     const long long col = (long long)blockIdx.x * NS;
     float* wsplit = red;                         // [GB][MAX_SPLITS]: red is free again
     for (int g = warp; g < ng; g += D2_NW) {

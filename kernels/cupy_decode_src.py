@@ -5,7 +5,30 @@ grids fixed by the cache size. Kept apart from the Python wrappers so the file s
 so tests/cuda_c_emulator.py can compile the same text on the host.
 """
 
-DECODE_SRC = r"""
+# The split merge's hand-off, the same in both attention kernels: this one's (DECODE_SRC) and v2's
+# (kernels/cupy_decode2_src.py), which are compiled as separate modules and both prepend it.
+C_LAST_OF_COLUMN = r"""
+// Is this block the last of its column's `active` split blocks to finish? Called by every thread
+// once the block's partials are written (threadFenceReduction pattern: the fence makes them visible
+// before the block counts); the last block resets the counter for the next launch, and its fence
+// after the count orders its reads of the others' partials.
+__device__ __forceinline__ bool dec_last_of_column(int* counters, int active) {
+    __shared__ int is_last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int ticket = atomicAdd(&counters[blockIdx.x], 1);
+        is_last = ticket == active - 1;
+        if (is_last) counters[blockIdx.x] = 0;     // every split has counted: ready for the next launch
+    }
+    __syncthreads();
+    if (!is_last) return false;
+    __threadfence();
+    return true;
+}
+"""
+
+DECODE_SRC = C_LAST_OF_COLUMN + r"""
 #ifndef NEG_INF
 #define NEG_INF (-__int_as_float(0x7f800000))
 #endif
@@ -174,7 +197,6 @@ template <typename T> __device__ void attn_decode(
     __shared__ float alpha[DEC_GB];
     __shared__ float wsplit[DEC_GB][DEC_MAX_SPLITS];
     __shared__ float inv_l[DEC_GB];
-    __shared__ int is_last;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, NS = gridDim.y;
     const int G = H / Hkv, n_groups = (G + DEC_GB - 1) / DEC_GB;
     const int hk = blockIdx.x / n_groups, gb = blockIdx.x % n_groups;
@@ -299,17 +321,7 @@ template <typename T> __device__ void attn_decode(
     if (active == 1) return;
     if (warp < ng && lane == 0) { pm[slot * DEC_GB + warp] = m_run; pl[slot * DEC_GB + warp] = l_run; }
 
-    // the last block of this column merges the splits (threadFenceReduction pattern)
-    __threadfence();
-    __syncthreads();
-    if (tid == 0) {
-        int ticket = atomicAdd(&counters[blockIdx.x], 1);
-        is_last = ticket == active - 1;
-        if (is_last) counters[blockIdx.x] = 0;     // every split has counted: ready for the next launch
-    }
-    __syncthreads();
-    if (!is_last) return;
-    __threadfence();
+    if (!dec_last_of_column(counters, active)) return;   // the last block merges the splits
     const long long col = (long long)blockIdx.x * NS;
     if (warp < ng) {
         float M = NEG_INF;
