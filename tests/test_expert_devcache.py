@@ -7,6 +7,8 @@ import types
 import numpy as np
 import pytest
 
+from host_cupy import HostCupy as FakeCupy
+
 from lite.backends import cuda_unavailable_reason
 from lite.backends import cuda_expert_dev as xd
 from lite.gguf_file import GGUFFile
@@ -21,70 +23,6 @@ def tiny_moe(tmp_path_factory):
     path = tmp_path_factory.mktemp("moe") / "qwen3moe-Q4_K.gguf"
     synth("qwen3moe", "tiny", "Q4_K", str(path), seed=3)
     return str(path)
-
-
-class _Arr(np.ndarray):
-    @property
-    def data(self):
-        return type("Ptr", (), {"ptr": self.ctypes.data})()
-
-
-class FakeCupy:
-    """Host memory as the "device"; asnumpy (a host sync) is counted, or refused with `no_sync`."""
-    no_sync = False
-    syncs = 0
-
-    class cuda:
-        class Stream:
-            ptr = 0
-
-            def __init__(self, **kw):
-                pass
-
-            def record(self):
-                return types.SimpleNamespace(synchronize=lambda: None)
-
-            def wait_event(self, ev):
-                pass
-
-        class runtime:
-            memcpyHostToDevice = 1
-
-            @staticmethod
-            def memcpyAsync(dst, src, n, kind, stream):
-                import ctypes
-                ctypes.memmove(dst, src, n)
-
-        @staticmethod
-        def get_elapsed_time(a, b):
-            return 0.0
-
-    @staticmethod
-    def empty(n, dtype):
-        return np.zeros(n, dtype).view(_Arr)
-
-    @staticmethod
-    def zeros(n, dtype):
-        return np.zeros(n, dtype).view(_Arr)
-
-    @staticmethod
-    def empty_like(a):
-        return np.empty_like(a).view(_Arr)
-
-    @staticmethod
-    def asarray(a):
-        return np.asarray(a).view(_Arr)
-
-    @staticmethod
-    def ascontiguousarray(a, dtype=None):
-        return np.ascontiguousarray(a, dtype=dtype).view(_Arr)
-
-    @classmethod
-    def asnumpy(cls, a):
-        if cls.no_sync:
-            raise AssertionError("host sync (cp.asnumpy) in a path that must not have one")
-        cls.syncs += 1
-        return np.asarray(a).copy()
 
 
 def _host_experts(monkeypatch, path, **kw):

@@ -5,6 +5,7 @@ import types
 
 import numpy as np
 import pytest
+from host_cupy import HostCupy
 
 from lite.backends import cuda_unavailable_reason
 from lite.backends.cpu import CPUBackend
@@ -161,47 +162,6 @@ def test_gpu_engine_experts_host_matches_gpu(tiny_moe, monkeypatch, experts, cac
 
 
 # ---------------------------------------------------------------- the copy machinery, on the CPU
-class _FakeCupy:
-    """Just what HostExperts' copies use, with host memory as the "device": memcpyAsync copies at
-    once, events and stream waits do nothing. Checks the batching of copies into runs."""
-
-    class _Arr(np.ndarray):
-        @property
-        def data(self):
-            return type("Ptr", (), {"ptr": self.ctypes.data})()
-
-    class cuda:
-        class Stream:
-            ptr = 0
-
-            def __init__(self, **kw):
-                pass
-
-            def record(self):
-                return types.SimpleNamespace(synchronize=lambda: None)
-
-            def wait_event(self, ev):
-                pass
-
-        class runtime:
-            memcpyHostToDevice = 1
-            calls = 0
-
-            @classmethod
-            def memcpyAsync(cls, dst, src, n, kind, stream):
-                import ctypes
-                cls.calls += 1
-                ctypes.memmove(dst, src, n)
-
-        @staticmethod
-        def get_elapsed_time(a, b):
-            return 0.0
-
-    @staticmethod
-    def empty(n, dtype):
-        return np.zeros(n, dtype).view(_FakeCupy._Arr)
-
-
 @pytest.mark.parametrize("mode,n_slots", [("host", 64), ("host", 5), ("host", 1), ("mmap", 3)])
 def test_copies_fill_the_right_slots(tiny_moe, monkeypatch, mode, n_slots):
     import sys
@@ -211,11 +171,11 @@ def test_copies_fill_the_right_slots(tiny_moe, monkeypatch, mode, n_slots):
     monkeypatch.setattr(hx_mod, "PREFETCH", True)
     g = GGUFFile(tiny_moe)
     names = [n for n in g.tensors if n.endswith("_exps.weight")]
-    be = types.SimpleNamespace(cp=_FakeCupy, stream=_FakeCupy.cuda.Stream())
+    be = types.SimpleNamespace(cp=HostCupy, stream=HostCupy.cuda.Stream())
     hx = hx_mod.HostExperts(be, g, names, mode, 0, n_slots=n_slots)
     pool = hx.pools[0]
     rng = np.random.default_rng(n_slots)
-    _FakeCupy.cuda.runtime.calls = 0
+    HostCupy.cuda.runtime.calls = 0
     for step in range(3):
         for il in range(4):
             ids = np.stack([rng.choice(8, 2, replace=False) for _ in range(int(rng.integers(1, 9)))])
@@ -232,4 +192,4 @@ def test_copies_fill_the_right_slots(tiny_moe, monkeypatch, mode, n_slots):
     st = hx.stats()
     assert st["misses"] > 0 and st["hits"] + st["misses"] >= 12
     if mode == "host" and n_slots == 64:     # runs of consecutive experts: fewer calls than copies
-        assert _FakeCupy.cuda.runtime.calls < 3 * (st["misses"] + st["prefetched"])
+        assert HostCupy.cuda.runtime.calls < 3 * (st["misses"] + st["prefetched"])
