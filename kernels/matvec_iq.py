@@ -84,6 +84,21 @@ def launch_numba(name, blocks, x, out, rows, cols, stream):
 
 C_COMMON = r"""
 #define R 4
+// 32 IQ4_XS weights times x: the 4 words of a sub-block (low nibbles its values 0..15 in byte order,
+// high nibbles 16..31) through the 16-entry value table kv (shared memory), x as 8 float4.
+__device__ __forceinline__ float iq4_dot32(const unsigned (&qw)[4], const float4* xv, const float* kv) {
+    float sum = 0.f;
+    #pragma unroll
+    for (int k = 0; k < 4; k++) {   // bytes 4k..4k+3: low nibbles values 4k.., high 16+4k..
+        const unsigned w = qw[k];
+        const float4 a = xv[k], c = xv[k + 4];
+        sum = fmaf(kv[w & 15u], a.x, sum);         sum = fmaf(kv[(w >> 8) & 15u], a.y, sum);
+        sum = fmaf(kv[(w >> 16) & 15u], a.z, sum); sum = fmaf(kv[(w >> 24) & 15u], a.w, sum);
+        sum = fmaf(kv[(w >> 4) & 15u], c.x, sum);  sum = fmaf(kv[(w >> 12) & 15u], c.y, sum);
+        sum = fmaf(kv[(w >> 20) & 15u], c.z, sum); sum = fmaf(kv[w >> 28], c.w, sum);
+    }
+    return sum;
+}
 // Sums acc over the warp, then over the 4 warps of the block; thread r*N+n ends with row r, x n.
 template <int N>
 __device__ __forceinline__ void finish(float (&acc)[R][N], float* __restrict__ out, int rows, int row0) {
@@ -208,17 +223,7 @@ __global__ void __launch_bounds__(128) mv_iq4xs(const unsigned* __restrict__ w32
             #pragma unroll
             for (int r = 0; r < R; r++) {
                 const unsigned qw[4] = {q[r].x, q[r].y, q[r].z, q[r].w};
-                float sum = 0.f;
-                #pragma unroll
-                for (int k = 0; k < 4; k++) {   // bytes 4k..4k+3: low nibbles values 4k.., high 16+4k..
-                    const unsigned w = qw[k];
-                    const float4 a = xv[k], c = xv[k + 4];
-                    sum = fmaf(kv[w & 15u], a.x, sum);         sum = fmaf(kv[(w >> 8) & 15u], a.y, sum);
-                    sum = fmaf(kv[(w >> 16) & 15u], a.z, sum); sum = fmaf(kv[(w >> 24) & 15u], a.w, sum);
-                    sum = fmaf(kv[(w >> 4) & 15u], c.x, sum);  sum = fmaf(kv[(w >> 12) & 15u], c.y, sum);
-                    sum = fmaf(kv[(w >> 20) & 15u], c.z, sum); sum = fmaf(kv[w >> 28], c.w, sum);
-                }
-                acc[r][n] = fmaf(dl[r], sum, acc[r][n]);
+                acc[r][n] = fmaf(dl[r], iq4_dot32(qw, xv, kv), acc[r][n]);
             }
         }
     }

@@ -267,17 +267,7 @@ struct TIQ4_XS {   // d (f16), scales_h (u16), scales_l[4], qs[128]; sub-block i
         const int ib = c & 7;
         const int ls = (int)(((r.w1 >> (8 * (ib >> 1) + 4 * (ib & 1))) & 15u) | (((r.w0 >> (16 + 2 * ib)) & 3u) << 4));
         const unsigned qw[4] = {r.lo.x, r.lo.y, r.hi.x, r.hi.y};
-        float sum = 0.f;
-        #pragma unroll
-        for (int k = 0; k < 4; k++) {   // bytes 4k..4k+3: low nibbles values 4k.., high 16+4k..
-            const unsigned w = qw[k];
-            const float4 a = xv[k], e = xv[k + 4];
-            sum = fmaf(lt_iq4_kv[w & 15u], a.x, sum);         sum = fmaf(lt_iq4_kv[(w >> 8) & 15u], a.y, sum);
-            sum = fmaf(lt_iq4_kv[(w >> 16) & 15u], a.z, sum); sum = fmaf(lt_iq4_kv[(w >> 24) & 15u], a.w, sum);
-            sum = fmaf(lt_iq4_kv[(w >> 4) & 15u], e.x, sum);  sum = fmaf(lt_iq4_kv[(w >> 12) & 15u], e.y, sum);
-            sum = fmaf(lt_iq4_kv[(w >> 20) & 15u], e.z, sum); sum = fmaf(lt_iq4_kv[w >> 28], e.w, sum);
-        }
-        return h2f((unsigned short)(r.w0 & 0xffffu)) * (float)(ls - 32) * sum;
+        return h2f((unsigned short)(r.w0 & 0xffffu)) * (float)(ls - 32) * iq4_dot32(qw, xv, lt_iq4_kv);
     }
 };
 """
