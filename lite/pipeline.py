@@ -179,39 +179,26 @@ class _Stage:
 
     def compute(self, job, payload, slot_index):
         """from_handoff + run + to_handoff; returns (y, buf, times): buf is None on the last
-        stage; times = (host s, host cpu s, device marks or None) over from_handoff + run."""
-        chain = self.chain
-        if job.decode:
-            return self._compute_decode(job, payload, slot_index)
+        stage; times = (host s, host cpu s, device marks or None) over from_handoff + run, or None
+        in decode (no clocks: StageChain.decode does not read them, and two CUDA events a stage a
+        token would cost more than they tell)."""
+        timed = not job.decode
         try:
-            timer = self.timer
-            t0, c0 = perf_counter(), thread_time()
-            m0 = timer.mark() if timer is not None else None
+            if timed:
+                timer = self.timer
+                t0, c0 = perf_counter(), thread_time()
+                m0 = timer.mark() if timer is not None else None
             x = payload if self.index == 0 else self.runner.from_handoff(payload)
             y = self.runner.run(job, x)
-            marks = (m0, timer.mark()) if timer is not None else None
-            times = (perf_counter() - t0, thread_time() - c0, marks)
+            times = None
+            if timed:
+                marks = (m0, timer.mark()) if timer is not None else None
+                times = (perf_counter() - t0, thread_time() - c0, marks)
             if self.next is None:
                 return y, None, times
             buf = self.slot(slot_index, y)
             self.runner.to_handoff(y, buf)
             return y, buf, times
-        except Exception as e:
-            err = StageError(self.index, job, e)
-            chain._fail(err)
-            raise err from e
-
-    def _compute_decode(self, job, payload, slot_index):
-        """compute() of a decode step: no clocks (StageChain.decode does not read them; two CUDA
-        events a stage a token would cost more than they tell), times None."""
-        try:
-            x = payload if self.index == 0 else self.runner.from_handoff(payload)
-            y = self.runner.run(job, x)
-            if self.next is None:
-                return y, None, None
-            buf = self.slot(slot_index, y)
-            self.runner.to_handoff(y, buf)
-            return y, buf, None
         except Exception as e:
             err = StageError(self.index, job, e)
             self.chain._fail(err)
