@@ -309,18 +309,26 @@ def test_gpu_route_and_align_match_twins():
             assert got["meta"].get().tolist() == [want["n_blocks"], want["n_used"]]
 
 
-@needs_gpu
-@pytest.mark.parametrize("T", [1, 5, 40, 100])   # pairs, pairs, sorted blocks, dequant + batched GEMM
-def test_gpu_grouped_experts_match_cpu(tiny_moe, T):
-    cpu, gpu = _cpu(tiny_moe), _gpu(tiny_moe)
+def check_layer_experts_match_cpu(path, T):
+    """Layer 0's experts of a tiny qwen3moe file on the GPU against the CPU backend, for T tokens
+    routed by the CPU; returns (gpu backend, h, the CPU's ids) for further checks."""
+    cpu, gpu = _cpu(path), _gpu(path)
     rng = np.random.default_rng(T)
     h = rng.standard_normal((T, 256)).astype(np.float32)
     ids, w = cpu.moe_route(h, "blk.0.ffn_gate_inp.weight", 2, True)
     want = cpu.moe_experts(h, 0, ids, w, "silu")
     with gpu.activate():
         got = gpu.moe_experts(gpu.cp.asarray(h), 0, ids, w, "silu").get()
-        gids, gw = gpu.moe_route(gpu.cp.asarray(h), "blk.0.ffn_gate_inp.weight", 2, True)
     np.testing.assert_allclose(got, want, rtol=2e-2, atol=2e-2 * np.abs(want).max())
+    return gpu, h, ids
+
+
+@needs_gpu
+@pytest.mark.parametrize("T", [1, 5, 40, 100])   # pairs, pairs, sorted blocks, dequant + batched GEMM
+def test_gpu_grouped_experts_match_cpu(tiny_moe, T):
+    gpu, h, ids = check_layer_experts_match_cpu(tiny_moe, T)
+    with gpu.activate():
+        gids, gw = gpu.moe_route(gpu.cp.asarray(h), "blk.0.ffn_gate_inp.weight", 2, True)
     assert (gids.get() == ids).mean() > 0.95
 
 

@@ -14,7 +14,7 @@ from lite.kernels import moe_cuda as mk
 from lite.kernels import moe_mvw
 from lite.kernels import quant_info
 from lite.synth import synth
-from test_experts import _cpu, _gpu
+from test_experts import check_layer_experts_match_cpu
 
 GPU_WHY = cuda_unavailable_reason()
 needs_gpu = pytest.mark.skipif(GPU_WHY is not None, reason=f"needs a GPU: {GPU_WHY}")
@@ -107,11 +107,4 @@ def test_gpu_mvw_layer_matches_cpu(monkeypatch, tmp_path_factory, qtype, T):
     monkeypatch.setenv("LITE_MOE_MV", "warp")
     path = str(tmp_path_factory.mktemp("moe") / f"qwen3moe-{qtype}.gguf")
     synth("qwen3moe", "tiny", qtype, path, seed=3)
-    cpu, gpu = _cpu(path), _gpu(path)
-    rng = np.random.default_rng(T)
-    h = rng.standard_normal((T, 256)).astype(np.float32)
-    ids, w = cpu.moe_route(h, "blk.0.ffn_gate_inp.weight", 2, True)
-    want = cpu.moe_experts(h, 0, ids, w, "silu")
-    with gpu.activate():
-        got = gpu.moe_experts(gpu.cp.asarray(h), 0, ids, w, "silu").get()
-    np.testing.assert_allclose(got, want, rtol=2e-2, atol=2e-2 * np.abs(want).max())
+    check_layer_experts_match_cpu(path, T)
