@@ -131,6 +131,24 @@ C_IQ3_XXS = r"""
 #define GB(e, j) (__int_as_float(__byte_perm((e), 0x4B000000u, 0x7540u | (j))) - 8388608.f)
 // x with its sign flipped where bit j of sb is set.
 #define SX(v, sb, j) __int_as_float(__float_as_int(v) ^ (((sb) << (31 - (j))) & 0x80000000u))
+// 32 IQ3_XXS weights times x, unscaled: grid indices q0, q1 (two a 16-bit half), the sub-block's
+// 4x7 sign bits in aux, gl this lane's copy of the grid (shared memory), x as 8 float4.
+__device__ __forceinline__ float iq3xxs_dot32(unsigned q0, unsigned q1, unsigned aux, const float4* xv,
+                                              const unsigned* gl) {
+    float sum = 0.f;
+    #pragma unroll
+    for (int l = 0; l < 4; l++) {   // sign group l: grid entries 2l, 2l+1
+        const unsigned sb = ksign((aux >> (7 * l)) & 127u);
+        const unsigned qq = (l < 2 ? q0 : q1) >> (16 * (l & 1));
+        const unsigned g0 = gl[(qq & 255u) * GCOPIES], g1 = gl[((qq >> 8) & 255u) * GCOPIES];
+        const float4 a = xv[2 * l], c = xv[2 * l + 1];
+        sum = fmaf(GB(g0, 0), SX(a.x, sb, 0), sum); sum = fmaf(GB(g0, 1), SX(a.y, sb, 1), sum);
+        sum = fmaf(GB(g0, 2), SX(a.z, sb, 2), sum); sum = fmaf(GB(g0, 3), SX(a.w, sb, 3), sum);
+        sum = fmaf(GB(g1, 0), SX(c.x, sb, 4), sum); sum = fmaf(GB(g1, 1), SX(c.y, sb, 5), sum);
+        sum = fmaf(GB(g1, 2), SX(c.z, sb, 6), sum); sum = fmaf(GB(g1, 3), SX(c.w, sb, 7), sum);
+    }
+    return sum;
+}
 template <int N>
 __global__ void __launch_bounds__(128) mv_iq3xxs(const unsigned short* __restrict__ w16,
         const float* __restrict__ x, float* __restrict__ out, int rows, int cols) {
@@ -166,21 +184,8 @@ __global__ void __launch_bounds__(128) mv_iq3xxs(const unsigned short* __restric
             #pragma unroll
             for (int k = 0; k < 8; k++) xv[k] = __ldg(xp + k);
             #pragma unroll
-            for (int r = 0; r < R; r++) {
-                float sum = 0.f;
-                #pragma unroll
-                for (int l = 0; l < 4; l++) {   // sign group l: grid entries 2l, 2l+1
-                    const unsigned sb = ksign((aux[r] >> (7 * l)) & 127u);
-                    const unsigned qq = (l < 2 ? q0[r] : q1[r]) >> (16 * (l & 1));
-                    const unsigned g0 = gl[(qq & 255u) * GCOPIES], g1 = gl[((qq >> 8) & 255u) * GCOPIES];
-                    const float4 a = xv[2 * l], c = xv[2 * l + 1];
-                    sum = fmaf(GB(g0, 0), SX(a.x, sb, 0), sum); sum = fmaf(GB(g0, 1), SX(a.y, sb, 1), sum);
-                    sum = fmaf(GB(g0, 2), SX(a.z, sb, 2), sum); sum = fmaf(GB(g0, 3), SX(a.w, sb, 3), sum);
-                    sum = fmaf(GB(g1, 0), SX(c.x, sb, 4), sum); sum = fmaf(GB(g1, 1), SX(c.y, sb, 5), sum);
-                    sum = fmaf(GB(g1, 2), SX(c.z, sb, 6), sum); sum = fmaf(GB(g1, 3), SX(c.w, sb, 7), sum);
-                }
-                acc[r][n] = fmaf(db[r], sum, acc[r][n]);
-            }
+            for (int r = 0; r < R; r++)
+                acc[r][n] = fmaf(db[r], iq3xxs_dot32(q0[r], q1[r], aux[r], xv, gl), acc[r][n]);
         }
     }
     finish<N>(acc, out, rows, row0);
@@ -254,19 +259,7 @@ struct TIQ3_XXS {   // d, qs[64] (grid indices, 8 a sub-block), then a word a su
     __device__ static __forceinline__ int xoff(int c, int k) { return 32 * c + 4 * k; }
     __device__ static __forceinline__ float dot(const Raw& r, int, const float4 (&xv)[8], float, float) {
         const unsigned* gl = lt_iq3_grid + (threadIdx.x % GCOPIES);
-        float sum = 0.f;
-        #pragma unroll
-        for (int l = 0; l < 4; l++) {   // sign group l: grid entries 2l, 2l+1
-            const unsigned sb = ksign((r.aux >> (7 * l)) & 127u);
-            const unsigned qq = (l < 2 ? r.q0 : r.q1) >> (16 * (l & 1));
-            const unsigned g0 = gl[(qq & 255u) * GCOPIES], g1 = gl[((qq >> 8) & 255u) * GCOPIES];
-            const float4 a = xv[2 * l], c = xv[2 * l + 1];
-            sum = fmaf(GB(g0, 0), SX(a.x, sb, 0), sum); sum = fmaf(GB(g0, 1), SX(a.y, sb, 1), sum);
-            sum = fmaf(GB(g0, 2), SX(a.z, sb, 2), sum); sum = fmaf(GB(g0, 3), SX(a.w, sb, 3), sum);
-            sum = fmaf(GB(g1, 0), SX(c.x, sb, 4), sum); sum = fmaf(GB(g1, 1), SX(c.y, sb, 5), sum);
-            sum = fmaf(GB(g1, 2), SX(c.z, sb, 6), sum); sum = fmaf(GB(g1, 3), SX(c.w, sb, 7), sum);
-        }
-        return h2f(r.d) * (0.5f + (float)(r.aux >> 28)) * 0.5f * sum;
+        return h2f(r.d) * (0.5f + (float)(r.aux >> 28)) * 0.5f * iq3xxs_dot32(r.q0, r.q1, r.aux, xv, gl);
     }
 };
 """
