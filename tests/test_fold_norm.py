@@ -89,10 +89,10 @@ def test_folded_norms_give_the_plain_results(tmp_path, monkeypatch, arch):
 
 def test_cuda_backend_materializes_where_it_does_not_take():
     """Every MATERIALIZE op of CUDABackend passes its inputs through _arr; every TAKE op goes
-    through _product / _mvn (source check: the CUDA backend cannot run here)."""
+    through _product / _one_launch (source check: the CUDA backend cannot run here)."""
     from lite.backends.cuda import CUDABackend
     for name in MATERIALIZE:
         assert "_arr(" in inspect.getsource(getattr(CUDABackend, name)), name
     for name in TAKE:
         src = inspect.getsource(getattr(CUDABackend, name))
-        assert "_product(" in src or "_mvn(" in src or "self.linear(" in src, name
+        assert "_product(" in src or "_one_launch(" in src or "self.linear(" in src, name

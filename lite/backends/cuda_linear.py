@@ -5,7 +5,7 @@ multiplied with cuBLAS (fp16 inputs, fp32 accumulation); over a few (decode) the
 dequantize-and-dot kernels run (lite.kernels.matvec), and where the next op can ride along, the
 epilogue kernels of kernels/matvec_epilogue.py: the residual add (linear_add) or the FFN's gated
 activation (linear_gated). An input may be a NormedLater (LITE_FOLD_NORM=1, cuda_norm.py): _product
-and _mvn take it, everything else materializes it with _arr.
+and _one_launch take it, everything else materializes it with _arr.
 """
 import os
 
@@ -67,43 +67,51 @@ class CUDALinear:
     def linear_add(self, x, name, res):
         """res + x @ W.T: for a few tokens one launch (kernels/matvec_epilogue.py), else the
         product and an add."""
-        w, cp = self.w[name], self.cp
-        bias = name[: -len("weight")] + "bias"
         res = self._arr(res)
-        if bias not in self.w and EPILOGUES and self._norm_in(w, x):
-            return self._mvn(w, x, "add", res)
-        xa = self._ready(x)
-        if bias not in self.w and xa is not None and self._epilogue_ok(w, xa):
-            x, res = cp.ascontiguousarray(xa), cp.ascontiguousarray(res)
-            out = cp.empty((x.shape[0], w.shape[-2]), np.float32)
-            matvec_epilogue.launch(w.qtype, w.data, x, out, w.shape[-2], w.shape[-1], "add", res,
-                                   self.stream)
-            return out
+        if name[: -len("weight")] + "bias" not in self.w:
+            out = self._one_launch(self.w[name], x, "add", res)
+            if out is not None:
+                return out
         return res + self.linear(x, name)
 
     def linear_gated(self, x, names, act):
         """act(x @ gate.T) * (x @ up.T): for a few tokens one launch over the fused [gate; up]
         (kernels/matvec_epilogue.py), else linear_many and act_mul."""
-        group, cp = self.fused.get(tuple(names)), self.cp
+        group = self.fused.get(tuple(names))
         biased = any(n[: -len("weight")] + "bias" in self.w for n in names)
-        gated = (group is not None and not biased and len(group[1]) == 2
-                 and group[1][0] == group[1][1] and act in matvec_epilogue.EPILOGUES)
-        if gated and EPILOGUES and self._norm_in(group[0], x):
-            return self._mvn(group[0], x, act)
-        xa = self._ready(x)
-        if gated and xa is not None and self._epilogue_ok(group[0], xa):
-            w = group[0]
-            x = cp.ascontiguousarray(xa)
-            out = cp.empty((x.shape[0], group[1][0]), np.float32)
-            matvec_epilogue.launch(w.qtype, w.data, x, out, w.shape[-2], w.shape[-1], act, None,
-                                   self.stream)
-            return out
+        if (group is not None and not biased and len(group[1]) == 2
+                and group[1][0] == group[1][1] and act in matvec_epilogue.EPILOGUES):
+            out = self._one_launch(group[0], x, act)
+            if out is not None:
+                return out
         gate, up = self.linear_many(x, names)
         return self.act_mul(gate, up, act)
 
-    def _epilogue_ok(self, w, x):
-        return (EPILOGUES and x.shape[0] <= FUSED_MAX_TOKENS and w.data.ndim == 1
-                and matvec_epilogue.supports(w.qtype, w.data, self.cp.ascontiguousarray(x)))
+    def _one_launch(self, w, x, epilogue, res=None):
+        """x @ W.T with the epilogue ("add" with res, or a gated activation over W = [gate; up]) in
+        one launch, x an array or a NormedLater (then normed inside the same launch); None where
+        the kernels cannot take them (LITE_MATVEC_EPILOGUE=0, too many tokens, other types)."""
+        if not EPILOGUES:
+            return None
+        if self._norm_in(w, x):
+            return self._epilogue_launch(w, x.x, epilogue, res, norm=(x.w, x.eps))
+        xa = self._ready(x)
+        if (xa is None or xa.shape[0] > FUSED_MAX_TOKENS or w.data.ndim != 1
+                or not matvec_epilogue.supports(w.qtype, w.data, self.cp.ascontiguousarray(xa))):
+            return None
+        return self._epilogue_launch(w, xa, epilogue, res)
+
+    def _epilogue_launch(self, w, x, epilogue, res=None, norm=None):
+        """kernels/matvec_epilogue.launch for weight w and the array x (see there)."""
+        cp = self.cp
+        x = cp.ascontiguousarray(x)
+        rows = w.shape[-2]
+        out = cp.empty((x.shape[0], rows if epilogue in (None, "add") else rows // 2), np.float32)
+        if res is not None:
+            res = cp.ascontiguousarray(res)
+        matvec_epilogue.launch(w.qtype, w.data, x, out, rows, w.shape[-1], epilogue, res,
+                               self.stream, norm=norm)
+        return out
 
     def output(self, x):
         name = "output.weight" if "output.weight" in self.w else "token_embd.weight"

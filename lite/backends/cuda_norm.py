@@ -78,24 +78,10 @@ class CUDAFoldNorm:
         return (w.data.ndim == 1 and w.qtype in matvec_cuda.CONFIG and w.shape[-1] == h.shape[1]
                 and matvec_epilogue.supports(w.qtype, w.data, self.cp.ascontiguousarray(h.x)))
 
-    def _mvn(self, w, h, epilogue=None, res=None):
-        """The product of rms_norm(h) and W (rows, cols), then the epilogue (None, "add" with res,
-        or a gated activation over W = [gate; up]): one launch."""
-        cp = self.cp
-        x = cp.ascontiguousarray(h.x)
-        rows = w.shape[-2]
-        width = rows if epilogue in (None, "add") else rows // 2
-        out = cp.empty((x.shape[0], width), np.float32)
-        if res is not None:
-            res = cp.ascontiguousarray(res)
-        matvec_epilogue.launch(w.qtype, w.data, x, out, rows, w.shape[-1], epilogue, res,
-                               self.stream, norm=(h.w, h.eps))
-        return out
-
     def _product(self, x, w):
         """x @ W.T for x an array or a NormedLater (mvn where it can, else the norm, then _matmul)."""
         if self._norm_in(w, x):
-            return self._mvn(w, x)
+            return self._epilogue_launch(w, x.x, None, norm=(x.w, x.eps))   # cuda_linear.py
         return self._matmul(self._arr(x), w)
 
     def moe_route(self, h, *args, **kwargs):
