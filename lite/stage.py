@@ -119,7 +119,7 @@ class Stage:
     def _decode_graphed(self, x, pos):
         """One token through this stage by replaying its captured graph. The input is copied into
         a persistent device buffer and the position into the backend's device scalar, so the same
-        graph serves every step. With the backend's pinned graph I/O (LITE_GRAPH_IO=1,
+        graph serves every step. With the backend's pinned graph I/O (the default,
         lite/backends/cuda_graph_io.py) the graph itself starts by copying [token, position] from
         pinned memory: the host only writes the two numbers before the launch."""
         ops = self.ops

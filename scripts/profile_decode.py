@@ -71,7 +71,7 @@ def main():
           + (f" (pinned logits buffers held {io.pool.held}/{io.pool.size}, steps that copied "
              f"{io.copied_steps})" if io is not None else ""))
     for name in ("linear", "linear_many", "linear_add", "linear_gated", "rms_norm", "add_rms_norm",
-                 "attention", "act_mul", "add", "output"):
+                 "attention", "act_mul", "add", "output", "rope", "moe_route", "moe_experts"):
         f = getattr(ops, name, None)
         if f is None:
             continue

@@ -343,15 +343,15 @@ def test_backend_decode_attention_matches_cpu(emulated, kind, defer_k, qk_norm):
 
 
 def test_fold_qk_norm_setting(monkeypatch):
-    """LITE_FOLD_QK_NORM=1 turns the folding on (off by default), read once a backend."""
+    """The folding is on by default (LITE_FOLD_QK_NORM=0 turns it off), read once a backend."""
     from lite.backends.cuda_decode import CUDADecodeAttention
     monkeypatch.delenv("LITE_FOLD_QK_NORM", raising=False)
-    assert not CUDADecodeAttention().fold_qk_norm
-    monkeypatch.setenv("LITE_FOLD_QK_NORM", "1")
     b = CUDADecodeAttention()
     assert b.fold_qk_norm
     monkeypatch.setenv("LITE_FOLD_QK_NORM", "0")
     assert b.fold_qk_norm and not CUDADecodeAttention().fold_qk_norm
+    monkeypatch.setenv("LITE_FOLD_QK_NORM", "1")
+    assert CUDADecodeAttention().fold_qk_norm
 
 
 class _QKNormOps:

@@ -75,8 +75,9 @@ class CUDABackend(CUDALinear, CUDAFoldNorm, CUDAHandoff, CUDADecodeAttention, CU
             self._scratch = None
             self._scratch_elems = max((int(np.prod(w.shape)) for w in quantized), default=0)
             # The decode position lives on the device, so a captured graph replays any position.
-            # LITE_GRAPH_IO=1: pinned [token, position] copied by the graph's first node, pinned
-            # logits (lite/backends/cuda_graph_io.py); pos_dev is then a view of its buffer.
+            # Pinned graph I/O (default; LITE_GRAPH_IO=0 off): [token, position] copied by the
+            # graph's first node, pinned logits (lite/backends/cuda_graph_io.py); pos_dev is then a
+            # view of its buffer.
             self.graph_io = (cuda_graph_io.DecodeIO(cp, cupyx, self.stream)
                              if cuda_graph_io.enabled() else None)
             self.pos_dev = (self.graph_io.pos_dev if self.graph_io is not None

@@ -1,6 +1,7 @@
-"""The host side of a captured decode step, cut to a few writes and one wait (LITE_GRAPH_IO=1).
+"""The host side of a captured decode step, cut to a few writes and one wait (the default;
+LITE_GRAPH_IO=0 turns it off).
 
-Without it (the default) a decode step copies the token id from pageable memory to the device
+Without it a decode step copies the token id from pageable memory to the device
 (`ndarray.set`, staged by the driver), then the position from a pinned scalar (a second copy),
 launches the graph, and copies the logits (128K floats on the 8B) into a fresh pageable array
 (`cupy.asnumpy`: the driver stages 513 KB through its own pinned buffer, then the host waits).
@@ -31,8 +32,9 @@ POOL_SIZE = 4           # pinned logits buffers a caller may hold at once before
 
 
 def enabled():
-    """LITE_GRAPH_IO=1 turns the pinned graph input/output on (read when a backend is made)."""
-    return os.environ.get("LITE_GRAPH_IO", "0") == "1"
+    """The pinned graph input/output, default on (H200, session 4: 8B decode 312.7 -> 330.3 tok/s);
+    LITE_GRAPH_IO=0 turns it off (read when a backend is made)."""
+    return os.environ.get("LITE_GRAPH_IO", "1") != "0"
 
 
 class DecodeIO:
