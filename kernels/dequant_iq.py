@@ -309,19 +309,42 @@ __device__ __forceinline__ void iq3xxs_group(const unsigned short* __restrict__ 
     }
 }
 
+// Group t (8 values) of the blocks at w16 as 8 fp16 in one 16-byte store.
+__device__ __forceinline__ uint4 iq3xxs_group_f16(const unsigned short* __restrict__ w16, long long t,
+                                                  const unsigned* gs) {
+    float v[8];
+    iq3xxs_group(w16 + (t >> 5) * 49, (int)(t & 31), gs, v);
+    uint4 w;
+    w.x = f2h(v[0]) | ((unsigned)f2h(v[1]) << 16); w.y = f2h(v[2]) | ((unsigned)f2h(v[3]) << 16);
+    w.z = f2h(v[4]) | ((unsigned)f2h(v[5]) << 16); w.w = f2h(v[6]) | ((unsigned)f2h(v[7]) << 16);
+    return w;
+}
+
 extern "C" __global__ void __launch_bounds__(256) iq3xxs_deq_f16(
         const unsigned short* __restrict__ w16, uint4* __restrict__ out, long long n_groups) {
     __shared__ unsigned gs[256];
     gs[threadIdx.x] = IQ3XXS_GRID[threadIdx.x];
     __syncthreads();
-    for (long long t = blockIdx.x * 256LL + threadIdx.x; t < n_groups; t += (long long)gridDim.x * 256) {
-        float v[8];
-        iq3xxs_group(w16 + (t >> 5) * 49, (int)(t & 31), gs, v);
-        uint4 w;
-        w.x = f2h(v[0]) | ((unsigned)f2h(v[1]) << 16); w.y = f2h(v[2]) | ((unsigned)f2h(v[3]) << 16);
-        w.z = f2h(v[4]) | ((unsigned)f2h(v[5]) << 16); w.w = f2h(v[6]) | ((unsigned)f2h(v[7]) << 16);
-        out[t] = w;
-    }
+    for (long long t = blockIdx.x * 256LL + threadIdx.x; t < n_groups; t += (long long)gridDim.x * 256)
+        out[t] = iq3xxs_group_f16(w16, t, gs);
+}
+
+// The MoE prefill's gathered dequantize (kernels/moe_cuda.gather_dequant, same arguments as the
+// tiled types' deq_*_f16 there): block row y dequantizes expert sel[y] (-1: none), found at slot
+// slot_of[sel[y]] of src0 (slot_of null: slot = expert), into out0 row y of n fp16; each thread
+// one group of 8 (GATHER_TILE = 2048 values a block).
+extern "C" __global__ void __launch_bounds__(256) iq3xxs_gather_f16(
+        const unsigned char* __restrict__ src0, long long nbytes, uint4* __restrict__ out0, long long n,
+        const int* __restrict__ sel, const int* __restrict__ slot_of) {
+    __shared__ unsigned gs[256];
+    gs[threadIdx.x] = IQ3XXS_GRID[threadIdx.x];
+    __syncthreads();
+    const int e = sel[blockIdx.y];
+    const int s = e < 0 ? -1 : (slot_of ? slot_of[e] : e);
+    const long long t = blockIdx.x * 256LL + threadIdx.x;
+    if (s < 0 || t >= (n >> 3)) return;
+    const unsigned short* w16 = (const unsigned short*)(src0 + (long long)s * nbytes);
+    out0[(long long)blockIdx.y * (n >> 3) + t] = iq3xxs_group_f16(w16, t, gs);
 }
 
 extern "C" __global__ void __launch_bounds__(256) iq3xxs_deq_f32(
@@ -352,13 +375,23 @@ def _raw_iq3_xxs(device):
     import cupy
     mod = cupy.RawModule(code=c_source_iq3_xxs(), options=("--std=c++17",))
     sms = cupy.cuda.runtime.getDeviceProperties(device)["multiProcessorCount"]
-    return mod.get_function("iq3xxs_deq_f16"), mod.get_function("iq3xxs_deq_f32"), sms
+    return (mod.get_function("iq3xxs_deq_f16"), mod.get_function("iq3xxs_deq_f32"),
+            mod.get_function("iq3xxs_gather_f16"), sms)
+
+
+GATHER_TILE = 2048      # values a block of iq3xxs_gather_f16
+
+
+def gather_kernel_iq3_xxs(device):
+    """(iq3xxs_gather_f16, values a block) for kernels/moe_cuda.gather_dequant; None where the
+    Numba kernels serve IQ3_XXS (LITE_DEQUANT_IMPL=numba, the simulator)."""
+    return (_raw_iq3_xxs(device)[2], GATHER_TILE) if impl() == "cuda" else None
 
 
 def launch_cuda_iq3_xxs(blocks, out, stream):
     """The CUDA C IQ3_XXS dequant; needs 2-aligned blocks and a 16-aligned out."""
     import cupy
-    k16, k32, sms = _raw_iq3_xxs(cupy.cuda.runtime.getDevice())
+    k16, k32, _, sms = _raw_iq3_xxs(cupy.cuda.runtime.getDevice())
     n_groups = blocks.size // 98 * 32
     grid = max(1, min(-(-n_groups // 256), sms * 8))
     kern = k16 if out.dtype == np.float16 else k32

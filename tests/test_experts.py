@@ -273,7 +273,7 @@ def test_kernel_sources_build_from_the_shared_pieces():
     for q in ("Q4_K", "Q6_K", "Q8_0", "Q4_0", "Q5_K"):
         src = mk.gather_dequant_source(q)
         assert src is not None and src.count("sel[blockIdx.y]") == 2, q   # f16 and f32 kernels
-    assert mk.gather_dequant_source("IQ3_XXS") is None                    # whole-tensor dequantize
+    assert mk.gather_dequant_source("IQ3_XXS") is None          # its own kernel (dequant_iq.py)
     assert "moe_mv" in mk.mv_source() and "struct TQ4_K" in mk.mv_source()
 
 
