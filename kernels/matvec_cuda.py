@@ -103,25 +103,11 @@ __device__ __forceinline__ float dot8(unsigned a, unsigned b, const float4* xv, 
     return s;
 }
 // The 8 float4 of x that chunk c of type T meets, and the sums of its first and last 4 (what
-// every T::dot takes): one loader for all the kernels that walk a row's chunks. NI (norm in,
-// matvec_epilogue's mvn): also *ss += sum of the raw x^2, and x *= g (the RMSNorm weights, at the
-// same columns); the kernel scales each total by rsqrt(mean x^2 + eps) at its end.
-template <class T, bool NI = false>
-__device__ __forceinline__ void load_x(const float* xr, int c, float4 (&xv)[8], float& xa, float& xb,
-                                       const float* g = nullptr, float* ss = nullptr) {
+// every T::dot takes): one loader for all the kernels that walk a row's chunks.
+template <class T>
+__device__ __forceinline__ void load_x(const float* xr, int c, float4 (&xv)[8], float& xa, float& xb) {
     #pragma unroll
     for (int k = 0; k < 8; k++) xv[k] = __ldg((const float4*)(xr + T::xoff(c, k)));
-    if constexpr (NI) {   // two partial sums: no spill at 96-104 registers (one chain spilled)
-        float s0 = 0.f, s1 = 0.f;
-        #pragma unroll
-        for (int k = 0; k < 8; k++) {
-            s0 = fmaf(xv[k].x, xv[k].x, s0); s1 = fmaf(xv[k].y, xv[k].y, s1);
-            s0 = fmaf(xv[k].z, xv[k].z, s0); s1 = fmaf(xv[k].w, xv[k].w, s1);
-            const float4 gk = __ldg((const float4*)(g + T::xoff(c, k)));
-            xv[k].x *= gk.x; xv[k].y *= gk.y; xv[k].z *= gk.z; xv[k].w *= gk.w;
-        }
-        *ss += s0 + s1;
-    }
     xa = (xv[0].x + xv[0].y + xv[0].z + xv[0].w) + (xv[1].x + xv[1].y + xv[1].z + xv[1].w)
        + (xv[2].x + xv[2].y + xv[2].z + xv[2].w) + (xv[3].x + xv[3].y + xv[3].z + xv[3].w);
     xb = (xv[4].x + xv[4].y + xv[4].z + xv[4].w) + (xv[5].x + xv[5].y + xv[5].z + xv[5].w)
@@ -291,19 +277,13 @@ struct TQ8_0 {   // d, qs[32] int8; a chunk is a block
 
 C_KERNEL = r"""
 // The loop every register-kernel launch runs: acc[r][n] = row r . x n over this thread's chunks.
-// NI: x n times g, and ss[n] = this thread's sum of x n's squares (see load_x).
-template <class T, int N, int R, int P, bool NI = false>
+template <class T, int N, int R, int P>
 __device__ __forceinline__ void mv_rows(const unsigned char* const (&rowp)[R], const float* __restrict__ x,
-                                        int cols, int chunks, float (&acc)[R][N],
-                                        const float* __restrict__ g = nullptr, float* ss = nullptr) {
+                                        int cols, int chunks, float (&acc)[R][N]) {
     #pragma unroll
     for (int r = 0; r < R; r++)
         #pragma unroll
         for (int n = 0; n < N; n++) acc[r][n] = 0.f;
-    if constexpr (NI) {
-        #pragma unroll
-        for (int n = 0; n < N; n++) ss[n] = 0.f;
-    }
     // P = 1: the next trip's weights are loaded before this trip's are used (software pipelining:
     // loads stay in flight while the thread computes, at the cost of R more Raw in registers).
     typename T::Raw cur[R];
@@ -322,7 +302,7 @@ __device__ __forceinline__ void mv_rows(const unsigned char* const (&rowp)[R], c
         for (int n = 0; n < N; n++) {
             float4 xv[8];
             float xa, xb;
-            load_x<T, NI>(x + (long long)n * cols, c, xv, xa, xb, g, NI ? ss + n : nullptr);
+            load_x<T>(x + (long long)n * cols, c, xv, xa, xb);
             #pragma unroll
             for (int r = 0; r < R; r++) acc[r][n] += T::dot(cur[r], c, xv, xa, xb);
         }

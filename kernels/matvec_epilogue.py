@@ -8,11 +8,13 @@ loop `mv_rows`, CONFIG's rows a CTA and prefetch), only the end differs:
   gelu_tanh  i.e. gate rows u0.. and up rows F+u0.., and writes act(g) * u as (n, F): the FFN's
              activation, so act_mul is gone. No weight is reordered: only the CTA's row pointers.
 
-  norm in    mvn (LITE_FOLD_NORM=1, lite/backends/cuda_norm.py): any of the above, or none (E = 0),
-             of rms_norm(x) * g instead of x: the loop multiplies the x it loads by g and sums x^2
-             (matvec_cuda.load_x's NI), the totals are scaled by rsqrt(mean + eps) before the end.
-             Per 32-weight chunk and x row: 8 float4 loads of g, 32 FMUL + 32 FFMA, shared by the
-             CTA's R rows (~0.25 instructions a weight more for Q4_K over ~4.7), against a launch.
+  norm out   with "add" (lite/backends/cuda_norm.py): the next RMSNorm split across this launch
+             and the products that read it. This one also writes xg = out * g (the norm's
+             weights) and each CTA's sum of out^2 (a fixed order, no atomics: deterministic);
+  scale in   any of the above, or none, over such an xg: the CTA sums the producer's partial sums
+             after its loop and scales its totals by rsqrt(mean + eps) before the epilogue.
+             Neither touches the loop (session 4: folding the norm into the loop, x * g and the
+             sum of x^2 per chunk, cost registers and made the gated product 50% slower).
 
 The add and the activations are written as cupy_ops' (`a + b`, silu_mul, gelu_tanh_mul), so a
 decode step's results do not depend on whether the epilogue ran (same fp32 operations in the same
@@ -33,14 +35,34 @@ C_EPI = r"""
 // E = 1: out = x @ W.T + res (the residual add after the attention-output and down products).
 // E = 2 / 3: W is [gate; up] (rows = 2F); a CTA takes R/2 units, i.e. gate rows u0.. and up rows
 // F+u0.., and writes act(g) * u, silu (2) or gelu_tanh (3), as (n, F): the FFN's activation.
-// E = 0 (mvn only): out = the product. NI (mvn): x enters as rms_norm(x) * g, the norm folded in:
-// the loop multiplies x by g and sums x^2 (load_x), each total is scaled by rsqrt(mean + eps).
+// E = 0 (only with NM = 2): out = the product.
+// NM, the RMSNorm split across two launches (lite/backends/cuda_norm.py):
+//   1 (norm out, E = 1): also xg = out * g and part[n * gridDim.x + blockIdx.x] = this CTA's sum of
+//     out^2 (fixed order: the consumers' means are the same in every launch and every run);
+//   2 (scale in): x is such an xg; each total is scaled by rsqrt(sum of part[n * nparts ..] / cols
+//     + eps) before the epilogue, so that the product is of rms_norm(out) * g.
 // The arithmetic of the add and the activations is cupy_ops' (`a + b`, silu_mul, gelu_tanh_mul).
 // The end of mve_run: total (thread r*N+n: row r, x n) through epilogue E into out.
-template <int N, int R, int E>
+template <int N, int R, int E, int NM>
 __device__ __forceinline__ void mve_end(float total, float* __restrict__ out, int rows, int F, int H,
-                                        int u0, const float* __restrict__ res) {
-    if constexpr (E <= 1) {
+                                        int u0, const float* __restrict__ res, const float* __restrict__ g,
+                                        float* __restrict__ xg, float* __restrict__ part) {
+    if constexpr (NM == 1) {      // E == 1, R * N <= 32: warp 0 holds every total
+        if (threadIdx.x < 32) {
+            const int r = threadIdx.x / N, n = threadIdx.x % N;
+            const long long i = (long long)n * rows + u0 + r;
+            float y = 0.f;
+            if (threadIdx.x < R * N && u0 + r < rows) {
+                y = total + res[i];
+                out[i] = y;
+                xg[i] = y * g[u0 + r];
+            }
+            float sq = y * y;     // lanes r*N+n, r = 0..R-1: xor over multiples of N keeps n
+            #pragma unroll
+            for (int o = N; o < R * N; o <<= 1) sq += __shfl_xor_sync(0xffffffffu, sq, o);
+            if (threadIdx.x < N) part[(long long)n * gridDim.x + blockIdx.x] = sq;
+        }
+    } else if constexpr (E <= 1) {
         if (threadIdx.x < R * N) {
             const int r = threadIdx.x / N, n = threadIdx.x % N;
             const long long i = (long long)n * rows + u0 + r;
@@ -61,10 +83,28 @@ __device__ __forceinline__ void mve_end(float total, float* __restrict__ out, in
         }
     }
 }
-template <class T, int N, int R, int P, int E, bool NI>
-__device__ __forceinline__ void mve_run(const unsigned char* __restrict__ w, const float* __restrict__ x,
-                                        float* __restrict__ out, int rows, int cols,
-                                        const float* __restrict__ res, const float* __restrict__ g, float eps) {
+// NM = 2: rsqrt(mean + eps) of x n (thread n % N's), from the producer's partial sums of squares.
+template <int N>
+__device__ __forceinline__ float norm_scale(const float* __restrict__ part, int nparts, int cols, float eps) {
+    __shared__ float sred[4][N];
+    #pragma unroll
+    for (int n = 0; n < N; n++) {
+        float v = 0.f;
+        for (int p = threadIdx.x; p < nparts; p += 128) v += part[(long long)n * nparts + p];
+        #pragma unroll
+        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+        if ((threadIdx.x & 31) == 0) sred[threadIdx.x >> 5][n] = v;
+    }
+    __syncthreads();
+    const int n = threadIdx.x % N;
+    return rsqrtf(((sred[0][n] + sred[1][n]) + (sred[2][n] + sred[3][n])) / cols + eps);
+}
+template <class T, int N, int R, int P, int E, int NM>
+__global__ void __launch_bounds__(128) mve(const unsigned char* __restrict__ w, const float* __restrict__ x,
+                                           float* __restrict__ out, int rows, int cols,
+                                           const float* __restrict__ res, const float* __restrict__ g,
+                                           float* __restrict__ xg, float* __restrict__ part, int nparts,
+                                           float eps) {
     constexpr int H = E >= 2 ? R / 2 : R;                 // output units a CTA
     const int F = E >= 2 ? rows / 2 : rows;               // output width
     const int u0 = blockIdx.x * H, nb = cols / T::BE, chunks = nb * T::CPB;
@@ -74,40 +114,11 @@ __device__ __forceinline__ void mve_run(const unsigned char* __restrict__ w, con
     for (int r = 0; r < R; r++)   // units past the end re-read the last one and are not written
         rowp[r] = w + ((long long)min(u0 + r % H, F - 1) + (r >= H ? F : 0)) * rb;
     float acc[R][N];
-    float ss[N];                                          // NI: this thread's sums of x^2
-    mv_rows<T, N, R, P, NI>(rowp, x, cols, chunks, acc, g, ss);
+    mv_rows<T, N, R, P>(rowp, x, cols, chunks, acc);
     __shared__ float red[4][R * N];
-    if constexpr (NI) {           // the warps' sums of x^2, read after block_sum's __syncthreads
-        __shared__ float sred[4][N];
-        #pragma unroll
-        for (int n = 0; n < N; n++) {
-            float v = ss[n];
-            #pragma unroll
-            for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-            if ((threadIdx.x & 31) == 0) sred[threadIdx.x >> 5][n] = v;
-        }
-        float total = block_sum<R, N>(acc, red);
-        const int n = threadIdx.x % N;
-        const float s = (sred[0][n] + sred[1][n]) + (sred[2][n] + sred[3][n]);
-        total *= rsqrtf(s / cols + eps);
-        mve_end<N, R, E>(total, out, rows, F, H, u0, res);
-    } else {
-        mve_end<N, R, E>(block_sum<R, N>(acc, red), out, rows, F, H, u0, res);
-    }
-}
-template <class T, int N, int R, int P, int E>
-__global__ void __launch_bounds__(128) mve(const unsigned char* __restrict__ w, const float* __restrict__ x,
-                                           float* __restrict__ out, int rows, int cols,
-                                           const float* __restrict__ res) {
-    mve_run<T, N, R, P, E, false>(w, x, out, rows, cols, res, nullptr, 0.f);
-}
-// mve of rms_norm(x) * g (eps): the norm folded in (LITE_FOLD_NORM=1, lite/backends/cuda_norm.py).
-template <class T, int N, int R, int P, int E>
-__global__ void __launch_bounds__(128) mvn(const unsigned char* __restrict__ w, const float* __restrict__ x,
-                                           float* __restrict__ out, int rows, int cols,
-                                           const float* __restrict__ res, const float* __restrict__ g,
-                                           float eps) {
-    mve_run<T, N, R, P, E, true>(w, x, out, rows, cols, res, g, eps);
+    float total = block_sum<R, N>(acc, red);
+    if constexpr (NM == 2) total *= norm_scale<N>(part, nparts, cols, eps);
+    mve_end<N, R, E, NM>(total, out, rows, F, H, u0, res, g, xg, part);
 }
 """
 
@@ -116,8 +127,8 @@ def c_source():
     return mc.C_HEAD + mc.C_TYPES + mc.C_KERNEL + C_EPI
 
 
-def kernel_name(qtype, n, rows_per_cta, prefetch, e, norm_in=False):
-    return f"{'mvn' if norm_in else 'mve'}<TQ{qtype[1:]}, {n}, {rows_per_cta}, {prefetch}, {e}>"
+def kernel_name(qtype, n, rows_per_cta, prefetch, e, nm=0):
+    return f"mve<TQ{qtype[1:]}, {n}, {rows_per_cta}, {prefetch}, {e}, {nm}>"
 
 
 def config(qtype, n):
@@ -125,6 +136,15 @@ def config(qtype, n):
     matvec_cuda._plan); always even, so a gated CTA takes R/2 units."""
     rows_per_cta, prefetch = mc.CONFIG[qtype]
     return (min(rows_per_cta, 4) if n > 2 else rows_per_cta), prefetch
+
+
+# Tokens the norm-out launch takes (its R * n totals must fit one warp: R <= 8 at n <= 2).
+NORM_MAX_TOKENS = 2
+
+
+def norm_parts(qtype, n, rows):
+    """Partial sums of squares a norm-out launch writes per token (its CTAs)."""
+    return -(-rows // config(qtype, n)[0])
 
 
 @functools.lru_cache(maxsize=None)
@@ -139,31 +159,45 @@ def supports(qtype, blocks, x):
     return mc.qualifies(qtype, blocks, x)
 
 
-def launch(qtype, blocks, x, out, rows, cols, epilogue, res=None, stream=None, norm=None):
+def launch(qtype, blocks, x, out, rows, cols, epilogue, res=None, stream=None, norm_out=None,
+           scale_in=None):
     """Enqueue mve on `stream`. blocks: W (rows, cols) as GGUF blocks, 1-D uint8; x (n, cols) f32
     C-contiguous. epilogue "add": out (n, rows) = x @ W.T + res, res (n, rows) f32 C-contiguous.
     "silu" / "gelu_tanh": rows = 2F, out (n, F) = act(x @ W[:F].T) * (x @ W[F:].T). None (only
-    with norm): out (n, rows) = the product. norm (g, eps), g (cols,) f32 device array 16-byte
-    aligned: the product is of rms_norm(x) * g instead of x (mvn, the norm folded in). One launch
-    per matvec_cuda.C_MAX_N rows of x."""
+    with scale_in): out (n, rows) = the product.
+    norm_out (g, xg, part), with "add" and n <= NORM_MAX_TOKENS: also xg (n, rows) = out * g (g
+    (rows,) f32) and part (n, norm_parts(...)) f32, the CTAs' sums of out^2.
+    scale_in (part, nparts, eps): x is such an xg, part (n, nparts) its sums; the product is of
+    rms_norm(out) * g = xg * rsqrt(sum(part) / cols + eps). One launch per matvec_cuda.C_MAX_N
+    rows of x."""
     import cupy
     e = 0 if epilogue is None else EPILOGUES[epilogue]
+    nm = 1 if norm_out is not None else 2 if scale_in is not None else 0
     width = rows if e <= 1 else rows // 2
     if e == 1 and (res is None or res.shape != out.shape):
         raise ValueError("epilogue 'add' needs res shaped like out")
     if e >= 2 and rows % 2:
         raise ValueError(f"a gated epilogue needs [gate; up] rows (an even count), got {rows}")
-    if e == 0 and norm is None:
-        raise ValueError("no epilogue and no norm: that is matvec_cuda.launch")
+    if e == 0 and nm != 2:
+        raise ValueError("no epilogue and no scale_in: that is matvec_cuda.launch")
+    if nm == 1 and (e != 1 or x.shape[0] > NORM_MAX_TOKENS or scale_in is not None):
+        raise ValueError(f"norm_out goes with epilogue 'add' alone, at most {NORM_MAX_TOKENS} tokens")
+    if nm == 2 and x.shape[0] > mc.C_MAX_N:
+        raise ValueError(f"scale_in takes at most {mc.C_MAX_N} tokens (one launch)")
     device = cupy.cuda.runtime.getDevice()
-    extra = () if norm is None else (norm[0], np.float32(norm[1]))
     with stream if stream is not None else contextlib.nullcontext():
         for i in range(0, x.shape[0], mc.C_MAX_N):
             xs, os_ = x[i:i + mc.C_MAX_N], out[i:i + mc.C_MAX_N]
             rs = res[i:i + mc.C_MAX_N] if e == 1 else os_      # otherwise res is never read
+            g, xg, part, nparts, eps = os_, os_, os_, 0, 0.0    # (never read without NM)
+            if nm == 1:
+                g, xg, part = norm_out
+            elif nm == 2:
+                part, nparts, eps = scale_in
             n = xs.shape[0]
             r, p = config(qtype, n)
             units = r if e <= 1 else r // 2
-            func = _kernel(device, kernel_name(qtype, n, r, p, e, norm is not None))
+            func = _kernel(device, kernel_name(qtype, n, r, p, e, nm))
             func(((width + units - 1) // units,), (mc.THREADS,),
-                 (blocks, xs, os_, np.int32(rows), np.int32(cols), rs) + extra)
+                 (blocks, xs, os_, np.int32(rows), np.int32(cols), rs, g, xg, part, np.int32(nparts),
+                  np.float32(eps)))

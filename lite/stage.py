@@ -172,9 +172,9 @@ class Stage:
                 x = ops.scale(x, cfg.embed_scale)
         for il in self.spec.layers:
             x = self.fwd(ops, cfg, il, x, self.kv, pos0)
-        if not self.spec.last:
-            return x
-        if not all_logits:
+        if not self.spec.last:              # (the last residual add may be lazy: cuda_norm.py)
+            return ops.done(x) if hasattr(ops, "done") else x
+        if not all_logits and x.shape[0] > 1:
             x = x[-1:]
         x = ops.rms_norm(x, "output_norm.weight", cfg.rms_eps)
         return ops.output(x)

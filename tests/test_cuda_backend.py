@@ -114,20 +114,22 @@ def test_matvec_epilogues_equal_the_separate_launches(tmp_path, monkeypatch, arc
         assert int(np.argmax(a)) == int(np.argmax(b))
 
 
-@pytest.mark.parametrize("arch,quant", [("llama", "Q4_K"), ("llama", "Q8_0"), ("qwen3", "Q6_K"),
-                                        ("qwen3moe", "Q4_K")])
-def test_folded_norms_match_the_separate_launches(tmp_path, monkeypatch, arch, quant):
-    """LITE_FOLD_NORM=1 (lite/backends/cuda_norm.py: the decode RMSNorms folded into the products,
-    kernels/matvec_epilogue.py's mvn) against the separate rms_norm launches: x*g first and the
-    rsqrt last instead of the kernel's order, so logits agree to ~1e-6, greedy tokens exactly.
-    Decode graphs on (the default) and the first token after prefill through the plain path."""
+@pytest.mark.parametrize("arch,quant,split", [("llama", "Q4_K", None), ("llama", "Q8_0", 2),
+                                              ("qwen3", "Q6_K", None), ("qwen3moe", "Q4_K", None)])
+def test_folded_norms_match_the_separate_launches(tmp_path, monkeypatch, arch, quant, split):
+    """LITE_FOLD_NORM=1 (lite/backends/cuda_norm.py: the decode RMSNorms split across the residual
+    add's product and the products that read the norm, kernels/matvec_epilogue.py's norm out and
+    scale in) against the separate rms_norm launches: the sums of squares in another order and
+    the scale after the product, so logits agree to ~1e-6, greedy tokens exactly. Decode graphs on
+    (the default) and the first token after prefill through the plain path; two stages (the
+    first stage's last residual add is materialized for the hand-off)."""
     path = str(tmp_path / "m.gguf")
     synth(arch, "tiny", quant, path, seed=8)
     ids = list(range(5, 37))
     runs = {}
     for on in ("1", "0"):
         monkeypatch.setenv("LITE_FOLD_NORM", on)
-        e = Engine(path, device="cuda", max_context=128)
+        e = Engine(path, device="cuda", max_context=128, layer_split=split)
         logits = [e.prefill(ids)]
         for _ in range(8):
             logits.append(e.decode_step(int(np.argmax(logits[-1]))))

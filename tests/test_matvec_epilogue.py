@@ -1,9 +1,10 @@
 """kernels/matvec_epilogue.py's `mve` (decode matvec with the residual add or the gated activation
 folded in) run on the host through tests/cuda_c_emulator.py: against NumPy's float64 product with
 the same add / activation, and against the plain `mv` kernel plus the separate op, which is what
-the decode step ran before (same fp32 operations: the two must agree exactly). The norm-in variants
-(`mvn`, LITE_FOLD_NORM=1: rms_norm(x) * g folded into the product) against NumPy's float64 norm,
-product and epilogue, and against `mv` of the separately normed x (rms_norm in NumPy fp32)."""
+the decode step ran before (same fp32 operations: the two must agree exactly). The RMSNorm split
+across two launches (norm out: the residual-add launch also writes out * g and its CTAs' sums of
+squares; scale in: the next product scales its totals from those sums) against NumPy's float64
+norm, product and epilogue."""
 import numpy as np
 import pytest
 
@@ -16,7 +17,8 @@ from lite.kernels import matvec_cuda, matvec_epilogue, quant_info
 pytestmark = pytest.mark.skipif(not emu.available(), reason="needs g++ (C++20)")
 
 ARGS = "const unsigned char* w, const float* x, float* out, int rows, int cols, const float* res"
-ARGS_NI = ARGS + ", const float* g, float eps"
+ARGS_NM = ARGS + ", const float* g, float* xg, float* part, int nparts, float eps"
+CALL_NM = "(w, x, out, rows, cols, res, g, xg, part, nparts, eps)"
 TYPES = ["Q4_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K"]
 COLS = {"Q4_0": 32 * 33, "Q8_0": 32 * 35, "Q4_K": 768, "Q5_K": 768, "Q6_K": 768}
 UNITS = 19          # odd, and no multiple of any CTA's units: the last CTA is partial
@@ -37,27 +39,26 @@ def _name(case):
     return f"emu_{qt}_{n}_{r}_{p}_{e}"
 
 
-def _ni_cases():
-    return [(qt, n, *matvec_epilogue.config(qt, n), e) for qt in TYPES for n in (1, 3)
-            for e in (0, 1, 2, 3)]
+def _nm_cases():
+    """(type, n, rows a CTA, prefetch, epilogue) of the scale-in consumers; the producer of each
+    is the same type's norm-out launch."""
+    return [(qt, n, *matvec_epilogue.config(qt, n), e) for qt in TYPES for n in (1, 2)
+            for e in (0, 2, 3)]
 
 
 @pytest.fixture(scope="module")
 def lib():
     calls = "".join(
         f'extern "C" __global__ void {_name(c)}({ARGS}) {{ '
-        f'{matvec_epilogue.kernel_name(c[0], c[1], c[2], c[3], c[4])}(w, x, out, rows, cols, res); }}\n'
+        f'{matvec_epilogue.kernel_name(*c)}(w, x, out, rows, cols, res, 0, 0, 0, 0, 0.f); }}\n'
         f'extern "C" __global__ void plain_{_name(c)}({ARGS}) {{ '
         f'mv<TQ{c[0][1:]}, {c[1]}, {c[2]}, {c[3]}>(w, x, out, rows, cols); }}\n'
         for c in _cases())
     calls += "".join(
-        f'extern "C" __global__ void ni_{_name(c)}({ARGS_NI}) {{ '
-        f'{matvec_epilogue.kernel_name(*c, norm_in=True)}(w, x, out, rows, cols, res, g, eps); }}\n'
-        for c in _ni_cases())
-    calls += "".join(   # mv of the normed x, for the n = 1, 3 configs of each type
-        f'extern "C" __global__ void plain_ni_{qt}_{n}({ARGS}) {{ '
-        f'mv<TQ{qt[1:]}, {n}, {r}, {p}>(w, x, out, rows, cols); }}\n'
-        for qt, n, r, p, e in _ni_cases() if e == 0)
+        f'extern "C" __global__ void nm{nm}_{_name(c)}({ARGS_NM}) {{ '
+        f'{matvec_epilogue.kernel_name(*c, nm=nm)}{CALL_NM}; }}\n'
+        for nm, c in dict.fromkeys((k, c0[:4] + (1,) if k == 1 else c0)
+                                   for c0 in _nm_cases() for k in (1, 2)))
     return emu.compile_kernels(HOST_SHIMS + matvec_epilogue.c_source() + calls)
 
 
@@ -107,55 +108,53 @@ def test_emulated_epilogue_matches_numpy_and_the_separate_op(lib, case):
     assert np.all(np.abs(out - ref) <= tol), np.max(np.abs(out - ref) / tol)
 
 
-def _rms_norm_f32(x, g, eps):
-    """cupy_ops' rms_norm kernel in NumPy fp32: x * rsqrt(mean(x^2) + eps) * g."""
-    r = np.float32(1) / np.sqrt((x * x).sum(1, dtype=np.float32) / np.float32(x.shape[1])
-                                + np.float32(eps))
-    return x * r[:, None] * g
+H = 768        # the hidden size between the two launches: whole blocks of every type
 
 
-# Rows of 4096 (the 8B shape's hidden size): 128 chunks, so every thread of all four warps loads x
-# and adds to the sum of squares (the rows of COLS leave warps 2-3 idle).
-WIDE = [(qt, 1, *matvec_epilogue.config(qt, 1), e) for qt in ("Q4_K", "Q6_K", "Q8_0") for e in (0, 2)]
-
-
-@pytest.mark.parametrize("case,cols", [(c, COLS[c[0]]) for c in _ni_cases()] + [(c, 4096) for c in WIDE],
-                         ids=lambda v: ("ni_" + _name(v)) if isinstance(v, tuple) else str(v))
-def test_emulated_norm_in_matches_numpy_and_mv_of_the_normed_x(lib, case, cols):
+@pytest.mark.parametrize("case", _nm_cases(), ids=lambda c: "nm_" + _name(c))
+def test_emulated_norm_split_matches_numpy(lib, case):
+    """x_new = x @ W0.T + res and rms_norm(x_new) * g @ W1.T (+ the gated activation) through a
+    norm-out launch and a scale-in launch, against float64."""
     qt, n, r, p, e = case
-    rng = np.random.default_rng(100 + n * 10 + e)
-    eps = 1e-5
-    rows = 2 * UNITS if e >= 2 else UNITS
-    blocks = random_blocks(qt, rows * cols // quant_info(qt).block_elems, rng)
-    w = reference(blocks, qt).astype(np.float64).reshape(rows, cols)
-    # the residual stream: large and uneven (rms ~ 30), so the norm matters; g around 1
-    x = (rng.standard_normal((n, cols)) * 30).astype(np.float32)
-    x[:, ::7] *= 10
-    g = (1 + 0.3 * rng.standard_normal(cols)).astype(np.float32)
-    xd = x.astype(np.float64)
-    h = xd / np.sqrt((xd * xd).mean(1, keepdims=True) + eps) * g
-    # products of a few units (so that silu and gelu bend): scale W's rows down for the gated ones
-    k = 4 / np.sqrt((w * w).sum(1).max()) if e >= 2 else 1.0
-    y = (h @ w.T) * k
-    scale = (np.abs(h) @ np.abs(w).T) * k       # (g k rounds to fp32: 1e-7, inside the tolerance)
-    res = rng.standard_normal((n, rows)).astype(np.float32) if e == 1 else None
-    width, units = (rows, r) if e <= 1 else (UNITS, r // 2)
+    rng = np.random.default_rng(200 + n * 10 + e)
+    eps, cols0 = 1e-5, COLS[qt]
+    rows1 = 2 * UNITS if e >= 2 else UNITS
+    info = quant_info(qt)
+    b0 = random_blocks(qt, H * cols0 // info.block_elems, rng)
+    b1 = random_blocks(qt, rows1 * H // info.block_elems, rng)
+    w0 = reference(b0, qt).astype(np.float64).reshape(H, cols0)
+    w1 = reference(b1, qt).astype(np.float64).reshape(rows1, H)
+    # producer: out = x @ W0.T + res, a residual stream that is large and uneven (the norm matters)
+    x = (rng.standard_normal((n, cols0)) / np.sqrt((w0 * w0).sum(1).max())).astype(np.float32)
+    res = (rng.standard_normal((n, H)) * 30).astype(np.float32)
+    res[:, ::7] *= 10
+    g = (1 + 0.3 * rng.standard_normal(H)).astype(np.float32)
+    r0, _ = matvec_epilogue.config(qt, n)
+    parts = matvec_epilogue.norm_parts(qt, n, H)
+    out0, xg = np.full((n, H), np.nan, np.float32), np.full((n, H), np.nan, np.float32)
+    part = np.full((n, parts), np.nan, np.float32)
+    lib.launch(f"nm1_{_name((qt, n, r, p, 1))}", (parts,), (128,), b0, x, out0, np.int32(H),
+               np.int32(cols0), res, g, xg, part, np.int32(0), np.float32(0))
+    y0 = x.astype(np.float64) @ w0.T + res
+    assert np.all(np.abs(out0 - y0) <= 1e-3 * (np.abs(x) @ np.abs(w0).T) + 1e-5 * np.abs(res))
+    np.testing.assert_array_equal(xg, out0 * g)                       # the same fp32 product
+    np.testing.assert_allclose(part.sum(1, dtype=np.float64), (out0.astype(np.float64) ** 2).sum(1),
+                               rtol=1e-5)
+    # consumer: the product of rms_norm(out0) * g, scaled by the partial sums
+    o = out0.astype(np.float64)
+    h = o / np.sqrt((o * o).mean(1, keepdims=True) + eps) * g
+    k = 4 / np.sqrt((w1 * w1).sum(1).max()) if e >= 2 else 1.0   # (bend silu / gelu: scale g)
+    y = (h @ w1.T) * k
+    scale = (np.abs(h) @ np.abs(w1).T) * k
+    width, units = (rows1, r) if e == 0 else (UNITS, r // 2)
     out = np.full((n, width), np.nan, np.float32)
-    # the norm undoes any scale of x, so the gated cases scale g: rms_norm(x) * (g k) = k h
-    lib.launch("ni_" + _name(case), (-(-width // units),), (128,), blocks, x, out, np.int32(rows),
-               np.int32(cols), res, g * np.float32(k), np.float32(eps))
-    if e <= 1:
-        ref, tol = y + (res if e == 1 else 0), 1e-3 * scale + 1e-6
+    lib.launch(f"nm2_{_name(case)}", (-(-width // units),), (128,), b1, xg * np.float32(k), out,
+               np.int32(rows1), np.int32(H), None, None, None, part, np.int32(parts), np.float32(eps))
+    if e == 0:
+        ref, tol = y, 1e-3 * scale + 1e-6
     else:
         gg, u = y[:, :UNITS], y[:, UNITS:]
         act = _silu if e == 2 else _gelu_tanh
         ref = act(gg) * u
         tol = 2e-3 * (scale[:, :UNITS] * np.abs(u) + np.abs(act(gg)) * scale[:, UNITS:]) + 1e-6
     assert np.all(np.abs(out - ref) <= tol), np.max(np.abs(out - ref) / tol)
-    if e == 0:      # against mv of the normed x (what LITE_FOLD_NORM=0 runs): ~1e-5 of the scale
-        hn = _rms_norm_f32(x, g, eps)
-        plain = np.full((n, rows), np.nan, np.float32)
-        lib.launch(f"plain_ni_{qt}_{n}", (-(-rows // r),), (128,), blocks, hn, plain, np.int32(rows),
-                   np.int32(cols), None)
-        sc = np.abs(hn).astype(np.float64) @ np.abs(w).T
-        assert np.all(np.abs(out - plain) <= 1e-5 * sc), np.max(np.abs(out - plain) / sc)

@@ -238,12 +238,12 @@ class CUDABackend(CUDALinear, CUDAFoldNorm, CUDAHandoff, CUDADecodeAttention, CU
         return dequantize(rows, w.qtype, np.float32, self.stream).reshape(len(ids), n_embd)
 
     def rms_norm(self, x, name, eps):
+        later = self._norm_out(x, name, eps)    # LITE_FOLD_NORM=1: split across the products
+        if later is not None:
+            return later
         x = self._arr(x)
         if x.ndim == 3 and x.shape[0] == 1 and self.fold_qk_norm:   # a decode token's q or k heads:
             return self._norm_later(x, name, eps)                   # normed in rope_kv_store
-        later = self._norm_marker(x, name, eps)     # LITE_FOLD_NORM=1: left for the next products
-        if later is not None:
-            return later
         return self.k.rms_norm(self.cp.ascontiguousarray(x), self.w[name].data, eps, self.stream)
 
     def add_rms_norm(self, x, y, name, eps):

@@ -4,8 +4,9 @@ Over many tokens (prefill) a weight is dequantized to fp16 into the backend's sc
 multiplied with cuBLAS (fp16 inputs, fp32 accumulation); over a few (decode) the fused
 dequantize-and-dot kernels run (lite.kernels.matvec), and where the next op can ride along, the
 epilogue kernels of kernels/matvec_epilogue.py: the residual add (linear_add) or the FFN's gated
-activation (linear_gated). An input may be a NormedLater (LITE_FOLD_NORM=1, cuda_norm.py): _product
-and _one_launch take it, everything else materializes it with _arr.
+activation (linear_gated). With LITE_FOLD_NORM=1 (cuda_norm.py) linear_add may return an AddLater
+and an input may be a ScaledLater: _product and _one_launch take the latter, everything else
+materializes lazy values with _arr.
 """
 import os
 
@@ -30,7 +31,7 @@ class CUDALinear:
     def _matmul(self, x, w):                                # (T, in) @ W(out, in).T -> (T, out) f32
         from lite.kernels import get_matvec, matvec
         cp = self.cp
-        x = self._arr(x)              # a NormedLater (LITE_FOLD_NORM=1, lite/backends/cuda_norm.py)
+        x = self._arr(x)              # a lazy value (LITE_FOLD_NORM=1, lite/backends/cuda_norm.py)
         rows, cols = w.shape[-2], w.shape[-1]
         T = x.shape[0]
         if w.qtype == "F32":
@@ -66,9 +67,13 @@ class CUDALinear:
 
     def linear_add(self, x, name, res):
         """res + x @ W.T: for a few tokens one launch (kernels/matvec_epilogue.py), else the
-        product and an add."""
+        product and an add. LITE_FOLD_NORM=1: for one token an AddLater (cuda_norm.py)."""
         res = self._arr(res)
         if name[: -len("weight")] + "bias" not in self.w:
+            xa = self._ready(x)
+            later = None if xa is None or not EPILOGUES else self._add_later(xa, self.w[name], res)
+            if later is not None:
+                return later
             out = self._one_launch(self.w[name], x, "add", res)
             if out is not None:
                 return out
@@ -89,19 +94,20 @@ class CUDALinear:
 
     def _one_launch(self, w, x, epilogue, res=None):
         """x @ W.T with the epilogue ("add" with res, or a gated activation over W = [gate; up]) in
-        one launch, x an array or a NormedLater (then normed inside the same launch); None where
+        one launch, x an array or a ScaledLater (then scaled inside the same launch); None where
         the kernels cannot take them (LITE_MATVEC_EPILOGUE=0, too many tokens, other types)."""
         if not EPILOGUES:
             return None
-        if self._norm_in(w, x):
-            return self._epilogue_launch(w, x.x, epilogue, res, norm=(x.w, x.eps))
+        if self._scale_in(w, x):
+            return self._epilogue_launch(w, x.xg, epilogue, res,
+                                         scale_in=(x.part, x.part.shape[1], x.eps))
         xa = self._ready(x)
         if (xa is None or xa.shape[0] > FUSED_MAX_TOKENS or w.data.ndim != 1
                 or not matvec_epilogue.supports(w.qtype, w.data, self.cp.ascontiguousarray(xa))):
             return None
         return self._epilogue_launch(w, xa, epilogue, res)
 
-    def _epilogue_launch(self, w, x, epilogue, res=None, norm=None):
+    def _epilogue_launch(self, w, x, epilogue, res=None, scale_in=None):
         """kernels/matvec_epilogue.launch for weight w and the array x (see there)."""
         cp = self.cp
         x = cp.ascontiguousarray(x)
@@ -110,7 +116,7 @@ class CUDALinear:
         if res is not None:
             res = cp.ascontiguousarray(res)
         matvec_epilogue.launch(w.qtype, w.data, x, out, rows, w.shape[-1], epilogue, res,
-                               self.stream, norm=norm)
+                               self.stream, scale_in=scale_in)
         return out
 
     def output(self, x):

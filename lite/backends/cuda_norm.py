@@ -1,88 +1,136 @@
-"""LITE_FOLD_NORM=1 (opt-in until timed on a GPU): a decode token's RMSNorm folded into the products
-that read it (kernels/matvec_epilogue.py's `mvn`: each CTA already loads all of x, so it also sums
-x^2, multiplies x by the norm weights and scales its totals by rsqrt(mean + eps)). attn_norm ->
-the fused q/k/v product, ffn_norm -> the gate/up product with the activation, output_norm -> the
-output product: 2 launches a layer and one a token fewer (3.8 us each on the H200, llama 8B).
+"""LITE_FOLD_NORM=1: a decode token's RMSNorm split across the launches around it, so that it costs
+no launch of its own (65 a token on the llama 8B shape, ~4 us each on the H200).
 
-rms_norm returns a NormedLater (no launch) for x (T <= FOLD_MAX_TOKENS, n); the ops in TAKE launch
-mvn on it where the weight has a matvec_cuda kernel, and every other op, or a weight without one
-(F32 router, F16, IQ types), gets the materialized norm (`_arr`: the rms_norm kernel, once a marker).
-Results agree with the separate norm to ~1e-6 relative, not bit for bit (x*g first, rsqrt last).
+In llama's decode step every norm but the first follows a residual add that a product already
+does (linear_add: the attention-output and down products, kernels/matvec_epilogue.py "add"):
 
-A mixin of CUDABackend (its w, k, cp, stream).
+  linear_add(x, W, res)  ->  AddLater: the launch is held back until the next op shows its use;
+  rms_norm(AddLater, g)  ->  one launch of the product with the norm out: it writes out (the
+                             residual stream), xg = out * g and each CTA's sum of out^2; returns
+                             a ScaledLater (xg, those sums);
+  products of ScaledLater ->  the scale-in kernels: the plain product of xg, each total scaled by
+                             rsqrt(sum / n + eps) at the end (fused q/k/v, gate/up with the
+                             activation, the output).
+
+Any other op gets arrays (`_arr`: an AddLater launched as a plain linear_add, a ScaledLater scaled
+by cupy_ops.scale_by_parts, each once). Results agree with the separate rms_norm to ~1e-6 relative,
+not bit for bit (the sums of squares in another order, the scale after the product). An MoE layer's
+ffn_norm feeds the router, which takes arrays: that norm stays one launch (feeds_router).
+
+Session 4 measured the first design on the H200 (the norm inside the products' loop, x * g and the
+sums of x^2 per chunk): more registers, the gated product 35 -> 52 us, decode 312 -> 273 tok/s.
+This one leaves the loop alone. A mixin of CUDABackend (its w, k, cp, stream, fused).
 """
 import functools
 import os
 
 import numpy as np
 
-from lite.kernels import matvec_cuda, matvec_epilogue
+from lite.kernels import matvec_epilogue
 
-# Tokens a marker may hold: mvn has no spills at n <= 2 for every type (nvcc sm_90), several at n >= 5.
-FOLD_MAX_TOKENS = 2
-# CUDABackend ops that launch mvn on a NormedLater; all the others materialize it (MATERIALIZE:
-# those that can meet rms_norm's output in llama/qwen3/qwen3moe/qwen2moe/gemma3, checked on the
-# CPU by tests/test_fold_norm.py).
-TAKE = ("linear", "linear_many", "linear_gated", "linear_add", "output")
+# CUDABackend ops that take a ScaledLater (the scale-in launch where the weight has a matvec_cuda
+# kernel); all the others materialize lazy inputs (MATERIALIZE: those that can meet rms_norm's or
+# linear_add's output in llama/qwen3/qwen3moe/qwen2moe/gemma3, checked on the CPU by
+# tests/test_fold_norm.py).
+TAKE = ("linear", "linear_many", "linear_gated", "output")
 MATERIALIZE = ("rms_norm", "add_rms_norm", "add", "scale", "act_mul", "sigmoid_gate", "moe_route",
-               "moe_experts", "_matmul", "to_host")
+               "moe_experts", "_matmul", "linear_add", "to_host", "done")
 
 
-class NormedLater:
-    """What rms_norm returns with LITE_FOLD_NORM=1 for a few tokens' x (T, n): the input, the (n,)
-    f32 weights and eps, applied by the next products' launches (mvn). `done` is the normed array
-    once an op has needed it (CUDABackend._arr). Only CUDABackend's ops take it; anything else
-    fails on it loudly."""
+class AddLater:
+    """What linear_add returns with LITE_FOLD_NORM=1 for one token: res + x @ W.T, not launched
+    yet. `done` is the array once launched (by rms_norm with the norm out, or by _arr)."""
 
-    def __init__(self, x, w, eps):
-        self.x, self.w, self.eps, self.shape, self.done = x, w, eps, x.shape, None
+    def __init__(self, x, w, res):
+        self.x, self.w, self.res, self.shape, self.done = x, w, res, res.shape, None
 
     def __getattr__(self, name):
-        raise TypeError(f"an RMSNorm left for the next product (NormedLater) has no {name!r}: "
+        raise TypeError(f"a residual add left for the next norm (AddLater) has no {name!r}: "
                         f"pass it through CUDABackend._arr first (LITE_FOLD_NORM=1)")
+
+
+class ScaledLater:
+    """rms_norm(x) * g as the norm-out launch left it: xg = x * g (T, n), part (T, nparts) the sums
+    of x^2 in parts, eps. `done` is the normed array once an op has needed it whole."""
+
+    def __init__(self, xg, part, eps):
+        self.xg, self.part, self.eps, self.shape, self.done = xg, part, eps, xg.shape, None
+
+    def __getattr__(self, name):
+        raise TypeError(f"an RMSNorm left for the next product (ScaledLater) has no {name!r}: "
+                        f"pass it through CUDABackend._arr first (LITE_FOLD_NORM=1)")
+
+
+def feeds_router(weights, norm_name):
+    """Does this norm feed an MoE router (blk.N.ffn_norm of a layer with ffn_gate_inp)?"""
+    return norm_name.endswith("ffn_norm.weight") and \
+        norm_name[: -len("ffn_norm.weight")] + "ffn_gate_inp.weight" in weights
 
 
 class CUDAFoldNorm:
     @functools.cached_property
     def fold_norm(self):
-        """LITE_FOLD_NORM=1: rms_norm of a few tokens is left for the products (read once a backend)."""
+        """LITE_FOLD_NORM=1: decode norms split across the products (read once a backend)."""
         return os.environ.get("LITE_FOLD_NORM", "0") == "1"
 
-    def _norm_marker(self, x, name, eps):
-        """rms_norm's hook: a NormedLater for x (T <= FOLD_MAX_TOKENS, n) f32, else None."""
-        w = self.w[name].data
-        if (self.fold_norm and x.ndim == 2 and x.shape[0] <= FOLD_MAX_TOKENS
-                and x.dtype == np.float32 and w.dtype == np.float32 and w.shape == x.shape[-1:]
-                and w.data.ptr % 16 == 0):
-            return NormedLater(x, w, eps)
+    def _add_later(self, x, w, res):
+        """linear_add's hook: an AddLater for one token's res + x @ W.T, else None."""
+        if (self.fold_norm and x.ndim == 2 and x.shape[0] == 1 and w.data.ndim == 1
+                and matvec_epilogue.supports(w.qtype, w.data, self.cp.ascontiguousarray(x))):
+            return AddLater(self.cp.ascontiguousarray(x), w, self.cp.ascontiguousarray(res))
         return None
 
-    def _arr(self, h):
-        """h itself, or the norm a NormedLater left (the rms_norm kernel, one launch a marker)."""
-        if not isinstance(h, NormedLater):
-            return h
-        if h.done is None:
-            h.done = self.k.rms_norm(self.cp.ascontiguousarray(h.x), h.w, h.eps, self.stream)
-        return h.done
+    def _norm_out(self, x, name, eps):
+        """rms_norm's hook: for an AddLater not yet launched, its launch with the norm out and a
+        ScaledLater; else None."""
+        if not isinstance(x, AddLater) or x.done is not None or feeds_router(self.w, name):
+            return None
+        g = self.w[name].data
+        if g.dtype != np.float32 or g.shape != x.shape[-1:]:
+            return None
+        cp, w = self.cp, x.w
+        T, rows = x.shape
+        out, xg = cp.empty((T, rows), np.float32), cp.empty((T, rows), np.float32)
+        part = cp.empty((T, matvec_epilogue.norm_parts(w.qtype, T, rows)), np.float32)
+        matvec_epilogue.launch(w.qtype, w.data, x.x, out, rows, w.shape[-1], "add", x.res,
+                               self.stream, norm_out=(g, xg, part))
+        x.done = out
+        return ScaledLater(xg, part, eps)
 
-    def _ready(self, h):
-        """h as an array if it is one (or a NormedLater already materialized), else None."""
-        if isinstance(h, NormedLater):
+    def _arr(self, h):
+        """h itself, or what a lazy value stands for (launched once)."""
+        if isinstance(h, AddLater):
+            if h.done is None:
+                h.done = self._epilogue_launch(h.w, h.x, "add", h.res)          # cuda_linear.py
+            return h.done
+        if isinstance(h, ScaledLater):
+            if h.done is None:
+                h.done = self.k.scale_by_parts(h.xg, h.part, h.eps, self.stream)
             return h.done
         return h
 
-    def _norm_in(self, w, h):
-        """Can mvn take NormedLater h (not yet materialized) times weight w?"""
-        if not isinstance(h, NormedLater) or h.done is not None:
+    def _ready(self, h):
+        """h as an array if it is one (or a lazy value already materialized), else None."""
+        if isinstance(h, (AddLater, ScaledLater)):
+            return h.done
+        return h
+
+    def _scale_in(self, w, h):
+        """Can the scale-in kernel take ScaledLater h (not yet materialized) times weight w?"""
+        if not isinstance(h, ScaledLater) or h.done is not None:
             return False
-        return (w.data.ndim == 1 and w.qtype in matvec_cuda.CONFIG and w.shape[-1] == h.shape[1]
-                and matvec_epilogue.supports(w.qtype, w.data, self.cp.ascontiguousarray(h.x)))
+        return (w.data.ndim == 1 and w.shape[-1] == h.shape[1]
+                and matvec_epilogue.supports(w.qtype, w.data, h.xg))
 
     def _product(self, x, w):
-        """x @ W.T for x an array or a NormedLater (mvn where it can, else the norm, then _matmul)."""
-        if self._norm_in(w, x):
-            return self._epilogue_launch(w, x.x, None, norm=(x.w, x.eps))   # cuda_linear.py
+        """x @ W.T for x an array or a ScaledLater (the scale-in kernel where it can)."""
+        if self._scale_in(w, x):
+            return self._epilogue_launch(w, x.xg, None, scale_in=(x.part, x.part.shape[1], x.eps))
         return self._matmul(self._arr(x), w)
+
+    def done(self, x):
+        """The stage's output as an array (the last layer's residual add may be lazy)."""
+        return self._arr(x)
 
     def moe_route(self, h, *args, **kwargs):
         return super().moe_route(self._arr(h), *args, **kwargs)
