@@ -45,16 +45,6 @@ def add_rms_norm(a, b, w, eps, stream):
     return s, y
 
 
-def scale_by_parts(xg, part, eps, stream):
-    """xg (T, n) f32 contiguous (x * w), part (T, nparts) f32 (sums of x^2 in parts) -> new array
-    xg * rsqrt(mean x^2 + eps): rms_norm(x) * w from what a norm-out product left."""
-    T, n = xg.shape
-    y = cp.empty_like(xg)
-    _kernel("scale_by_parts")((T,), (256,), (xg, part, y, np.int32(n), np.int32(part.shape[1]),
-                                              np.float32(eps)), stream=stream)
-    return y
-
-
 def rope(x, pos0, base, neox, n_rot, freq_scale, stream, pos_dev=None):
     """x (T, H, D) f32 contiguous -> rotated copy; positions from pos_dev (int64 (1,)) if given."""
     T, H, D = x.shape

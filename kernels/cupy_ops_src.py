@@ -87,18 +87,6 @@ extern "C" __global__ void masked_softmax(float* s, __half* p16, int rows, int S
     }
 }
 
-extern "C" __global__ void scale_by_parts(const float* xg, const float* part, float* y, int n,
-                                          int nparts, float eps) {
-    // y = xg * rsqrt(sum(part row) / n + eps): the RMSNorm that a norm-out product left as x * w
-    // and its CTAs' sums of x^2 (kernels/matvec_epilogue.py), for an op that needs it whole
-    __shared__ float red[32];
-    float s = 0.f;
-    for (int p = threadIdx.x; p < nparts; p += blockDim.x) s += part[(long long)blockIdx.x * nparts + p];
-    const float r = rsqrtf(block_reduce(s, 0.f, red, SumOp()) / n + eps);
-    const long long off = (long long)blockIdx.x * n;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) y[off + i] = xg[off + i] * r;
-}
-
 extern "C" __global__ void add_rms_norm(const float* a, const float* b, const float* w, float* sum,
                                         float* y, int n, float eps) {
     // sum = a + b (the residual stream) and y = rms_norm(sum) * w in one pass: one block per row

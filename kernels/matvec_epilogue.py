@@ -27,6 +27,7 @@ import functools
 import numpy as np
 
 from lite.kernels import matvec_cuda as mc
+from lite.kernels.cupy_decode_src import C_LAST_OF_COLUMN
 
 EPILOGUES = {"add": 1, "silu": 2, "gelu_tanh": 3}
 
@@ -35,18 +36,40 @@ C_EPI = r"""
 // E = 1: out = x @ W.T + res (the residual add after the attention-output and down products).
 // E = 2 / 3: W is [gate; up] (rows = 2F); a CTA takes R/2 units, i.e. gate rows u0.. and up rows
 // F+u0.., and writes act(g) * u, silu (2) or gelu_tanh (3), as (n, F): the FFN's activation.
+// IL (gated only): W's rows are [gate; up] interleaved in pairs (gate u, u+1, up u, u+1, ...: a
+// CTA's 2H rows are contiguous) instead of F gate rows then F up rows.
 // E = 0 (only with NM = 2): out = the product.
 // NM, the RMSNorm split across two launches (lite/backends/cuda_norm.py):
 //   1 (norm out, E = 1): also xg = out * g and part[n * gridDim.x + blockIdx.x] = this CTA's sum of
-//     out^2 (fixed order: the consumers' means are the same in every launch and every run);
-//   2 (scale in): x is such an xg; each total is scaled by rsqrt(sum of part[n * nparts ..] / cols
-//     + eps) before the epilogue, so that the product is of rms_norm(out) * g.
+//     out^2; the last CTA to finish (counter) sums them in a fixed order (the same in every run)
+//     and writes scale[n] = rsqrt(mean + eps);
+//   2 (scale in): x is such an xg; each total is multiplied by scale[n] before the epilogue, so
+//     that the product is of rms_norm(out) * g.
 // The arithmetic of the add and the activations is cupy_ops' (`a + b`, silu_mul, gelu_tanh_mul).
-// The end of mve_run: total (thread r*N+n: row r, x n) through epilogue E into out.
-template <int N, int R, int E, int NM>
+// NM = 1, the last CTA: scale[n] = rsqrt(mean + eps) of out n from the CTAs' sums of squares.
+template <int N>
+__device__ __forceinline__ void norm_scale(const float* part, int nparts, int cols, float eps,
+                                           float* __restrict__ scale) {
+    __shared__ float sred[4][N];
+    #pragma unroll
+    for (int n = 0; n < N; n++) {
+        float v = 0.f;
+        for (int p = threadIdx.x; p < nparts; p += 128) v += __ldcg(part + (long long)n * nparts + p);
+        #pragma unroll
+        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+        if ((threadIdx.x & 31) == 0) sred[threadIdx.x >> 5][n] = v;
+    }
+    __syncthreads();
+    if (threadIdx.x < N)
+        scale[threadIdx.x] = rsqrtf(((sred[0][threadIdx.x] + sred[1][threadIdx.x])
+                                     + (sred[2][threadIdx.x] + sred[3][threadIdx.x])) / cols + eps);
+}
+// The end of mve: total (thread r*N+n: row r, x n) through epilogue E into out.
+template <int N, int R, int E, int NM, bool IL>
 __device__ __forceinline__ void mve_end(float total, float* __restrict__ out, int rows, int F, int H,
                                         int u0, const float* __restrict__ res, const float* __restrict__ g,
-                                        float* __restrict__ xg, float* __restrict__ part) {
+                                        float* __restrict__ xg, float* __restrict__ part,
+                                        float* __restrict__ scale, int* counter, float eps) {
     if constexpr (NM == 1) {      // E == 1, R * N <= 32: warp 0 holds every total
         if (threadIdx.x < 32) {
             const int r = threadIdx.x / N, n = threadIdx.x % N;
@@ -62,6 +85,7 @@ __device__ __forceinline__ void mve_end(float total, float* __restrict__ out, in
             for (int o = N; o < R * N; o <<= 1) sq += __shfl_xor_sync(0xffffffffu, sq, o);
             if (threadIdx.x < N) part[(long long)n * gridDim.x + blockIdx.x] = sq;
         }
+        if (last_block_to_count(counter, gridDim.x)) norm_scale<N>(part, gridDim.x, rows, eps, scale);
     } else if constexpr (E <= 1) {
         if (threadIdx.x < R * N) {
             const int r = threadIdx.x / N, n = threadIdx.x % N;
@@ -75,7 +99,8 @@ __device__ __forceinline__ void mve_end(float total, float* __restrict__ out, in
         __syncthreads();
         if (threadIdx.x < H * N) {
             const int r = threadIdx.x / N, n = threadIdx.x % N;
-            const float g = tot[r * N + n], u = tot[(r + H) * N + n];
+            const int rg = IL ? ((r >> 1) << 2) + (r & 1) : r, ru = IL ? rg + 2 : r + H;
+            const float g = tot[rg * N + n], u = tot[ru * N + n];
             float y;
             if constexpr (E == 2) y = g / (1.0f + expf(-g)) * u;
             else y = 0.5f * g * (1.0f + tanhf(0.7978845608028654f * (g + 0.044715f * g * g * g))) * u;
@@ -83,28 +108,12 @@ __device__ __forceinline__ void mve_end(float total, float* __restrict__ out, in
         }
     }
 }
-// NM = 2: rsqrt(mean + eps) of x n (thread n % N's), from the producer's partial sums of squares.
-template <int N>
-__device__ __forceinline__ float norm_scale(const float* __restrict__ part, int nparts, int cols, float eps) {
-    __shared__ float sred[4][N];
-    #pragma unroll
-    for (int n = 0; n < N; n++) {
-        float v = 0.f;
-        for (int p = threadIdx.x; p < nparts; p += 128) v += part[(long long)n * nparts + p];
-        #pragma unroll
-        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-        if ((threadIdx.x & 31) == 0) sred[threadIdx.x >> 5][n] = v;
-    }
-    __syncthreads();
-    const int n = threadIdx.x % N;
-    return rsqrtf(((sred[0][n] + sred[1][n]) + (sred[2][n] + sred[3][n])) / cols + eps);
-}
-template <class T, int N, int R, int P, int E, int NM>
+template <class T, int N, int R, int P, int E, int NM, bool IL = false>
 __global__ void __launch_bounds__(128) mve(const unsigned char* __restrict__ w, const float* __restrict__ x,
                                            float* __restrict__ out, int rows, int cols,
                                            const float* __restrict__ res, const float* __restrict__ g,
-                                           float* __restrict__ xg, float* __restrict__ part, int nparts,
-                                           float eps) {
+                                           float* __restrict__ xg, float* part, float* scale,
+                                           int* counter, float eps) {
     constexpr int H = E >= 2 ? R / 2 : R;                 // output units a CTA
     const int F = E >= 2 ? rows / 2 : rows;               // output width
     const int u0 = blockIdx.x * H, nb = cols / T::BE, chunks = nb * T::CPB;
@@ -112,23 +121,25 @@ __global__ void __launch_bounds__(128) mve(const unsigned char* __restrict__ w, 
     const unsigned char* rowp[R];
     #pragma unroll
     for (int r = 0; r < R; r++)   // units past the end re-read the last one and are not written
-        rowp[r] = w + ((long long)min(u0 + r % H, F - 1) + (r >= H ? F : 0)) * rb;
+        rowp[r] = w + (IL ? (long long)min(2 * u0 + r, rows - 1)
+                          : (long long)min(u0 + r % H, F - 1) + (r >= H ? F : 0)) * rb;
     float acc[R][N];
     mv_rows<T, N, R, P>(rowp, x, cols, chunks, acc);
     __shared__ float red[4][R * N];
     float total = block_sum<R, N>(acc, red);
-    if constexpr (NM == 2) total *= norm_scale<N>(part, nparts, cols, eps);
-    mve_end<N, R, E, NM>(total, out, rows, F, H, u0, res, g, xg, part);
+    if constexpr (NM == 2) total *= __ldg(scale + threadIdx.x % N);
+    mve_end<N, R, E, NM, IL>(total, out, rows, F, H, u0, res, g, xg, part, scale, counter, eps);
 }
 """
 
 
 def c_source():
-    return mc.C_HEAD + mc.C_TYPES + mc.C_KERNEL + C_EPI
+    return mc.C_HEAD + mc.C_TYPES + mc.C_KERNEL + C_LAST_OF_COLUMN + C_EPI
 
 
-def kernel_name(qtype, n, rows_per_cta, prefetch, e, nm=0):
-    return f"mve<TQ{qtype[1:]}, {n}, {rows_per_cta}, {prefetch}, {e}, {nm}>"
+def kernel_name(qtype, n, rows_per_cta, prefetch, e, nm=0, interleaved=False):
+    return (f"mve<TQ{qtype[1:]}, {n}, {rows_per_cta}, {prefetch}, {e}, {nm}"
+            + (", true>" if interleaved else ">"))
 
 
 def config(qtype, n):
@@ -140,6 +151,13 @@ def config(qtype, n):
 
 # Tokens the norm-out launch takes (its R * n totals must fit one warp: R <= 8 at n <= 2).
 NORM_MAX_TOKENS = 2
+
+
+def interleave_pairs(F):
+    """Row order of [gate; up] (2F rows) for interleaved=True: gate u, u+1, up u, u+1, ... so that
+    a gated CTA's rows are contiguous (F even)."""
+    u = np.arange(0, F, 2)
+    return np.stack([u, u + 1, F + u, F + u + 1], 1).reshape(-1)
 
 
 def norm_parts(qtype, n, rows):
@@ -160,15 +178,16 @@ def supports(qtype, blocks, x):
 
 
 def launch(qtype, blocks, x, out, rows, cols, epilogue, res=None, stream=None, norm_out=None,
-           scale_in=None):
+           scale_in=None, interleaved=False):
     """Enqueue mve on `stream`. blocks: W (rows, cols) as GGUF blocks, 1-D uint8; x (n, cols) f32
     C-contiguous. epilogue "add": out (n, rows) = x @ W.T + res, res (n, rows) f32 C-contiguous.
     "silu" / "gelu_tanh": rows = 2F, out (n, F) = act(x @ W[:F].T) * (x @ W[F:].T). None (only
     with scale_in): out (n, rows) = the product.
-    norm_out (g, xg, part), with "add" and n <= NORM_MAX_TOKENS: also xg (n, rows) = out * g (g
-    (rows,) f32) and part (n, norm_parts(...)) f32, the CTAs' sums of out^2.
-    scale_in (part, nparts, eps): x is such an xg, part (n, nparts) its sums; the product is of
-    rms_norm(out) * g = xg * rsqrt(sum(part) / cols + eps). One launch per matvec_cuda.C_MAX_N
+    norm_out (g, eps, xg, part, scale, counter), with "add" and n <= NORM_MAX_TOKENS: also xg (n,
+    rows) = out * g (g (rows,) f32) and scale (n,) f32 = rsqrt(mean(out^2) + eps); part (n,
+    norm_parts(...)) f32 is scratch, counter an int32 device scalar at 0 (left at 0).
+    scale_in: scale (n,) as norm_out left it, x its xg: the product is of rms_norm(out) * g.
+    interleaved (gated): W's rows are interleave_pairs' order. One launch per matvec_cuda.C_MAX_N
     rows of x."""
     import cupy
     e = 0 if epilogue is None else EPILOGUES[epilogue]
@@ -176,8 +195,11 @@ def launch(qtype, blocks, x, out, rows, cols, epilogue, res=None, stream=None, n
     width = rows if e <= 1 else rows // 2
     if e == 1 and (res is None or res.shape != out.shape):
         raise ValueError("epilogue 'add' needs res shaped like out")
-    if e >= 2 and rows % 2:
-        raise ValueError(f"a gated epilogue needs [gate; up] rows (an even count), got {rows}")
+    if e >= 2 and rows % (4 if interleaved else 2):
+        raise ValueError(f"a gated epilogue needs [gate; up] rows (an even count; interleaved: "
+                         f"gate and up rows in pairs), got {rows}")
+    if interleaved and e < 2:
+        raise ValueError("interleaved rows go with a gated epilogue")
     if e == 0 and nm != 2:
         raise ValueError("no epilogue and no scale_in: that is matvec_cuda.launch")
     if nm == 1 and (e != 1 or x.shape[0] > NORM_MAX_TOKENS or scale_in is not None):
@@ -189,15 +211,15 @@ def launch(qtype, blocks, x, out, rows, cols, epilogue, res=None, stream=None, n
         for i in range(0, x.shape[0], mc.C_MAX_N):
             xs, os_ = x[i:i + mc.C_MAX_N], out[i:i + mc.C_MAX_N]
             rs = res[i:i + mc.C_MAX_N] if e == 1 else os_      # otherwise res is never read
-            g, xg, part, nparts, eps = os_, os_, os_, 0, 0.0    # (never read without NM)
+            g, eps, xg, part, scale, counter = os_, 0.0, os_, os_, os_, os_   # (unread without NM)
             if nm == 1:
-                g, xg, part = norm_out
+                g, eps, xg, part, scale, counter = norm_out
             elif nm == 2:
-                part, nparts, eps = scale_in
+                scale = scale_in
             n = xs.shape[0]
             r, p = config(qtype, n)
             units = r if e <= 1 else r // 2
-            func = _kernel(device, kernel_name(qtype, n, r, p, e, nm))
+            func = _kernel(device, kernel_name(qtype, n, r, p, e, nm, interleaved))
             func(((width + units - 1) // units,), (mc.THREADS,),
-                 (blocks, xs, os_, np.int32(rows), np.int32(cols), rs, g, xg, part, np.int32(nparts),
+                 (blocks, xs, os_, np.int32(rows), np.int32(cols), rs, g, xg, part, scale, counter,
                   np.float32(eps)))

@@ -83,21 +83,6 @@ def test_rms_norm(emulated):
         np.testing.assert_allclose(y, x / np.sqrt(ms + 1e-5) * w, rtol=1e-5, atol=1e-6)
 
 
-def test_scale_by_parts(emulated):
-    """rms_norm(x) * w from x * w and the sums of x^2 in parts (a norm-out product's outputs)."""
-    ops, _ = emulated
-    rng = np.random.default_rng(3)
-    for T, n, nparts in ((2, 300, 38), (1, 4096, 512)):
-        x = (rng.standard_normal((T, n)) * 30).astype(np.float32)
-        w = rng.standard_normal(n).astype(np.float32)
-        sq = (x.astype(np.float64) ** 2).reshape(T, nparts, -1).sum(-1) if n % nparts == 0 else \
-            np.stack([np.add.reduceat(r.astype(np.float64) ** 2, np.linspace(0, n, nparts, False, dtype=int))
-                      for r in x])
-        y = ops.scale_by_parts(x * w, sq.astype(np.float32), 1e-5, None)
-        ms = np.mean(x.astype(np.float64) ** 2, axis=-1, keepdims=True)
-        np.testing.assert_allclose(y, x / np.sqrt(ms + 1e-5) * w, rtol=1e-5, atol=1e-6)
-
-
 @pytest.mark.parametrize("window", [0, 5])
 def test_masked_softmax(emulated, window):
     """Causal (and sliding-window) softmax of G*T score rows against NumPy, in place and as fp16."""

@@ -17,8 +17,8 @@ from lite.kernels import matvec_cuda, matvec_epilogue, quant_info
 pytestmark = pytest.mark.skipif(not emu.available(), reason="needs g++ (C++20)")
 
 ARGS = "const unsigned char* w, const float* x, float* out, int rows, int cols, const float* res"
-ARGS_NM = ARGS + ", const float* g, float* xg, float* part, int nparts, float eps"
-CALL_NM = "(w, x, out, rows, cols, res, g, xg, part, nparts, eps)"
+ARGS_NM = ARGS + ", const float* g, float* xg, float* part, float* scale, int* counter, float eps"
+CALL_NM = "(w, x, out, rows, cols, res, g, xg, part, scale, counter, eps)"
 TYPES = ["Q4_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K"]
 COLS = {"Q4_0": 32 * 33, "Q8_0": 32 * 35, "Q4_K": 768, "Q5_K": 768, "Q6_K": 768}
 UNITS = 19          # odd, and no multiple of any CTA's units: the last CTA is partial
@@ -50,7 +50,7 @@ def _nm_cases():
 def lib():
     calls = "".join(
         f'extern "C" __global__ void {_name(c)}({ARGS}) {{ '
-        f'{matvec_epilogue.kernel_name(*c)}(w, x, out, rows, cols, res, 0, 0, 0, 0, 0.f); }}\n'
+        f'{matvec_epilogue.kernel_name(*c)}(w, x, out, rows, cols, res, 0, 0, 0, 0, 0, 0.f); }}\n'
         f'extern "C" __global__ void plain_{_name(c)}({ARGS}) {{ '
         f'mv<TQ{c[0][1:]}, {c[1]}, {c[2]}, {c[3]}>(w, x, out, rows, cols); }}\n'
         for c in _cases())
@@ -59,6 +59,11 @@ def lib():
         f'{matvec_epilogue.kernel_name(*c, nm=nm)}{CALL_NM}; }}\n'
         for nm, c in dict.fromkeys((k, c0[:4] + (1,) if k == 1 else c0)
                                    for c0 in _nm_cases() for k in (1, 2)))
+    calls += "".join(
+        f'extern "C" __global__ void il{int(il)}_{qt}_{n}({ARGS}) {{ '
+        f'{matvec_epilogue.kernel_name(qt, n, *matvec_epilogue.config(qt, n), 2, 0, il)}'
+        f'(w, x, out, rows, cols, res, 0, 0, 0, 0, 0, 0.f); }}\n'
+        for qt, n in (("Q4_K", 1), ("Q6_K", 1), ("Q8_0", 2), ("Q4_K", 3)) for il in (False, True))
     return emu.compile_kernels(HOST_SHIMS + matvec_epilogue.c_source() + calls)
 
 
@@ -132,16 +137,17 @@ def test_emulated_norm_split_matches_numpy(lib, case):
     r0, _ = matvec_epilogue.config(qt, n)
     parts = matvec_epilogue.norm_parts(qt, n, H)
     out0, xg = np.full((n, H), np.nan, np.float32), np.full((n, H), np.nan, np.float32)
-    part = np.full((n, parts), np.nan, np.float32)
+    part, sc = np.full((n, parts), np.nan, np.float32), np.full(n, np.nan, np.float32)
+    counter = np.zeros(1, np.int32)
     lib.launch(f"nm1_{_name((qt, n, r, p, 1))}", (parts,), (128,), b0, x, out0, np.int32(H),
-               np.int32(cols0), res, g, xg, part, np.int32(0), np.float32(0))
+               np.int32(cols0), res, g, xg, part, sc, counter, np.float32(eps))
     y0 = x.astype(np.float64) @ w0.T + res
     assert np.all(np.abs(out0 - y0) <= 1e-3 * (np.abs(x) @ np.abs(w0).T) + 1e-5 * np.abs(res))
     np.testing.assert_array_equal(xg, out0 * g)                       # the same fp32 product
-    np.testing.assert_allclose(part.sum(1, dtype=np.float64), (out0.astype(np.float64) ** 2).sum(1),
-                               rtol=1e-5)
-    # consumer: the product of rms_norm(out0) * g, scaled by the partial sums
     o = out0.astype(np.float64)
+    np.testing.assert_allclose(sc, 1 / np.sqrt((o * o).mean(1) + eps), rtol=1e-5)
+    assert counter[0] == 0                                            # ready for the next launch
+    # consumer: the product of rms_norm(out0) * g, scaled
     h = o / np.sqrt((o * o).mean(1, keepdims=True) + eps) * g
     k = 4 / np.sqrt((w1 * w1).sum(1).max()) if e >= 2 else 1.0   # (bend silu / gelu: scale g)
     y = (h @ w1.T) * k
@@ -149,7 +155,7 @@ def test_emulated_norm_split_matches_numpy(lib, case):
     width, units = (rows1, r) if e == 0 else (UNITS, r // 2)
     out = np.full((n, width), np.nan, np.float32)
     lib.launch(f"nm2_{_name(case)}", (-(-width // units),), (128,), b1, xg * np.float32(k), out,
-               np.int32(rows1), np.int32(H), None, None, None, part, np.int32(parts), np.float32(eps))
+               np.int32(rows1), np.int32(H), None, None, None, None, sc, None, np.float32(0))
     if e == 0:
         ref, tol = y, 1e-3 * scale + 1e-6
     else:
@@ -158,3 +164,24 @@ def test_emulated_norm_split_matches_numpy(lib, case):
         ref = act(gg) * u
         tol = 2e-3 * (scale[:, :UNITS] * np.abs(u) + np.abs(act(gg)) * scale[:, UNITS:]) + 1e-6
     assert np.all(np.abs(out - ref) <= tol), np.max(np.abs(out - ref) / tol)
+
+
+@pytest.mark.parametrize("qt,n", [("Q4_K", 1), ("Q6_K", 1), ("Q8_0", 2), ("Q4_K", 3)])
+def test_emulated_interleaved_gate_up_equals_the_plain_layout(lib, qt, n):
+    """The gated kernel over [gate; up] with rows in interleave_pairs' order gives exactly what it
+    gives over the plain layout (the same sums, from other addresses)."""
+    F = 18                                  # a multiple of 2 and of no CTA's units: a partial CTA
+    r, p = matvec_epilogue.config(qt, n)
+    info = quant_info(qt)
+    cols = COLS[qt]
+    rng = np.random.default_rng(7 + n)
+    blocks = random_blocks(qt, 2 * F * cols // info.block_elems, rng).reshape(2 * F, -1)
+    x = rng.standard_normal((n, cols)).astype(np.float32) * 0.01
+    outs = []
+    for il, w in ((False, blocks), (True, blocks[matvec_epilogue.interleave_pairs(F)])):
+        out = np.full((n, F), np.nan, np.float32)
+        lib.launch(f"il{int(il)}_{qt}_{n}", (-(-F // (r // 2)),), (128,), np.ascontiguousarray(w).reshape(-1),
+                   x, out, np.int32(2 * F), np.int32(cols), None)
+        outs.append(out)
+    assert not np.isnan(outs[0]).any()
+    np.testing.assert_array_equal(outs[1], outs[0])

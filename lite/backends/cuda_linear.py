@@ -99,8 +99,7 @@ class CUDALinear:
         if not EPILOGUES:
             return None
         if self._scale_in(w, x):
-            return self._epilogue_launch(w, x.xg, epilogue, res,
-                                         scale_in=(x.part, x.part.shape[1], x.eps))
+            return self._epilogue_launch(w, x.xg, epilogue, res, scale_in=x.scale)
         xa = self._ready(x)
         if (xa is None or xa.shape[0] > FUSED_MAX_TOKENS or w.data.ndim != 1
                 or not matvec_epilogue.supports(w.qtype, w.data, self.cp.ascontiguousarray(xa))):

@@ -6,20 +6,22 @@ does (linear_add: the attention-output and down products, kernels/matvec_epilogu
 
   linear_add(x, W, res)  ->  AddLater: the launch is held back until the next op shows its use;
   rms_norm(AddLater, g)  ->  one launch of the product with the norm out: it writes out (the
-                             residual stream), xg = out * g and each CTA's sum of out^2; returns
-                             a ScaledLater (xg, those sums);
-  products of ScaledLater ->  the scale-in kernels: the plain product of xg, each total scaled by
-                             rsqrt(sum / n + eps) at the end (fused q/k/v, gate/up with the
-                             activation, the output).
+                             residual stream) and xg = out * g, each CTA its sum of out^2, and the
+                             last CTA to finish scale = rsqrt(mean + eps); returns a ScaledLater;
+  products of ScaledLater ->  the scale-in kernels: the plain product of xg, each total times
+                             scale at the end (fused q/k/v, gate/up with the activation, output).
 
-Any other op gets arrays (`_arr`: an AddLater launched as a plain linear_add, a ScaledLater scaled
-by cupy_ops.scale_by_parts, each once). Results agree with the separate rms_norm to ~1e-6 relative,
-not bit for bit (the sums of squares in another order, the scale after the product). An MoE layer's
-ffn_norm feeds the router, which takes arrays: that norm stays one launch (feeds_router).
+Any other op gets arrays (`_arr`: an AddLater launched as a plain linear_add, a ScaledLater
+multiplied out, each once). Results agree with the separate rms_norm to ~1e-6 relative, not bit for
+bit (the sums of squares in another order, the scale after the product). An MoE layer's ffn_norm
+feeds the router, which takes arrays: that norm stays one launch (feeds_router).
 
-Session 4 measured the first design on the H200 (the norm inside the products' loop, x * g and the
-sums of x^2 per chunk): more registers, the gated product 35 -> 52 us, decode 312 -> 273 tok/s.
-This one leaves the loop alone. A mixin of CUDABackend (its w, k, cp, stream, fused).
+Measured on the H200 (session 4, 8B Q4_K decode): the norm inside the products' loop (x * g and
+the sums of x^2 per chunk) cost registers: the gated product 35 -> 52 us, 312 -> 273 tok/s. Then
+every consumer CTA summing the producer's 512 partial sums itself: 326-332 -> 317 tok/s (the
+output product alone +13 us: 16K CTAs each reading 2 KB). Hence one scale a token, from the
+producer's last CTA. A mixin of CUDABackend (its w, cp, stream, and _norm_counter made in its
+__init__: the int32 the producer's CTAs count on, left at 0 by each launch).
 """
 import functools
 import os
@@ -50,11 +52,11 @@ class AddLater:
 
 
 class ScaledLater:
-    """rms_norm(x) * g as the norm-out launch left it: xg = x * g (T, n), part (T, nparts) the sums
-    of x^2 in parts, eps. `done` is the normed array once an op has needed it whole."""
+    """rms_norm(x) * g as the norm-out launch left it: xg = x * g (T, n) and scale (T,) =
+    rsqrt(mean x^2 + eps). `done` is the normed array once an op has needed it whole."""
 
-    def __init__(self, xg, part, eps):
-        self.xg, self.part, self.eps, self.shape, self.done = xg, part, eps, xg.shape, None
+    def __init__(self, xg, scale):
+        self.xg, self.scale, self.shape, self.done = xg, scale, xg.shape, None
 
     def __getattr__(self, name):
         raise TypeError(f"an RMSNorm left for the next product (ScaledLater) has no {name!r}: "
@@ -92,10 +94,11 @@ class CUDAFoldNorm:
         T, rows = x.shape
         out, xg = cp.empty((T, rows), np.float32), cp.empty((T, rows), np.float32)
         part = cp.empty((T, matvec_epilogue.norm_parts(w.qtype, T, rows)), np.float32)
+        scale = cp.empty(T, np.float32)
         matvec_epilogue.launch(w.qtype, w.data, x.x, out, rows, w.shape[-1], "add", x.res,
-                               self.stream, norm_out=(g, xg, part))
+                               self.stream, norm_out=(g, eps, xg, part, scale, self._norm_counter))
         x.done = out
-        return ScaledLater(xg, part, eps)
+        return ScaledLater(xg, scale)
 
     def _arr(self, h):
         """h itself, or what a lazy value stands for (launched once)."""
@@ -105,7 +108,7 @@ class CUDAFoldNorm:
             return h.done
         if isinstance(h, ScaledLater):
             if h.done is None:
-                h.done = self.k.scale_by_parts(h.xg, h.part, h.eps, self.stream)
+                h.done = h.xg * h.scale[:, None]        # (on the backend's stream, as `add`)
             return h.done
         return h
 
@@ -125,7 +128,7 @@ class CUDAFoldNorm:
     def _product(self, x, w):
         """x @ W.T for x an array or a ScaledLater (the scale-in kernel where it can)."""
         if self._scale_in(w, x):
-            return self._epilogue_launch(w, x.xg, None, scale_in=(x.part, x.part.shape[1], x.eps))
+            return self._epilogue_launch(w, x.xg, None, scale_in=x.scale)
         return self._matmul(self._arr(x), w)
 
     def done(self, x):
