@@ -43,7 +43,8 @@ def main():
     b.record(ops.stream)
     b.synchronize()
     gpu = cp.cuda.get_elapsed_time(a, b) / 1e3 / reps
-    nbytes = sum(w.data.nbytes for w in ops.w.values())
+    nbytes = (sum(w.data.nbytes for w in ops.w.values())
+              + sum(g[0].data.nbytes for g in ops.fused.values() if g[2]))   # (members deleted)
     print(f"decode step {step * 1e3:.2f} ms ({1 / step:.1f} tok/s); graph replay back to back "
           f"{replay * 1e3:.2f} ms; GPU time per replay {gpu * 1e3:.2f} ms; weights {nbytes / 1e9:.2f} GB "
           f"-> {nbytes / gpu / 1e9:.0f} GB/s")

@@ -4,7 +4,7 @@ Over many tokens (prefill) a weight is dequantized to fp16 into the backend's sc
 multiplied with cuBLAS (fp16 inputs, fp32 accumulation); over a few (decode) the fused
 dequantize-and-dot kernels run (lite.kernels.matvec), and where the next op can ride along, the
 epilogue kernels of kernels/matvec_epilogue.py: the residual add (linear_add) or the FFN's gated
-activation (linear_gated). With LITE_FOLD_NORM=1 (cuda_norm.py) linear_add may return an AddLater
+activation (linear_gated). With the norm split (cuda_norm.py) linear_add may return an AddLater
 and an input may be a ScaledLater: _product and _one_launch take the latter, everything else
 materializes lazy values with _arr.
 """
@@ -31,7 +31,7 @@ class CUDALinear:
     def _matmul(self, x, w):                                # (T, in) @ W(out, in).T -> (T, out) f32
         from lite.kernels import get_matvec, matvec
         cp = self.cp
-        x = self._arr(x)              # a lazy value (LITE_FOLD_NORM=1, lite/backends/cuda_norm.py)
+        x = self._arr(x)              # a lazy value (the norm split, lite/backends/cuda_norm.py)
         rows, cols = w.shape[-2], w.shape[-1]
         T = x.shape[0]
         if w.qtype == "F32":
@@ -53,8 +53,11 @@ class CUDALinear:
         group = self.fused.get(tuple(names))
         if group is None:
             return [self.linear(x, n) for n in names]
-        w, rows = group
+        w, rows, pairs = group
         y = self._product(x, w)
+        if pairs:                     # [gate; up] interleaved in pairs of rows (cuda.py _interleave)
+            T, F = y.shape[0], rows[0]
+            y = y.reshape(T, F // 2, 2, 2).transpose(0, 2, 1, 3).reshape(T, 2 * F)
         outs, off = [], 0
         for n, r in zip(names, rows):
             part = y[:, off:off + r]
@@ -67,7 +70,7 @@ class CUDALinear:
 
     def linear_add(self, x, name, res):
         """res + x @ W.T: for a few tokens one launch (kernels/matvec_epilogue.py), else the
-        product and an add. LITE_FOLD_NORM=1: for one token an AddLater (cuda_norm.py)."""
+        product and an add. For one token an AddLater (the norm split, cuda_norm.py)."""
         res = self._arr(res)
         if name[: -len("weight")] + "bias" not in self.w:
             xa = self._ready(x)
@@ -86,27 +89,28 @@ class CUDALinear:
         biased = any(n[: -len("weight")] + "bias" in self.w for n in names)
         if (group is not None and not biased and len(group[1]) == 2
                 and group[1][0] == group[1][1] and act in matvec_epilogue.EPILOGUES):
-            out = self._one_launch(group[0], x, act)
+            out = self._one_launch(group[0], x, act, interleaved=group[2])
             if out is not None:
                 return out
         gate, up = self.linear_many(x, names)
         return self.act_mul(gate, up, act)
 
-    def _one_launch(self, w, x, epilogue, res=None):
+    def _one_launch(self, w, x, epilogue, res=None, interleaved=False):
         """x @ W.T with the epilogue ("add" with res, or a gated activation over W = [gate; up]) in
         one launch, x an array or a ScaledLater (then scaled inside the same launch); None where
         the kernels cannot take them (LITE_MATVEC_EPILOGUE=0, too many tokens, other types)."""
         if not EPILOGUES:
             return None
         if self._scale_in(w, x):
-            return self._epilogue_launch(w, x.xg, epilogue, res, scale_in=x.scale)
+            return self._epilogue_launch(w, x.xg, epilogue, res, scale_in=x.scale,
+                                         interleaved=interleaved)
         xa = self._ready(x)
         if (xa is None or xa.shape[0] > FUSED_MAX_TOKENS or w.data.ndim != 1
                 or not matvec_epilogue.supports(w.qtype, w.data, self.cp.ascontiguousarray(xa))):
             return None
-        return self._epilogue_launch(w, xa, epilogue, res)
+        return self._epilogue_launch(w, xa, epilogue, res, interleaved=interleaved)
 
-    def _epilogue_launch(self, w, x, epilogue, res=None, scale_in=None):
+    def _epilogue_launch(self, w, x, epilogue, res=None, scale_in=None, interleaved=False):
         """kernels/matvec_epilogue.launch for weight w and the array x (see there)."""
         cp = self.cp
         x = cp.ascontiguousarray(x)
@@ -115,7 +119,7 @@ class CUDALinear:
         if res is not None:
             res = cp.ascontiguousarray(res)
         matvec_epilogue.launch(w.qtype, w.data, x, out, rows, w.shape[-1], epilogue, res,
-                               self.stream, scale_in=scale_in)
+                               self.stream, scale_in=scale_in, interleaved=interleaved)
         return out
 
     def output(self, x):

@@ -1,4 +1,4 @@
-"""LITE_FOLD_NORM=1: a decode token's RMSNorm split across the launches around it, so that it costs
+"""The default (LITE_FOLD_NORM=0 turns it off): a decode token's RMSNorm split across the launches around it, so that it costs
 no launch of its own (65 a token on the llama 8B shape, ~4 us each on the H200).
 
 In llama's decode step every norm but the first follows a residual add that a product already
@@ -40,7 +40,7 @@ MATERIALIZE = ("rms_norm", "add_rms_norm", "add", "scale", "act_mul", "sigmoid_g
 
 
 class AddLater:
-    """What linear_add returns with LITE_FOLD_NORM=1 for one token: res + x @ W.T, not launched
+    """What linear_add returns for one token (the norm split): res + x @ W.T, not launched
     yet. `done` is the array once launched (by rms_norm with the norm out, or by _arr)."""
 
     def __init__(self, x, w, res):
@@ -48,7 +48,7 @@ class AddLater:
 
     def __getattr__(self, name):
         raise TypeError(f"a residual add left for the next norm (AddLater) has no {name!r}: "
-                        f"pass it through CUDABackend._arr first (LITE_FOLD_NORM=1)")
+                        f"pass it through CUDABackend._arr first (lite/backends/cuda_norm.py)")
 
 
 class ScaledLater:
@@ -60,7 +60,7 @@ class ScaledLater:
 
     def __getattr__(self, name):
         raise TypeError(f"an RMSNorm left for the next product (ScaledLater) has no {name!r}: "
-                        f"pass it through CUDABackend._arr first (LITE_FOLD_NORM=1)")
+                        f"pass it through CUDABackend._arr first (lite/backends/cuda_norm.py)")
 
 
 def feeds_router(weights, norm_name):
@@ -72,8 +72,9 @@ def feeds_router(weights, norm_name):
 class CUDAFoldNorm:
     @functools.cached_property
     def fold_norm(self):
-        """LITE_FOLD_NORM=1: decode norms split across the products (read once a backend)."""
-        return os.environ.get("LITE_FOLD_NORM", "0") == "1"
+        """Decode norms split across the products, default on (H200, session 4: 8B Q4_K decode
+        323-331 -> 348 tok/s); LITE_FOLD_NORM=0 off. Read once a backend."""
+        return os.environ.get("LITE_FOLD_NORM", "1") != "0"
 
     def _add_later(self, x, w, res):
         """linear_add's hook: an AddLater for one token's res + x @ W.T, else None."""
