@@ -36,8 +36,8 @@ C_EPI = r"""
 // E = 1: out = x @ W.T + res (the residual add after the attention-output and down products).
 // E = 2 / 3: W is [gate; up] (rows = 2F); a CTA takes R/2 units, i.e. gate rows u0.. and up rows
 // F+u0.., and writes act(g) * u, silu (2) or gelu_tanh (3), as (n, F): the FFN's activation.
-// IL (gated only): W's rows are [gate; up] interleaved in pairs (gate u, u+1, up u, u+1, ...: a
-// CTA's 2H rows are contiguous) instead of F gate rows then F up rows.
+// IL (gated only): W's rows are [gate; up] interleaved (gate u, up u, gate u+1, ...: a CTA's 2H
+// rows are contiguous) instead of F gate rows then F up rows.
 // E = 0 (only with NM = 2): out = the product.
 // NM, the RMSNorm split across two launches (lite/backends/cuda_norm.py):
 //   1 (norm out, E = 1): also xg = out * g and part[n * gridDim.x + blockIdx.x] = this CTA's sum of
@@ -99,7 +99,7 @@ __device__ __forceinline__ void mve_end(float total, float* __restrict__ out, in
         __syncthreads();
         if (threadIdx.x < H * N) {
             const int r = threadIdx.x / N, n = threadIdx.x % N;
-            const int rg = IL ? ((r >> 1) << 2) + (r & 1) : r, ru = IL ? rg + 2 : r + H;
+            const int rg = IL ? 2 * r : r, ru = IL ? 2 * r + 1 : r + H;
             const float g = tot[rg * N + n], u = tot[ru * N + n];
             float y;
             if constexpr (E == 2) y = g / (1.0f + expf(-g)) * u;
@@ -153,11 +153,12 @@ def config(qtype, n):
 NORM_MAX_TOKENS = 2
 
 
-def interleave_pairs(F):
-    """Row order of [gate; up] (2F rows) for interleaved=True: gate u, u+1, up u, u+1, ... so that
-    a gated CTA's rows are contiguous (F even)."""
-    u = np.arange(0, F, 2)
-    return np.stack([u, u + 1, F + u, F + u + 1], 1).reshape(-1)
+def interleave_rows(F):
+    """Row order of [gate; up] (2F rows) for interleaved=True: gate u, up u, gate u+1, ... so that a
+    gated CTA's rows are contiguous, and the product over all rows is [gate; up]'s at columns
+    0::2 and 1::2 (strided views, no copy)."""
+    u = np.arange(F)
+    return np.stack([u, F + u], 1).reshape(-1)
 
 
 def norm_parts(qtype, n, rows):
@@ -187,7 +188,7 @@ def launch(qtype, blocks, x, out, rows, cols, epilogue, res=None, stream=None, n
     rows) = out * g (g (rows,) f32) and scale (n,) f32 = rsqrt(mean(out^2) + eps); part (n,
     norm_parts(...)) f32 is scratch, counter an int32 device scalar at 0 (left at 0).
     scale_in: scale (n,) as norm_out left it, x its xg: the product is of rms_norm(out) * g.
-    interleaved (gated): W's rows are interleave_pairs' order. One launch per matvec_cuda.C_MAX_N
+    interleaved (gated): W's rows are in interleave_rows' order. One launch per matvec_cuda.C_MAX_N
     rows of x."""
     import cupy
     e = 0 if epilogue is None else EPILOGUES[epilogue]
@@ -195,9 +196,8 @@ def launch(qtype, blocks, x, out, rows, cols, epilogue, res=None, stream=None, n
     width = rows if e <= 1 else rows // 2
     if e == 1 and (res is None or res.shape != out.shape):
         raise ValueError("epilogue 'add' needs res shaped like out")
-    if e >= 2 and rows % (4 if interleaved else 2):
-        raise ValueError(f"a gated epilogue needs [gate; up] rows (an even count; interleaved: "
-                         f"gate and up rows in pairs), got {rows}")
+    if e >= 2 and rows % 2:
+        raise ValueError(f"a gated epilogue needs [gate; up] rows (an even count), got {rows}")
     if interleaved and e < 2:
         raise ValueError("interleaved rows go with a gated epilogue")
     if e == 0 and nm != 2:

@@ -168,9 +168,9 @@ def test_emulated_norm_split_matches_numpy(lib, case):
 
 @pytest.mark.parametrize("qt,n", [("Q4_K", 1), ("Q6_K", 1), ("Q8_0", 2), ("Q4_K", 3)])
 def test_emulated_interleaved_gate_up_equals_the_plain_layout(lib, qt, n):
-    """The gated kernel over [gate; up] with rows in interleave_pairs' order gives exactly what it
+    """The gated kernel over [gate; up] with rows in interleave_rows' order gives exactly what it
     gives over the plain layout (the same sums, from other addresses)."""
-    F = 18                                  # a multiple of 2 and of no CTA's units: a partial CTA
+    F = 19                                  # a multiple of no CTA's units: a partial CTA
     r, p = matvec_epilogue.config(qt, n)
     info = quant_info(qt)
     cols = COLS[qt]
@@ -178,7 +178,7 @@ def test_emulated_interleaved_gate_up_equals_the_plain_layout(lib, qt, n):
     blocks = random_blocks(qt, 2 * F * cols // info.block_elems, rng).reshape(2 * F, -1)
     x = rng.standard_normal((n, cols)).astype(np.float32) * 0.01
     outs = []
-    for il, w in ((False, blocks), (True, blocks[matvec_epilogue.interleave_pairs(F)])):
+    for il, w in ((False, blocks), (True, blocks[matvec_epilogue.interleave_rows(F)])):
         out = np.full((n, F), np.nan, np.float32)
         lib.launch(f"il{int(il)}_{qt}_{n}", (-(-F // (r // 2)),), (128,), np.ascontiguousarray(w).reshape(-1),
                    x, out, np.int32(2 * F), np.int32(cols), None)

@@ -23,6 +23,14 @@ pytestmark = pytest.mark.skipif(_n_gpus() < 2, reason=f"needs 2 or more GPUs "
 GREEDY = Sampler(SamplingParams.greedy())
 
 
+@pytest.fixture(autouse=True)
+def norms_as_separate_launches(monkeypatch):
+    """These tests compare bytes across stage boundaries: the decode norms split across the
+    products (the default) run as plain norms at a boundary, ~1e-6 apart (test_cuda_backend's
+    test_virtual_stages_identical_on_gpu checks that), so here they stay separate launches."""
+    monkeypatch.setenv("LITE_FOLD_NORM", "0")
+
+
 @pytest.fixture(scope="module", params=[("llama", "Q4_K"), ("qwen3moe", "Q4_K")],
                 ids=lambda p: f"{p[0]}-{p[1]}")
 def model(request, tmp_path_factory):

@@ -22,7 +22,7 @@ from lite.backends.cuda_linear import CUDALinear
 from lite.backends.cuda_moe import CUDAExperts, _Weight
 from lite.backends.cuda_norm import CUDAFoldNorm
 from lite.kernels import matvec_cuda
-from lite.kernels.matvec_epilogue import interleave_pairs
+from lite.kernels.matvec_epilogue import interleave_rows
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 # back to the materialized path (scores through memory, cuBLAS), which serves every head dim.
 FLASH_ATTN = os.environ.get("LITE_FLASH_ATTN", "1") != "0"
 PINNED_STAGING_BYTES = 64 << 20
-GATE_UP_PAIRS = os.environ.get("LITE_GATE_UP_PAIRS", "1") != "0"     # see CUDABackend._interleave
+GATE_UP_INTERLEAVE = os.environ.get("LITE_GATE_UP_INTERLEAVE", "1") != "0"   # CUDABackend._interleave
 ATTN_SCRATCH_BYTES = 2 << 30      # scores + probabilities of the heads attended at once
 
 
@@ -69,7 +69,7 @@ class CUDABackend(CUDALinear, CUDAFoldNorm, CUDAHandoff, CUDADecodeAttention, CU
         with self.device:
             self.stream = cp.cuda.Stream(non_blocking=True)
             self.w = {}
-            self.fused = {}       # (names...) -> (_Weight of the rows stacked, row counts, pairs?)
+            self.fused = {}       # (names...) -> (_Weight of the rows stacked, row counts, interleaved?)
             self._plan_fusion(names)
             self._upload(names)
             # fp16 scratch for the largest quantized weight a prefill product dequantizes
@@ -147,10 +147,10 @@ class CUDABackend(CUDALinear, CUDAFoldNorm, CUDAHandoff, CUDADecodeAttention, CU
             ws = [self.w[m] for m in members]
             buf = cp.concatenate([w.data for w in ws])          # rows stacked: one weight
             rows = [w.shape[0] for w in ws]
-            pairs = self._interleave(ws)
-            if pairs:      # gate/up rows in pairs: a gated decode CTA reads one contiguous range
+            interleaved = self._interleave(ws)
+            if interleaved:      # gate/up rows alternating: a gated decode CTA reads one contiguous range
                 F = rows[0]
-                buf = buf.reshape(2 * F, -1)[cp.asarray(interleave_pairs(F))].reshape(-1)
+                buf = buf.reshape(2 * F, -1)[cp.asarray(interleave_rows(F))].reshape(-1)
                 for m in members:                                # only the group is ever used
                     del self.w[m]
             else:
@@ -159,15 +159,17 @@ class CUDABackend(CUDALinear, CUDAFoldNorm, CUDAHandoff, CUDADecodeAttention, CU
                     w.data = buf[off:off + w.data.size]
                     off += w.data.size
             self.fused[tuple(members)] = (_Weight("+".join(members), ws[0].qtype,
-                                                  (sum(rows), ws[0].shape[1]), buf), rows, pairs)
+                                                  (sum(rows), ws[0].shape[1]), buf), rows, interleaved)
 
     def _interleave(self, ws):
-        """Store [gate; up] interleaved in pairs of rows (kernels/matvec_epilogue.interleave_pairs)?
+        """Store [gate; up] rows alternating (kernels/matvec_epilogue.interleave_rows)?
         For the gated decode kernel's types: measured on the H200 (session 4, 2 x 14336 x 4096) the
         gated product takes 30.2 instead of 33.5 us (Q4_K), 39.1 instead of 40.5 (Q6_K), when a
-        CTA's gate and up rows are neighbours rather than 33 MB apart. LITE_GATE_UP_PAIRS=0: halves."""
-        return (len(ws) == 2 and ws[0].name.endswith("ffn_gate.weight") and ws[0].shape[0] % 2 == 0
-                and ws[0].qtype in matvec_cuda.CONFIG and GATE_UP_PAIRS)
+        CTA's gate and up rows are neighbours rather than 33 MB apart (measured with rows in pairs,
+        gate u, u+1, up u, u+1; alternating rows keep a CTA's rows contiguous the same way and let
+        prefill split the product by strided views). LITE_GATE_UP_INTERLEAVE=0: halves."""
+        return (len(ws) == 2 and ws[0].name.endswith("ffn_gate.weight")
+                and ws[0].qtype in matvec_cuda.CONFIG and GATE_UP_INTERLEAVE)
 
     def activate(self):
         """Enter this backend's device and stream (CuPy ops then run on the stream)."""

@@ -53,19 +53,17 @@ class CUDALinear:
         group = self.fused.get(tuple(names))
         if group is None:
             return [self.linear(x, n) for n in names]
-        w, rows, pairs = group
+        w, rows, interleaved = group
         y = self._product(x, w)
-        if pairs:                     # [gate; up] interleaved in pairs of rows (cuda.py _interleave)
-            T, F = y.shape[0], rows[0]
-            y = y.reshape(T, F // 2, 2, 2).transpose(0, 2, 1, 3).reshape(T, 2 * F)
-        outs, off = [], 0
-        for n, r in zip(names, rows):
-            part = y[:, off:off + r]
+        if interleaved:               # [gate; up] rows alternating (cuda.py _interleave): views
+            parts = [y[:, 0::2], y[:, 1::2]]
+        else:
+            offs = np.cumsum([0] + rows)
+            parts = [y[:, a:b] for a, b in zip(offs[:-1], offs[1:])]
+        outs = []
+        for n, part in zip(names, parts):
             bias = n[: -len("weight")] + "bias"
-            if bias in self.w:
-                part = part + self.w[bias].data
-            outs.append(part)
-            off += r
+            outs.append(part + self.w[bias].data if bias in self.w else part)
         return outs
 
     def linear_add(self, x, name, res):

@@ -1,6 +1,7 @@
 """Session 4: the gated gate/up product (kernels/matvec_epilogue.py) against the plain product of
-the same 2F x n_embd rows, with [gate; up] as two halves and interleaved in pairs, with and without
-the norm's scale-in, in captured graphs over rotating weight copies (tests/gpu_bench_matvec.gtime).
+the same 2F x n_embd rows, with [gate; up] as two halves and interleaved (call 6 of session 4 ran
+it with rows in pairs: gate u, u+1, up u, u+1; now gate u, up u, ...), with and without the norm's
+scale-in, in captured graphs over rotating weight copies (tests/gpu_bench_matvec.gtime).
 On the device: source scripts/device_setup.sh; python3 scripts/session4/bench_gated.py"""
 import os
 import sys
@@ -21,7 +22,7 @@ for qt in ("Q4_K", "Q6_K"):
     info = quant_info(qt)
     host = random_blocks(qt, 2 * F * C // info.block_elems, rng)
     ws = [cp.asarray(host) for _ in range(COPIES)]
-    wil = [cp.asarray(host.reshape(2 * F, -1)[me.interleave_pairs(F)].reshape(-1)) for _ in range(COPIES)]
+    wil = [cp.asarray(host.reshape(2 * F, -1)[me.interleave_rows(F)].reshape(-1)) for _ in range(COPIES)]
     x = cp.asarray(rng.standard_normal((1, C)).astype(np.float32) * 0.01)
     scale = cp.asarray(np.array([0.7], np.float32))
     y2, y1 = cp.empty((1, 2 * F), cp.float32), cp.empty((1, F), cp.float32)
