@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Session 4, device call 8 (carry .whl): the new defaults (norm split across the products, gate/up
 # rows alternating, the virtual-stage test with the norm split) on the GPU: tests, the 8B Q4_K
+# figures (peer: call 3), profile, 30B-A3B decode.
 set -u
 source scripts/device_setup.sh 2>/dev/null
 L="python3 -m lite.cli.main"; O=${OUT:-/tmp/out}; mkdir -p "$O"
