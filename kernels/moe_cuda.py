@@ -122,7 +122,7 @@ def gather_dequant_source(qtype):
 @functools.lru_cache(maxsize=None)
 def _moe_module(device):
     import cupy
-    names = [f"moe_topk<{v}>" for v in (1, 2, 4, 8, 16)]
+    names = [f"{k}<{v}>" for v in (1, 2, 4, 8, 16) for k in ("moe_topk", "moe_route")]
     return cupy.RawModule(code=C_MOE, options=("--std=c++17",), name_expressions=names)
 
 
@@ -153,9 +153,9 @@ def fn(name):
     return _moe_module(_dev()).get_function(name)
 
 
-def topk_fn(n_expert):
+def topk_fn(n_expert, kind="moe_topk"):
     v = next(v for v in (1, 2, 4, 8, 16) if 32 * v >= n_expert)
-    return _moe_module(_dev()).get_function(f"moe_topk<{v}>")
+    return _moe_module(_dev()).get_function(f"{kind}<{v}>")
 
 
 def mv_kernel(qtype, n):
@@ -253,6 +253,17 @@ def topk(lg, k, normalize, ids, wts):
     topk_fn(n_expert)((-(-T // 4),), (128,), (lg, ids, wts, _i32(T), _i32(n_expert), _i32(k), _i32(bool(normalize))))
 
 
+def route(h, w, lg, k, normalize, ids, wts, counter):
+    """logits then topk in one launch (moe_route: the last block does the top-k); counter an int32
+    device scalar at 0, left at 0."""
+    T, n_embd = h.shape
+    n_expert = w.shape[0]
+    if n_expert > MAX_EXPERTS or k > n_expert:
+        raise ValueError(f"moe_route: {n_expert} experts, top {k} (at most {MAX_EXPERTS} experts)")
+    topk_fn(n_expert, "moe_route")((-(-T * n_expert // 4),), (128,), (
+        h, w, lg, ids, wts, _i32(T), _i32(n_embd), _i32(n_expert), _i32(k), _i32(bool(normalize)), counter))
+
+
 def align(ids, n_expert, bm, out):
     """moe_align over (T, k) int32 ids into out's arrays (see align_ref for their shapes)."""
     T, k = ids.shape
@@ -347,6 +358,7 @@ def gemm_batched_f16(handle, m, n, k, a_ptrs, lda, b_ptrs, ldb, c_ptrs, ldc, bat
         raise RuntimeError(f"cublasGemmBatchedEx failed with status {st}")
 
 
-def combine(y, pos, w, out):
+def combine(y, pos, w, out, res=None):
+    """out (T, n_embd) = sum over j of w[t, j] * y[pos[t * k + j]], plus res (T, n_embd) if given."""
     T, k = w.shape
-    fn("moe_combine")((T,), (256,), (y, _p(pos), w, out, _i32(k), _i32(out.shape[1])))
+    fn("moe_combine")((T,), (256,), (y, _p(pos), w, out, _i32(k), _i32(out.shape[1]), _p(res)))

@@ -1,17 +1,20 @@
 """CUDA C source of the grouped mixture-of-experts kernels (kernels/moe_cuda.py compiles and
 launches them): routing, top-k, the expert sort, the fused grouped matvec."""
+from lite.kernels.cupy_decode_src import C_LAST_OF_COLUMN
 
-C_MOE = r"""
+C_MOE = C_LAST_OF_COLUMN + r"""
 #define FULL 0xffffffffu
 #define MAXE 512
 #define AT 512
+#ifndef LITE_HOST_SHIM
 __device__ __forceinline__ unsigned short moe_f2h(float f) {
     unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
+#endif
 
-extern "C" __global__ void moe_logits(const float* __restrict__ h, const float* __restrict__ w,
-        float* __restrict__ logits, int T, int n_embd, int n_expert) {
-    const int gw = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
-    if (gw >= T * n_expert) return;            // whole warps leave together
+// Logit gw (token gw / n_expert, expert gw % n_expert) by one warp.
+__device__ __forceinline__ void moe_logit(const float* __restrict__ h, const float* __restrict__ w,
+        float* __restrict__ logits, int gw, int n_embd, int n_expert) {
+    const int lane = threadIdx.x & 31;
     const float* a = h + (long long)(gw / n_expert) * n_embd;
     const float* b = w + (long long)(gw % n_expert) * n_embd;
     float s = 0.f;
@@ -19,20 +22,25 @@ extern "C" __global__ void moe_logits(const float* __restrict__ h, const float* 
     for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(FULL, s, o);
     if (lane == 0) logits[gw] = s;
 }
+extern "C" __global__ void moe_logits(const float* __restrict__ h, const float* __restrict__ w,
+        float* __restrict__ logits, int T, int n_embd, int n_expert) {
+    const int gw = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    if (gw >= T * n_expert) return;            // whole warps leave together
+    moe_logit(h, w, logits, gw, n_embd, n_expert);
+}
 
-// V values a lane: n_expert <= 32 * V.
+// Softmax over token t's logits, the k largest (lower index first on ties), renormalized: one warp,
+// V values a lane (n_expert <= 32 * V).
 template <int V>
-__global__ void moe_topk(const float* __restrict__ logits, int* __restrict__ ids, float* __restrict__ wts,
-                         int T, int n_expert, int k, int normalize) {
-    const int t = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
-    if (t >= T) return;
-    const float* l = logits + (long long)t * n_expert;
+__device__ __forceinline__ void moe_topk_row(const float* l, int* __restrict__ ids, float* __restrict__ wts,
+                                             int t, int n_expert, int k, int normalize) {
+    const int lane = threadIdx.x & 31;
     float p[V];
     float m = -__int_as_float(0x7f800000);
     #pragma unroll
     for (int i = 0; i < V; i++) {
         const int e = lane + 32 * i;
-        p[i] = e < n_expert ? l[e] : -__int_as_float(0x7f800000);
+        p[i] = e < n_expert ? __ldcg(l + e) : -__int_as_float(0x7f800000);   // (L2: other blocks wrote it)
         m = fmaxf(m, p[i]);
     }
     for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(FULL, m, o));
@@ -62,6 +70,25 @@ __global__ void moe_topk(const float* __restrict__ logits, int* __restrict__ ids
     }
     if (normalize && lane == 0)
         for (int j = 0; j < k; j++) wts[t * k + j] = wts[t * k + j] / tot;
+}
+template <int V>
+__global__ void moe_topk(const float* __restrict__ logits, int* __restrict__ ids, float* __restrict__ wts,
+                         int T, int n_expert, int k, int normalize) {
+    const int t = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    if (t >= T) return;
+    moe_topk_row<V>(logits + (long long)t * n_expert, ids, wts, t, n_expert, k, normalize);
+}
+// The router in one launch (LITE_MOE_FOLD=1): moe_logits' grid, then the last block to finish
+// (counter, left at 0) runs moe_topk over every token, a warp a token.
+template <int V>
+__global__ void moe_route(const float* __restrict__ h, const float* __restrict__ w, float* logits,
+                          int* __restrict__ ids, float* __restrict__ wts, int T, int n_embd, int n_expert,
+                          int k, int normalize, int* counter) {
+    const int gw = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    if (gw < T * n_expert) moe_logit(h, w, logits, gw, n_embd, n_expert);
+    if (!last_block_to_count(counter, gridDim.x)) return;
+    for (int t = threadIdx.x >> 5; t < T; t += blockDim.x >> 5)
+        moe_topk_row<V>(logits + (long long)t * n_expert, ids, wts, t, n_expert, k, normalize);
 }
 
 extern "C" __global__ void __launch_bounds__(AT) moe_align(
@@ -161,9 +188,11 @@ extern "C" __global__ void moe_ptrs(const int* __restrict__ blk_expert, const in
     da[b] = wd + c * w_bytes;  db[b] = h16 + b * h_bytes;  dc[b] = live ? y + b * y_bytes : dummy;
 }
 
-// out[t] = sum_j w[t, j] * y[pos[t*k + j]] (pos NULL: the identity), in slot order.
+// out[t] = sum_j w[t, j] * y[pos[t*k + j]] (pos NULL: the identity), in slot order; plus res[t]
+// (not NULL: the residual add after the MoE block, the add of `x + moe` in the same fp32).
 extern "C" __global__ void moe_combine(const float* __restrict__ y, const int* __restrict__ pos,
-        const float* __restrict__ w, float* __restrict__ out, int k, int n_embd) {
+        const float* __restrict__ w, float* __restrict__ out, int k, int n_embd,
+        const float* __restrict__ res) {
     const int t = blockIdx.x;
     for (int c = threadIdx.x; c < n_embd; c += blockDim.x) {
         float s = 0.f;
@@ -171,6 +200,7 @@ extern "C" __global__ void moe_combine(const float* __restrict__ y, const int* _
             const int p = pos ? pos[t * k + j] : t * k + j;
             s = __fadd_rn(s, __fmul_rn(w[t * k + j], y[(long long)p * n_embd + c]));
         }
+        if (res) s = __fadd_rn(res[(long long)t * n_embd + c], s);
         out[(long long)t * n_embd + c] = s;
     }
 }

@@ -10,14 +10,18 @@ over ffn_{gate,up,down}_shexp.weight scaled per token by sigmoid(h . ffn_gate_in
 from lite.models.llama import attention_block, ffn_block, fold_residuals
 
 
-def moe_block(ops, cfg, il, h):
+def moe_block(ops, cfg, il, h, residual=None):
+    """The MoE FFN of pre-normed h, plus `residual` when given (inside the experts' combine on
+    backends that fold it: the CUDA one with LITE_MOE_FOLD=1)."""
     p = f"blk.{il}."
     ids, weights = ops.moe_route(h, p + "ffn_gate_inp.weight", cfg.n_expert_used, cfg.expert_weights_norm)
+    if residual is not None and not cfg.n_ff_shexp and getattr(ops, "moe_fold", False):
+        return ops.moe_experts(h, il, ids, weights, cfg.act, residual=residual)
     out = ops.moe_experts(h, il, ids, weights, cfg.act)
     if cfg.n_ff_shexp:
         shared = ffn_block(ops, cfg, il, h, "_shexp")
         out = ops.add(out, ops.sigmoid_gate(shared, h, p + "ffn_gate_inp_shexp.weight"))
-    return out
+    return out if residual is None else ops.add(residual, out)
 
 
 def forward_layer(ops, cfg, il, x, kv, pos0):
@@ -28,4 +32,4 @@ def forward_layer(ops, cfg, il, x, kv, pos0):
     else:
         x = ops.add(x, attention_block(ops, cfg, il, h, kv, pos0))
     h = ops.rms_norm(x, p + "ffn_norm.weight", cfg.rms_eps)
-    return ops.add(x, moe_block(ops, cfg, il, h))
+    return moe_block(ops, cfg, il, h, residual=x)

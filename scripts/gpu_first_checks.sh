@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What the next GPU session should run first (on the device, after `source scripts/device_setup.sh`,
 # carry .whl), after session 4: what has not run on a GPU with today's code, most likely broken
-# first, then the measurements still missing. Results in ${OUT:-/tmp/lite-checks}. Step 4 needs 2 GPUs.
+# first, then the measurements still missing. Results in ${OUT:-/tmp/lite-checks}. Step 5 needs 2 GPUs.
 # Session 4 ran the rest of the old list (its calls: scripts/session4/call*.sh, figures in BENCHMARKS).
 set -u
 out=${OUT:-/tmp/lite-checks}; mkdir -p "$out"
@@ -15,14 +15,22 @@ t() { echo "\$ $*" | tee -a "$out/checks.log"; "$@" 2>&1 | tail -${TAIL:-6} | te
 t python3 -m pytest -q tests/test_cuda_backend.py -k "real"
 t env LITE_DECODE_ATTN=v2 python3 -m pytest -q tests/test_cuda_backend.py -k "real"
 TAIL=12 t python3 scripts/kv_agreement.py smollm2 --device cuda -n 256
-# 2. the IQ3_XXS matvec after session 3's refactor (iq3xxs_dot32 shared by the dense and the struct
+# 2. LITE_MOE_FOLD=1 (written after session 4's last device call, never run on a GPU): the MoE
+#    block of a decode token in 3 launches fewer a layer (router in one launch, the residual add in
+#    the combine, the ffn_norm by the attention-output product's last CTA). Tests, then A/B on the
+#    30B-A3B Q4_K file (274.5 tok/s after 2K in session 4; llama.cpp 309.4); if it gains, default.
+t python3 -m pytest -q tests/test_cuda_backend.py -k "moe_fold or qwen3moe"
+[ -f /tmp/30b.gguf ] || $L synth --arch qwen3moe --preset 30b-a3b --quant Q4_K /tmp/30b.gguf >/dev/null 2>&1
+for f in 0 1 0 1; do TAIL=2 t env LITE_MOE_FOLD=$f $L bench /tmp/30b.gguf -p 2048 -n 128 -r 3 --device cuda; done
+TAIL=14 t env LITE_MOE_FOLD=1 python3 scripts/profile_decode.py /tmp/30b.gguf 2048
+# 3. the IQ3_XXS matvec after session 3's refactor (iq3xxs_dot32 shared by the dense and the struct
 #    kernels: same SASS counts, scheduled differently) at full size, and its bandwidth
 t python3 -m pytest -q tests/test_kernels_matvec.py -k "IQ3"
 TAIL=12 t python3 tests/gpu_sweep_matvec.py --types IQ3_XXS --variants mvp8
-# 3. the register matvec at the decode step's short shapes: call 1 of session 4 found mv160 (16 rows
+# 4. the register matvec at the decode step's short shapes: call 1 of session 4 found mv160 (16 rows
 #    a CTA) faster for Q4_K at 6144x4096 (8.4 vs 9.7 us) and 128256x4096, slower at 4096x14336 and
 #    4096x4096: a per-shape CONFIG would gain ~0.05 ms a token (BENCHMARKS, session 4)
-# 4. two GPUs (nvidia-h200-x2): the stage's KV cache / experts on its own GPU (fixed in session 2,
+# 5. two GPUs (nvidia-h200-x2): the stage's KV cache / experts on its own GPU (fixed in session 2,
 #    never re-run), the p2p hand-off and --handoff-stream (never run on a GPU)
 [ -f /tmp/8b.gguf ] || $L synth --arch llama --preset 8b --quant Q4_K /tmp/8b.gguf >/dev/null 2>&1
 t python3 -m pytest -q tests/test_multi_gpu.py

@@ -128,6 +128,29 @@ def test_matvec_epilogues_equal_the_separate_launches(tmp_path, monkeypatch, arc
         assert int(np.argmax(a)) == int(np.argmax(b))
 
 
+@pytest.mark.parametrize("quant", ["Q4_K", "Q8_0"])
+def test_moe_fold_matches_the_separate_launches(tmp_path, monkeypatch, quant):
+    """LITE_MOE_FOLD=1 (opt-in; lite/backends/cuda_moe.py moe_fold): the router in one launch and
+    the residual add in the combine (both the same fp32 operations), the ffn_norm written by the
+    attention-output product's last CTA (sums of squares in another order: ~1e-6) against the
+    separate launches; decode graphs on, the first token after prefill through the plain path."""
+    path = str(tmp_path / "m.gguf")
+    synth("qwen3moe", "tiny", quant, path, seed=9)
+    ids = list(range(5, 37))
+    runs = {}
+    for on in ("1", "0"):
+        monkeypatch.setenv("LITE_MOE_FOLD", on)
+        e = Engine(path, device="cuda", max_context=128)
+        logits = [e.prefill(ids)]
+        for _ in range(8):
+            logits.append(e.decode_step(int(np.argmax(logits[-1]))))
+        runs[on] = logits
+        assert all(b.ops.moe_fold == (on == "1") for b in e.stages)
+    for a, b in zip(runs["1"], runs["0"]):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5 * np.abs(b).max())
+        assert int(np.argmax(a)) == int(np.argmax(b))
+
+
 @pytest.mark.parametrize("arch,quant,split", [("llama", "Q4_K", None), ("llama", "Q8_0", 2),
                                               ("qwen3", "Q6_K", None), ("qwen3moe", "Q4_K", None)])
 def test_folded_norms_match_the_separate_launches(tmp_path, monkeypatch, arch, quant, split):

@@ -3,6 +3,7 @@ self.cp, self.stream, _matmul and act_mul). Two paths: grouped (the default: a c
 launches a layer, docs/experts.md) and per expert (LITE_MOE_GROUPED=0, the old loop). Experts kept
 off the device (--experts host|mmap) are served from a cache of slots (cuda_host_experts.py) in
 rounds through the same grouped kernels."""
+import functools
 import os
 
 import numpy as np
@@ -37,6 +38,14 @@ class CUDAExperts:
     host_experts = None           # a cuda_host_experts.HostExperts when experts live off the device
 
     supports_host_experts = True
+
+    @functools.cached_property
+    def moe_fold(self):
+        """LITE_MOE_FOLD=1 (opt-in until timed on a GPU): a decode token's MoE block in fewer
+        launches: the router's logits and top-k in one (moe_route), the residual add inside the
+        combine, and (cuda_norm.py) the ffn_norm by the attention-output product's last CTA.
+        Read once a backend."""
+        return os.environ.get("LITE_MOE_FOLD", "0") == "1"
 
     def place_experts(self, gguf, names, experts="auto", expert_cache="auto", n_slots=None, dev_slots=None):
         """Put a stage's expert tensors where --experts says; called after the dense weights and
@@ -106,13 +115,16 @@ class CUDAExperts:
         T = h.shape[0]
         with self.stream:
             h = cp.ascontiguousarray(h, dtype=np.float32)
+            ids = cp.empty((T, k), np.int32)
+            wts = cp.empty((T, k), np.float32)
             if T <= FUSED_MAX_TOKENS:                         # no cuBLAS: capturable
                 lg = cp.empty((T, w.shape[0]), np.float32)
+                if self.moe_fold:
+                    mk.route(h, w, lg, k, normalize, ids, wts, self._route_counter)
+                    return ids, wts
                 mk.logits(h, w, lg)
             else:
                 lg = cp.ascontiguousarray(h @ w.T)
-            ids = cp.empty((T, k), np.int32)
-            wts = cp.empty((T, k), np.float32)
             mk.topk(lg, k, normalize, ids, wts)
         return ids, wts
 
@@ -128,8 +140,17 @@ class CUDAExperts:
             w = w / w.sum(axis=-1, keepdims=True)
         return ids, w.astype(np.float32)
 
-    def moe_experts(self, h, il, ids, weights, act):
-        """Sum over each token's chosen experts of weight * down(act(gate(h)) * up(h))."""
+    def moe_experts(self, h, il, ids, weights, act, residual=None):
+        """Sum over each token's chosen experts of weight * down(act(gate(h)) * up(h)), plus
+        residual when given (inside the combine on the grouped path: the same fp32 sum)."""
+        out = self._moe_experts(h, il, ids, weights, act, residual)
+        if isinstance(out, tuple):                             # the residual is not in it yet
+            out = out[0]
+            return out if residual is None else self._arr(residual) + out
+        return out
+
+    def _moe_experts(self, h, il, ids, weights, act, residual):
+        """moe_experts' paths: an array with the residual in it, or (array,) without."""
         from lite.kernels import moe_cuda as mk
         cp = self.cp
         if act not in ("silu", "gelu_tanh"):
@@ -137,9 +158,9 @@ class CUDAExperts:
         hx = self.host_experts
         if hx is not None and hx.serves(il):
             with self.stream:
-                return hx.moe_experts(self, h, il, ids, weights, act)
+                return (hx.moe_experts(self, h, il, ids, weights, act),)
         if not self.moe_grouped:
-            return self._moe_per_expert(h, il, ids, weights, act)
+            return (self._moe_per_expert(h, il, ids, weights, act),)
         ws = [self.w[f"blk.{il}.ffn_{n}_exps.weight"] for n in ("gate", "up", "down")]
         with self.stream:
             h = cp.ascontiguousarray(h, dtype=np.float32)
@@ -147,10 +168,11 @@ class CUDAExperts:
             weights = cp.ascontiguousarray(cp.asarray(weights), dtype=np.float32)
             plan = self._moe_plan(ids, ws)
             if plan is None:
-                return self._moe_per_expert(h, il, ids, weights, act)
+                return (self._moe_per_expert(h, il, ids, weights, act),)
             y = self._moe_run(plan, h, ids, ws, act)
             out = cp.empty_like(h)
-            mk.combine(y, plan.get("pos"), weights, out)
+            res = None if residual is None else cp.ascontiguousarray(self._arr(residual))
+            mk.combine(y, plan.get("pos"), weights, out, res)
         return out
 
     def _moe_plan(self, ids, ws, bm=None, bases=None):

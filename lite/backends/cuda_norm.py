@@ -14,7 +14,9 @@ does (linear_add: the attention-output and down products, kernels/matvec_epilogu
 Any other op gets arrays (`_arr`: an AddLater launched as a plain linear_add, a ScaledLater
 multiplied out, each once). Results agree with the separate rms_norm to ~1e-6 relative, not bit for
 bit (the sums of squares in another order, the scale after the product). An MoE layer's ffn_norm
-feeds the router, which takes arrays: that norm stays one launch (feeds_router).
+feeds the router, which takes arrays: that norm stays one launch (feeds_router), unless
+LITE_MOE_FOLD=1 (opt-in, not yet run on a GPU): then the producer's last CTA also writes the whole
+norm (the hidden size is 2-4K floats: a short tail on one CTA instead of a launch).
 
 Measured on the H200 (session 4, 8B Q4_K decode): the norm inside the products' loop (x * g and
 the sums of x^2 per chunk) cost registers: the gated product 35 -> 52 us, 312 -> 273 tok/s. Then
@@ -85,8 +87,10 @@ class CUDAFoldNorm:
 
     def _norm_out(self, x, name, eps):
         """rms_norm's hook: for an AddLater not yet launched, its launch with the norm out and a
-        ScaledLater; else None."""
-        if not isinstance(x, AddLater) or x.done is not None or feeds_router(self.w, name):
+        ScaledLater; for a norm that feeds an MoE router (which takes arrays) with LITE_MOE_FOLD=1,
+        the same launch whose last CTA also writes the whole norm, returned as an array; else None."""
+        whole = feeds_router(self.w, name)
+        if not isinstance(x, AddLater) or x.done is not None or (whole and not self.moe_fold):
             return None
         g = self.w[name].data
         if g.dtype != np.float32 or g.shape != x.shape[-1:]:
@@ -96,10 +100,11 @@ class CUDAFoldNorm:
         out, xg = cp.empty((T, rows), np.float32), cp.empty((T, rows), np.float32)
         part = cp.empty((T, matvec_epilogue.norm_parts(w.qtype, T, rows)), np.float32)
         scale = cp.empty(T, np.float32)
+        hn = cp.empty((T, rows), np.float32) if whole else None
         matvec_epilogue.launch(w.qtype, w.data, x.x, out, rows, w.shape[-1], "add", x.res,
-                               self.stream, norm_out=(g, eps, xg, part, scale, self._norm_counter))
+                               self.stream, norm_out=(g, eps, xg, part, scale, self._norm_counter, hn))
         x.done = out
-        return ScaledLater(xg, scale)
+        return hn if whole else ScaledLater(xg, scale)
 
     def _arr(self, h):
         """h itself, or what a lazy value stands for (launched once)."""
