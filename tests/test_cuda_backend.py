@@ -106,6 +106,25 @@ def test_real_model_gpu_matches_cpu(key):
         assert got == want
 
 
+def _on_off_agree(path, switch, split=None):
+    """Prefill and 8 greedy decode steps (graphs on; the first token after prefill through the
+    plain path) with switch(on) then switch(off) called before each engine is made: the logits
+    agree to ~1e-6 and the tokens exactly. Returns the two engines."""
+    ids = list(range(5, 37))
+    runs, engines = {}, {}
+    for on in (True, False):
+        switch(on)
+        e = engines[on] = Engine(path, device="cuda", max_context=128, layer_split=split)
+        logits = [e.prefill(ids)]
+        for _ in range(8):
+            logits.append(e.decode_step(int(np.argmax(logits[-1]))))
+        runs[on] = logits
+    for a, b in zip(runs[True], runs[False]):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5 * np.abs(b).max())
+        assert int(np.argmax(a)) == int(np.argmax(b))
+    return engines
+
+
 @pytest.mark.parametrize("arch,quant", [("llama", "Q4_K"), ("qwen3", "Q6_K"), ("llama", "Q8_0")])
 def test_matvec_epilogues_equal_the_separate_launches(tmp_path, monkeypatch, arch, quant):
     """Decode with the residual add and the FFN activation folded into the products
@@ -114,18 +133,7 @@ def test_matvec_epilogues_equal_the_separate_launches(tmp_path, monkeypatch, arc
     import lite.backends.cuda_linear as cuda_linear
     path = str(tmp_path / "m.gguf")
     synth(arch, "tiny", quant, path, seed=6)
-    ids = list(range(5, 37))
-    runs = {}
-    for on in (True, False):
-        monkeypatch.setattr(cuda_linear, "EPILOGUES", on)
-        e = Engine(path, device="cuda", max_context=128)
-        logits = [e.prefill(ids)]
-        for _ in range(8):
-            logits.append(e.decode_step(int(np.argmax(logits[-1]))))
-        runs[on] = logits
-    for a, b in zip(runs[True], runs[False]):
-        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5 * np.abs(b).max())
-        assert int(np.argmax(a)) == int(np.argmax(b))
+    _on_off_agree(path, lambda on: monkeypatch.setattr(cuda_linear, "EPILOGUES", on))
 
 
 @pytest.mark.parametrize("quant", ["Q4_K", "Q8_0"])
@@ -133,22 +141,11 @@ def test_moe_fold_matches_the_separate_launches(tmp_path, monkeypatch, quant):
     """LITE_MOE_FOLD=1 (opt-in; lite/backends/cuda_moe.py moe_fold): the router in one launch and
     the residual add in the combine (both the same fp32 operations), the ffn_norm written by the
     attention-output product's last CTA (sums of squares in another order: ~1e-6) against the
-    separate launches; decode graphs on, the first token after prefill through the plain path."""
+    separate launches."""
     path = str(tmp_path / "m.gguf")
     synth("qwen3moe", "tiny", quant, path, seed=9)
-    ids = list(range(5, 37))
-    runs = {}
-    for on in ("1", "0"):
-        monkeypatch.setenv("LITE_MOE_FOLD", on)
-        e = Engine(path, device="cuda", max_context=128)
-        logits = [e.prefill(ids)]
-        for _ in range(8):
-            logits.append(e.decode_step(int(np.argmax(logits[-1]))))
-        runs[on] = logits
-        assert all(b.ops.moe_fold == (on == "1") for b in e.stages)
-    for a, b in zip(runs["1"], runs["0"]):
-        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5 * np.abs(b).max())
-        assert int(np.argmax(a)) == int(np.argmax(b))
+    engines = _on_off_agree(path, lambda on: monkeypatch.setenv("LITE_MOE_FOLD", "1" if on else "0"))
+    assert all(b.ops.moe_fold == on for on, e in engines.items() for b in e.stages)
 
 
 @pytest.mark.parametrize("arch,quant,split", [("llama", "Q4_K", None), ("llama", "Q8_0", 2),
@@ -157,21 +154,10 @@ def test_folded_norms_match_the_separate_launches(tmp_path, monkeypatch, arch, q
     """LITE_FOLD_NORM=1 (lite/backends/cuda_norm.py: the decode RMSNorms split across the residual
     add's product and the products that read the norm, kernels/matvec_epilogue.py's norm out and
     scale in) against the separate rms_norm launches: the sums of squares in another order and
-    the scale after the product, so logits agree to ~1e-6, greedy tokens exactly. Decode graphs on
-    (the default) and the first token after prefill through the plain path; two stages (the
+    the scale after the product, so logits agree to ~1e-6, greedy tokens exactly. Two stages (the
     first stage's last residual add is materialized for the hand-off)."""
     path = str(tmp_path / "m.gguf")
     synth(arch, "tiny", quant, path, seed=8)
-    ids = list(range(5, 37))
-    runs = {}
-    for on in ("1", "0"):
-        monkeypatch.setenv("LITE_FOLD_NORM", on)
-        e = Engine(path, device="cuda", max_context=128, layer_split=split)
-        logits = [e.prefill(ids)]
-        for _ in range(8):
-            logits.append(e.decode_step(int(np.argmax(logits[-1]))))
-        runs[on] = logits
-        assert all(b.ops.fold_norm == (on == "1") for b in e.stages)
-    for a, b in zip(runs["1"], runs["0"]):
-        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5 * np.abs(b).max())
-        assert int(np.argmax(a)) == int(np.argmax(b))
+    engines = _on_off_agree(path, lambda on: monkeypatch.setenv("LITE_FOLD_NORM", "1" if on else "0"),
+                            split)
+    assert all(b.ops.fold_norm == on for on, e in engines.items() for b in e.stages)
