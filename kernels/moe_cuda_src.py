@@ -2,7 +2,21 @@
 launches them): routing, top-k, the expert sort, the fused grouped matvec."""
 from lite.kernels.cupy_decode_src import C_LAST_OF_COLUMN
 
-C_MOE = C_LAST_OF_COLUMN + r"""
+# The activation of gate and up: moe_act_f32/f16 here, and moe_mvw's gated form (kernels/moe_mvw.py),
+# which is compiled with C_MV: both modules take it from this one text.
+C_MOE_ACT = r"""
+#ifndef LT_MOE_ACT
+#define LT_MOE_ACT
+// The CPU backend's formulas (lite/backends/cpu.py act_mul).
+__device__ __forceinline__ float moe_act(float g, float u, int gelu) {
+    if (!gelu) return g / (1.f + expf(-g)) * u;
+    const float c = 0.7978845608028654f;
+    return 0.5f * g * (1.f + tanhf(c * (g + 0.044715f * g * g * g))) * u;
+}
+#endif
+"""
+
+C_MOE = C_LAST_OF_COLUMN + C_MOE_ACT + r"""
 #define FULL 0xffffffffu
 #define MAXE 512
 #define AT 512
@@ -149,12 +163,6 @@ extern "C" __global__ void moe_gather_x16(const float* __restrict__ x, const int
     for (int c = threadIdx.x; c < cols; c += blockDim.x) o[c] = r < 0 ? (unsigned short)0 : moe_f2h(a[c]);
 }
 
-// The CPU backend's formulas (lite/backends/cpu.py act_mul).
-__device__ __forceinline__ float moe_act(float g, float u, int gelu) {
-    if (!gelu) return g / (1.f + expf(-g)) * u;
-    const float c = 0.7978845608028654f;
-    return 0.5f * g * (1.f + tanhf(c * (g + 0.044715f * g * g * g))) * u;
-}
 extern "C" __global__ void moe_act_f32(const float* __restrict__ g, const float* __restrict__ u,
                                        float* __restrict__ h, long long n, int gelu) {
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
@@ -206,7 +214,7 @@ extern "C" __global__ void moe_combine(const float* __restrict__ y, const int* _
 }
 """
 
-C_MV = r"""
+C_MV = C_MOE_ACT + r"""
 template <class T, int N, int R>
 __global__ void __launch_bounds__(128) moe_mv(
         const unsigned char* __restrict__ w0, const unsigned char* __restrict__ w1, long long ebytes,

@@ -32,7 +32,9 @@ import numpy as np
 C_MVW = r"""
 // At most 128 registers (4 CTAs an SM): unbounded, nvcc hoists all C chunks' x loads and the
 // Q4_K <16, 4, 2> instance took 244 registers (2 CTAs an SM); bounded, no instance spills.
-template <class T, int L, int C, int R>
+// A (gated, LITE_MOE_FOLD=1): 1 silu, 2 gelu_tanh: a group's R rows are R/2 units of gate (w0) and
+// the same units of up (w1), and its lanes write moe_act(gate, up) into out0 (one launch, no z).
+template <class T, int L, int C, int R, int A = 0>
 __global__ void __launch_bounds__(128, 4) moe_mvw(
         const unsigned char* __restrict__ w0, const unsigned char* __restrict__ w1, long long ebytes,
         const int* __restrict__ slot_of, const float* __restrict__ x, float* __restrict__ out0,
@@ -47,16 +49,19 @@ __global__ void __launch_bounds__(128, 4) moe_mvw(
     const int tok = blk_rows ? blk_rows[b] : (b < S ? b / kdiv : -1);
     if (tok < 0) return;                       // padding; all three returns are uniform over the block
     T::init();                                 // per-type tables in shared memory (IQ types)
+    constexpr int H = A ? R / 2 : R;           // output rows (units) a group
+    static_assert(!A || R % 2 == 0, "a gated group takes gate and up rows in pairs");
     const unsigned char* w = (blockIdx.z ? w1 : w0) + (long long)slot * ebytes;
     float* out = blockIdx.z ? out1 : out0;
     const float* xp = x + (long long)(x_by_row ? b : tok) * cols;   // down: x is one row a slot
     const int g = threadIdx.x / L, lg = threadIdx.x % L;
-    const int row0 = (blockIdx.x * (128 / L) + g) * R;
+    const int row0 = (blockIdx.x * (128 / L) + g) * H;
     const int nb = cols / T::BE, chunks = nb * T::CPB;
     const long long rb = (long long)nb * T::TS;
     const unsigned char* rowp[R];
     #pragma unroll
-    for (int r = 0; r < R; r++) rowp[r] = w + (long long)min(row0 + r, rows - 1) * rb;   // tail rows: not written
+    for (int r = 0; r < R; r++)               // tail rows: not written
+        rowp[r] = (A && r >= H ? w1 + (long long)slot * ebytes : w) + (long long)min(row0 + r % H, rows - 1) * rb;
     float acc[R];
     #pragma unroll
     for (int r = 0; r < R; r++) acc[r] = 0.f;
@@ -82,15 +87,18 @@ __global__ void __launch_bounds__(128, 4) moe_mvw(
     }
     // One reduction at the end, inside the group (xor offsets < L stay in it); every lane of the
     // warp takes part (no lane has returned).
-    float mine = 0.f;
+    float mine = 0.f, up = 0.f;
     #pragma unroll
     for (int r = 0; r < R; r++) {
         float v = acc[r];
         #pragma unroll
         for (int o = L / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-        if (lg == r) mine = v;                 // lane r writes row r: a register select, no local array
+        if (lg == r % H) {                     // lane r writes row r: a register select, no local array
+            if (A && r >= H) up = v; else mine = v;
+        }
     }
-    if (lg < R && row0 + lg < rows) out[(long long)b * rows + row0 + lg] = mine;
+    if (A) mine = moe_act(mine, up, A == 2);
+    if (lg < H && row0 + lg < rows) out[(long long)b * rows + row0 + lg] = mine;
 }
 """
 
@@ -132,15 +140,26 @@ def config(qtype, cols):
     return L, C, R
 
 
-def rows_per_cta(qtype, cols):
-    L, _, R = config(qtype, cols)
-    return THREADS // L * R
-
-
-def name(qtype, cols):
-    from lite.kernels import moe_cuda as mk
+def gated_config(qtype, cols):
+    """config() for the gated form: R even (gate and up rows of R/2 units), C * R within the
+    same budget."""
     L, C, R = config(qtype, cols)
-    return f"moe_mvw<{mk.mv_struct(qtype)}, {L}, {C}, {R}>"
+    return (L, C, R) if R % 2 == 0 else (L, max(1, C // 2), 2)
+
+
+ACTS = {"silu": 1, "gelu_tanh": 2}
+
+
+def rows_per_cta(qtype, cols, act=None):
+    """Output rows a CTA: rows of the matrix, or with act (gated) units of gate and up."""
+    L, _, R = gated_config(qtype, cols) if act else config(qtype, cols)
+    return THREADS // L * (R // 2 if act else R)
+
+
+def name(qtype, cols, act=None):
+    from lite.kernels import moe_cuda as mk
+    L, C, R = gated_config(qtype, cols) if act else config(qtype, cols)
+    return f"moe_mvw<{mk.mv_struct(qtype)}, {L}, {C}, {R}" + (f", {ACTS[act]}>" if act else ">")
 
 
 def source(qtype="Q4_K", host=False):
@@ -161,20 +180,24 @@ def _kernel(device, qtype, kname):
     return mod.get_function(kname)
 
 
-def kernel(qtype, cols):
+def kernel(qtype, cols, act=None):
     import cupy
-    return _kernel(cupy.cuda.runtime.getDevice(), qtype, name(qtype, cols))
+    return _kernel(cupy.cuda.runtime.getDevice(), qtype, name(qtype, cols, act))
 
 
-def grid(qtype, rows, cols, n_blocks, two):
-    return (-(-rows // rows_per_cta(qtype, cols)), n_blocks, 2 if two else 1)
+def grid(qtype, rows, cols, n_blocks, two, act=None):
+    return (-(-rows // rows_per_cta(qtype, cols, act)), n_blocks, 2 if two and not act else 1)
 
 
 def launch(qtype, w0, w1, ebytes, slot_of, x, out0, out1, blk_expert, blk_rows, kdiv, S, n_blocks, rows, cols,
-           x_by_row=False):
-    """moe_cuda.grouped_mv's arguments for n = 1 (same meaning), on the current CuPy stream."""
+           x_by_row=False, act=None):
+    """moe_cuda.grouped_mv's arguments for n = 1 (same meaning), on the current CuPy stream.
+    act ("silu" / "gelu_tanh", LITE_MOE_FOLD=1): gated, out0 (slots, rows) = act(w0 x) * (w1 x),
+    the activation of gate and up in the same launch (out1 unused)."""
     null, i32 = np.uint64(0), np.int32
-    kernel(qtype, cols)(grid(qtype, rows, cols, n_blocks, w1 is not None), (THREADS,),
+    if act and (w1 is None or x_by_row):
+        raise ValueError("the gated moe_mvw takes gate (w0) and up (w1) of the token's x")
+    kernel(qtype, cols, act)(grid(qtype, rows, cols, n_blocks, w1 is not None, act), (THREADS,),
                         (w0, null if w1 is None else w1, np.int64(ebytes), null if slot_of is None else slot_of,
                          x, out0, null if out1 is None else out1, blk_expert,
                          null if blk_rows is None else blk_rows, i32(kdiv), i32(S), i32(rows), i32(cols),

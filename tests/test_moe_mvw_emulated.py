@@ -42,18 +42,21 @@ def _kname(qtype, cfg):
     return f"emu_{qtype}_{'_'.join(map(str, cfg))}"
 
 
-def _wrapper(qtype, cfg):
-    # The emulator's grids are 2-D: y = 2 * block + z when a second matrix (w1) is given.
+def _wrapper(qtype, cfg, act=0):
+    # The emulator's grids are 2-D: y = 2 * block + z when a second matrix (w1) is given (not gated).
     L, C, R = cfg
-    return (f'extern "C" __global__ void {_kname(qtype, cfg)}({PARAMS}) {{\n'
-            f'    if (w1) {{ blockIdx.z = blockIdx.y & 1; blockIdx.y >>= 1; }}\n'
-            f'    moe_mvw<{mk.mv_struct(qtype)}, {L}, {C}, {R}>({ARGS});\n}}\n')
+    name = _kname(qtype, cfg) + (f"_a{act}" if act else "")
+    return (f'extern "C" __global__ void {name}({PARAMS}) {{\n'
+            + ("" if act else '    if (w1) { blockIdx.z = blockIdx.y & 1; blockIdx.y >>= 1; }\n')
+            + f'    moe_mvw<{mk.mv_struct(qtype)}, {L}, {C}, {R}, {act}>({ARGS});\n}}\n')
 
 
 @pytest.fixture(scope="module", params=TYPES)
 def lib(request):
     qtype = request.param
-    src = HOST_SHIMS + moe_mvw.source(qtype, host=True) + "".join(_wrapper(qtype, c) for c in _configs(qtype))
+    gated = {moe_mvw.gated_config(qtype, c) for c in COLS}
+    src = (HOST_SHIMS + moe_mvw.source(qtype, host=True) + "".join(_wrapper(qtype, c) for c in _configs(qtype))
+           + "".join(_wrapper(qtype, c, a) for c in gated for a in (1, 2)))
     return qtype, emu.compile_kernels(src)
 
 
@@ -143,3 +146,32 @@ def test_slots_and_unused_blocks_leave_rows_untouched(lib):
             assert np.isnan(y[i]).all()
         else:
             _close(y[i], x[i // K], W[e])
+
+
+@pytest.mark.parametrize("act", ["silu", "gelu_tanh"])
+def test_gated_form_is_the_activation_of_gate_and_up(lib, act):
+    """LITE_MOE_FOLD=1's gated moe_mvw: one launch writes act(gate x) * (up x) for each token-slot;
+    against gate and up from the plain kernel with the same lanes a row (the same sums), activated
+    in NumPy fp32; 37 units (no multiple of a group's or a CTA's)."""
+    qtype, kern = lib
+    rng = np.random.default_rng(3)
+    cols, rows, T = 512, 37, 3
+    S = T * K
+    (bg, Wg), (bu, Wu) = _experts(qtype, rows, cols, rng), _experts(qtype, rows, cols, rng)
+    ids = np.stack([rng.permutation(E)[:K] for _ in range(T)]).astype(np.int32).reshape(-1)
+    x = (rng.standard_normal((T, cols)) * 2 / np.sqrt((Wg * Wg).sum(-1).max())).astype(np.float32)  # act bends
+    cfg = moe_mvw.gated_config(qtype, cols)
+    L, _, R = cfg
+    assert R % 2 == 0 and moe_mvw.name(qtype, cols, act).endswith(f", {moe_mvw.ACTS[act]}>")
+    a = np.full((S, rows), np.nan, np.float32)
+    kern.launch(_kname(qtype, cfg) + f"_a{moe_mvw.ACTS[act]}",
+                (-(-rows // moe_mvw.rows_per_cta(qtype, cols, act)), ids.size), (moe_mvw.THREADS,),
+                bg, bu, np.int64(bg.size // E), None, x, a, None, ids, None, np.int32(K), np.int32(S),
+                np.int32(rows), np.int32(cols), np.int32(0))
+    g, u = (np.full((S, rows), np.nan, np.float32) for _ in range(2))
+    plain = next(c for c in _configs(qtype) if c[0] == L)                 # the same lanes a row
+    _launch(lib, plain, bg, bu, x, g, u, ids, S, rows, cols)
+    want = (g / (np.float32(1) + np.exp(-g)) * u if act == "silu" else
+            np.float32(0.5) * g * (np.float32(1) + np.tanh(np.float32(0.7978845608028654) * (
+                g + np.float32(0.044715) * g * g * g))) * u)
+    np.testing.assert_allclose(a, want, rtol=2e-6, atol=2e-6 * float(np.abs(want).max()))

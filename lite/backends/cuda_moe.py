@@ -41,10 +41,10 @@ class CUDAExperts:
 
     @functools.cached_property
     def moe_fold(self):
-        """LITE_MOE_FOLD=1 (opt-in until timed on a GPU): a decode token's MoE block in fewer
-        launches: the router's logits and top-k in one (moe_route), the residual add inside the
-        combine, and (cuda_norm.py) the ffn_norm by the attention-output product's last CTA.
-        Read once a backend."""
+        """LITE_MOE_FOLD=1 (opt-in until timed on a GPU): a decode token's MoE block in 4 launches
+        fewer a layer: the router's logits and top-k in one (moe_route), the activation inside the
+        gate/up launch (moe_mvw's gated form), the residual add inside the combine, and
+        (cuda_norm.py) the ffn_norm by the attention-output product's last CTA. Read once a backend."""
         return os.environ.get("LITE_MOE_FOLD", "0") == "1"
 
     def place_experts(self, gguf, names, experts="auto", expert_cache="auto", n_slots=None, dev_slots=None):
@@ -210,6 +210,7 @@ class CUDAExperts:
         rows of skipped experts are left as they are in y, so rounds can fill one y in turn. rnd
         (the cache's Round, host side) is needed for types without a gathered dequantize."""
         from lite.kernels import moe_cuda as mk
+        from lite.kernels import moe_mvw as mvw
         cp = self.cp
         wg, wu, wd = ws
         src = bases or [w.data for w in ws]
@@ -223,6 +224,15 @@ class CUDAExperts:
         T, k = ids.shape
         kw = dict(slot_of=slot_of, blk_expert=plan["blk_expert"], blk_rows=plan["blk_rows"], kdiv=k, S=S,
                   n_blocks=plan["n_blocks"])
+        a = cp.empty((P, ff), np.float32)
+        if self.moe_fold and plan["n"] == 1 and wg.qtype == wu.qtype and mvw.enabled():
+            # the activation inside the gate/up launch (kernels/moe_mvw.py's gated form)
+            mvw.launch(wg.qtype, src[0], src[1], expert_bytes(wg), x=h, out0=a, out1=None, rows=ff,
+                       cols=n_embd, act=act, **kw)
+            mk.grouped_mv(wd.qtype, 1, src[2], None, expert_bytes(wd), x=a, out0=y, out1=None,
+                          rows=n_embd, cols=ff, x_by_row=True, **kw)
+            self._trace(a=a, y=y)
+            return y
         gu = cp.empty((2, P, ff), np.float32)
         if wg.qtype == wu.qtype:
             mk.grouped_mv(wg.qtype, plan["n"], src[0], src[1], expert_bytes(wg), x=h, out0=gu[0],
@@ -231,7 +241,6 @@ class CUDAExperts:
             for i, w in ((0, wg), (1, wu)):
                 mk.grouped_mv(w.qtype, plan["n"], src[i], None, expert_bytes(w), x=h, out0=gu[i],
                               out1=None, rows=ff, cols=n_embd, **kw)
-        a = cp.empty((P, ff), np.float32)
         mk.act(gu[0], gu[1], a, act)
         mk.grouped_mv(wd.qtype, plan["n"], src[2], None, expert_bytes(wd), x=a, out0=y, out1=None,
                       rows=n_embd, cols=ff, x_by_row=True, **kw)
