@@ -358,7 +358,10 @@ def gemm_batched_f16(handle, m, n, k, a_ptrs, lda, b_ptrs, ldb, c_ptrs, ldc, bat
         raise RuntimeError(f"cublasGemmBatchedEx failed with status {st}")
 
 
-def combine(y, pos, w, out, res=None):
-    """out (T, n_embd) = sum over j of w[t, j] * y[pos[t * k + j]], plus res (T, n_embd) if given."""
+def combine(y, pos, w, out, res=None, norm=None):
+    """out (T, n_embd) = sum over j of w[t, j] * y[pos[t * k + j]], plus res (T, n_embd) if given.
+    norm (nw, eps, hn): also hn (T, n_embd) = rms_norm(out) * nw, in the same launch."""
     T, k = w.shape
-    fn("moe_combine")((T,), (256,), (y, _p(pos), w, out, _i32(k), _i32(out.shape[1]), _p(res)))
+    nw, eps, hn = norm if norm is not None else (None, 0.0, None)
+    fn("moe_combine")((T,), (256,), (y, _p(pos), w, out, _i32(k), _i32(out.shape[1]), _p(res), _p(nw), _p(hn),
+                                     np.float32(eps)))

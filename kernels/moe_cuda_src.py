@@ -197,11 +197,14 @@ extern "C" __global__ void moe_ptrs(const int* __restrict__ blk_expert, const in
 }
 
 // out[t] = sum_j w[t, j] * y[pos[t*k + j]] (pos NULL: the identity), in slot order; plus res[t]
-// (not NULL: the residual add after the MoE block, the add of `x + moe` in the same fp32).
+// (not NULL: the residual add after the MoE block, the add of `x + moe` in the same fp32). hn (not
+// NULL, LITE_MOE_FOLD=1): also the next RMSNorm of out, hn = out * rsqrt(mean out^2 + eps) * nw
+// (a block has the whole row). Blocks of 256 threads (the reduction's shared array).
 extern "C" __global__ void moe_combine(const float* __restrict__ y, const int* __restrict__ pos,
         const float* __restrict__ w, float* __restrict__ out, int k, int n_embd,
-        const float* __restrict__ res) {
+        const float* __restrict__ res, const float* __restrict__ nw, float* __restrict__ hn, float eps) {
     const int t = blockIdx.x;
+    float ss = 0.f;
     for (int c = threadIdx.x; c < n_embd; c += blockDim.x) {
         float s = 0.f;
         for (int j = 0; j < k; j++) {
@@ -210,7 +213,18 @@ extern "C" __global__ void moe_combine(const float* __restrict__ y, const int* _
         }
         if (res) s = __fadd_rn(res[(long long)t * n_embd + c], s);
         out[(long long)t * n_embd + c] = s;
+        ss = fmaf(s, s, ss);
     }
+    if (!hn) return;                           // uniform over the block
+    __shared__ float red[8];
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(FULL, ss, o);
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = ss;
+    __syncthreads();
+    float tot = 0.f;
+    for (int i = 0; i < (int)(blockDim.x >> 5); i++) tot += red[i];
+    const float r = rsqrtf(tot / n_embd + eps);
+    for (int c = threadIdx.x; c < n_embd; c += blockDim.x)     // this thread's own columns of out
+        hn[(long long)t * n_embd + c] = out[(long long)t * n_embd + c] * r * nw[c];
 }
 """
 

@@ -59,15 +59,23 @@ def test_fused_route_equals_the_two_launches(lib, T, n_expert, k, normalize):
 
 def test_combine_with_the_residual_is_the_add_after_it(lib):
     """moe_combine with res (LITE_MOE_FOLD=1) writes exactly res + (its output without res): the
-    residual add after the MoE block, in the same fp32."""
+    residual add after the MoE block, in the same fp32; with the norm, also rms_norm of that."""
     rng = np.random.default_rng(11)
     T, k, n_embd = 2, 8, 300
     y = rng.standard_normal((T * k, n_embd)).astype(np.float32)
     w = rng.random((T, k)).astype(np.float32)
     res = (rng.standard_normal((T, n_embd)) * 10).astype(np.float32)
     pos = rng.permutation(T * k).astype(np.int32)
-    plain, folded = (np.full((T, n_embd), np.nan, np.float32) for _ in range(2))
-    for out, r in ((plain, None), (folded, res)):
-        lib.launch("moe_combine", (T,), (256,), y, pos, w, out, np.int32(k), np.int32(n_embd), r)
+    plain, folded, normed = (np.full((T, n_embd), np.nan, np.float32) for _ in range(3))
+    nw = rng.standard_normal(n_embd).astype(np.float32)
+    hn = np.full((T, n_embd), np.nan, np.float32)
+    for out, r, norm in ((plain, None, (None, None)), (folded, res, (None, None)), (normed, res, (nw, hn))):
+        lib.launch("moe_combine", (T,), (256,), y, pos, w, out, np.int32(k), np.int32(n_embd), r, *norm,
+                   np.float32(1e-6))
     np.testing.assert_allclose(plain, mk.combine_ref(y, pos, w), rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(folded, res + plain)
+    # the next layer's RMSNorm in the same launch (LITE_MOE_FOLD=1): out as before, and its norm
+    np.testing.assert_array_equal(normed, folded)
+    o = normed.astype(np.float64)
+    np.testing.assert_allclose(hn, o / np.sqrt((o * o).mean(1, keepdims=True) + 1e-6) * nw, rtol=1e-5,
+                               atol=1e-6)

@@ -8,6 +8,8 @@ import os
 
 import numpy as np
 
+from lite.backends.cuda_norm import CombineLater
+
 FUSED_MAX_TOKENS = 8      # up to this many tokens a product is a fused matvec, not dequant + GEMM
 
 
@@ -170,8 +172,10 @@ class CUDAExperts:
             if plan is None:
                 return (self._moe_per_expert(h, il, ids, weights, act),)
             y = self._moe_run(plan, h, ids, ws, act)
-            out = cp.empty_like(h)
             res = None if residual is None else cp.ascontiguousarray(self._arr(residual))
+            if res is not None and self.moe_fold and h.shape[0] == 1:
+                return CombineLater(y, plan.get("pos"), weights, res)     # cuda_norm.py
+            out = cp.empty_like(h)
             mk.combine(y, plan.get("pos"), weights, out, res)
         return out
 

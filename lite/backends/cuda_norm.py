@@ -16,7 +16,9 @@ multiplied out, each once). Results agree with the separate rms_norm to ~1e-6 re
 bit (the sums of squares in another order, the scale after the product). An MoE layer's ffn_norm
 feeds the router, which takes arrays: that norm stays one launch (feeds_router), unless
 LITE_MOE_FOLD=1 (opt-in, not yet run on a GPU): then the producer's last CTA also writes the whole
-norm (the hidden size is 2-4K floats: a short tail on one CTA instead of a launch).
+norm (the hidden size is 2-4K floats: a short tail on one CTA instead of a launch). With it too, the
+MoE block's combine (one block a token, with the residual add) is held back as a CombineLater, and
+the next layer's attn_norm is computed inside it.
 
 Measured on the H200 (session 4, 8B Q4_K decode): the norm inside the products' loop (x * g and
 the sums of x^2 per chunk) cost registers: the gated product 35 -> 52 us, 312 -> 273 tok/s. Then
@@ -65,6 +67,29 @@ class ScaledLater:
                         f"pass it through CUDABackend._arr first (lite/backends/cuda_norm.py)")
 
 
+class CombineLater:
+    """What moe_experts returns with LITE_MOE_FOLD=1 for one token with the residual: res + the
+    combine of the experts' rows y, not launched yet; rms_norm of it launches the combine with the
+    next norm inside (one block has the whole row), anything else the plain combine (_arr)."""
+
+    def __init__(self, y, pos, weights, res):
+        self.y, self.pos, self.weights, self.res, self.shape, self.done = y, pos, weights, res, res.shape, None
+
+    def __getattr__(self, name):
+        raise TypeError(f"an MoE combine left for the next norm (CombineLater) has no {name!r}: "
+                        f"pass it through CUDABackend._arr first (LITE_MOE_FOLD=1)")
+
+    def launch(self, cp, stream, norm=None):
+        """The combine (kernels/moe_cuda.combine), with norm (w, eps) also the norm: returned."""
+        from lite.kernels import moe_cuda as mk
+        with stream:
+            self.done = cp.empty_like(self.res)
+            hn = None if norm is None else cp.empty_like(self.res)
+            mk.combine(self.y, self.pos, self.weights, self.done, self.res,
+                       None if norm is None else (norm[0], norm[1], hn))
+        return hn
+
+
 def feeds_router(weights, norm_name):
     """Does this norm feed an MoE router (blk.N.ffn_norm of a layer with ffn_gate_inp)?"""
     return norm_name.endswith("ffn_norm.weight") and \
@@ -89,6 +114,11 @@ class CUDAFoldNorm:
         """rms_norm's hook: for an AddLater not yet launched, its launch with the norm out and a
         ScaledLater; for a norm that feeds an MoE router (which takes arrays) with LITE_MOE_FOLD=1,
         the same launch whose last CTA also writes the whole norm, returned as an array; else None."""
+        if isinstance(x, CombineLater) and x.done is None:
+            g = self.w[name].data
+            if g.dtype == np.float32 and g.shape == x.shape[-1:]:
+                return x.launch(self.cp, self.stream, (g, eps))
+            return None
         whole = feeds_router(self.w, name)
         if not isinstance(x, AddLater) or x.done is not None or (whole and not self.moe_fold):
             return None
@@ -116,11 +146,15 @@ class CUDAFoldNorm:
             if h.done is None:
                 h.done = h.xg * h.scale[:, None]        # (on the backend's stream, as `add`)
             return h.done
+        if isinstance(h, CombineLater):
+            if h.done is None:
+                h.launch(self.cp, self.stream)
+            return h.done
         return h
 
     def _ready(self, h):
         """h as an array if it is one (or a lazy value already materialized), else None."""
-        if isinstance(h, (AddLater, ScaledLater)):
+        if isinstance(h, (AddLater, ScaledLater, CombineLater)):
             return h.done
         return h
 
