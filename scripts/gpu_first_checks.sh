@@ -16,9 +16,9 @@ t python3 -m pytest -q tests/test_cuda_backend.py -k "real"
 t env LITE_DECODE_ATTN=v2 python3 -m pytest -q tests/test_cuda_backend.py -k "real"
 TAIL=12 t python3 scripts/kv_agreement.py smollm2 --device cuda -n 256
 # 2. LITE_MOE_FOLD=1 (written after session 4's last device call, never run on a GPU): the MoE
-#    block of a decode token in 4 launches fewer a layer (router in one launch, the activation in
-#    the gate/up launch, the residual add in the combine, the ffn_norm by the attention-output
-#    product's last CTA). Tests (test_experts_mvw too), then A/B on the
+#    layer of a decode token in 5 launches fewer (router in one launch, the activation in the
+#    gate/up launch, the residual add and the next attn_norm in the combine, the ffn_norm by the
+#    attention-output product's last CTA). Tests (test_experts_mvw too), then A/B on the
 #    30B-A3B Q4_K file (274.5 tok/s after 2K in session 4; llama.cpp 309.4); if it gains, default.
 t python3 -m pytest -q tests/test_cuda_backend.py -k "moe_fold or qwen3moe"
 t env LITE_MOE_FOLD=1 python3 -m pytest -q tests/test_experts_mvw.py tests/test_expert_devcache.py tests/test_expert_residency.py

@@ -43,10 +43,11 @@ class CUDAExperts:
 
     @functools.cached_property
     def moe_fold(self):
-        """LITE_MOE_FOLD=1 (opt-in until timed on a GPU): a decode token's MoE block in 4 launches
-        fewer a layer: the router's logits and top-k in one (moe_route), the activation inside the
-        gate/up launch (moe_mvw's gated form), the residual add inside the combine, and
-        (cuda_norm.py) the ffn_norm by the attention-output product's last CTA. Read once a backend."""
+        """LITE_MOE_FOLD=1 (opt-in until timed on a GPU): a decode token's MoE layer in 5 launches
+        fewer: the router's logits and top-k in one (moe_route), the activation inside the gate/up
+        launch (moe_mvw's gated form), the residual add and the next layer's attn_norm inside the
+        combine (cuda_norm.py CombineLater), and the ffn_norm by the attention-output product's
+        last CTA (cuda_norm.py). Read once a backend."""
         return os.environ.get("LITE_MOE_FOLD", "0") == "1"
 
     def place_experts(self, gguf, names, experts="auto", expert_cache="auto", n_slots=None, dev_slots=None):
