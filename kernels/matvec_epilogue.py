@@ -27,7 +27,9 @@ import functools
 import numpy as np
 
 from lite.kernels import matvec_cuda as mc
+from lite.kernels import pdl
 from lite.kernels.cupy_decode_src import C_LAST_OF_COLUMN
+from lite.kernels.pdl import C_PDL
 
 EPILOGUES = {"add": 1, "silu": 2, "gelu_tanh": 3}
 
@@ -132,6 +134,12 @@ __global__ void __launch_bounds__(128) mve(const unsigned char* __restrict__ w, 
     for (int r = 0; r < R; r++)   // units past the end re-read the last one and are not written
         rowp[r] = w + (IL ? (long long)min(2 * u0 + r, rows - 1)
                           : (long long)min(u0 + r % H, F - 1) + (r >= H ? F : 0)) * rb;
+#ifdef LT_PDL                     // (kernels/pdl.py) the weights need nothing of the previous kernel
+    pdl_launch_dependents();
+    #pragma unroll
+    for (int r = 0; r < R; r++) pdl_prefetch_l2(rowp[r], rb);
+    pdl_wait();
+#endif
     float acc[R][N];
     mv_rows<T, N, R, P>(rowp, x, cols, chunks, acc);
     __shared__ float red[4][R * N];
@@ -142,8 +150,10 @@ __global__ void __launch_bounds__(128) mve(const unsigned char* __restrict__ w, 
 """
 
 
-def c_source():
-    return mc.C_HEAD + mc.C_TYPES + mc.C_KERNEL + C_LAST_OF_COLUMN + C_EPI
+def c_source(pdl=False):
+    """pdl: with programmatic dependent launch (kernels/pdl.py, LITE_PDL=1)."""
+    return (("#define LT_PDL\n" + C_PDL if pdl else "") + mc.C_HEAD + mc.C_TYPES + mc.C_KERNEL
+            + C_LAST_OF_COLUMN + C_EPI)
 
 
 def kernel_name(qtype, n, rows_per_cta, prefetch, e, nm=0, interleaved=False):
@@ -176,9 +186,9 @@ def norm_parts(qtype, n, rows):
 
 
 @functools.lru_cache(maxsize=None)
-def _kernel(device, name):
+def _kernel(device, name, pdl=False):
     import cupy
-    return cupy.RawModule(code=c_source(), options=("--std=c++17",),
+    return cupy.RawModule(code=c_source(pdl), options=("--std=c++17",),
                           name_expressions=[name]).get_function(name)
 
 
@@ -217,6 +227,7 @@ def launch(qtype, blocks, x, out, rows, cols, epilogue, res=None, stream=None, n
     if nm == 2 and x.shape[0] > mc.C_MAX_N:
         raise ValueError(f"scale_in takes at most {mc.C_MAX_N} tokens (one launch)")
     device = cupy.cuda.runtime.getDevice()
+    use_pdl = pdl.enabled()
     with stream if stream is not None else contextlib.nullcontext():
         for i in range(0, x.shape[0], mc.C_MAX_N):
             xs, os_ = x[i:i + mc.C_MAX_N], out[i:i + mc.C_MAX_N]
@@ -231,7 +242,11 @@ def launch(qtype, blocks, x, out, rows, cols, epilogue, res=None, stream=None, n
             n = xs.shape[0]
             r, p = config(qtype, n)
             units = r if e <= 1 else r // 2
-            func = _kernel(device, kernel_name(qtype, n, r, p, e, nm, interleaved))
-            func(((width + units - 1) // units,), (mc.THREADS,),
-                 (blocks, xs, os_, np.int32(rows), np.int32(cols), rs, g, xg, part, scale, counter,
-                  np.float32(eps), hn if hn is not None else np.uint64(0)))
+            func = _kernel(device, kernel_name(qtype, n, r, p, e, nm, interleaved), use_pdl)
+            grid, args = ((width + units - 1) // units,), (
+                blocks, xs, os_, np.int32(rows), np.int32(cols), rs, g, xg, part, scale, counter,
+                np.float32(eps), hn if hn is not None else np.uint64(0))
+            if use_pdl:
+                pdl.launch(func, grid, (mc.THREADS,), args, cupy.cuda.get_current_stream().ptr)
+            else:
+                func(grid, (mc.THREADS,), args)

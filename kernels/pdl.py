@@ -1,0 +1,94 @@
+"""Programmatic dependent launch (PDL, sm_90+) for the decode matvec kernels (LITE_PDL=1, opt-in:
+written without a GPU, session 4).
+
+A decode step is ~230 dependent launches (8B shape); each waits for the previous to finish, drain
+and flush before its first block starts, and the tail of one kernel leaves SMs idle while the next
+is being launched. With PDL the next kernel is launched while this one runs: its blocks start as SMs
+free up, prefetch their weights into L2 (which no kernel writes), and wait (griddepcontrol.wait) for
+the previous kernel's results before reading x. Kernels opt in with LT_PDL (kernels/matvec_epilogue.py);
+CuPy's RawKernel call cannot set launch attributes, so this launches through the driver's
+cuLaunchKernelEx with CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION. Inside a stream
+capture the attribute becomes a programmatic edge of the graph.
+"""
+import ctypes
+import functools
+import os
+
+import numpy as np
+
+# CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION (cuda.h, CUlaunchAttributeID)
+ATTR_PROGRAMMATIC_STREAM_SERIALIZATION = 6
+
+# The CUDA C a kernel puts at its start under LT_PDL: let the next kernel launch, prefetch what
+# does not depend on the previous kernel (the caller's loop), then wait for the previous kernel.
+C_PDL = r"""
+#ifdef LT_PDL
+__device__ __forceinline__ void pdl_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;"); }
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void pdl_prefetch_l2(const unsigned char* p, long long nbytes) {
+    for (long long i = (long long)threadIdx.x * 128; i < nbytes; i += (long long)blockDim.x * 128)
+        asm volatile("prefetch.global.L2 [%0];" :: "l"(p + i));
+}
+#endif
+"""
+
+
+def enabled():
+    """LITE_PDL=1: decode matvec launches with programmatic dependencies (read at each launch)."""
+    return os.environ.get("LITE_PDL", "0") == "1"
+
+
+class LaunchAttribute(ctypes.Structure):       # CUlaunchAttribute: id, pad to 8, a 64-byte union
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", ctypes.c_uint64 * 8)]
+
+
+class LaunchConfig(ctypes.Structure):          # CUlaunchConfig
+    _fields_ = [("gridDimX", ctypes.c_uint), ("gridDimY", ctypes.c_uint), ("gridDimZ", ctypes.c_uint),
+                ("blockDimX", ctypes.c_uint), ("blockDimY", ctypes.c_uint), ("blockDimZ", ctypes.c_uint),
+                ("sharedMemBytes", ctypes.c_uint), ("hStream", ctypes.c_void_p),
+                ("attrs", ctypes.POINTER(LaunchAttribute)), ("numAttrs", ctypes.c_uint)]
+
+
+_SCALARS = {np.dtype(np.int32): ctypes.c_int32, np.dtype(np.int64): ctypes.c_int64,
+            np.dtype(np.uint64): ctypes.c_uint64, np.dtype(np.float32): ctypes.c_float}
+
+
+def pack(args):
+    """Kernel arguments as ctypes values (device arrays and None as 64-bit pointers, NumPy scalars
+    as their C types) and the void* array cuLaunchKernelEx takes; keep both alive until launched."""
+    vals = []
+    for a in args:
+        if a is None:
+            vals.append(ctypes.c_uint64(0))
+        elif hasattr(a, "data") and hasattr(a.data, "ptr"):        # a CuPy array
+            vals.append(ctypes.c_uint64(a.data.ptr))
+        elif isinstance(a, np.generic) and a.dtype in _SCALARS:
+            vals.append(_SCALARS[a.dtype](a.item()))
+        else:
+            raise TypeError(f"pdl.pack: cannot pass {type(a).__name__} to a kernel")
+    ptrs = (ctypes.c_void_p * len(vals))(*[ctypes.addressof(v) for v in vals])
+    return vals, ptrs
+
+
+@functools.lru_cache(maxsize=None)
+def _driver():
+    lib = ctypes.CDLL("libcuda.so.1")
+    f = lib.cuLaunchKernelEx
+    f.restype = ctypes.c_int
+    f.argtypes = [ctypes.POINTER(LaunchConfig), ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p),
+                  ctypes.c_void_p]
+    return f
+
+
+def launch(func, grid, block, args, stream_ptr):
+    """func (a CuPy RawModule function) on the stream whose handle is stream_ptr, with programmatic
+    stream serialization; grid and block tuples of up to 3."""
+    grid, block = tuple(grid) + (1,) * (3 - len(grid)), tuple(block) + (1,) * (3 - len(block))
+    attr = LaunchAttribute(id=ATTR_PROGRAMMATIC_STREAM_SERIALIZATION)
+    attr.value[0] = 1                          # programmaticStreamSerializationAllowed (an int)
+    cfg = LaunchConfig(*grid, *block, 0, ctypes.c_void_p(stream_ptr), ctypes.pointer(attr), 1)
+    vals, ptrs = pack(args)
+    err = _driver()(ctypes.byref(cfg), ctypes.c_void_p(func.ptr), ptrs, None)
+    if err != 0:
+        raise RuntimeError(f"cuLaunchKernelEx (programmatic dependent launch) failed: CUresult {err}")
+    del vals

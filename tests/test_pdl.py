@@ -1,0 +1,62 @@
+"""kernels/pdl.py (LITE_PDL=1, programmatic dependent launch; not yet run on a GPU): the launch
+structures as cuda.h lays them out, the kernel arguments as cuLaunchKernelEx takes them, and the
+launch itself against a stand-in driver. The kernels' PDL code is compiled only with LT_PDL."""
+import ctypes
+import types
+
+import numpy as np
+import pytest
+
+from lite.kernels import matvec_epilogue, pdl
+
+
+def test_structures_match_cuda_h():
+    # CUlaunchAttribute: int id, pad to 8, a 64-byte union; CUlaunchConfig: 7 uints, then the
+    # stream, the attribute pointer and their count (64-bit pointers)
+    assert ctypes.sizeof(pdl.LaunchAttribute) == 72 and pdl.LaunchAttribute.value.offset == 8
+    assert ctypes.sizeof(pdl.LaunchConfig) == 56
+    assert (pdl.LaunchConfig.hStream.offset, pdl.LaunchConfig.attrs.offset,
+            pdl.LaunchConfig.numAttrs.offset) == (32, 40, 48)
+
+
+def _device_array(ptr):
+    return types.SimpleNamespace(data=types.SimpleNamespace(ptr=ptr))
+
+
+def test_pack_passes_pointers_and_scalars_by_address():
+    vals, ptrs = pdl.pack([_device_array(0x7f0012345600), np.int32(-3), np.float32(1.5), None,
+                           np.int64(1 << 40), np.uint64(7)])
+    read = [ctypes.c_uint64, ctypes.c_int32, ctypes.c_float, ctypes.c_uint64, ctypes.c_int64, ctypes.c_uint64]
+    got = [t.from_address(ptrs[i]).value for i, t in enumerate(read)]
+    assert got == [0x7f0012345600, -3, 1.5, 0, 1 << 40, 7]
+    with pytest.raises(TypeError):
+        pdl.pack([3])                           # a Python int: which C type is not known
+
+
+def test_launch_sets_the_programmatic_attribute(monkeypatch):
+    seen = {}
+
+    def driver(cfg, func, params, extra):
+        c = cfg._obj
+        seen.update(grid=(c.gridDimX, c.gridDimY, c.gridDimZ), block=(c.blockDimX, c.blockDimY, c.blockDimZ),
+                    stream=c.hStream, n=c.numAttrs, attr=(c.attrs[0].id, c.attrs[0].value[0]), func=func.value,
+                    arg0=ctypes.c_int32.from_address(params[0]).value)
+        return 0
+
+    monkeypatch.setattr(pdl, "_driver", lambda: driver)
+    pdl.launch(types.SimpleNamespace(ptr=0x1234), (5, 2), (128,), [np.int32(9)], 0xABC)
+    assert seen == {"grid": (5, 2, 1), "block": (128, 1, 1), "stream": 0xABC, "n": 1,
+                    "attr": (pdl.ATTR_PROGRAMMATIC_STREAM_SERIALIZATION, 1), "func": 0x1234, "arg0": 9}
+    monkeypatch.setattr(pdl, "_driver", lambda: lambda *a: 1)
+    with pytest.raises(RuntimeError, match="cuLaunchKernelEx"):
+        pdl.launch(types.SimpleNamespace(ptr=1), (1,), (1,), [], 0)
+
+
+def test_kernels_take_the_pdl_code_only_when_asked(monkeypatch):
+    assert "#define LT_PDL" not in matvec_epilogue.c_source()
+    src = matvec_epilogue.c_source(pdl=True)
+    assert src.startswith("#define LT_PDL") and "griddepcontrol.wait" in src
+    monkeypatch.delenv("LITE_PDL", raising=False)
+    assert not pdl.enabled()
+    monkeypatch.setenv("LITE_PDL", "1")
+    assert pdl.enabled()
