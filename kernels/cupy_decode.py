@@ -18,6 +18,7 @@ import os
 import cupy as cp
 import numpy as np
 
+from lite.kernels import pdl
 from lite.kernels.cupy_decode2_src import DECODE2_SRC
 from lite.kernels.cupy_decode_src import DECODE_SRC
 
@@ -28,14 +29,15 @@ THREADS = 128              # DEC_THREADS
 MAX_KEY_DIM = 256          # DEC_MAX_D
 MAX_ROW = 1024             # DEC_MAX_ROW
 ROPE_THREADS = 64          # DEC_ROPE_THREADS
-_module = None
+_modules = {}          # LITE_PDL (kernels/pdl.py) on / off -> the module of DECODE_SRC
 
 
 def _kernel(name):
-    global _module
-    if _module is None:
-        _module = cp.RawModule(code="#include <cuda_fp16.h>\n" + DECODE_SRC, options=("--std=c++17",))
-    return _module.get_function(name)
+    head = pdl.source_head()
+    if head not in _modules:
+        _modules[head] = cp.RawModule(code="#include <cuda_fp16.h>\n" + head + DECODE_SRC,
+                                      options=("--std=c++17",))
+    return _modules[head].get_function(name)
 
 
 def check_dims(D, Dv):
@@ -68,9 +70,9 @@ def rope_kv_store(q, k, v, K, V, ks, vs, pos_dev, rope, stream, norm=None):
             null if qn is None else qn, null if kn is None else kn, np.float32(eps))
     grid, block = (H + 2 * Hkv,), (ROPE_THREADS,)
     if ks is None:
-        _kernel("rope_kv_store_f16")(grid, block, (q, k, v, q_out, K, V) + dims, stream=stream)
+        pdl.call(_kernel("rope_kv_store_f16"), grid, block, (q, k, v, q_out, K, V) + dims, stream)
     else:
-        _kernel("rope_kv_store_i8")(grid, block, (q, k, v, q_out, K, V, ks, vs) + dims, stream=stream)
+        pdl.call(_kernel("rope_kv_store_i8"), grid, block, (q, k, v, q_out, K, V, ks, vs) + dims, stream)
     return q_out
 
 
@@ -125,9 +127,9 @@ def attn_decode(q, K, V, ks, vs, pos_dev, scale, window, counters, stream, varia
               np.int32(MIN_KEYS_PER_SPLIT))
     grid, block = (cols, ns), (THREADS,)
     if ks is None:
-        _kernel("attn_decode_f16")(grid, block, (q, K, V) + common, stream=stream)
+        pdl.call(_kernel("attn_decode_f16"), grid, block, (q, K, V) + common, stream)
     else:
-        _kernel("attn_decode_i8")(grid, block, (q, K, V, ks, vs) + common, stream=stream)
+        pdl.call(_kernel("attn_decode_i8"), grid, block, (q, K, V, ks, vs) + common, stream)
     return out
 
 
@@ -199,11 +201,11 @@ def _kernel2(D, Dv, int8):
         device = cp.cuda.Device().id           # function attributes are per device
     except AttributeError:                      # no device API (the host emulation in the tests)
         device = -1
-    key = (device, D, Dv, nw, min_blocks, f16_stages, i8_stages, max(smem, other[2]))
+    key = (device, D, Dv, nw, min_blocks, f16_stages, i8_stages, max(smem, other[2]), pdl.enabled())
     if key not in _modules2:
-        head = (f"#define D2_D {D}\n#define D2_DV {Dv}\n#define D2_NW {nw}\n"
+        head = (pdl.source_head() + f"#define D2_D {D}\n#define D2_DV {Dv}\n#define D2_NW {nw}\n"
                 f"#define D2_STG_F16 {f16_stages}\n#define D2_STG_I8 {i8_stages}\n"
-                f"#define D2_SMEM {key[-1]}\n#define D2_MIN_BLOCKS {min_blocks}\n")
+                f"#define D2_SMEM {key[-2]}\n#define D2_MIN_BLOCKS {min_blocks}\n")
         _modules2[key] = (cp.RawModule(code="#include <cuda_fp16.h>\n" + head + DECODE2_SRC,
                                        options=("--std=c++17",)), {})
     module, fns = _modules2[key]
@@ -258,5 +260,5 @@ def _attn_decode_v2(q, K, V, ks, vs, pos_dev, scale, window, counters, stream):
     tail = (pm, pl, pacc, counters, out, pos_dev, np.int32(H), np.int32(Hkv), np.int32(S_max),
             np.float32(scale), np.int32(window), np.int32(v2_config(D, Dv, int8)[4]))
     head = (q, K, V, ks, vs) if int8 else (q, K, V)
-    fn((cols, ns), (32 * nw,), head + tail, shared_mem=smem, stream=stream)
+    pdl.call(fn, (cols, ns), (32 * nw,), head + tail, stream, shared_mem=smem)
     return out

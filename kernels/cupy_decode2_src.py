@@ -27,8 +27,9 @@ selected; timings in kernels/cupy_decode.py's docstring and BENCHMARKS.md. The h
 default shape is known to work.
 """
 from lite.kernels.cupy_decode_src import C_LAST_OF_COLUMN
+from lite.kernels.pdl import C_PDL
 
-DECODE2_SRC = C_LAST_OF_COLUMN + r"""
+DECODE2_SRC = C_LAST_OF_COLUMN + C_PDL + r"""
 // set by the wrapper: D2_D, D2_DV (head dims), D2_NW (warps a block), D2_STG_F16, D2_STG_I8
 // (stages a warp's ring holds), D2_SMEM (dynamic shared bytes), D2_MIN_BLOCKS (blocks an SM)
 #define D2_GB 4                  // query heads a block column serves (as v1's DEC_GB)
@@ -382,10 +383,10 @@ template <typename T, int NSTG> __device__ void attn_decode2(
 extern "C" __global__ void __launch_bounds__(D2_THREADS, D2_MIN_BLOCKS) attn_decode2_f16(const float* q,
         const __half* K, const __half* V, float* pm, float* pl, float* pacc, int* cnt, float* out,
         const long long* p, int H, int Hkv, int S, float scale, int win, int min_chunk)
-{ attn_decode2<__half, D2_STG_F16>(q, K, V, nullptr, nullptr, pm, pl, pacc, cnt, out, p, H, Hkv, S, scale, win, min_chunk); }
+{ PDL_PROLOGUE(); attn_decode2<__half, D2_STG_F16>(q, K, V, nullptr, nullptr, pm, pl, pacc, cnt, out, p, H, Hkv, S, scale, win, min_chunk); }
 extern "C" __global__ void __launch_bounds__(D2_THREADS, D2_MIN_BLOCKS) attn_decode2_i8(const float* q,
         const signed char* K, const signed char* V, const float* ks, const float* vs, float* pm,
         float* pl, float* pacc, int* cnt, float* out, const long long* p, int H, int Hkv, int S,
         float scale, int win, int min_chunk)
-{ attn_decode2<signed char, D2_STG_I8>(q, K, V, ks, vs, pm, pl, pacc, cnt, out, p, H, Hkv, S, scale, win, min_chunk); }
+{ PDL_PROLOGUE(); attn_decode2<signed char, D2_STG_I8>(q, K, V, ks, vs, pm, pl, pacc, cnt, out, p, H, Hkv, S, scale, win, min_chunk); }
 """

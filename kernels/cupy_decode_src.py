@@ -5,6 +5,8 @@ grids fixed by the cache size. Kept apart from the Python wrappers so the file s
 so tests/cuda_c_emulator.py can compile the same text on the host.
 """
 
+from lite.kernels.pdl import C_PDL
+
 # The split merge's hand-off, the same in both attention kernels: this one's (DECODE_SRC) and v2's
 # (kernels/cupy_decode2_src.py), which are compiled as separate modules and both prepend it.
 C_LAST_OF_COLUMN = r"""
@@ -32,7 +34,7 @@ __device__ __forceinline__ bool dec_last_of_column(int* counters, int active) {
 }
 """
 
-DECODE_SRC = C_LAST_OF_COLUMN + r"""
+DECODE_SRC = C_LAST_OF_COLUMN + C_PDL + r"""
 #ifndef NEG_INF
 #define NEG_INF (-__int_as_float(0x7f800000))
 #endif
@@ -175,12 +177,12 @@ extern "C" __global__ void rope_kv_store_f16(const float* q, const float* k, con
         float* q_out, __half* Kc, __half* Vc, const long long* p, int H, int Hkv, int D, int Dv,
         int S, int n_rot, double base, double fs, int neox, const float* qn, const float* kn,
         float eps)
-{ rope_kv_store<__half>(q, k, v, q_out, Kc, Vc, nullptr, nullptr, p, H, Hkv, D, Dv, S, n_rot, base, fs, neox, qn, kn, eps); }
+{ PDL_PROLOGUE(); rope_kv_store<__half>(q, k, v, q_out, Kc, Vc, nullptr, nullptr, p, H, Hkv, D, Dv, S, n_rot, base, fs, neox, qn, kn, eps); }
 extern "C" __global__ void rope_kv_store_i8(const float* q, const float* k, const float* v,
         float* q_out, signed char* Kc, signed char* Vc, float* ks, float* vs, const long long* p,
         int H, int Hkv, int D, int Dv, int S, int n_rot, double base, double fs, int neox,
         const float* qn, const float* kn, float eps)
-{ rope_kv_store<signed char>(q, k, v, q_out, Kc, Vc, ks, vs, p, H, Hkv, D, Dv, S, n_rot, base, fs, neox, qn, kn, eps); }
+{ PDL_PROLOGUE(); rope_kv_store<signed char>(q, k, v, q_out, Kc, Vc, ks, vs, p, H, Hkv, D, Dv, S, n_rot, base, fs, neox, qn, kn, eps); }
 
 // --- attention of one query token over keys 0..*pos (flash-decoding) ---------------------------
 // Block (x = KV head hk and head group, y = split) serves up to DEC_GB query heads of KV head hk,
@@ -371,10 +373,10 @@ template <typename T> __device__ void attn_decode(
 extern "C" __global__ void __launch_bounds__(DEC_THREADS, 3) attn_decode_f16(const float* q, const __half* K, const __half* V,
         float* pm, float* pl, float* pacc, int* cnt, float* out, const long long* p, int H,
         int Hkv, int D, int Dv, int S, float scale, int win, int min_chunk)
-{ attn_decode<__half>(q, K, V, nullptr, nullptr, pm, pl, pacc, cnt, out, p, H, Hkv, D, Dv, S, scale, win, min_chunk); }
+{ PDL_PROLOGUE(); attn_decode<__half>(q, K, V, nullptr, nullptr, pm, pl, pacc, cnt, out, p, H, Hkv, D, Dv, S, scale, win, min_chunk); }
 extern "C" __global__ void __launch_bounds__(DEC_THREADS, 3) attn_decode_i8(const float* q, const signed char* K,
         const signed char* V, const float* ks, const float* vs, float* pm, float* pl, float* pacc,
         int* cnt, float* out, const long long* p, int H, int Hkv, int D, int Dv, int S,
         float scale, int win, int min_chunk)
-{ attn_decode<signed char>(q, K, V, ks, vs, pm, pl, pacc, cnt, out, p, H, Hkv, D, Dv, S, scale, win, min_chunk); }
+{ PDL_PROLOGUE(); attn_decode<signed char>(q, K, V, ks, vs, pm, pl, pacc, cnt, out, p, H, Hkv, D, Dv, S, scale, win, min_chunk); }
 """

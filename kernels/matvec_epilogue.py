@@ -150,9 +150,9 @@ __global__ void __launch_bounds__(128) mve(const unsigned char* __restrict__ w, 
 """
 
 
-def c_source(pdl=False):
-    """pdl: with programmatic dependent launch (kernels/pdl.py, LITE_PDL=1)."""
-    return (("#define LT_PDL\n" + C_PDL if pdl else "") + mc.C_HEAD + mc.C_TYPES + mc.C_KERNEL
+def c_source(with_pdl=False):
+    """with_pdl: with programmatic dependent launch (kernels/pdl.py, LITE_PDL=1)."""
+    return (("#define LT_PDL\n" if with_pdl else "") + C_PDL + mc.C_HEAD + mc.C_TYPES + mc.C_KERNEL
             + C_LAST_OF_COLUMN + C_EPI)
 
 
@@ -186,9 +186,9 @@ def norm_parts(qtype, n, rows):
 
 
 @functools.lru_cache(maxsize=None)
-def _kernel(device, name, pdl=False):
+def _kernel(device, name, with_pdl=False):
     import cupy
-    return cupy.RawModule(code=c_source(pdl), options=("--std=c++17",),
+    return cupy.RawModule(code=c_source(with_pdl), options=("--std=c++17",),
                           name_expressions=[name]).get_function(name)
 
 
@@ -246,7 +246,4 @@ def launch(qtype, blocks, x, out, rows, cols, epilogue, res=None, stream=None, n
             grid, args = ((width + units - 1) // units,), (
                 blocks, xs, os_, np.int32(rows), np.int32(cols), rs, g, xg, part, scale, counter,
                 np.float32(eps), hn if hn is not None else np.uint64(0))
-            if use_pdl:
-                pdl.launch(func, grid, (mc.THREADS,), args, cupy.cuda.get_current_stream().ptr)
-            else:
-                func(grid, (mc.THREADS,), args)
+            pdl.call(func, grid, (mc.THREADS,), args)        # (on the current stream)

@@ -1,11 +1,13 @@
-"""Programmatic dependent launch (PDL, sm_90+) for the decode matvec kernels (LITE_PDL=1, opt-in:
-written without a GPU, session 4).
+"""Programmatic dependent launch (PDL, sm_90+) for the decode kernels (LITE_PDL=1, opt-in: written
+without a GPU, session 4): the matvecs of kernels/matvec_epilogue.py and the decode attention
+(RoPE + KV store, attention v1 and v2).
 
 A decode step is ~230 dependent launches (8B shape); each waits for the previous to finish, drain
 and flush before its first block starts, and the tail of one kernel leaves SMs idle while the next
 is being launched. With PDL the next kernel is launched while this one runs: its blocks start as SMs
 free up, prefetch their weights into L2 (which no kernel writes), and wait (griddepcontrol.wait) for
-the previous kernel's results before reading x. Kernels opt in with LT_PDL (kernels/matvec_epilogue.py);
+the previous kernel's results before reading x. Kernels opt in with LT_PDL (C_PDL's helpers, or
+PDL_PROLOGUE at the top of kernels with nothing to prefetch);
 CuPy's RawKernel call cannot set launch attributes, so this launches through the driver's
 cuLaunchKernelEx with CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION. Inside a stream
 capture the attribute becomes a programmatic edge of the graph.
@@ -22,6 +24,8 @@ ATTR_PROGRAMMATIC_STREAM_SERIALIZATION = 6
 # The CUDA C a kernel puts at its start under LT_PDL: let the next kernel launch, prefetch what
 # does not depend on the previous kernel (the caller's loop), then wait for the previous kernel.
 C_PDL = r"""
+#ifndef LT_PDL_HELPERS
+#define LT_PDL_HELPERS
 #ifdef LT_PDL
 __device__ __forceinline__ void pdl_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;"); }
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
@@ -29,13 +33,34 @@ __device__ __forceinline__ void pdl_prefetch_l2(const unsigned char* p, long lon
     for (long long i = (long long)threadIdx.x * 128; i < nbytes; i += (long long)blockDim.x * 128)
         asm volatile("prefetch.global.L2 [%0];" :: "l"(p + i));
 }
+// A kernel with nothing to prefetch: let the next launch, wait for the previous (every thread).
+#define PDL_PROLOGUE() do { pdl_launch_dependents(); pdl_wait(); } while (0)
+#else
+#define PDL_PROLOGUE() do { } while (0)
+#endif
 #endif
 """
 
 
 def enabled():
-    """LITE_PDL=1: decode matvec launches with programmatic dependencies (read at each launch)."""
+    """LITE_PDL=1: decode launches with programmatic dependencies (read at each launch)."""
     return os.environ.get("LITE_PDL", "0") == "1"
+
+
+def source_head():
+    """What a module's source starts with: LT_PDL defined when enabled() (then a separate module)."""
+    return "#define LT_PDL\n" if enabled() else ""
+
+
+def call(func, grid, block, args, stream=None, shared_mem=0):
+    """func(grid, block, args) on stream (a CuPy stream; None: the current one), through launch()
+    with programmatic dependencies when enabled()."""
+    if not enabled():
+        return func(grid, block, args, shared_mem=shared_mem, stream=stream)
+    if stream is None:
+        import cupy
+        stream = cupy.cuda.get_current_stream()
+    launch(func, grid, block, args, stream.ptr, shared_mem)
 
 
 class LaunchAttribute(ctypes.Structure):       # CUlaunchAttribute: id, pad to 8, a 64-byte union
@@ -80,13 +105,13 @@ def _driver():
     return f
 
 
-def launch(func, grid, block, args, stream_ptr):
+def launch(func, grid, block, args, stream_ptr, shared_mem=0):
     """func (a CuPy RawModule function) on the stream whose handle is stream_ptr, with programmatic
-    stream serialization; grid and block tuples of up to 3."""
+    stream serialization; grid and block tuples of up to 3, shared_mem dynamic shared bytes."""
     grid, block = tuple(grid) + (1,) * (3 - len(grid)), tuple(block) + (1,) * (3 - len(block))
     attr = LaunchAttribute(id=ATTR_PROGRAMMATIC_STREAM_SERIALIZATION)
     attr.value[0] = 1                          # programmaticStreamSerializationAllowed (an int)
-    cfg = LaunchConfig(*grid, *block, 0, ctypes.c_void_p(stream_ptr), ctypes.pointer(attr), 1)
+    cfg = LaunchConfig(*grid, *block, shared_mem, ctypes.c_void_p(stream_ptr), ctypes.pointer(attr), 1)
     vals, ptrs = pack(args)
     err = _driver()(ctypes.byref(cfg), ctypes.c_void_p(func.ptr), ptrs, None)
     if err != 0:

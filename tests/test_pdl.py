@@ -53,10 +53,33 @@ def test_launch_sets_the_programmatic_attribute(monkeypatch):
 
 
 def test_kernels_take_the_pdl_code_only_when_asked(monkeypatch):
-    assert "#define LT_PDL" not in matvec_epilogue.c_source()
-    src = matvec_epilogue.c_source(pdl=True)
+    assert "#define LT_PDL\n" not in matvec_epilogue.c_source()
+    src = matvec_epilogue.c_source(with_pdl=True)
     assert src.startswith("#define LT_PDL") and "griddepcontrol.wait" in src
     monkeypatch.delenv("LITE_PDL", raising=False)
     assert not pdl.enabled()
     monkeypatch.setenv("LITE_PDL", "1")
     assert pdl.enabled()
+
+
+def test_call_takes_the_plain_launch_unless_enabled(monkeypatch):
+    calls = []
+    func = types.SimpleNamespace(ptr=0x99)
+    plain = lambda grid, block, args, shared_mem=0, stream=None: calls.append(("plain", grid, shared_mem))
+    monkeypatch.delenv("LITE_PDL", raising=False)
+    pdl.call(lambda *a, **k: plain(*a, **k), (3,), (64,), (), stream=None, shared_mem=128)
+    assert calls == [("plain", (3,), 128)] and pdl.source_head() == ""
+    monkeypatch.setenv("LITE_PDL", "1")
+    monkeypatch.setattr(pdl, "launch", lambda f, g, b, a, s, shared_mem=0: calls.append(("pdl", g, shared_mem, s)))
+    pdl.call(func, (3,), (64,), (), stream=types.SimpleNamespace(ptr=0x55), shared_mem=128)
+    assert calls[-1] == ("pdl", (3,), 128, 0x55) and pdl.source_head() == "#define LT_PDL\n"
+
+
+def test_decode_kernels_open_with_the_prologue():
+    """Every decode attention kernel (v1, v2, RoPE + KV store) starts with PDL_PROLOGUE, which is
+    empty unless LT_PDL: a PDL launch of them never reads the previous kernel's output early."""
+    from lite.kernels.cupy_decode2_src import DECODE2_SRC
+    from lite.kernels.cupy_decode_src import DECODE_SRC
+    for src, n in ((DECODE_SRC, 4), (DECODE2_SRC, 2)):
+        assert src.count('extern "C" __global__') == n == src.count("{ PDL_PROLOGUE(); ")
+        assert "#define PDL_PROLOGUE() do { } while (0)" in src
