@@ -26,7 +26,8 @@ import os
 
 import numpy as np
 
-from lite.kernels import matvec_half, matvec_staged
+from lite.kernels import matvec_half, matvec_staged, pdl
+from lite.kernels.pdl import C_PDL
 
 C_MAX_N = 8
 THREADS = 128
@@ -322,6 +323,12 @@ __device__ __forceinline__ void mv_body(const unsigned char* __restrict__ w, con
     #pragma unroll
     for (int r = 0; r < R; r++)   // rows past the end re-read the last row and are not written
         rowp[r] = w + (long long)min(row0 + r, rows - 1) * rb;
+#ifdef LT_PDL                     // (kernels/pdl.py) the weights need nothing of the previous kernel
+    pdl_launch_dependents();
+    #pragma unroll
+    for (int r = 0; r < R; r++) pdl_prefetch_l2(rowp[r], rb);
+    pdl_wait();
+#endif
     float acc[R][N];
     mv_rows<T, N, R, P>(rowp, x, cols, chunks, acc);
     __shared__ float red[4][R * N];
@@ -346,7 +353,7 @@ BLOCK_LAYOUT = {"Q4_0": (18, 1), "Q8_0": (34, 1), "Q4_K": (144, 8), "Q5_K": (176
 def c_source(half=False):
     """The kernels' CUDA C; `half` adds matvec_half's (only in modules that use it, so that the
     default kernels keep compiling from the text that has run on a GPU)."""
-    return (C_HEAD + C_TYPES + C_KERNEL + matvec_staged.C_STAGED + matvec_staged.C_PERSISTENT
+    return (C_PDL + C_HEAD + C_TYPES + C_KERNEL + matvec_staged.C_STAGED + matvec_staged.C_PERSISTENT
             + (matvec_half.C_HALF if half else ""))
 
 
@@ -365,18 +372,18 @@ def kernel_name(qtype, n, *config):
 
 
 @functools.lru_cache(maxsize=None)
-def raw_module(device, qtype, config, ns=tuple(range(1, C_MAX_N + 1))):
+def raw_module(device, qtype, config, ns=tuple(range(1, C_MAX_N + 1)), head=""):
     """The compiled kernels of one type and config (see CONFIG) for each n in ns (compiling is
-    ~0.5 s a kernel, so launch() builds only the type and n it meets)."""
+    ~0.5 s a kernel, so launch() builds only the type and n it meets). head: pdl.source_head()."""
     import cupy
     names = [kernel_name(qtype, n, *config) for n in ns]
-    return cupy.RawModule(code=c_source(half=config[0] == "mvh"), options=("--std=c++17",),
+    return cupy.RawModule(code=head + c_source(half=config[0] == "mvh"), options=("--std=c++17",),
                           name_expressions=names)
 
 
 @functools.lru_cache(maxsize=None)
-def _kernel(device, qtype, config, n):
-    return raw_module(device, qtype, config, (n,)).get_function(kernel_name(qtype, n, *config))
+def _kernel(device, qtype, config, n, head=""):
+    return raw_module(device, qtype, config, (n,), head).get_function(kernel_name(qtype, n, *config))
 
 
 def _ptr(a):
@@ -421,8 +428,12 @@ def launch(qtype, blocks, x, out, rows, cols, stream=None, config=None):
             n = xs.shape[0]
             cfg = _plan(qtype, config, n, staged_ok)
             args = (blocks, xs, os_, np.int32(rows), np.int32(cols))
+            if cfg[0] == "mv":            # LITE_PDL (kernels/pdl.py): only mv has the prologue
+                pdl.call(_kernel(device, qtype, cfg, n, pdl.source_head()),
+                         ((rows + cfg[1] - 1) // cfg[1],), (THREADS,), args)
+                continue
             func = _kernel(device, qtype, cfg, n)
-            if cfg[0] in ("mv", "mvh"):   # same grid: one CTA of THREADS per cfg[1] rows
+            if cfg[0] == "mvh":           # the grid of mv: one CTA of THREADS per cfg[1] rows
                 func(((rows + cfg[1] - 1) // cfg[1],), (THREADS,), args)
             else:
                 smem = matvec_staged.smem_bytes(ts, cpb, *cfg[1:]) if cfg[0] == "mvs" else 0

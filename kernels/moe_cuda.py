@@ -34,6 +34,7 @@ import numpy as np
 MAX_EXPERTS = 512          # moe_align's shared arrays and moe_topk's registers are sized for this
 ALIGN_THREADS = 512
 
+from lite.kernels import pdl  # noqa: E402
 from lite.kernels.moe_cuda_src import C_MOE, C_MV, C_TIQ4_XS  # noqa: E402  (the CUDA C, kept apart)
 
 
@@ -120,10 +121,10 @@ def gather_dequant_source(qtype):
 
 # ---------------------------------------------------------------- compiled modules (per device)
 @functools.lru_cache(maxsize=None)
-def _moe_module(device):
+def _moe_module(device, head=""):
     import cupy
     names = [f"{k}<{v}>" for v in (1, 2, 4, 8, 16) for k in ("moe_topk", "moe_route")]
-    return cupy.RawModule(code=C_MOE, options=("--std=c++17",), name_expressions=names)
+    return cupy.RawModule(code=head + C_MOE, options=("--std=c++17",), name_expressions=names)
 
 
 @functools.lru_cache(maxsize=None)
@@ -150,12 +151,12 @@ def _dev():
 
 
 def fn(name):
-    return _moe_module(_dev()).get_function(name)
+    return _moe_module(_dev(), pdl.source_head()).get_function(name)
 
 
 def topk_fn(n_expert, kind="moe_topk"):
     v = next(v for v in (1, 2, 4, 8, 16) if 32 * v >= n_expert)
-    return _moe_module(_dev()).get_function(f"{kind}<{v}>")
+    return _moe_module(_dev(), pdl.source_head()).get_function(f"{kind}<{v}>")
 
 
 def mv_kernel(qtype, n):
@@ -243,14 +244,15 @@ def logits(h, w, out):
     """out (T, n_expert) = h (T, n_embd) @ w (n_expert, n_embd).T, all f32 C-contiguous."""
     T, n_embd = h.shape
     n_expert = w.shape[0]
-    fn("moe_logits")((-(-T * n_expert // 4),), (128,), (h, w, out, _i32(T), _i32(n_embd), _i32(n_expert)))
+    pdl.call(fn("moe_logits"), (-(-T * n_expert // 4),), (128,), (h, w, out, _i32(T), _i32(n_embd), _i32(n_expert)))
 
 
 def topk(lg, k, normalize, ids, wts):
     T, n_expert = lg.shape
     if n_expert > MAX_EXPERTS or k > n_expert:
         raise ValueError(f"moe_topk: {n_expert} experts, top {k} (at most {MAX_EXPERTS} experts)")
-    topk_fn(n_expert)((-(-T // 4),), (128,), (lg, ids, wts, _i32(T), _i32(n_expert), _i32(k), _i32(bool(normalize))))
+    pdl.call(topk_fn(n_expert), (-(-T // 4),), (128,), (lg, ids, wts, _i32(T), _i32(n_expert), _i32(k),
+                                                        _i32(bool(normalize))))
 
 
 def route(h, w, lg, k, normalize, ids, wts, counter):
@@ -260,7 +262,7 @@ def route(h, w, lg, k, normalize, ids, wts, counter):
     n_expert = w.shape[0]
     if n_expert > MAX_EXPERTS or k > n_expert:
         raise ValueError(f"moe_route: {n_expert} experts, top {k} (at most {MAX_EXPERTS} experts)")
-    topk_fn(n_expert, "moe_route")((-(-T * n_expert // 4),), (128,), (
+    pdl.call(topk_fn(n_expert, "moe_route"), (-(-T * n_expert // 4),), (128,), (
         h, w, lg, ids, wts, _i32(T), _i32(n_embd), _i32(n_expert), _i32(k), _i32(bool(normalize)), counter))
 
 
@@ -363,5 +365,5 @@ def combine(y, pos, w, out, res=None, norm=None):
     norm (nw, eps, hn): also hn (T, n_embd) = rms_norm(out) * nw, in the same launch."""
     T, k = w.shape
     nw, eps, hn = norm if norm is not None else (None, 0.0, None)
-    fn("moe_combine")((T,), (256,), (y, _p(pos), w, out, _i32(k), _i32(out.shape[1]), _p(res), _p(nw), _p(hn),
-                                     np.float32(eps)))
+    pdl.call(fn("moe_combine"), (T,), (256,), (y, _p(pos), w, out, _i32(k), _i32(out.shape[1]), _p(res), _p(nw),
+                                              _p(hn), np.float32(eps)))

@@ -1,6 +1,7 @@
 """CUDA C source of the grouped mixture-of-experts kernels (kernels/moe_cuda.py compiles and
 launches them): routing, top-k, the expert sort, the fused grouped matvec."""
 from lite.kernels.cupy_decode_src import C_LAST_OF_COLUMN
+from lite.kernels.pdl import C_PDL
 
 # The activation of gate and up: moe_act_f32/f16 here, and moe_mvw's gated form (kernels/moe_mvw.py),
 # which is compiled with C_MV: both modules take it from this one text.
@@ -16,7 +17,7 @@ __device__ __forceinline__ float moe_act(float g, float u, int gelu) {
 #endif
 """
 
-C_MOE = C_LAST_OF_COLUMN + C_MOE_ACT + r"""
+C_MOE = C_LAST_OF_COLUMN + C_PDL + C_MOE_ACT + r"""
 #define FULL 0xffffffffu
 #define MAXE 512
 #define AT 512
@@ -38,6 +39,7 @@ __device__ __forceinline__ void moe_logit(const float* __restrict__ h, const flo
 }
 extern "C" __global__ void moe_logits(const float* __restrict__ h, const float* __restrict__ w,
         float* __restrict__ logits, int T, int n_embd, int n_expert) {
+    PDL_PROLOGUE();                            // (LITE_PDL: kernels/pdl.py)
     const int gw = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     if (gw >= T * n_expert) return;            // whole warps leave together
     moe_logit(h, w, logits, gw, n_embd, n_expert);
@@ -88,6 +90,7 @@ __device__ __forceinline__ void moe_topk_row(const float* l, int* __restrict__ i
 template <int V>
 __global__ void moe_topk(const float* __restrict__ logits, int* __restrict__ ids, float* __restrict__ wts,
                          int T, int n_expert, int k, int normalize) {
+    PDL_PROLOGUE();
     const int t = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     if (t >= T) return;
     moe_topk_row<V>(logits + (long long)t * n_expert, ids, wts, t, n_expert, k, normalize);
@@ -98,6 +101,7 @@ template <int V>
 __global__ void moe_route(const float* __restrict__ h, const float* __restrict__ w, float* logits,
                           int* __restrict__ ids, float* __restrict__ wts, int T, int n_embd, int n_expert,
                           int k, int normalize, int* counter) {
+    PDL_PROLOGUE();
     const int gw = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     if (gw < T * n_expert) moe_logit(h, w, logits, gw, n_embd, n_expert);
     if (!last_block_to_count(counter, gridDim.x)) return;
@@ -203,6 +207,7 @@ extern "C" __global__ void moe_ptrs(const int* __restrict__ blk_expert, const in
 extern "C" __global__ void moe_combine(const float* __restrict__ y, const int* __restrict__ pos,
         const float* __restrict__ w, float* __restrict__ out, int k, int n_embd,
         const float* __restrict__ res, const float* __restrict__ nw, float* __restrict__ hn, float eps) {
+    PDL_PROLOGUE();
     const int t = blockIdx.x;
     float ss = 0.f;
     for (int c = threadIdx.x; c < n_embd; c += blockDim.x) {

@@ -29,6 +29,9 @@ import os
 
 import numpy as np
 
+from lite.kernels import pdl
+from lite.kernels.pdl import C_PDL
+
 C_MVW = r"""
 // At most 128 registers (4 CTAs an SM): unbounded, nvcc hoists all C chunks' x loads and the
 // Q4_K <16, 4, 2> instance took 244 registers (2 CTAs an SM); bounded, no instance spills.
@@ -41,6 +44,7 @@ __global__ void __launch_bounds__(128, 4) moe_mvw(
         float* __restrict__ out1, const int* __restrict__ blk_expert, const int* __restrict__ blk_rows,
         int kdiv, int S, int rows, int cols, int x_by_row) {
     static_assert(L == 8 || L == 16 || L == 32, "a lane group is 8, 16 or 32 lanes of one warp");
+    PDL_PROLOGUE();                            // (LITE_PDL, kernels/pdl.py) the experts come from routing
     const int b = blockIdx.y;                  // one token-slot a block (N = 1)
     const int e = blk_expert[b];
     if (e < 0) return;
@@ -165,7 +169,7 @@ def name(qtype, cols, act=None):
 def source(qtype="Q4_K", host=False):
     """moe_mv's module source (the type structs) with moe_mvw after it."""
     from lite.kernels import moe_cuda as mk
-    return mk.mv_source(qtype, host=host) + C_MVW
+    return C_PDL + mk.mv_source(qtype, host=host) + C_MVW
 
 
 def enabled():
@@ -174,15 +178,15 @@ def enabled():
 
 
 @functools.lru_cache(maxsize=None)
-def _kernel(device, qtype, kname):
+def _kernel(device, qtype, kname, head=""):
     import cupy
-    mod = cupy.RawModule(code=source(qtype), options=("--std=c++17",), name_expressions=[kname])
+    mod = cupy.RawModule(code=head + source(qtype), options=("--std=c++17",), name_expressions=[kname])
     return mod.get_function(kname)
 
 
 def kernel(qtype, cols, act=None):
     import cupy
-    return _kernel(cupy.cuda.runtime.getDevice(), qtype, name(qtype, cols, act))
+    return _kernel(cupy.cuda.runtime.getDevice(), qtype, name(qtype, cols, act), pdl.source_head())
 
 
 def grid(qtype, rows, cols, n_blocks, two, act=None):
@@ -197,8 +201,8 @@ def launch(qtype, w0, w1, ebytes, slot_of, x, out0, out1, blk_expert, blk_rows, 
     null, i32 = np.uint64(0), np.int32
     if act and (w1 is None or x_by_row):
         raise ValueError("the gated moe_mvw takes gate (w0) and up (w1) of the token's x")
-    kernel(qtype, cols, act)(grid(qtype, rows, cols, n_blocks, w1 is not None, act), (THREADS,),
-                        (w0, null if w1 is None else w1, np.int64(ebytes), null if slot_of is None else slot_of,
-                         x, out0, null if out1 is None else out1, blk_expert,
-                         null if blk_rows is None else blk_rows, i32(kdiv), i32(S), i32(rows), i32(cols),
-                         i32(bool(x_by_row))))
+    pdl.call(kernel(qtype, cols, act), grid(qtype, rows, cols, n_blocks, w1 is not None, act), (THREADS,),
+             (w0, null if w1 is None else w1, np.int64(ebytes), null if slot_of is None else slot_of,
+              x, out0, null if out1 is None else out1, blk_expert,
+              null if blk_rows is None else blk_rows, i32(kdiv), i32(S), i32(rows), i32(cols),
+              i32(bool(x_by_row))))
