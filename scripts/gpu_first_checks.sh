@@ -26,12 +26,16 @@ t env LITE_MOE_FOLD=1 python3 -m pytest -q tests/test_experts_mvw.py tests/test_
 for f in 0 1 0 1; do TAIL=2 t env LITE_MOE_FOLD=$f $L bench /tmp/30b.gguf -p 2048 -n 128 -r 3 --device cuda; done
 TAIL=14 t env LITE_MOE_FOLD=1 python3 scripts/profile_decode.py /tmp/30b.gguf 2048
 # 2b. LITE_PDL=1 (kernels/pdl.py, never run on a GPU): programmatic dependent launch of the decode
-#    matvecs. The test first (a launch error or wrong logits there means: leave it off), then A/B
-#    on the 8B file (361.5 tok/s after 512 in session 4) and the profile's graph replay time.
+#    kernels (matvecs, attention, MoE). The test first (a launch error or wrong logits there means:
+#    leave it off), then A/B on the 8B file (361.5 tok/s after 512 in session 4) and the 30B-A3B
+#    with and without the MoE fold, and the graph replay time (profile_decode's first line; its
+#    per-op times replay each op alone, which PDL cannot speed up).
 t python3 -m pytest -q tests/test_cuda_backend.py -k "programmatic"
 [ -f /tmp/8b.gguf ] || $L synth --arch llama --preset 8b --quant Q4_K /tmp/8b.gguf >/dev/null 2>&1
 for f in 0 1 0 1; do TAIL=2 t env LITE_PDL=$f $L bench /tmp/8b.gguf -p 512 -n 128 -r 5 --device cuda; done
 TAIL=4 t env LITE_PDL=1 python3 scripts/profile_decode.py /tmp/8b.gguf 512
+for c in "0 0" "0 1" "1 1"; do set -- $c
+  TAIL=2 t env LITE_MOE_FOLD=$1 LITE_PDL=$2 $L bench /tmp/30b.gguf -p 2048 -n 128 -r 3 --device cuda; done
 # 3. the IQ3_XXS matvec after session 3's refactor (iq3xxs_dot32 shared by the dense and the struct
 #    kernels: same SASS counts, scheduled differently) at full size, and its bandwidth
 t python3 -m pytest -q tests/test_kernels_matvec.py -k "IQ3"

@@ -136,13 +136,16 @@ def test_matvec_epilogues_equal_the_separate_launches(tmp_path, monkeypatch, arc
     _on_off_agree(path, lambda on: monkeypatch.setattr(cuda_linear, "EPILOGUES", on))
 
 
-@pytest.mark.parametrize("arch,quant", [("llama", "Q4_K"), ("qwen3", "Q6_K"), ("llama", "Q8_0")])
-def test_programmatic_dependent_launch_changes_nothing(tmp_path, monkeypatch, arch, quant):
-    """LITE_PDL=1 (kernels/pdl.py, not yet run on a GPU before this test): the decode matvecs and
-    attention launched with programmatic dependencies, inside captured graphs too: the same
-    arithmetic, so the same logits (to the tolerance of _on_off_agree) and tokens."""
+@pytest.mark.parametrize("arch,quant,moe_fold", [("llama", "Q4_K", "0"), ("qwen3", "Q6_K", "0"),
+                                                 ("llama", "Q8_0", "0"), ("qwen3moe", "Q4_K", "0"),
+                                                 ("qwen3moe", "Q4_K", "1")])
+def test_programmatic_dependent_launch_changes_nothing(tmp_path, monkeypatch, arch, quant, moe_fold):
+    """LITE_PDL=1 (kernels/pdl.py, not yet run on a GPU before this test): the decode matvecs,
+    attention and MoE kernels launched with programmatic dependencies, inside captured graphs too:
+    the same arithmetic, so the same logits (to the tolerance of _on_off_agree) and tokens."""
     path = str(tmp_path / "m.gguf")
     synth(arch, "tiny", quant, path, seed=12)
+    monkeypatch.setenv("LITE_MOE_FOLD", moe_fold)
     _on_off_agree(path, lambda on: monkeypatch.setenv("LITE_PDL", "1" if on else "0"))
 
 
