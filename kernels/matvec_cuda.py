@@ -323,12 +323,7 @@ __device__ __forceinline__ void mv_body(const unsigned char* __restrict__ w, con
     #pragma unroll
     for (int r = 0; r < R; r++)   // rows past the end re-read the last row and are not written
         rowp[r] = w + (long long)min(row0 + r, rows - 1) * rb;
-#ifdef LT_PDL                     // (kernels/pdl.py) the weights need nothing of the previous kernel
-    pdl_launch_dependents();
-    #pragma unroll
-    for (int r = 0; r < R; r++) pdl_prefetch_l2(rowp[r], rb);
-    pdl_wait();
-#endif
+    PDL_ROWS_PROLOGUE(rowp, rb);  // (LITE_PDL, kernels/pdl.py) weights need nothing of the previous kernel
     float acc[R][N];
     mv_rows<T, N, R, P>(rowp, x, cols, chunks, acc);
     __shared__ float red[4][R * N];

@@ -134,12 +134,7 @@ __global__ void __launch_bounds__(128) mve(const unsigned char* __restrict__ w, 
     for (int r = 0; r < R; r++)   // units past the end re-read the last one and are not written
         rowp[r] = w + (IL ? (long long)min(2 * u0 + r, rows - 1)
                           : (long long)min(u0 + r % H, F - 1) + (r >= H ? F : 0)) * rb;
-#ifdef LT_PDL                     // (kernels/pdl.py) the weights need nothing of the previous kernel
-    pdl_launch_dependents();
-    #pragma unroll
-    for (int r = 0; r < R; r++) pdl_prefetch_l2(rowp[r], rb);
-    pdl_wait();
-#endif
+    PDL_ROWS_PROLOGUE(rowp, rb);  // (LITE_PDL, kernels/pdl.py) weights need nothing of the previous kernel
     float acc[R][N];
     mv_rows<T, N, R, P>(rowp, x, cols, chunks, acc);
     __shared__ float red[4][R * N];

@@ -35,8 +35,18 @@ __device__ __forceinline__ void pdl_prefetch_l2(const unsigned char* p, long lon
 }
 // A kernel with nothing to prefetch: let the next launch, wait for the previous (every thread).
 #define PDL_PROLOGUE() do { pdl_launch_dependents(); pdl_wait(); } while (0)
+// A matvec: the same, with its R weight rows of rb bytes (rowp) prefetched into L2 in between.
+template <int R>
+__device__ __forceinline__ void pdl_rows_prologue(const unsigned char* const (&rowp)[R], long long rb) {
+    pdl_launch_dependents();
+    #pragma unroll
+    for (int r = 0; r < R; r++) pdl_prefetch_l2(rowp[r], rb);
+    pdl_wait();
+}
+#define PDL_ROWS_PROLOGUE(rowp, rb) pdl_rows_prologue(rowp, rb)
 #else
 #define PDL_PROLOGUE() do { } while (0)
+#define PDL_ROWS_PROLOGUE(rowp, rb) do { } while (0)
 #endif
 #endif
 """
