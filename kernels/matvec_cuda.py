@@ -68,7 +68,8 @@ DEFAULT.update(config_from_env())
 # Byte alignment the kernel needs of the block buffer (16-byte loads vs 32-bit word loads).
 ALIGN = {"Q4_0": 4, "Q8_0": 4, "Q4_K": 16, "Q5_K": 16, "Q6_K": 4}
 
-C_HEAD = r"""
+# C_PDL first: C_KERNEL's PDL_ROWS_PROLOGUE (kernels/pdl.py; empty unless LT_PDL is defined).
+C_HEAD = C_PDL + r"""
 #ifndef LITE_HOST_SHIM
 __device__ __forceinline__ float lt_h2f(unsigned short h) {
     float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
@@ -348,7 +349,7 @@ BLOCK_LAYOUT = {"Q4_0": (18, 1), "Q8_0": (34, 1), "Q4_K": (144, 8), "Q5_K": (176
 def c_source(half=False):
     """The kernels' CUDA C; `half` adds matvec_half's (only in modules that use it, so that the
     default kernels keep compiling from the text that has run on a GPU)."""
-    return (C_PDL + C_HEAD + C_TYPES + C_KERNEL + matvec_staged.C_STAGED + matvec_staged.C_PERSISTENT
+    return (C_HEAD + C_TYPES + C_KERNEL + matvec_staged.C_STAGED + matvec_staged.C_PERSISTENT
             + (matvec_half.C_HALF if half else ""))
 
 

@@ -29,7 +29,6 @@ import numpy as np
 from lite.kernels import matvec_cuda as mc
 from lite.kernels import pdl
 from lite.kernels.cupy_decode_src import C_LAST_OF_COLUMN
-from lite.kernels.pdl import C_PDL
 
 EPILOGUES = {"add": 1, "silu": 2, "gelu_tanh": 3}
 
@@ -147,7 +146,7 @@ __global__ void __launch_bounds__(128) mve(const unsigned char* __restrict__ w, 
 
 def c_source(with_pdl=False):
     """with_pdl: with programmatic dependent launch (kernels/pdl.py, LITE_PDL=1)."""
-    return (("#define LT_PDL\n" if with_pdl else "") + C_PDL + mc.C_HEAD + mc.C_TYPES + mc.C_KERNEL
+    return (("#define LT_PDL\n" if with_pdl else "") + mc.C_HEAD + mc.C_TYPES + mc.C_KERNEL
             + C_LAST_OF_COLUMN + C_EPI)
 
 
