@@ -1,5 +1,6 @@
-"""The default (LITE_FOLD_NORM=0 turns it off): a decode token's RMSNorm split across the launches around it, so that it costs
-no launch of its own (65 a token on the llama 8B shape, ~4 us each on the H200).
+"""The default (LITE_FOLD_NORM=0 turns it off): a decode token's RMSNorm split across the launches
+around it, so that it costs no launch of its own (65 a token on the llama 8B shape, ~4 us each on
+the H200).
 
 In llama's decode step every norm but the first follows a residual add that a product already
 does (linear_add: the attention-output and down products, kernels/matvec_epilogue.py "add"):
