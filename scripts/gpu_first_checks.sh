@@ -1,51 +1,79 @@
 #!/usr/bin/env bash
 # What the next GPU session should run first (on the device, after `source scripts/device_setup.sh`,
 # carry .whl), after session 4: what has not run on a GPU with today's code, most likely broken
-# first, then the measurements still missing. Results in ${OUT:-/tmp/lite-checks}. Step 5 needs 2 GPUs.
+# first, then the measurements still missing. Results in ${OUT:-/tmp/lite-checks}.
+#   bash scripts/gpu_first_checks.sh                 # every step (more than one 10-minute call)
+#   bash scripts/gpu_first_checks.sh pdl moefold iq3 # the steps named (one call: ~8 min)
+# Steps: real (needs the real models carried first), moefold, pdl, iq3, multigpu (2 GPUs).
 # Session 4 ran the rest of the old list (its calls: scripts/session4/call*.sh, figures in BENCHMARKS).
 set -u
 out=${OUT:-/tmp/lite-checks}; mkdir -p "$out"
 L="python3 -m lite.cli.main"
 t() { echo "\$ $*" | tee -a "$out/checks.log"; "$@" 2>&1 | tail -${TAIL:-6} | tee -a "$out/checks.log"; }
-# 1. the real models with today's decode path (graph I/O, norm split, gate/up interleaved, v2
-#    attention): issue 4's acceptance. They travel in pieces (scripts/carry_model.sh: one `run` per
-#    piece, back to back, into ~/.cache/lite/models/ on the device; check the sha256 of lite/hub.py).
-#    Then v2 attention at Gemma 3's head dim 256 (emulator-only so far): if it passes, raise
-#    kernels/cupy_decode.py's V2_DEFAULT_MAX_D to 256.
-t python3 -m pytest -q tests/test_cuda_backend.py -k "real"
-t env LITE_DECODE_ATTN=v2 python3 -m pytest -q tests/test_cuda_backend.py -k "real"
-TAIL=12 t python3 scripts/kv_agreement.py smollm2 --device cuda -n 256
-# 2. LITE_MOE_FOLD=1 (written after session 4's last device call, never run on a GPU): the MoE
-#    layer of a decode token in 5 launches fewer (router in one launch, the activation in the
-#    gate/up launch, the residual add and the next attn_norm in the combine, the ffn_norm by the
-#    attention-output product's last CTA). Tests (test_experts_mvw too), then A/B on the
-#    30B-A3B Q4_K file (274.5 tok/s after 2K in session 4; llama.cpp 309.4); if it gains, default.
-t python3 -m pytest -q tests/test_cuda_backend.py -k "moe_fold or qwen3moe"
-t env LITE_MOE_FOLD=1 python3 -m pytest -q tests/test_experts_mvw.py tests/test_expert_devcache.py tests/test_expert_residency.py
-[ -f /tmp/30b.gguf ] || $L synth --arch qwen3moe --preset 30b-a3b --quant Q4_K /tmp/30b.gguf >/dev/null 2>&1
-for f in 0 1 0 1; do TAIL=2 t env LITE_MOE_FOLD=$f $L bench /tmp/30b.gguf -p 2048 -n 128 -r 3 --device cuda; done
-TAIL=14 t env LITE_MOE_FOLD=1 python3 scripts/profile_decode.py /tmp/30b.gguf 2048
-# 2b. LITE_PDL=1 (kernels/pdl.py, never run on a GPU): programmatic dependent launch of the decode
-#    kernels (matvecs, attention, MoE). The test first (a launch error or wrong logits there means:
-#    leave it off), then A/B on the 8B file (361.5 tok/s after 512 in session 4) and the 30B-A3B
-#    with and without the MoE fold, and the graph replay time (profile_decode's first line; its
-#    per-op times replay each op alone, which PDL cannot speed up).
-t python3 -m pytest -q tests/test_cuda_backend.py -k "programmatic"
-[ -f /tmp/8b.gguf ] || $L synth --arch llama --preset 8b --quant Q4_K /tmp/8b.gguf >/dev/null 2>&1
-for f in 0 1 0 1; do TAIL=2 t env LITE_PDL=$f $L bench /tmp/8b.gguf -p 512 -n 128 -r 5 --device cuda; done
-TAIL=4 t env LITE_PDL=1 python3 scripts/profile_decode.py /tmp/8b.gguf 512
-for c in "0 0" "0 1" "1 1"; do set -- $c
-  TAIL=2 t env LITE_MOE_FOLD=$1 LITE_PDL=$2 $L bench /tmp/30b.gguf -p 2048 -n 128 -r 3 --device cuda; done
-# 3. the IQ3_XXS matvec after session 3's refactor (iq3xxs_dot32 shared by the dense and the struct
-#    kernels: same SASS counts, scheduled differently) at full size, and its bandwidth
-t python3 -m pytest -q tests/test_kernels_matvec.py -k "IQ3"
-TAIL=12 t python3 tests/gpu_sweep_matvec.py --types IQ3_XXS --variants mvp8
-# 4. the register matvec at the decode step's short shapes: call 1 of session 4 found mv160 (16 rows
-#    a CTA) faster for Q4_K at 6144x4096 (8.4 vs 9.7 us) and 128256x4096, slower at 4096x14336 and
-#    4096x4096: a per-shape CONFIG would gain ~0.05 ms a token (BENCHMARKS, session 4)
-# 5. two GPUs (nvidia-h200-x2): the stage's KV cache / experts on its own GPU (fixed in session 2,
-#    never re-run), the p2p hand-off and --handoff-stream (never run on a GPU)
-[ -f /tmp/8b.gguf ] || $L synth --arch llama --preset 8b --quant Q4_K /tmp/8b.gguf >/dev/null 2>&1
-t python3 -m pytest -q tests/test_multi_gpu.py
-[ "$(nvidia-smi -L | wc -l)" -ge 2 ] && TAIL=40 t bash scripts/multi_gpu.sh
-[ "$(nvidia-smi -L | wc -l)" -ge 2 ] && for h in "host" "p2p" "p2p --handoff-stream"; do TAIL=8 t $L bench /tmp/8b.gguf -r 2 --device cuda -p 32768 -n 32 --prefill 2048 --devices 0,1 --handoff $h; done
+need_8b() { [ -f /tmp/8b.gguf ] || $L synth --arch llama --preset 8b --quant Q4_K /tmp/8b.gguf >/dev/null 2>&1; }
+need_30b() { [ -f /tmp/30b.gguf ] || $L synth --arch qwen3moe --preset 30b-a3b --quant Q4_K /tmp/30b.gguf >/dev/null 2>&1; }
+
+# The real models with today's decode path (graph I/O, norm split, gate/up interleaved, v2
+# attention): issue 4's last acceptance item. They travel in pieces (scripts/carry_model.sh: one
+# `run` per piece, back to back, into ~/.cache/lite/models/ on the device; check the sha256 of
+# lite/hub.py). Then v2 attention at Gemma 3's head dim 256 (emulator-only so far): if it passes,
+# raise kernels/cupy_decode.py's V2_DEFAULT_MAX_D to 256.
+step_real() {
+  t python3 -m pytest -q tests/test_cuda_backend.py -k "real"
+  t env LITE_DECODE_ATTN=v2 python3 -m pytest -q tests/test_cuda_backend.py -k "real"
+  TAIL=12 t python3 scripts/kv_agreement.py smollm2 --device cuda -n 256
+}
+
+# LITE_MOE_FOLD=1 (written after session 4's last device call, never run on a GPU): the MoE layer
+# of a decode token in 5 launches fewer (router in one launch, the activation in the gate/up
+# launch, the residual add and the next attn_norm in the combine, the ffn_norm by the
+# attention-output product's last CTA). Tests, then A/B on the 30B-A3B Q4_K file (274.5 tok/s after
+# 2K in session 4; llama.cpp 309.4); if it gains, make it the default.
+step_moefold() {
+  t python3 -m pytest -q tests/test_cuda_backend.py -k "moe_fold or qwen3moe"
+  t env LITE_MOE_FOLD=1 python3 -m pytest -q tests/test_experts_mvw.py tests/test_expert_devcache.py tests/test_expert_residency.py
+  need_30b
+  for f in 0 1 0 1; do TAIL=2 t env LITE_MOE_FOLD=$f $L bench /tmp/30b.gguf -p 2048 -n 128 -r 3 --device cuda; done
+  TAIL=14 t env LITE_MOE_FOLD=1 python3 scripts/profile_decode.py /tmp/30b.gguf 2048
+}
+
+# LITE_PDL=1 (kernels/pdl.py, never run on a GPU): programmatic dependent launch of the decode
+# kernels (matvecs, attention, MoE). The test first (a launch error or wrong logits there means:
+# leave it off), then A/B on the 8B file (361.5 tok/s after 512 in session 4) and the 30B-A3B with
+# and without the MoE fold, and the graph replay time (profile_decode's first line; its per-op
+# times replay each op alone, which PDL cannot speed up).
+step_pdl() {
+  t python3 -m pytest -q tests/test_cuda_backend.py -k "programmatic"
+  need_8b
+  for f in 0 1 0 1; do TAIL=2 t env LITE_PDL=$f $L bench /tmp/8b.gguf -p 512 -n 128 -r 5 --device cuda; done
+  TAIL=4 t env LITE_PDL=1 python3 scripts/profile_decode.py /tmp/8b.gguf 512
+  need_30b
+  for c in "0 0" "0 1" "1 1"; do set -- $c
+    TAIL=2 t env LITE_MOE_FOLD=$1 LITE_PDL=$2 $L bench /tmp/30b.gguf -p 2048 -n 128 -r 3 --device cuda; done
+}
+
+# The IQ3_XXS matvec after session 3's refactor (iq3xxs_dot32 shared by the dense and the struct
+# kernels: same SASS counts, scheduled differently) at full size, and its bandwidth.
+# (Also open, no script: a per-shape CTA shape for the register matvec: call 1 of session 4 found
+# 16 rows a CTA faster for Q4_K at 6144x4096, 8.4 against 9.7 us, slower at 4096x14336.)
+step_iq3() {
+  t python3 -m pytest -q tests/test_kernels_matvec.py -k "IQ3"
+  TAIL=12 t python3 tests/gpu_sweep_matvec.py --types IQ3_XXS --variants mvp8
+}
+
+# Two GPUs (nvidia-h200-x2): the stage's KV cache / experts on its own GPU (fixed in session 2,
+# never re-run), the p2p hand-off and --handoff-stream (never run on a GPU).
+step_multigpu() {
+  need_8b
+  t python3 -m pytest -q tests/test_multi_gpu.py
+  [ "$(nvidia-smi -L | wc -l)" -ge 2 ] || { echo "multigpu: one GPU here" | tee -a "$out/checks.log"; return; }
+  TAIL=40 t bash scripts/multi_gpu.sh
+  for h in "host" "p2p" "p2p --handoff-stream"; do
+    TAIL=8 t $L bench /tmp/8b.gguf -r 2 --device cuda -p 32768 -n 32 --prefill 2048 --devices 0,1 --handoff $h
+  done
+}
+
+for s in ${*:-real moefold pdl iq3 multigpu}; do
+  echo "== $(date +%T) step $s" | tee -a "$out/checks.log"
+  "step_$s"
+done
