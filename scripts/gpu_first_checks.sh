@@ -4,7 +4,7 @@
 # first, then the measurements still missing. Results in ${OUT:-/tmp/lite-checks}.
 #   bash scripts/gpu_first_checks.sh                 # every step (more than one 10-minute call)
 #   bash scripts/gpu_first_checks.sh pdl moefold iq3 # the steps named (one call: ~8 min)
-# Steps: real (needs the real models carried first), moefold, pdl, iq3, multigpu (2 GPUs).
+# Steps: real (needs the real models carried first), moefold, pdl, iq3, ncu, multigpu (2 GPUs).
 # Session 4 ran the rest of the old list (its calls: scripts/session4/call*.sh, figures in BENCHMARKS).
 set -u
 out=${OUT:-/tmp/lite-checks}; mkdir -p "$out"
@@ -61,6 +61,12 @@ step_iq3() {
   TAIL=12 t python3 tests/gpu_sweep_matvec.py --types IQ3_XXS --variants mvp8
 }
 
+# What binds the matvec kernels (issue 3): Nsight Compute (ncu is on the device image) on Q4_K,
+# Q6_K and IQ3_XXS at the decode step's shapes: DRAM throughput, occupancy, warp stall reasons.
+step_ncu() {
+  TAIL=100 t bash scripts/ncu_matvec.sh
+}
+
 # Two GPUs (nvidia-h200-x2): the stage's KV cache / experts on its own GPU (fixed in session 2,
 # never re-run), the p2p hand-off and --handoff-stream (never run on a GPU).
 step_multigpu() {
@@ -73,7 +79,7 @@ step_multigpu() {
   done
 }
 
-for s in ${*:-real moefold pdl iq3 multigpu}; do
+for s in ${*:-real moefold pdl iq3 ncu multigpu}; do
   echo "== $(date +%T) step $s" | tee -a "$out/checks.log"
   "step_$s"
 done
