@@ -23,7 +23,7 @@ from gguf import GGUFWriter, LlamaFileType, TokenType
 from gguf import quants as gguf_quants
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType as QT
 
-from lite import synth_qwen2moe
+from lite import synth_gemma3, synth_qwen2moe
 from lite.errors import LiteError
 
 log = logging.getLogger(__name__)
@@ -51,6 +51,7 @@ class Preset:
     n_ff_exp: int = 0
     n_ff_shexp: int = 0            # shared expert width (qwen2moe)
     write_head_dim: bool = False   # the converter writes key_length/value_length only when config has head_dim
+    sliding_window: int = 0        # gemma3: the local layers' attention window
 
 
 # Tiny presets keep every row (ne0) a multiple of 256 so that K and IQ types fit everywhere, and use
@@ -73,6 +74,7 @@ PRESETS = {
                           write_head_dim=True),                                               # Qwen3-30B-A3B
     },
     "qwen2moe": {k: Preset(**v) for k, v in synth_qwen2moe.PRESETS.items()},
+    "gemma3": {k: Preset(**v) for k, v in synth_gemma3.PRESETS.items()},
 }
 ARCHS = tuple(PRESETS)
 
@@ -148,7 +150,7 @@ def plan(arch, preset, quant) -> list:
                   mat(b + "attn_k.weight", (kv_rows, p.n_embd), il),
                   mat(b + "attn_v.weight", (kv_rows, p.n_embd), il),
                   mat(b + "attn_output.weight", (p.n_embd, q_rows), il)]
-        if arch in ("qwen3", "qwen3moe"):
+        if arch in ("qwen3", "qwen3moe", "gemma3"):
             specs += [norm(b + "attn_q_norm.weight", p.head_dim, il),
                       norm(b + "attn_k_norm.weight", p.head_dim, il)]
         specs.append(norm(b + "ffn_norm.weight", p.n_embd, il))
@@ -165,8 +167,11 @@ def plan(arch, preset, quant) -> list:
                       mat(b + "ffn_up.weight", (p.n_ff, p.n_embd), il)]
         if arch == "qwen2moe":
             specs += synth_qwen2moe.layer_tensors(p, il, mat)
-    specs += [norm("output_norm.weight", p.n_embd, -1),
-              mat("output.weight", (p.n_vocab, p.n_embd), -1, big)]
+        if arch == "gemma3":
+            specs += synth_gemma3.post_norms(il, norm, p.n_embd)
+    specs.append(norm("output_norm.weight", p.n_embd, -1))
+    if arch != "gemma3":                                   # gemma3's output is token_embd (tied)
+        specs.append(mat("output.weight", (p.n_vocab, p.n_embd), -1, big))
     return specs
 
 
@@ -338,6 +343,8 @@ def _metadata(w: GGUFWriter, arch, preset, p: Preset, q):
         w.add_expert_feed_forward_length(p.n_ff_exp)
     if arch == "qwen2moe":
         synth_qwen2moe.metadata(w, p)
+    if arch == "gemma3":
+        synth_gemma3.metadata(w, p)
     if p.write_head_dim:
         w.add_key_length(p.head_dim)
         w.add_value_length(p.head_dim)

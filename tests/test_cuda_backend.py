@@ -17,8 +17,9 @@ WHY = cuda_unavailable_reason()
 pytestmark = pytest.mark.skipif(WHY is not None, reason=f"needs a GPU: {WHY}")
 FIXTURES = Path(__file__).parent / "fixtures"
 GREEDY = Sampler(SamplingParams.greedy())
+# gemma3 (since session 4): head dim 256, GELU, sliding-window layers, tied output, post norms
 SYNTH = [("llama", "Q4_K"), ("llama", "Q8_0"), ("qwen3", "Q6_K"), ("qwen3", "Q4_0"),
-         ("llama", "IQ4_XS"), ("qwen3moe", "Q4_K")]
+         ("llama", "IQ4_XS"), ("qwen3moe", "Q4_K"), ("gemma3", "Q4_K")]
 
 
 @pytest.fixture(scope="module", params=SYNTH, ids=lambda p: f"{p[0]}-{p[1]}")
@@ -125,7 +126,8 @@ def _on_off_agree(path, switch, split=None):
     return engines
 
 
-@pytest.mark.parametrize("arch,quant", [("llama", "Q4_K"), ("qwen3", "Q6_K"), ("llama", "Q8_0")])
+@pytest.mark.parametrize("arch,quant", [("llama", "Q4_K"), ("qwen3", "Q6_K"), ("llama", "Q8_0"),
+                                        ("gemma3", "Q4_K")])
 def test_matvec_epilogues_equal_the_separate_launches(tmp_path, monkeypatch, arch, quant):
     """Decode with the residual add and the FFN activation folded into the products
     (kernels/matvec_epilogue.py, the default) against the separate launches (LITE_MATVEC_EPILOGUE=0):
@@ -138,7 +140,7 @@ def test_matvec_epilogues_equal_the_separate_launches(tmp_path, monkeypatch, arc
 
 @pytest.mark.parametrize("arch,quant,moe_fold", [("llama", "Q4_K", "0"), ("qwen3", "Q6_K", "0"),
                                                  ("llama", "Q8_0", "0"), ("qwen3moe", "Q4_K", "0"),
-                                                 ("qwen3moe", "Q4_K", "1")])
+                                                 ("qwen3moe", "Q4_K", "1"), ("gemma3", "Q4_K", "0")])
 def test_programmatic_dependent_launch_changes_nothing(tmp_path, monkeypatch, arch, quant, moe_fold):
     """LITE_PDL=1 (kernels/pdl.py, not yet run on a GPU before this test): the decode matvecs,
     attention and MoE kernels launched with programmatic dependencies, inside captured graphs too:

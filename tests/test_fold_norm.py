@@ -81,7 +81,7 @@ for _n in MATERIALIZE:
 
 
 @pytest.mark.parametrize("arch,split", [("llama", None), ("llama", 2), ("qwen3", None),
-                                        ("qwen3moe", None), ("qwen2moe", None)])
+                                        ("qwen3moe", None), ("qwen2moe", None), ("gemma3", None)])
 def test_split_norms_give_the_plain_results(tmp_path, monkeypatch, arch, split):
     path = str(tmp_path / f"{arch}.gguf")
     synth(arch, "tiny", "Q8_0", path, seed=5)
@@ -97,11 +97,10 @@ def test_split_norms_give_the_plain_results(tmp_path, monkeypatch, arch, split):
     cfg = folded.cfg
     # a decode token of llama/qwen3: every norm after a linear_add, i.e. each layer's ffn_norm, the
     # next layer's attn_norm (not across a stage boundary) and the output norm; qwen3moe/qwen2moe:
-    # none (ffn_norm feeds the router; the MoE block ends in a plain add). (gemma3 has no
-    # linear_add: its norms follow plain adds; lite synth writes no gemma3, and real files are
-    # not in CI)
+    # none (ffn_norm feeds the router; the MoE block ends in a plain add); gemma3: none (its norms
+    # follow plain adds and products, never a linear_add)
     per_token = {"llama": 2 * cfg.n_layer + 1 - (split or 1), "qwen3": 2 * cfg.n_layer,
-                 "qwen3moe": 0, "qwen2moe": 0}[arch]
+                 "qwen3moe": 0, "qwen2moe": 0, "gemma3": 0}[arch]
     assert NormSplitCPU.taken == 3 * per_token
     for a, b in zip(got, want):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5 * np.abs(b).max())

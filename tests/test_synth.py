@@ -222,3 +222,27 @@ def test_fixture_matches_this_synth_and_lite_tokenizer(tiny, arch, tmp_path):
     tok = Tokenizer.from_metadata(GGUFFile(f).metadata)
     assert tok.encode(fx["text"]) == fx["text_ids"]
     assert len(fx["token_ids"]) == 12 and len(fx["top_ids"]) == 10 and len(fx["greedy"]) == 8
+
+
+def test_tiny_gemma3_has_the_real_files_layout(tmp_path):
+    """A layer's tensors are those of the Gemma 3 270M file (its names, written down from that file:
+    q/k norms of head_dim, post norms), the output is tied (no output.weight), the config reads it
+    as gemma3 with head dim 256, a window of 16 and layer 5 global; the CPU forward past the window
+    gives finite, spread logits."""
+    from lite.engine import Engine
+    path = synth("gemma3", "tiny", "Q4_K", tmp_path / "g.gguf", seed=0)["path"]
+    got = _table(path)
+    layer = {"attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "attn_q_norm", "attn_k_norm",
+             "post_attention_norm", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down", "post_ffw_norm"}
+    assert {n[len("blk.0."):-len(".weight")] for n in got if n.startswith("blk.0.")} == layer
+    assert set(got) - {n for n in got if n.startswith("blk.")} == {"token_embd.weight", "output_norm.weight"}
+    assert got["blk.0.attn_q.weight"] == ((512, 256), "Q4_K") and got["blk.0.attn_k.weight"] == ((256, 256), "Q4_K")
+    assert got["blk.0.attn_output.weight"] == ((256, 512), "Q4_K")
+    assert got["blk.0.attn_q_norm.weight"] == ((256,), "F32")
+    cfg = ModelConfig.from_gguf(GGUFFile(path).metadata)
+    assert (cfg.arch, cfg.head_dim, cfg.sliding_window, cfg.post_norms, cfg.act) == \
+        ("gemma3", 256, 16, True, "gelu_tanh")
+    assert [cfg.is_swa_layer(i) for i in range(cfg.n_layer)] == [True] * 5 + [False, True]
+    eng = Engine(path, device="cpu", max_context=64)
+    logits = eng.prefill(list(range(5, 45)))                 # 40 tokens: past the window of 16
+    assert logits.shape == (cfg.n_vocab,) and np.isfinite(logits).all() and 0.05 < logits.std() < 20
