@@ -3,8 +3,8 @@
 # carry .whl), after session 4: what has not run on a GPU with today's code, most likely broken
 # first, then the measurements still missing. Results in ${OUT:-/tmp/lite-checks}.
 #   bash scripts/gpu_first_checks.sh                 # every step (more than one 10-minute call)
-#   bash scripts/gpu_first_checks.sh pdl moefold iq3 # the steps named (one call: ~8 min)
-# Steps: real (needs the real models carried first), moefold, pdl, iq3, ncu, multigpu (2 GPUs).
+#   bash scripts/gpu_first_checks.sh gemma pdl moefold iq3 # the steps named (one call: ~9 min)
+# Steps: gemma, real (needs the real models carried first), moefold, pdl, iq3, ncu, multigpu (2 GPUs).
 # Session 4 ran the rest of the old list (its calls: scripts/session4/call*.sh, figures in BENCHMARKS).
 set -u
 out=${OUT:-/tmp/lite-checks}; mkdir -p "$out"
@@ -12,6 +12,15 @@ L="python3 -m lite.cli.main"
 t() { echo "\$ $*" | tee -a "$out/checks.log"; "$@" 2>&1 | tail -${TAIL:-6} | tee -a "$out/checks.log"; }
 need_8b() { [ -f /tmp/8b.gguf ] || $L synth --arch llama --preset 8b --quant Q4_K /tmp/8b.gguf >/dev/null 2>&1; }
 need_30b() { [ -f /tmp/30b.gguf ] || $L synth --arch qwen3moe --preset 30b-a3b --quant Q4_K /tmp/30b.gguf >/dev/null 2>&1; }
+
+# The synthetic gemma3 file (lite synth --arch gemma3, new in session 4) on the GPU: head dim 256,
+# GELU over interleaved gate/up rows, sliding windows; then decode attention v2 at head dim 256
+# (emulator-only so far): if both pass, raise kernels/cupy_decode.py's V2_DEFAULT_MAX_D to 256.
+step_gemma() {
+  t python3 -m pytest -q tests/test_cuda_backend.py -k "gemma3"
+  t python3 -m pytest -q tests/test_cuda_decode.py -k "gemma3-256"
+  t env LITE_DECODE_ATTN=v2 python3 -m pytest -q tests/test_cuda_backend.py -k "gemma3"
+}
 
 # The real models with today's decode path (graph I/O, norm split, gate/up interleaved, v2
 # attention): issue 4's last acceptance item. They travel in pieces (scripts/carry_model.sh: one
@@ -79,7 +88,7 @@ step_multigpu() {
   done
 }
 
-for s in ${*:-real moefold pdl iq3 ncu multigpu}; do
+for s in ${*:-gemma real moefold pdl iq3 ncu multigpu}; do
   echo "== $(date +%T) step $s" | tee -a "$out/checks.log"
   "step_$s"
 done
