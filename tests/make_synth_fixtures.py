@@ -12,6 +12,8 @@ For each arch it writes the tiny file with lite.synth (seed and quant below), th
   token_ids            the 12 ids evaluated (one batch, positions 0..11)
   top_ids, top_logits  the 10 largest logits at the last position, largest first
   greedy               the next 8 tokens by argmax, each fed back one at a time
+  end_top_ids, end_top_logits   the 10 largest logits after those 8 (position 19: past the
+                       sliding window of the gemma3 file; fixtures made before session 4 lack them)
   min_margin           the smallest gap between llama.cpp's first and second logit over the 9
                        argmax choices (a gap within the tolerance makes the greedy check a coin toss)
   text, text_ids       llama.cpp's tokenization of a sentence (add_special, parse_special)
@@ -36,7 +38,7 @@ FIXTURES = os.path.join(ROOT, "tests", "fixtures")
 # logits lie 0.001-0.048 apart, near the ~0.01 by which llama.cpp (8-bit activations) and lite differ
 # (with seed 0 the two did pick differently at such a step); seed 7's smallest gap is 0.22.
 CASES = {"llama": ("tiny", "Q4_K", 0), "qwen3": ("tiny", "Q8_0", 0), "qwen3moe": ("tiny", "Q4_K", 0),
-         "qwen2moe": ("tiny", "Q5_K", 7)}
+         "qwen2moe": ("tiny", "Q5_K", 7), "gemma3": ("tiny", "Q4_K", 0)}
 TEXT = "Hello world, this is a test.\nThe answer is 42!"
 N_GREEDY = 8
 
@@ -82,6 +84,7 @@ def run_case(arch, out_dir, threads):
         llm.eval([t])
         last = last_logits()
     margins.append(float(np.diff(np.sort(last)[-2:])[0]))
+    end_top = np.argsort(-last, kind="stable")[:10]      # after the greedy tokens (past gemma3's window)
     text_ids = llm.tokenize(TEXT.encode("utf-8"), add_bos=True, special=True)
     return {
         "arch": arch, "preset": preset, "quant": quant, "seed": seed, "file_sha256": sha,
@@ -91,6 +94,8 @@ def run_case(arch, out_dir, threads):
         "top_logits": [round(float(logits[i]), 5) for i in top],
         "logits_mean": round(float(logits.mean()), 5), "logits_std": round(float(logits.std()), 5),
         "greedy": greedy, "min_margin": round(min(margins), 5),
+        "end_top_ids": [int(i) for i in end_top],
+        "end_top_logits": [round(float(last[i]), 5) for i in end_top],
         "text": TEXT, "text_ids": [int(i) for i in text_ids],
     }
 
