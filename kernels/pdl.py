@@ -85,7 +85,8 @@ class LaunchConfig(ctypes.Structure):          # CUlaunchConfig
 
 
 _SCALARS = {np.dtype(np.int32): ctypes.c_int32, np.dtype(np.int64): ctypes.c_int64,
-            np.dtype(np.uint64): ctypes.c_uint64, np.dtype(np.float32): ctypes.c_float}
+            np.dtype(np.uint32): ctypes.c_uint32, np.dtype(np.uint64): ctypes.c_uint64,
+            np.dtype(np.float32): ctypes.c_float, np.dtype(np.float64): ctypes.c_double}
 
 
 def pack(args):
@@ -97,6 +98,8 @@ def pack(args):
             vals.append(ctypes.c_uint64(0))
         elif hasattr(a, "data") and hasattr(a.data, "ptr"):        # a CuPy array
             vals.append(ctypes.c_uint64(a.data.ptr))
+        elif isinstance(a, np.ndarray):           # host memory (the emulator tests' stand-in arrays)
+            vals.append(ctypes.c_uint64(a.ctypes.data))
         elif isinstance(a, np.generic) and a.dtype in _SCALARS:
             vals.append(_SCALARS[a.dtype](a.item()))
         else:
@@ -115,6 +118,13 @@ def _driver():
     return f
 
 
+def function_handle(func):
+    """The CUfunction of func: RawModule.get_function gives a RawKernel, whose `kernel` is the
+    cupy.cuda.Function (loaded on the current device) that holds the handle as `ptr`."""
+    k = getattr(func, "kernel", None)
+    return int((k if k is not None else func).ptr)
+
+
 def launch(func, grid, block, args, stream_ptr, shared_mem=0):
     """func (a CuPy RawModule function) on the stream whose handle is stream_ptr, with programmatic
     stream serialization; grid and block tuples of up to 3, shared_mem dynamic shared bytes."""
@@ -123,7 +133,7 @@ def launch(func, grid, block, args, stream_ptr, shared_mem=0):
     attr.value[0] = 1                          # programmaticStreamSerializationAllowed (an int)
     cfg = LaunchConfig(*grid, *block, shared_mem, ctypes.c_void_p(stream_ptr), ctypes.pointer(attr), 1)
     vals, ptrs = pack(args)
-    err = _driver()(ctypes.byref(cfg), ctypes.c_void_p(func.ptr), ptrs, None)
+    err = _driver()(ctypes.byref(cfg), ctypes.c_void_p(function_handle(func)), ptrs, None)
     if err != 0:
         raise RuntimeError(f"cuLaunchKernelEx (programmatic dependent launch) failed: CUresult {err}")
     del vals

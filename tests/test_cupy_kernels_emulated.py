@@ -420,3 +420,26 @@ def test_qwen3_attention_block_folds_qk_norm(emulated, monkeypatch, fold):
     want = attention_block(CPU(qkv, w), cfg, il, h, caches[1], pos)
     assert gpu.launches == ([] if fold == "1" else names)
     np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-3 * np.abs(want).max())
+
+
+def test_decode_launches_pack_for_programmatic_launch(emulated, monkeypatch):
+    """LITE_PDL=1's launch path (kernels/pdl.py) for RoPE + KV store and both attention kernels:
+    every argument the wrappers pass packs for cuLaunchKernelEx (a TypeError there would surface
+    only on the GPU), and the kernels, launched through it (the emulator stands in for the driver;
+    the PDL prologue is empty without LT_PDL), still match the reference."""
+    from lite.kernels import pdl
+    packed = []
+
+    def launch(func, grid, block, args, stream_ptr, shared_mem=0):
+        packed.append(len(pdl.pack(args)[0]))
+        func(grid, block, args, shared_mem=shared_mem)
+
+    monkeypatch.setattr(pdl, "enabled", lambda: True)
+    monkeypatch.setattr(pdl, "source_head", lambda: "")
+    monkeypatch.setattr(pdl, "launch", launch)
+    current = types.SimpleNamespace(get_current_stream=lambda: types.SimpleNamespace(ptr=0))
+    monkeypatch.setattr(sys.modules["cupy"], "cuda", current, raising=False)   # the stand-in cupy
+    for variant in ("v1", "v2"):
+        _check_attn_decode(emulated[1], variant, "f16", 8, 2, 300, [0, 299], 0)
+    test_rope_kv_store(emulated, "int8", True, 32)
+    assert len(packed) >= 5 and all(n > 10 for n in packed)

@@ -25,10 +25,11 @@ def _device_array(ptr):
 
 def test_pack_passes_pointers_and_scalars_by_address():
     vals, ptrs = pdl.pack([_device_array(0x7f0012345600), np.int32(-3), np.float32(1.5), None,
-                           np.int64(1 << 40), np.uint64(7)])
-    read = [ctypes.c_uint64, ctypes.c_int32, ctypes.c_float, ctypes.c_uint64, ctypes.c_int64, ctypes.c_uint64]
+                           np.int64(1 << 40), np.uint64(7), np.float64(1e6)])      # (RoPE's base)
+    read = [ctypes.c_uint64, ctypes.c_int32, ctypes.c_float, ctypes.c_uint64, ctypes.c_int64, ctypes.c_uint64,
+            ctypes.c_double]
     got = [t.from_address(ptrs[i]).value for i, t in enumerate(read)]
-    assert got == [0x7f0012345600, -3, 1.5, 0, 1 << 40, 7]
+    assert got == [0x7f0012345600, -3, 1.5, 0, 1 << 40, 7, 1e6]
     with pytest.raises(TypeError):
         pdl.pack([3])                           # a Python int: which C type is not known
 
@@ -47,6 +48,9 @@ def test_launch_sets_the_programmatic_attribute(monkeypatch):
     pdl.launch(types.SimpleNamespace(ptr=0x1234), (5, 2), (128,), [np.int32(9)], 0xABC)
     assert seen == {"grid": (5, 2, 1), "block": (128, 1, 1), "stream": 0xABC, "n": 1,
                     "attr": (pdl.ATTR_PROGRAMMATIC_STREAM_SERIALIZATION, 1), "func": 0x1234, "arg0": 9}
+    # a RawKernel (what RawModule.get_function returns) holds the handle in its kernel's ptr
+    pdl.launch(types.SimpleNamespace(kernel=types.SimpleNamespace(ptr=0x4321)), (1,), (1,), [np.int32(1)], 0)
+    assert seen["func"] == 0x4321
     monkeypatch.setattr(pdl, "_driver", lambda: lambda *a: 1)
     with pytest.raises(RuntimeError, match="cuLaunchKernelEx"):
         pdl.launch(types.SimpleNamespace(ptr=1), (1,), (1,), [], 0)
