@@ -44,41 +44,42 @@ MATERIALIZE = ("rms_norm", "add_rms_norm", "add", "scale", "act_mul", "sigmoid_g
                "moe_experts", "_matmul", "linear_add", "to_host", "done")
 
 
-class AddLater:
+class _Later:
+    """A value whose launch is held back (the classes below). Only CUDABackend's ops take one;
+    anything else fails on it loudly. `done` is the array once it has been launched."""
+    WHAT = ""
+
+    def __getattr__(self, name):
+        raise TypeError(f"{self.WHAT} ({type(self).__name__}) has no {name!r}: pass it through "
+                        f"CUDABackend._arr first (lite/backends/cuda_norm.py)")
+
+
+class AddLater(_Later):
     """What linear_add returns for one token (the norm split): res + x @ W.T, not launched
-    yet. `done` is the array once launched (by rms_norm with the norm out, or by _arr)."""
+    yet; launched by rms_norm with the norm out, or by _arr."""
+    WHAT = "a residual add left for the next norm"
 
     def __init__(self, x, w, res):
         self.x, self.w, self.res, self.shape, self.done = x, w, res, res.shape, None
 
-    def __getattr__(self, name):
-        raise TypeError(f"a residual add left for the next norm (AddLater) has no {name!r}: "
-                        f"pass it through CUDABackend._arr first (lite/backends/cuda_norm.py)")
 
-
-class ScaledLater:
+class ScaledLater(_Later):
     """rms_norm(x) * g as the norm-out launch left it: xg = x * g (T, n) and scale (T,) =
-    rsqrt(mean x^2 + eps). `done` is the normed array once an op has needed it whole."""
+    rsqrt(mean x^2 + eps); `done` once an op has needed the normed array whole."""
+    WHAT = "an RMSNorm left for the next product"
 
     def __init__(self, xg, scale):
         self.xg, self.scale, self.shape, self.done = xg, scale, xg.shape, None
 
-    def __getattr__(self, name):
-        raise TypeError(f"an RMSNorm left for the next product (ScaledLater) has no {name!r}: "
-                        f"pass it through CUDABackend._arr first (lite/backends/cuda_norm.py)")
 
-
-class CombineLater:
+class CombineLater(_Later):
     """What moe_experts returns with LITE_MOE_FOLD=1 for one token with the residual: res + the
     combine of the experts' rows y, not launched yet; rms_norm of it launches the combine with the
     next norm inside (one block has the whole row), anything else the plain combine (_arr)."""
+    WHAT = "an MoE combine left for the next norm"
 
     def __init__(self, y, pos, weights, res):
         self.y, self.pos, self.weights, self.res, self.shape, self.done = y, pos, weights, res, res.shape, None
-
-    def __getattr__(self, name):
-        raise TypeError(f"an MoE combine left for the next norm (CombineLater) has no {name!r}: "
-                        f"pass it through CUDABackend._arr first (LITE_MOE_FOLD=1)")
 
     def launch(self, cp, stream, norm=None):
         """The combine (kernels/moe_cuda.combine), with norm (w, eps) also the norm: returned."""
@@ -155,7 +156,7 @@ class CUDAFoldNorm:
 
     def _ready(self, h):
         """h as an array if it is one (or a lazy value already materialized), else None."""
-        if isinstance(h, (AddLater, ScaledLater, CombineLater)):
+        if isinstance(h, _Later):
             return h.done
         return h
 
