@@ -62,13 +62,12 @@ __device__ __forceinline__ void norm_scale(const float* part, int nparts, int co
         if ((threadIdx.x & 31) == 0) sred[threadIdx.x >> 5][n] = v;
     }
     __syncthreads();
-    if (threadIdx.x < N)
-        scale[threadIdx.x] = rsqrtf(((sred[0][threadIdx.x] + sred[1][threadIdx.x])
-                                     + (sred[2][threadIdx.x] + sred[3][threadIdx.x])) / cols + eps);
+    auto scale_of = [&](int n) { return rsqrtf(((sred[0][n] + sred[1][n]) + (sred[2][n] + sred[3][n])) / cols + eps); };
+    if (threadIdx.x < N) scale[threadIdx.x] = scale_of(threadIdx.x);
     if (hn == nullptr) return;
     #pragma unroll
     for (int n = 0; n < N; n++) {
-        const float s = rsqrtf(((sred[0][n] + sred[1][n]) + (sred[2][n] + sred[3][n])) / cols + eps);
+        const float s = scale_of(n);
         for (int i = threadIdx.x; i < cols; i += 128)
             hn[(long long)n * cols + i] = __ldcg(xg + (long long)n * cols + i) * s;
     }
