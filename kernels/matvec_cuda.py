@@ -68,7 +68,7 @@ DEFAULT.update(config_from_env())
 # Byte alignment the kernel needs of the block buffer (16-byte loads vs 32-bit word loads).
 ALIGN = {"Q4_0": 4, "Q8_0": 4, "Q4_K": 16, "Q5_K": 16, "Q6_K": 4}
 
-# C_PDL first: C_KERNEL's PDL_ROWS_PROLOGUE (kernels/pdl.py; empty unless LT_PDL is defined).
+# C_PDL first: C_KERNEL's PDL_PROLOGUE (kernels/pdl.py; empty unless LT_PDL is defined).
 C_HEAD = C_PDL + r"""
 #ifndef LITE_HOST_SHIM
 __device__ __forceinline__ float lt_h2f(unsigned short h) {
@@ -324,7 +324,7 @@ __device__ __forceinline__ void mv_body(const unsigned char* __restrict__ w, con
     #pragma unroll
     for (int r = 0; r < R; r++)   // rows past the end re-read the last row and are not written
         rowp[r] = w + (long long)min(row0 + r, rows - 1) * rb;
-    PDL_ROWS_PROLOGUE(rowp, rb);  // (LITE_PDL, kernels/pdl.py) weights need nothing of the previous kernel
+    PDL_PROLOGUE();               // (LITE_PDL, kernels/pdl.py)
     float acc[R][N];
     mv_rows<T, N, R, P>(rowp, x, cols, chunks, acc);
     __shared__ float red[4][R * N];

@@ -132,7 +132,7 @@ __global__ void __launch_bounds__(128) mve(const unsigned char* __restrict__ w, 
     for (int r = 0; r < R; r++)   // units past the end re-read the last one and are not written
         rowp[r] = w + (IL ? (long long)min(2 * u0 + r, rows - 1)
                           : (long long)min(u0 + r % H, F - 1) + (r >= H ? F : 0)) * rb;
-    PDL_ROWS_PROLOGUE(rowp, rb);  // (LITE_PDL, kernels/pdl.py) weights need nothing of the previous kernel
+    PDL_PROLOGUE();               // (LITE_PDL, kernels/pdl.py)
     float acc[R][N];
     mv_rows<T, N, R, P>(rowp, x, cols, chunks, acc);
     __shared__ float red[4][R * N];
@@ -143,9 +143,9 @@ __global__ void __launch_bounds__(128) mve(const unsigned char* __restrict__ w, 
 """
 
 
-def c_source(with_pdl=False):
-    """with_pdl: with programmatic dependent launch (kernels/pdl.py, LITE_PDL=1)."""
-    return (("#define LT_PDL\n" if with_pdl else "") + mc.C_HEAD + mc.C_TYPES + mc.C_KERNEL
+def c_source(head=""):
+    """head: pdl.source_head() (programmatic dependent launch, kernels/pdl.py, LITE_PDL)."""
+    return (head + mc.C_HEAD + mc.C_TYPES + mc.C_KERNEL
             + C_LAST_OF_COLUMN + C_EPI)
 
 
@@ -179,9 +179,9 @@ def norm_parts(qtype, n, rows):
 
 
 @functools.lru_cache(maxsize=None)
-def _kernel(device, name, with_pdl=False):
+def _kernel(device, name, head=""):
     import cupy
-    return cupy.RawModule(code=c_source(with_pdl), options=("--std=c++17",),
+    return cupy.RawModule(code=c_source(head), options=("--std=c++17",),
                           name_expressions=[name]).get_function(name)
 
 
@@ -220,7 +220,7 @@ def launch(qtype, blocks, x, out, rows, cols, epilogue, res=None, stream=None, n
     if nm == 2 and x.shape[0] > mc.C_MAX_N:
         raise ValueError(f"scale_in takes at most {mc.C_MAX_N} tokens (one launch)")
     device = cupy.cuda.runtime.getDevice()
-    use_pdl = pdl.enabled()
+    head = pdl.source_head()
     with stream if stream is not None else contextlib.nullcontext():
         for i in range(0, x.shape[0], mc.C_MAX_N):
             xs, os_ = x[i:i + mc.C_MAX_N], out[i:i + mc.C_MAX_N]
@@ -235,7 +235,7 @@ def launch(qtype, blocks, x, out, rows, cols, epilogue, res=None, stream=None, n
             n = xs.shape[0]
             r, p = config(qtype, n)
             units = r if e <= 1 else r // 2
-            func = _kernel(device, kernel_name(qtype, n, r, p, e, nm, interleaved), use_pdl)
+            func = _kernel(device, kernel_name(qtype, n, r, p, e, nm, interleaved), head)
             grid, args = ((width + units - 1) // units,), (
                 blocks, xs, os_, np.int32(rows), np.int32(cols), rs, g, xg, part, scale, counter,
                 np.float32(eps), hn if hn is not None else np.uint64(0))

@@ -365,5 +365,6 @@ def combine(y, pos, w, out, res=None, norm=None):
     norm (nw, eps, hn): also hn (T, n_embd) = rms_norm(out) * nw, in the same launch."""
     T, k = w.shape
     nw, eps, hn = norm if norm is not None else (None, 0.0, None)
-    pdl.call(fn("moe_combine"), (T,), (256,), (y, _p(pos), w, out, _i32(k), _i32(out.shape[1]), _p(res), _p(nw),
+    cols = 1 if hn is not None else -(-out.shape[1] // 256)     # the norm needs a whole row a block
+    pdl.call(fn("moe_combine"), (cols, T), (256,), (y, _p(pos), w, out, _i32(k), _i32(out.shape[1]), _p(res), _p(nw),
                                               _p(hn), np.float32(eps)))

@@ -1,16 +1,22 @@
-"""Programmatic dependent launch (PDL, sm_90+) for the decode kernels (LITE_PDL=1, opt-in: written
-without a GPU, session 4): the matvecs of kernels/matvec_epilogue.py and the decode attention
-(RoPE + KV store, attention v1 and v2).
+"""Programmatic dependent launch (PDL, sm_90+) for the decode kernels (default on GPUs of compute
+capability 9.0 and up, LITE_PDL=0 off, =1 on): the
+matvecs of kernels/matvec_cuda.py and matvec_epilogue.py, the decode attention (RoPE + KV store,
+attention v1 and v2) and the MoE decode kernels.
 
-A decode step is ~230 dependent launches (8B shape); each waits for the previous to finish, drain
-and flush before its first block starts, and the tail of one kernel leaves SMs idle while the next
-is being launched. With PDL the next kernel is launched while this one runs: its blocks start as SMs
-free up, prefetch their weights into L2 (which no kernel writes), and wait (griddepcontrol.wait) for
-the previous kernel's results before reading x. Kernels opt in with LT_PDL (C_PDL's helpers, or
-PDL_PROLOGUE at the top of kernels with nothing to prefetch);
-CuPy's RawKernel call cannot set launch attributes, so this launches through the driver's
-cuLaunchKernelEx with CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION. Inside a stream
-capture the attribute becomes a programmatic edge of the graph.
+A decode step is ~200 (8B) to ~600 (30B-A3B) dependent launches; each waits for the previous to
+finish, drain and flush before its first block starts. With PDL the next kernel is launched while
+this one runs: every kernel first waits for the previous one (griddepcontrol.wait), then lets the
+next launch (griddepcontrol.launch_dependents), so at most two kernels are resident and the next
+one's launch and block start-up overlap this one's work. CuPy's RawKernel call cannot set launch
+attributes, so this launches through the driver's cuLaunchKernelEx with
+CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION; inside a stream capture the attribute becomes
+a programmatic edge of the graph.
+
+Measured (H200, session 5, decode tok/s, LITE_PDL 0 -> 1, two calls each): 30B-A3B Q4_K after 2K
+273.4 -> 282.5 and 295.7 -> 300.8 (after the moe_combine fix), IQ3_XXS 191.3 -> 203.5; 8B Q4_K
+after 512 362.4 -> 359.1 and 355.7 -> 357.7 (even). Two other designs lost: the trigger first (a chain of kernels may
+launch at once: 8B 361.4 -> 322.6) and the trigger after the wait with the matvec's weight rows
+prefetched into L2 before it (8B 331.9, 30B-A3B 271.8).
 """
 import ctypes
 import functools
@@ -21,40 +27,44 @@ import numpy as np
 # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION (cuda.h, CUlaunchAttributeID)
 ATTR_PROGRAMMATIC_STREAM_SERIALIZATION = 6
 
-# The CUDA C a kernel puts at its start under LT_PDL: let the next kernel launch, prefetch what
-# does not depend on the previous kernel (the caller's loop), then wait for the previous kernel.
+# The CUDA C a kernel puts at its start under LT_PDL: wait for the previous kernel, then let the
+# next one launch (every thread; empty without LT_PDL).
 C_PDL = r"""
 #ifndef LT_PDL_HELPERS
 #define LT_PDL_HELPERS
 #ifdef LT_PDL
-__device__ __forceinline__ void pdl_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;"); }
-__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
-__device__ __forceinline__ void pdl_prefetch_l2(const unsigned char* p, long long nbytes) {
-    for (long long i = (long long)threadIdx.x * 128; i < nbytes; i += (long long)blockDim.x * 128)
-        asm volatile("prefetch.global.L2 [%0];" :: "l"(p + i));
-}
-// A kernel with nothing to prefetch: let the next launch, wait for the previous (every thread).
-#define PDL_PROLOGUE() do { pdl_launch_dependents(); pdl_wait(); } while (0)
-// A matvec: the same, with its R weight rows of rb bytes (rowp) prefetched into L2 in between.
-template <int R>
-__device__ __forceinline__ void pdl_rows_prologue(const unsigned char* const (&rowp)[R], long long rb) {
-    pdl_launch_dependents();
-    #pragma unroll
-    for (int r = 0; r < R; r++) pdl_prefetch_l2(rowp[r], rb);
-    pdl_wait();
-}
-#define PDL_ROWS_PROLOGUE(rowp, rb) pdl_rows_prologue(rowp, rb)
+#define PDL_PROLOGUE() do { asm volatile("griddepcontrol.wait;" ::: "memory"); \
+                            asm volatile("griddepcontrol.launch_dependents;"); } while (0)
 #else
 #define PDL_PROLOGUE() do { } while (0)
-#define PDL_ROWS_PROLOGUE(rowp, rb) do { } while (0)
 #endif
 #endif
 """
 
 
 def enabled():
-    """LITE_PDL=1: decode launches with programmatic dependencies (read at each launch)."""
-    return os.environ.get("LITE_PDL", "0") == "1"
+    """Decode launches with programmatic dependencies (read at each launch): LITE_PDL=1 on, =0 off,
+    unset or auto: on where the current GPU has griddepcontrol (compute capability 9.0+)."""
+    v = os.environ.get("LITE_PDL", "auto")
+    return v == "1" or (v == "auto" and _current_device_has_pdl())
+
+
+def _current_device_has_pdl():
+    try:
+        import cupy
+        device = cupy.cuda.runtime.getDevice()
+    except Exception:             # no CuPy or no GPU (the CPU tests, the host emulation)
+        return False
+    return _has_pdl(device)
+
+
+@functools.lru_cache(maxsize=None)
+def _has_pdl(device):
+    import cupy
+    try:
+        return int(cupy.cuda.Device(device).compute_capability) >= 90
+    except Exception:
+        return False
 
 
 def source_head():

@@ -12,10 +12,10 @@ from lite.models.llama import attention_block, ffn_block, fold_residuals
 
 def moe_block(ops, cfg, il, h, residual=None):
     """The MoE FFN of pre-normed h, plus `residual` when given (inside the experts' combine on
-    backends that fold it: the CUDA one with LITE_MOE_FOLD=1)."""
+    backends that take it there: the CUDA one, moe_residual)."""
     p = f"blk.{il}."
     ids, weights = ops.moe_route(h, p + "ffn_gate_inp.weight", cfg.n_expert_used, cfg.expert_weights_norm)
-    if residual is not None and not cfg.n_ff_shexp and getattr(ops, "moe_fold", False):
+    if residual is not None and not cfg.n_ff_shexp and getattr(ops, "moe_residual", False):
         return ops.moe_experts(h, il, ids, weights, cfg.act, residual=residual)
     out = ops.moe_experts(h, il, ids, weights, cfg.act)
     if cfg.n_ff_shexp:

@@ -45,8 +45,8 @@ def _run(variant, dev, pos, window, counters, stream):
 @pytest.mark.parametrize("window", [0, 700])
 @pytest.mark.parametrize("heads", [(32, 8, 128), (4, 1, 256)], ids=["8b", "gemma3-256"])
 def test_attn_decode_8b_shape(variant, kind, window, heads):
-    """The 8B head shape, and Gemma 3 270M's (4 heads, 1 KV head, dim 256: v2 there has run only in
-    the emulator before; kernels/cupy_decode.py V2_DEFAULT_MAX_D keeps it on v1 until this passes)."""
+    """The 8B head shape, and Gemma 3 270M's (4 heads, 1 KV head, dim 256: v2's default there since
+    this passed on the H200, session 5; kernels/cupy_decode.py V2_DEFAULT_MAX_D)."""
     import cupy as cp
     from lite.kernels import cupy_decode
     S = 8448

@@ -69,9 +69,11 @@ def test_combine_with_the_residual_is_the_add_after_it(lib):
     plain, folded, normed = (np.full((T, n_embd), np.nan, np.float32) for _ in range(3))
     nw = rng.standard_normal(n_embd).astype(np.float32)
     hn = np.full((T, n_embd), np.nan, np.float32)
-    for out, r, norm in ((plain, None, (None, None)), (folded, res, (None, None)), (normed, res, (nw, hn))):
-        lib.launch("moe_combine", (T,), (256,), y, pos, w, out, np.int32(k), np.int32(n_embd), r, *norm,
-                   np.float32(1e-6))
+    # a thread a column (grid: column blocks, tokens); with the norm, one block a token
+    for out, r, norm, cols in ((plain, None, (None, None), 2), (folded, res, (None, None), 2),
+                               (normed, res, (nw, hn), 1)):
+        lib.launch("moe_combine", (cols, T), (256,), y, pos, w, out, np.int32(k), np.int32(n_embd), r,
+                   *norm, np.float32(1e-6))
     np.testing.assert_allclose(plain, mk.combine_ref(y, pos, w), rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(folded, res + plain)
     # the next layer's RMSNorm in the same launch (LITE_MOE_FOLD=1): out as before, and its norm

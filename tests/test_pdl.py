@@ -58,19 +58,27 @@ def test_launch_sets_the_programmatic_attribute(monkeypatch):
 
 def test_kernels_take_the_pdl_code_only_when_asked(monkeypatch):
     assert "#define LT_PDL\n" not in matvec_epilogue.c_source()
-    src = matvec_epilogue.c_source(with_pdl=True)
-    assert src.startswith("#define LT_PDL") and "griddepcontrol.wait" in src
-    monkeypatch.delenv("LITE_PDL", raising=False)
+    monkeypatch.setenv("LITE_PDL", "0")
+    assert not pdl.enabled() and pdl.source_head() == ""
+    monkeypatch.delenv("LITE_PDL", raising=False)          # auto: on a GPU of compute capability 9.0+
+    assert pdl.enabled() == pdl._current_device_has_pdl()
+    monkeypatch.setattr(pdl, "_current_device_has_pdl", lambda: False)
     assert not pdl.enabled()
     monkeypatch.setenv("LITE_PDL", "1")
     assert pdl.enabled()
+    src = matvec_epilogue.c_source(pdl.source_head())
+    assert src.startswith("#define LT_PDL") and "griddepcontrol.wait" in src
+    # the wait comes before the trigger: at most two kernels resident (the other order lost)
+    assert src.index("griddepcontrol.wait") < src.index("griddepcontrol.launch_dependents")
+    monkeypatch.setenv("LITE_PDL", "2")
+    assert not pdl.enabled() and pdl.source_head() == ""
 
 
 def test_call_takes_the_plain_launch_unless_enabled(monkeypatch):
     calls = []
     func = types.SimpleNamespace(ptr=0x99)
     plain = lambda grid, block, args, shared_mem=0, stream=None: calls.append(("plain", grid, shared_mem))
-    monkeypatch.delenv("LITE_PDL", raising=False)
+    monkeypatch.setenv("LITE_PDL", "0")
     pdl.call(lambda *a, **k: plain(*a, **k), (3,), (64,), (), stream=None, shared_mem=128)
     assert calls == [("plain", (3,), 128)] and pdl.source_head() == ""
     monkeypatch.setenv("LITE_PDL", "1")

@@ -40,6 +40,9 @@ class CUDAExperts:
     host_experts = None           # a cuda_host_experts.HostExperts when experts live off the device
 
     supports_host_experts = True
+    # moe_experts(residual=) adds the residual inside the combine (the same fp32 add as after it):
+    # one launch a layer fewer in decode (models/qwen3moe.py asks for it where this is set)
+    moe_residual = True
 
     @functools.cached_property
     def moe_fold(self):
