@@ -47,11 +47,10 @@ C_EPI = r"""
 //   2 (scale in): x is such an xg; each total is multiplied by scale[n] before the epilogue, so
 //     that the product is of rms_norm(out) * g.
 // The arithmetic of the add and the activations is cupy_ops' (`a + b`, silu_mul, gelu_tanh_mul).
-// NM = 1, the last CTA: scale[n] = rsqrt(mean + eps) of out n from the CTAs' sums of squares; hn
-// (not NULL): also the whole norm, hn = xg * scale (n, cols), for consumers that take arrays only.
+// NM = 1, the last CTA: scale[n] = rsqrt(mean + eps) of out n from the CTAs' sums of squares.
 template <int N>
 __device__ __forceinline__ void norm_scale(const float* part, int nparts, int cols, float eps,
-                                           float* __restrict__ scale, const float* xg, float* __restrict__ hn) {
+                                           float* __restrict__ scale) {
     __shared__ float sred[4][N];
     #pragma unroll
     for (int n = 0; n < N; n++) {
@@ -64,21 +63,13 @@ __device__ __forceinline__ void norm_scale(const float* part, int nparts, int co
     __syncthreads();
     auto scale_of = [&](int n) { return rsqrtf(((sred[0][n] + sred[1][n]) + (sred[2][n] + sred[3][n])) / cols + eps); };
     if (threadIdx.x < N) scale[threadIdx.x] = scale_of(threadIdx.x);
-    if (hn == nullptr) return;
-    #pragma unroll
-    for (int n = 0; n < N; n++) {
-        const float s = scale_of(n);
-        for (int i = threadIdx.x; i < cols; i += 128)
-            hn[(long long)n * cols + i] = __ldcg(xg + (long long)n * cols + i) * s;
-    }
 }
 // The end of mve: total (thread r*N+n: row r, x n) through epilogue E into out.
 template <int N, int R, int E, int NM, bool IL>
 __device__ __forceinline__ void mve_end(float total, float* __restrict__ out, int rows, int F, int H,
                                         int u0, const float* __restrict__ res, const float* __restrict__ g,
                                         float* xg, float* __restrict__ part,
-                                        float* __restrict__ scale, int* counter, float eps,
-                                        float* __restrict__ hn) {
+                                        float* __restrict__ scale, int* counter, float eps) {
     if constexpr (NM == 1) {      // E == 1, R * N <= 32: warp 0 holds every total
         if (threadIdx.x < 32) {
             const int r = threadIdx.x / N, n = threadIdx.x % N;
@@ -94,7 +85,7 @@ __device__ __forceinline__ void mve_end(float total, float* __restrict__ out, in
             for (int o = N; o < R * N; o <<= 1) sq += __shfl_xor_sync(0xffffffffu, sq, o);
             if (threadIdx.x < N) part[(long long)n * gridDim.x + blockIdx.x] = sq;
         }
-        if (last_block_to_count(counter, gridDim.x)) norm_scale<N>(part, gridDim.x, rows, eps, scale, xg, hn);
+        if (last_block_to_count(counter, gridDim.x)) norm_scale<N>(part, gridDim.x, rows, eps, scale);
     } else if constexpr (E <= 1) {
         if (threadIdx.x < R * N) {
             const int r = threadIdx.x / N, n = threadIdx.x % N;
@@ -122,7 +113,7 @@ __global__ void __launch_bounds__(128) mve(const unsigned char* __restrict__ w, 
                                            float* __restrict__ out, int rows, int cols,
                                            const float* __restrict__ res, const float* __restrict__ g,
                                            float* xg, float* part, float* scale,
-                                           int* counter, float eps, float* __restrict__ hn) {
+                                           int* counter, float eps) {
     constexpr int H = E >= 2 ? R / 2 : R;                 // output units a CTA
     const int F = E >= 2 ? rows / 2 : rows;               // output width
     const int u0 = blockIdx.x * H, nb = cols / T::BE, chunks = nb * T::CPB;
@@ -138,7 +129,7 @@ __global__ void __launch_bounds__(128) mve(const unsigned char* __restrict__ w, 
     __shared__ float red[4][R * N];
     float total = block_sum<R, N>(acc, red);
     if constexpr (NM == 2) total *= __ldg(scale + threadIdx.x % N);
-    mve_end<N, R, E, NM, IL>(total, out, rows, F, H, u0, res, g, xg, part, scale, counter, eps, hn);
+    mve_end<N, R, E, NM, IL>(total, out, rows, F, H, u0, res, g, xg, part, scale, counter, eps);
 }
 """
 
@@ -196,10 +187,9 @@ def launch(qtype, blocks, x, out, rows, cols, epilogue, res=None, stream=None, n
     C-contiguous. epilogue "add": out (n, rows) = x @ W.T + res, res (n, rows) f32 C-contiguous.
     "silu" / "gelu_tanh": rows = 2F, out (n, F) = act(x @ W[:F].T) * (x @ W[F:].T). None (only
     with scale_in): out (n, rows) = the product.
-    norm_out (g, eps, xg, part, scale, counter[, hn]), with "add" and n <= NORM_MAX_TOKENS: also
-    xg (n, rows) = out * g (g (rows,) f32) and scale (n,) f32 = rsqrt(mean(out^2) + eps); part (n,
-    norm_parts(...)) f32 is scratch, counter an int32 device scalar at 0 (left at 0); hn (n, rows)
-    f32, if given: the whole norm, xg * scale (by the last CTA).
+    norm_out (g, eps, xg, part, scale, counter), with "add" and n <= NORM_MAX_TOKENS: also xg (n,
+    rows) = out * g (g (rows,) f32) and scale (n,) f32 = rsqrt(mean(out^2) + eps); part (n,
+    norm_parts(...)) f32 is scratch, counter an int32 device scalar at 0 (left at 0).
     scale_in: scale (n,) as norm_out left it, x its xg: the product is of rms_norm(out) * g.
     interleaved (gated): W's rows are in interleave_rows' order. One launch per matvec_cuda.C_MAX_N
     rows of x."""
@@ -226,10 +216,8 @@ def launch(qtype, blocks, x, out, rows, cols, epilogue, res=None, stream=None, n
             xs, os_ = x[i:i + mc.C_MAX_N], out[i:i + mc.C_MAX_N]
             rs = res[i:i + mc.C_MAX_N] if e == 1 else os_      # otherwise res is never read
             g, eps, xg, part, scale, counter = os_, 0.0, os_, os_, os_, os_   # (unread without NM)
-            hn = None
             if nm == 1:
-                g, eps, xg, part, scale, counter, *hn = norm_out
-                hn = hn[0] if hn else None
+                g, eps, xg, part, scale, counter = norm_out
             elif nm == 2:
                 scale = scale_in
             n = xs.shape[0]
@@ -238,5 +226,5 @@ def launch(qtype, blocks, x, out, rows, cols, epilogue, res=None, stream=None, n
             func = _kernel(device, kernel_name(qtype, n, r, p, e, nm, interleaved), head)
             grid, args = ((width + units - 1) // units,), (
                 blocks, xs, os_, np.int32(rows), np.int32(cols), rs, g, xg, part, scale, counter,
-                np.float32(eps), hn if hn is not None else np.uint64(0))
+                np.float32(eps))
             pdl.call(func, grid, (mc.THREADS,), args)        # (on the current stream)

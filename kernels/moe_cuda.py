@@ -123,7 +123,7 @@ def gather_dequant_source(qtype):
 @functools.lru_cache(maxsize=None)
 def _moe_module(device, head=""):
     import cupy
-    names = [f"{k}<{v}>" for v in (1, 2, 4, 8, 16) for k in ("moe_topk", "moe_route")]
+    names = [f"moe_topk<{v}>" for v in (1, 2, 4, 8, 16)]
     return cupy.RawModule(code=head + C_MOE, options=("--std=c++17",), name_expressions=names)
 
 
@@ -154,9 +154,9 @@ def fn(name):
     return _moe_module(_dev(), pdl.source_head()).get_function(name)
 
 
-def topk_fn(n_expert, kind="moe_topk"):
+def topk_fn(n_expert):
     v = next(v for v in (1, 2, 4, 8, 16) if 32 * v >= n_expert)
-    return _moe_module(_dev(), pdl.source_head()).get_function(f"{kind}<{v}>")
+    return _moe_module(_dev(), pdl.source_head()).get_function(f"moe_topk<{v}>")
 
 
 def mv_kernel(qtype, n):
@@ -255,17 +255,6 @@ def topk(lg, k, normalize, ids, wts):
                                                         _i32(bool(normalize))))
 
 
-def route(h, w, lg, k, normalize, ids, wts, counter):
-    """logits then topk in one launch (moe_route: the last block does the top-k); counter an int32
-    device scalar at 0, left at 0."""
-    T, n_embd = h.shape
-    n_expert = w.shape[0]
-    if n_expert > MAX_EXPERTS or k > n_expert:
-        raise ValueError(f"moe_route: {n_expert} experts, top {k} (at most {MAX_EXPERTS} experts)")
-    pdl.call(topk_fn(n_expert, "moe_route"), (-(-T * n_expert // 4),), (128,), (
-        h, w, lg, ids, wts, _i32(T), _i32(n_embd), _i32(n_expert), _i32(k), _i32(bool(normalize)), counter))
-
-
 def align(ids, n_expert, bm, out):
     """moe_align over (T, k) int32 ids into out's arrays (see align_ref for their shapes)."""
     T, k = ids.shape
@@ -360,11 +349,8 @@ def gemm_batched_f16(handle, m, n, k, a_ptrs, lda, b_ptrs, ldb, c_ptrs, ldc, bat
         raise RuntimeError(f"cublasGemmBatchedEx failed with status {st}")
 
 
-def combine(y, pos, w, out, res=None, norm=None):
-    """out (T, n_embd) = sum over j of w[t, j] * y[pos[t * k + j]], plus res (T, n_embd) if given.
-    norm (nw, eps, hn): also hn (T, n_embd) = rms_norm(out) * nw, in the same launch."""
+def combine(y, pos, w, out, res=None):
+    """out (T, n_embd) = sum over j of w[t, j] * y[pos[t * k + j]], plus res (T, n_embd) if given."""
     T, k = w.shape
-    nw, eps, hn = norm if norm is not None else (None, 0.0, None)
-    cols = 1 if hn is not None else -(-out.shape[1] // 256)     # the norm needs a whole row a block
-    pdl.call(fn("moe_combine"), (cols, T), (256,), (y, _p(pos), w, out, _i32(k), _i32(out.shape[1]), _p(res), _p(nw),
-                                              _p(hn), np.float32(eps)))
+    pdl.call(fn("moe_combine"), (-(-out.shape[1] // 256), T), (256,),
+             (y, _p(pos), w, out, _i32(k), _i32(out.shape[1]), _p(res)))

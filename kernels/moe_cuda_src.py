@@ -1,6 +1,5 @@
 """CUDA C source of the grouped mixture-of-experts kernels (kernels/moe_cuda.py compiles and
 launches them): routing, top-k, the expert sort, the fused grouped matvec."""
-from lite.kernels.cupy_decode_src import C_LAST_OF_COLUMN
 from lite.kernels.pdl import C_PDL
 
 # The activation of gate and up: moe_act_f32/f16 here, and moe_mvw's gated form (kernels/moe_mvw.py),
@@ -17,7 +16,7 @@ __device__ __forceinline__ float moe_act(float g, float u, int gelu) {
 #endif
 """
 
-C_MOE = C_LAST_OF_COLUMN + C_PDL + C_MOE_ACT + r"""
+C_MOE = C_PDL + C_MOE_ACT + r"""
 #define FULL 0xffffffffu
 #define MAXE 512
 #define AT 512
@@ -94,19 +93,6 @@ __global__ void moe_topk(const float* __restrict__ logits, int* __restrict__ ids
     const int t = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     if (t >= T) return;
     moe_topk_row<V>(logits + (long long)t * n_expert, ids, wts, t, n_expert, k, normalize);
-}
-// The router in one launch (LITE_MOE_FOLD=1): moe_logits' grid, then the last block to finish
-// (counter, left at 0) runs moe_topk over every token, a warp a token.
-template <int V>
-__global__ void moe_route(const float* __restrict__ h, const float* __restrict__ w, float* logits,
-                          int* __restrict__ ids, float* __restrict__ wts, int T, int n_embd, int n_expert,
-                          int k, int normalize, int* counter) {
-    PDL_PROLOGUE();
-    const int gw = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    if (gw < T * n_expert) moe_logit(h, w, logits, gw, n_embd, n_expert);
-    if (!last_block_to_count(counter, gridDim.x)) return;
-    for (int t = threadIdx.x >> 5; t < T; t += blockDim.x >> 5)
-        moe_topk_row<V>(logits + (long long)t * n_expert, ids, wts, t, n_expert, k, normalize);
 }
 
 extern "C" __global__ void __launch_bounds__(AT) moe_align(
@@ -201,18 +187,15 @@ extern "C" __global__ void moe_ptrs(const int* __restrict__ blk_expert, const in
 }
 
 // out[t] = sum_j w[t, j] * y[pos[t*k + j]] (pos NULL: the identity), in slot order; plus res[t]
-// (not NULL: the residual add after the MoE block, the add of `x + moe` in the same fp32). hn (not
-// NULL, LITE_MOE_FOLD=1): also the next RMSNorm of out, hn = out * rsqrt(mean out^2 + eps) * nw
-// (then the grid has one block a token: it needs the whole row). Blocks of 256 threads (the
-// reduction's shared array), grid (column blocks, tokens): a thread a column, its k loads issued
-// together (one block a token, each thread walking 8 columns one expert at a time, took 12.6 us a
-// decode step's layer on the H200, session 5: serial L2 latency).
+// (not NULL: the residual add after the MoE block, the add of `x + moe` in the same fp32). Blocks
+// of 256 threads, grid (column blocks, tokens): a thread a column, its k loads issued together (one
+// block a token, each thread walking 8 columns one expert at a time, took 12.6 us a decode step's
+// layer on the H200, session 5: serial L2 latency).
 extern "C" __global__ void moe_combine(const float* __restrict__ y, const int* __restrict__ pos,
         const float* __restrict__ w, float* __restrict__ out, int k, int n_embd,
-        const float* __restrict__ res, const float* __restrict__ nw, float* __restrict__ hn, float eps) {
+        const float* __restrict__ res) {
     PDL_PROLOGUE();
     const int t = blockIdx.y;
-    float ss = 0.f;
     for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < n_embd; c += blockDim.x * gridDim.x) {
         float s = 0.f;
         #pragma unroll 8
@@ -222,18 +205,7 @@ extern "C" __global__ void moe_combine(const float* __restrict__ y, const int* _
         }
         if (res) s = __fadd_rn(res[(long long)t * n_embd + c], s);
         out[(long long)t * n_embd + c] = s;
-        ss = fmaf(s, s, ss);
     }
-    if (!hn) return;                           // uniform over the block
-    __shared__ float red[8];
-    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(FULL, ss, o);
-    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = ss;
-    __syncthreads();
-    float tot = 0.f;
-    for (int i = 0; i < (int)(blockDim.x >> 5); i++) tot += red[i];
-    const float r = rsqrtf(tot / n_embd + eps);
-    for (int c = threadIdx.x; c < n_embd; c += blockDim.x)     // this thread's own columns of out
-        hn[(long long)t * n_embd + c] = out[(long long)t * n_embd + c] * r * nw[c];
 }
 """
 

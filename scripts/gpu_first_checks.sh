@@ -3,8 +3,8 @@
 # carry .whl), after session 4: what has not run on a GPU with today's code, most likely broken
 # first, then the measurements still missing. Results in ${OUT:-/tmp/lite-checks}.
 #   bash scripts/gpu_first_checks.sh                 # every step (more than one 10-minute call)
-#   bash scripts/gpu_first_checks.sh gemma pdl moefold iq3 # the steps named (one call: ~9 min)
-# Steps: gemma, real (needs the real models carried first), moefold, pdl, iq3, ncu, multigpu (2 GPUs).
+#   bash scripts/gpu_first_checks.sh gemma pdl iq3   # the steps named
+# Steps: gemma, real (needs the real models carried first), pdl, iq3, ncu, multigpu (2 GPUs).
 # Session 4 ran the rest of the old list (its calls: scripts/session4/call*.sh, figures in BENCHMARKS).
 set -u
 out=${OUT:-/tmp/lite-checks}; mkdir -p "$out"
@@ -33,32 +33,18 @@ step_real() {
   TAIL=12 t python3 scripts/kv_agreement.py smollm2 --device cuda -n 256
 }
 
-# LITE_MOE_FOLD=1 (written after session 4's last device call, never run on a GPU): the MoE layer
-# of a decode token in 5 launches fewer (router in one launch, the activation in the gate/up
-# launch, the residual add and the next attn_norm in the combine, the ffn_norm by the
-# attention-output product's last CTA). Tests, then A/B on the 30B-A3B Q4_K file (274.5 tok/s after
-# 2K in session 4; llama.cpp 309.4); if it gains, make it the default.
-step_moefold() {
-  t python3 -m pytest -q tests/test_cuda_backend.py -k "moe_fold or qwen3moe"
-  t env LITE_MOE_FOLD=1 python3 -m pytest -q tests/test_experts_mvw.py tests/test_expert_devcache.py tests/test_expert_residency.py
-  need_30b
-  for f in 0 1 0 1; do TAIL=2 t env LITE_MOE_FOLD=$f $L bench /tmp/30b.gguf -p 2048 -n 128 -r 3 --device cuda; done
-  TAIL=14 t env LITE_MOE_FOLD=1 python3 scripts/profile_decode.py /tmp/30b.gguf 2048
-}
-
 # LITE_PDL=1 (kernels/pdl.py, never run on a GPU): programmatic dependent launch of the decode
 # kernels (matvecs, attention, MoE). The test first (a launch error or wrong logits there means:
-# leave it off), then A/B on the 8B file (361.5 tok/s after 512 in session 4) and the 30B-A3B with
-# and without the MoE fold, and the graph replay time (profile_decode's first line; its per-op
-# times replay each op alone, which PDL cannot speed up).
+# leave it off), then A/B on the 8B file (361.5 tok/s after 512 in session 4) and the 30B-A3B
+# file, and the graph replay time (profile_decode's first line; its per-op times replay each op
+# alone, which PDL cannot speed up).
 step_pdl() {
   t python3 -m pytest -q tests/test_cuda_backend.py -k "programmatic"
   need_8b
   for f in 0 1 0 1; do TAIL=2 t env LITE_PDL=$f $L bench /tmp/8b.gguf -p 512 -n 128 -r 5 --device cuda; done
   TAIL=4 t env LITE_PDL=1 python3 scripts/profile_decode.py /tmp/8b.gguf 512
   need_30b
-  for c in "0 0" "0 1" "1 1"; do set -- $c
-    TAIL=2 t env LITE_MOE_FOLD=$1 LITE_PDL=$2 $L bench /tmp/30b.gguf -p 2048 -n 128 -r 3 --device cuda; done
+  for f in 0 1 0 1; do TAIL=2 t env LITE_PDL=$f $L bench /tmp/30b.gguf -p 2048 -n 128 -r 3 --device cuda; done
 }
 
 # The IQ3_XXS matvec after session 3's refactor (iq3xxs_dot32 shared by the dense and the struct
@@ -88,7 +74,7 @@ step_multigpu() {
   done
 }
 
-for s in ${*:-gemma real moefold pdl iq3 ncu multigpu}; do
+for s in ${*:-gemma real pdl iq3 ncu multigpu}; do
   echo "== $(date +%T) step $s" | tee -a "$out/checks.log"
   "step_$s"
 done

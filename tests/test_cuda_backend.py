@@ -138,29 +138,24 @@ def test_matvec_epilogues_equal_the_separate_launches(tmp_path, monkeypatch, arc
     _on_off_agree(path, lambda on: monkeypatch.setattr(cuda_linear, "EPILOGUES", on))
 
 
-@pytest.mark.parametrize("arch,quant,moe_fold", [("llama", "Q4_K", "0"), ("qwen3", "Q6_K", "0"),
-                                                 ("llama", "Q8_0", "0"), ("qwen3moe", "Q4_K", "0"),
-                                                 ("qwen3moe", "Q4_K", "1"), ("gemma3", "Q4_K", "0")])
-def test_programmatic_dependent_launch_changes_nothing(tmp_path, monkeypatch, arch, quant, moe_fold):
+@pytest.mark.parametrize("arch,quant", [("llama", "Q4_K"), ("qwen3", "Q6_K"), ("llama", "Q8_0"),
+                                        ("qwen3moe", "Q4_K"), ("gemma3", "Q4_K")])
+def test_programmatic_dependent_launch_changes_nothing(tmp_path, monkeypatch, arch, quant):
     """LITE_PDL (kernels/pdl.py, default on GPUs of compute capability 9.0+): the decode matvecs,
     attention and MoE kernels launched with programmatic dependencies, inside captured graphs too:
     the same arithmetic, so the same logits (to the tolerance of _on_off_agree) and tokens."""
     path = str(tmp_path / "m.gguf")
     synth(arch, "tiny", quant, path, seed=12)
-    monkeypatch.setenv("LITE_MOE_FOLD", moe_fold)
     _on_off_agree(path, lambda on: monkeypatch.setenv("LITE_PDL", "1" if on else "0"))
 
 
 @pytest.mark.parametrize("quant", ["Q4_K", "Q8_0"])
-def test_moe_fold_matches_the_separate_launches(tmp_path, monkeypatch, quant):
-    """LITE_MOE_FOLD=1 (opt-in; lite/backends/cuda_moe.py moe_fold): the router in one launch and
-    the residual add in the combine (both the same fp32 operations), the ffn_norm written by the
-    attention-output product's last CTA (sums of squares in another order: ~1e-6) against the
-    separate launches."""
+def test_moe_gated_form_matches_the_separate_launches(tmp_path, monkeypatch, quant):
+    """moe_mvw's gated form (decode's default: gate, up and the activation in one launch) against
+    gate and up, then moe_act_f32 (LITE_MOE_GATED=0)."""
     path = str(tmp_path / "m.gguf")
     synth("qwen3moe", "tiny", quant, path, seed=9)
-    engines = _on_off_agree(path, lambda on: monkeypatch.setenv("LITE_MOE_FOLD", "1" if on else "0"))
-    assert all(b.ops.moe_fold == on for on, e in engines.items() for b in e.stages)
+    _on_off_agree(path, lambda on: monkeypatch.setenv("LITE_MOE_GATED", "1" if on else "0"))
 
 
 @pytest.mark.parametrize("arch,quant,split", [("llama", "Q4_K", None), ("llama", "Q8_0", 2),

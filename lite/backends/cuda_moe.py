@@ -3,12 +3,9 @@ self.cp, self.stream, _matmul and act_mul). Two paths: grouped (the default: a c
 launches a layer, docs/experts.md) and per expert (LITE_MOE_GROUPED=0, the old loop). Experts kept
 off the device (--experts host|mmap) are served from a cache of slots (cuda_host_experts.py) in
 rounds through the same grouped kernels."""
-import functools
 import os
 
 import numpy as np
-
-from lite.backends.cuda_norm import CombineLater
 
 FUSED_MAX_TOKENS = 8      # up to this many tokens a product is a fused matvec, not dequant + GEMM
 
@@ -43,15 +40,6 @@ class CUDAExperts:
     # moe_experts(residual=) adds the residual inside the combine (the same fp32 add as after it):
     # one launch a layer fewer in decode (models/qwen3moe.py asks for it where this is set)
     moe_residual = True
-
-    @functools.cached_property
-    def moe_fold(self):
-        """LITE_MOE_FOLD=1 (opt-in until timed on a GPU): a decode token's MoE layer in 5 launches
-        fewer: the router's logits and top-k in one (moe_route), the activation inside the gate/up
-        launch (moe_mvw's gated form), the residual add and the next layer's attn_norm inside the
-        combine (cuda_norm.py CombineLater), and the ffn_norm by the attention-output product's
-        last CTA (cuda_norm.py). Read once a backend."""
-        return os.environ.get("LITE_MOE_FOLD", "0") == "1"
 
     def place_experts(self, gguf, names, experts="auto", expert_cache="auto", n_slots=None, dev_slots=None):
         """Put a stage's expert tensors where --experts says; called after the dense weights and
@@ -125,9 +113,6 @@ class CUDAExperts:
             wts = cp.empty((T, k), np.float32)
             if T <= FUSED_MAX_TOKENS:                         # no cuBLAS: capturable
                 lg = cp.empty((T, w.shape[0]), np.float32)
-                if self.moe_fold:
-                    mk.route(h, w, lg, k, normalize, ids, wts, self._route_counter)
-                    return ids, wts
                 mk.logits(h, w, lg)
             else:
                 lg = cp.ascontiguousarray(h @ w.T)
@@ -177,8 +162,6 @@ class CUDAExperts:
                 return (self._moe_per_expert(h, il, ids, weights, act),)
             y = self._moe_run(plan, h, ids, ws, act)
             res = None if residual is None else cp.ascontiguousarray(self._arr(residual))
-            if res is not None and self.moe_fold and h.shape[0] == 1:
-                return CombineLater(y, plan.get("pos"), weights, res)     # cuda_norm.py
             out = cp.empty_like(h)
             mk.combine(y, plan.get("pos"), weights, out, res)
         return out
@@ -233,8 +216,8 @@ class CUDAExperts:
         kw = dict(slot_of=slot_of, blk_expert=plan["blk_expert"], blk_rows=plan["blk_rows"], kdiv=k, S=S,
                   n_blocks=plan["n_blocks"])
         a = cp.empty((P, ff), np.float32)
-        if self.moe_fold and plan["n"] == 1 and wg.qtype == wu.qtype and mvw.enabled():
-            # the activation inside the gate/up launch (kernels/moe_mvw.py's gated form)
+        if plan["n"] == 1 and wg.qtype == wu.qtype and mvw.gated():
+            # gate, up and the activation in one launch (kernels/moe_mvw.py's gated form)
             mvw.launch(wg.qtype, src[0], src[1], expert_bytes(wg), x=h, out0=a, out1=None, rows=ff,
                        cols=n_embd, act=act, **kw)
             mk.grouped_mv(wd.qtype, 1, src[2], None, expert_bytes(wd), x=a, out0=y, out1=None,

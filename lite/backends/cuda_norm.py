@@ -15,11 +15,7 @@ does (linear_add: the attention-output and down products, kernels/matvec_epilogu
 Any other op gets arrays (`_arr`: an AddLater launched as a plain linear_add, a ScaledLater
 multiplied out, each once). Results agree with the separate rms_norm to ~1e-6 relative, not bit for
 bit (the sums of squares in another order, the scale after the product). An MoE layer's ffn_norm
-feeds the router, which takes arrays: that norm stays one launch (feeds_router), unless
-LITE_MOE_FOLD=1 (opt-in, not yet run on a GPU): then the producer's last CTA also writes the whole
-norm (the hidden size is 2-4K floats: a short tail on one CTA instead of a launch). With it too, the
-MoE block's combine (one block a token, with the residual add) is held back as a CombineLater, and
-the next layer's attn_norm is computed inside it.
+feeds the router, which takes arrays: that norm stays one launch (feeds_router).
 
 Measured on the H200 (session 4, 8B Q4_K decode): the norm inside the products' loop (x * g and
 the sums of x^2 per chunk) cost registers: the gated product 35 -> 52 us, 312 -> 273 tok/s. Then
@@ -72,26 +68,6 @@ class ScaledLater(_Later):
         self.xg, self.scale, self.shape, self.done = xg, scale, xg.shape, None
 
 
-class CombineLater(_Later):
-    """What moe_experts returns with LITE_MOE_FOLD=1 for one token with the residual: res + the
-    combine of the experts' rows y, not launched yet; rms_norm of it launches the combine with the
-    next norm inside (one block has the whole row), anything else the plain combine (_arr)."""
-    WHAT = "an MoE combine left for the next norm"
-
-    def __init__(self, y, pos, weights, res):
-        self.y, self.pos, self.weights, self.res, self.shape, self.done = y, pos, weights, res, res.shape, None
-
-    def launch(self, cp, stream, norm=None):
-        """The combine (kernels/moe_cuda.combine), with norm (w, eps) also the norm: returned."""
-        from lite.kernels import moe_cuda as mk
-        with stream:
-            self.done = cp.empty_like(self.res)
-            hn = None if norm is None else cp.empty_like(self.res)
-            mk.combine(self.y, self.pos, self.weights, self.done, self.res,
-                       None if norm is None else (norm[0], norm[1], hn))
-        return hn
-
-
 def feeds_router(weights, norm_name):
     """Does this norm feed an MoE router (blk.N.ffn_norm of a layer with ffn_gate_inp)?"""
     return norm_name.endswith("ffn_norm.weight") and \
@@ -114,15 +90,8 @@ class CUDAFoldNorm:
 
     def _norm_out(self, x, name, eps):
         """rms_norm's hook: for an AddLater not yet launched, its launch with the norm out and a
-        ScaledLater; for a norm that feeds an MoE router (which takes arrays) with LITE_MOE_FOLD=1,
-        the same launch whose last CTA also writes the whole norm, returned as an array; else None."""
-        if isinstance(x, CombineLater) and x.done is None:
-            g = self.w[name].data
-            if g.dtype == np.float32 and g.shape == x.shape[-1:]:
-                return x.launch(self.cp, self.stream, (g, eps))
-            return None
-        whole = feeds_router(self.w, name)
-        if not isinstance(x, AddLater) or x.done is not None or (whole and not self.moe_fold):
+        ScaledLater; else None."""
+        if not isinstance(x, AddLater) or x.done is not None or feeds_router(self.w, name):
             return None
         g = self.w[name].data
         if g.dtype != np.float32 or g.shape != x.shape[-1:]:
@@ -132,11 +101,10 @@ class CUDAFoldNorm:
         out, xg = cp.empty((T, rows), np.float32), cp.empty((T, rows), np.float32)
         part = cp.empty((T, matvec_epilogue.norm_parts(w.qtype, T, rows)), np.float32)
         scale = cp.empty(T, np.float32)
-        hn = cp.empty((T, rows), np.float32) if whole else None
         matvec_epilogue.launch(w.qtype, w.data, x.x, out, rows, w.shape[-1], "add", x.res,
-                               self.stream, norm_out=(g, eps, xg, part, scale, self._norm_counter, hn))
+                               self.stream, norm_out=(g, eps, xg, part, scale, self._norm_counter))
         x.done = out
-        return hn if whole else ScaledLater(xg, scale)
+        return ScaledLater(xg, scale)
 
     def _arr(self, h):
         """h itself, or what a lazy value stands for (launched once)."""
@@ -147,10 +115,6 @@ class CUDAFoldNorm:
         if isinstance(h, ScaledLater):
             if h.done is None:
                 h.done = h.xg * h.scale[:, None]        # (on the backend's stream, as `add`)
-            return h.done
-        if isinstance(h, CombineLater):
-            if h.done is None:
-                h.launch(self.cp, self.stream)
             return h.done
         return h
 
