@@ -6,8 +6,8 @@
 #   bash scripts/carry_model.sh ~/.cache/lite/models/gemma-3-270m-q4_k_m.gguf           (5 pieces)
 # Then, back to back (a machine idle for 30 s is given back and forgets /tmp):
 #   1. run(command="source scripts/device_setup.sh", carry=[".whl"])   # wheels into /tmp/site
-#   2. for each piece in turn: move only that piece into .mdl/ (mv .mdl/all/NAME.part.K .mdl/), and
-#      run(command="mkdir -p /tmp/m && cp .mdl/*.part.* /tmp/m/", carry=[".mdl"])
+#   2. for each piece in turn (carry takes a file's path; .mdl as a whole is over the 64 MiB cap):
+#      run(command="mkdir -p /tmp/m && cp .mdl/all/*.part.* /tmp/m/", carry=[".mdl/all/NAME.part.K"])
 #   3. run(command="source scripts/device_setup.sh; bash scripts/carry_model.sh --join && ...",
 #          carry=[".mdl"] or [".whl"])  # --join puts the pieces together into ~/.cache/lite/models
 #      and checks each file's sha256 against lite/hub.py; then the tests (gpu_first_checks real).

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# What the next GPU session should run first (on the device, after `source scripts/device_setup.sh`,
-# carry .whl), after session 4: what has not run on a GPU with today's code, most likely broken
-# first, then the measurements still missing. Results in ${OUT:-/tmp/lite-checks}.
-#   bash scripts/gpu_first_checks.sh                 # every step (more than one 10-minute call)
+# GPU checks by step (on the device, after `source scripts/device_setup.sh`, carry .whl). Results in
+# ${OUT:-/tmp/lite-checks}. Session 5 ran gemma, real, pdl, iq3 and ncu with its code (figures in
+# BENCHMARKS, session 5; its calls: scripts/session5/call*.sh); never run since session 2: multigpu,
+# which needs nvidia-h200-x2. Re-run a step after changing what it covers.
+#   bash scripts/gpu_first_checks.sh multigpu        # on nvidia-h200-x2
 #   bash scripts/gpu_first_checks.sh gemma pdl iq3   # the steps named
 # Steps: gemma, real (needs the real models carried first), pdl, iq3, ncu, multigpu (2 GPUs).
-# Session 4 ran the rest of the old list (its calls: scripts/session4/call*.sh, figures in BENCHMARKS).
 set -u
 out=${OUT:-/tmp/lite-checks}; mkdir -p "$out"
 L="python3 -m lite.cli.main"
