@@ -56,9 +56,9 @@ def config_from_env(text=None):
     for item in filter(None, (t.strip() for t in text.split(";"))):
         qtype, _, spec = item.partition("=")
         kind, *nums = spec.split(",")
-        if qtype not in DEFAULT or kind not in ("mv", "mvs", "mvp", "mvh") or not all(
+        if qtype not in DEFAULT or kind not in ("mv", "mvb", "mvs", "mvp", "mvh") or not all(
                 n.strip().isdigit() for n in nums):
-            raise ValueError(f"LITE_MATVEC_CONFIG: {item!r}: expected TYPE=mv|mvs|mvp|mvh[,int...] "
+            raise ValueError(f"LITE_MATVEC_CONFIG: {item!r}: expected TYPE=mv|mvb|mvs|mvp|mvh[,int...] "
                              f"with TYPE in {', '.join(DEFAULT)}")
         out[qtype] = (kind,) + tuple(int(n) for n in nums)
     return out
@@ -339,6 +339,13 @@ __global__ void __launch_bounds__(128) mv(const unsigned char* __restrict__ w, c
                                           float* __restrict__ out, int rows, int cols) {
     mv_body<T, N, R, P>(w, x, out, rows, cols);
 }
+// mv with at least MB CTAs an SM (registers capped: more warps, some spills), not yet run on a GPU.
+// Why (Nsight Compute, session 5): mv is issue/latency bound at 4-5 warps a scheduler.
+template <class T, int N, int R, int P, int MB>
+__global__ void __launch_bounds__(128, MB) mvb(const unsigned char* __restrict__ w, const float* __restrict__ x,
+                                               float* __restrict__ out, int rows, int cols) {
+    mv_body<T, N, R, P>(w, x, out, rows, cols);
+}
 """
 
 TYPES = tuple(CONFIG)
@@ -354,8 +361,8 @@ def c_source(half=False):
 
 
 def kernel_name(qtype, n, *config):
-    """The kernel of a config: (rows, prefetch) or ("mv", rows, prefetch), ("mvs", rows, stages),
-    ("mvp", rows), ("mvh", rows[, weights a chunk])."""
+    """The kernel of a config: (rows, prefetch) or ("mv", rows, prefetch), ("mvb", rows, prefetch,
+    CTAs an SM), ("mvs", rows, stages), ("mvp", rows), ("mvh", rows[, weights a chunk])."""
     kind, *p = config if isinstance(config[0], str) else ("mv",) + tuple(config)
     struct = f"TQ{qtype[1:]}"
     if kind == "mvs":
@@ -364,6 +371,8 @@ def kernel_name(qtype, n, *config):
         return matvec_staged.persistent_name(struct, n, *p)
     if kind == "mvh":
         return matvec_half.kernel_name(qtype, n, *p)
+    if kind == "mvb":                     # (rows, prefetch, CTAs an SM at least)
+        return f"mvb<{struct}, {n}, {p[0]}, {p[1]}, {p[2]}>"
     return f"mv<{struct}, {n}, {p[0]}, {p[1]}>"
 
 
@@ -429,7 +438,7 @@ def launch(qtype, blocks, x, out, rows, cols, stream=None, config=None):
                          ((rows + cfg[1] - 1) // cfg[1],), (THREADS,), args)
                 continue
             func = _kernel(device, qtype, cfg, n)
-            if cfg[0] == "mvh":           # the grid of mv: one CTA of THREADS per cfg[1] rows
+            if cfg[0] in ("mvh", "mvb"):  # the grid of mv: one CTA of THREADS per cfg[1] rows
                 func(((rows + cfg[1] - 1) // cfg[1],), (THREADS,), args)
             else:
                 smem = matvec_staged.smem_bytes(ts, cpb, *cfg[1:]) if cfg[0] == "mvs" else 0

@@ -4,8 +4,8 @@
 # BENCHMARKS, session 5; its calls: scripts/session5/call*.sh); never run since session 2: multigpu,
 # which needs nvidia-h200-x2. Re-run a step after changing what it covers.
 #   bash scripts/gpu_first_checks.sh multigpu        # on nvidia-h200-x2
-#   bash scripts/gpu_first_checks.sh gemma pdl iq3   # the steps named
-# Steps: gemma, real (needs the real models carried first), pdl, iq3, ncu, multigpu (2 GPUs).
+#   bash scripts/gpu_first_checks.sh mvb             # kernel work first (issue 3): ~1 min
+# Steps: gemma, real (needs the real models carried first), pdl, iq3, ncu, mvb, multigpu (2 GPUs).
 set -u
 out=${OUT:-/tmp/lite-checks}; mkdir -p "$out"
 L="python3 -m lite.cli.main"
@@ -62,6 +62,14 @@ step_ncu() {
   TAIL=100 t bash scripts/ncu_matvec.sh
 }
 
+# The register matvec with its registers capped for more CTAs an SM (kernels/matvec_cuda.py mvb,
+# written after session 5's Nsight Compute reading: 4-5 warps a scheduler, issue/latency bound;
+# never run on a GPU): correctness against the register kernel and time at the decode step's shapes.
+step_mvb() {
+  TAIL=30 t python3 tests/gpu_sweep_matvec.py --types Q4_K,Q6_K --variants mvb806,mvb408,mvb418 \
+      --shapes 6144x4096,28672x4096,4096x4096,4096x14336
+}
+
 # Two GPUs (nvidia-h200-x2): the stage's KV cache / experts on its own GPU (fixed in session 2,
 # never re-run), the p2p hand-off and --handoff-stream (never run on a GPU).
 step_multigpu() {
@@ -74,7 +82,7 @@ step_multigpu() {
   done
 }
 
-for s in ${*:-gemma real pdl iq3 ncu multigpu}; do
+for s in ${*:-gemma real pdl iq3 ncu mvb multigpu}; do
   echo "== $(date +%T) step $s" | tee -a "$out/checks.log"
   "step_$s"
 done

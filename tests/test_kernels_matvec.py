@@ -283,3 +283,8 @@ def test_launch_plan_takes_new_kernels_only_where_they_can():
     assert mc.kernel_name("Q4_K", 1, "mvp", 8) == "mvp<TQ4_K, 1, 8>"
     assert mc.kernel_name("Q4_K", 2, 8, 0) == "mv<TQ4_K, 2, 8, 0>"
     assert mc.kernel_name("Q6_K", 1, "mvs", 4, 3) == "mvs<TQ6_K, 1, 4, 3>"
+    # mvb: the register kernel with at least MB CTAs an SM (opt-in, LITE_MATVEC_CONFIG)
+    assert mc.kernel_name("Q4_K", 1, "mvb", 4, 0, 8) == "mvb<TQ4_K, 1, 4, 0, 8>"
+    assert mc._plan("Q4_K", ("mvb", 4, 0, 8), 2, staged_ok=True) == ("mvb", 4, 0, 8)
+    assert mc._plan("Q4_K", ("mvb", 4, 0, 8), 3, staged_ok=True) == ("mv", min(reg[1], 4), reg[2])
+    assert mc.config_from_env("Q4_K=mvb,4,0,8") == {"Q4_K": ("mvb", 4, 0, 8)}
