@@ -4,8 +4,8 @@
 # BENCHMARKS, session 5; its calls: scripts/session5/call*.sh); never run since session 2: multigpu,
 # which needs nvidia-h200-x2. Re-run a step after changing what it covers.
 #   bash scripts/gpu_first_checks.sh multigpu        # on nvidia-h200-x2
-#   bash scripts/gpu_first_checks.sh mvb             # kernel work first (issue 3): ~1 min
-# Steps: gemma, real (needs the real models carried first), pdl, iq3, ncu, mvb, multigpu (2 GPUs).
+#   bash scripts/gpu_first_checks.sh mvb iq3moe      # first next session (issues 3, 6): ~4 min
+# Steps: gemma, real (needs the real models carried first), pdl, iq3, ncu, mvb, iq3moe, multigpu (2 GPUs).
 set -u
 out=${OUT:-/tmp/lite-checks}; mkdir -p "$out"
 L="python3 -m lite.cli.main"
@@ -70,6 +70,19 @@ step_mvb() {
       --shapes 6144x4096,28672x4096,4096x4096,4096x14336
 }
 
+# IQ3_XXS MoE decode (issue 6's last goal: 205 tok/s against llama.cpp's 242 after 2K, session 5):
+# every moe_mvw CTA first fills 8 KB of IQ3 grid copies into shared memory (TIQ3_XXS::init), about as
+# many bytes as its 16 rows of weights; more rows a CTA (LITE_MOE_MVW; R=4 instances compile without
+# spills, nvcc sm_90, 125-128 registers) spread that over more work. A/B of the shapes, tg128 after 2K.
+step_iq3moe() {
+  local f=/tmp/30i.gguf
+  [ -f $f ] || $L synth --arch qwen3moe --preset 30b-a3b --quant IQ3_XXS $f >/dev/null 2>&1
+  for m in "" "2048=16,4,4;768=8,3,4" "2048=8,4,4;768=8,3,4" "2048=16,2,4;768=8,3,4" ""; do
+    echo "LITE_MOE_MVW=$m" | tee -a "$out/checks.log"
+    TAIL=1 t env LITE_MOE_MVW="$m" $L bench $f -p 2048 -n 128 -r 3 --device cuda
+  done
+}
+
 # Two GPUs (nvidia-h200-x2): the stage's KV cache / experts on its own GPU (fixed in session 2,
 # never re-run), the p2p hand-off and --handoff-stream (never run on a GPU).
 step_multigpu() {
@@ -82,7 +95,7 @@ step_multigpu() {
   done
 }
 
-for s in ${*:-gemma real pdl iq3 ncu mvb multigpu}; do
+for s in ${*:-gemma real pdl iq3 ncu mvb iq3moe multigpu}; do
   echo "== $(date +%T) step $s" | tee -a "$out/checks.log"
   "step_$s"
 done
