@@ -53,7 +53,9 @@ __global__ void __launch_bounds__(128, 4) moe_mvw(
     if (slot < 0) return;                      // not resident this round
     const int tok = blk_rows ? blk_rows[b] : (b < S ? b / kdiv : -1);
     if (tok < 0) return;                       // padding; all three returns are uniform over the block
+#ifndef LT_MVW_LATE_INIT
     T::init();                                 // per-type tables in shared memory (IQ types)
+#endif
     constexpr int H = A ? R / 2 : R;           // output rows (units) a group
     static_assert(!A || R % 2 == 0, "a gated group takes gate and up rows in pairs");
     const unsigned char* w = (blockIdx.z ? w1 : w0) + (long long)slot * ebytes;
@@ -70,7 +72,13 @@ __global__ void __launch_bounds__(128, 4) moe_mvw(
     float acc[R];
     #pragma unroll
     for (int r = 0; r < R; r++) acc[r] = 0.f;
+#ifdef LT_MVW_LATE_INIT
+    // Passes counted the same in every lane (a lane past the row's chunks only skips its loads and
+    // sums), so the barrier of T::init() inside the first pass is reached by all.
+    for (int c0 = lg; c0 < lg + (chunks + L * C - 1) / (L * C) * (L * C); c0 += L * C) {
+#else
     for (int c0 = lg; c0 < chunks; c0 += L * C) {
+#endif
         // All weight loads of the pass first: R * C independent loads in flight a lane.
         typename T::Raw cur[C][R];
         #pragma unroll
@@ -79,6 +87,12 @@ __global__ void __launch_bounds__(128, 4) moe_mvw(
                 #pragma unroll
                 for (int r = 0; r < R; r++) T::load(cur[j][r], rowp[r], c0 + j * L);
             }
+#ifdef LT_MVW_LATE_INIT
+        // LITE_MOE_LATE_INIT=1 (opt-in, not yet run on a GPU): the IQ tables' fill (8 KB for
+        // IQ3_XXS, about a CTA's own weight bytes) after the first pass's weight loads are issued,
+        // so the fill overlaps their DRAM latency instead of delaying it.
+        if (c0 == lg) T::init();
+#endif
         #pragma unroll
         for (int j = 0; j < C; j++) {
             const int c = c0 + j * L;
@@ -192,9 +206,16 @@ def _kernel(device, qtype, kname, head=""):
     return mod.get_function(kname)
 
 
+def late_init():
+    """LITE_MOE_LATE_INIT=1 (opt-in, not yet run on a GPU): the per-type tables (IQ types) filled
+    after the first pass's weight loads are issued (LT_MVW_LATE_INIT in C_MVW); same results."""
+    return os.environ.get("LITE_MOE_LATE_INIT", "0") == "1"
+
+
 def kernel(qtype, cols, act=None):
     import cupy
-    return _kernel(cupy.cuda.runtime.getDevice(), qtype, name(qtype, cols, act), pdl.source_head())
+    head = pdl.source_head() + ("#define LT_MVW_LATE_INIT\n" if late_init() else "")
+    return _kernel(cupy.cuda.runtime.getDevice(), qtype, name(qtype, cols, act), head)
 
 
 def grid(qtype, rows, cols, n_blocks, two, act=None):

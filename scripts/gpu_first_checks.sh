@@ -4,7 +4,7 @@
 # BENCHMARKS, session 5; its calls: scripts/session5/call*.sh); never run since session 2: multigpu,
 # which needs nvidia-h200-x2. Re-run a step after changing what it covers.
 #   bash scripts/gpu_first_checks.sh multigpu        # on nvidia-h200-x2
-#   bash scripts/gpu_first_checks.sh mvb iq3moe      # first next session (issues 3, 6): ~4 min
+#   bash scripts/gpu_first_checks.sh mvb iq3moe      # first next session (issues 3, 6): ~6 min
 # Steps: gemma, real (needs the real models carried first), pdl, iq3, ncu, mvb, iq3moe, multigpu (2 GPUs).
 set -u
 out=${OUT:-/tmp/lite-checks}; mkdir -p "$out"
@@ -74,12 +74,17 @@ step_mvb() {
 # every moe_mvw CTA first fills 8 KB of IQ3 grid copies into shared memory (TIQ3_XXS::init), about as
 # many bytes as its 16 rows of weights; more rows a CTA (LITE_MOE_MVW; R=4 instances compile without
 # spills, nvcc sm_90, 125-128 registers) spread that over more work. A/B of the shapes, tg128 after 2K.
+# Also LITE_MOE_LATE_INIT=1 (kernels/moe_mvw.py, never run on a GPU): the table fill after the first
+# pass's weight loads are issued, overlapping their latency. Its GPU test first.
 step_iq3moe() {
+  t python3 -m pytest -q tests/test_cuda_backend.py -k "late_table or gated"
   local f=/tmp/30i.gguf
   [ -f $f ] || $L synth --arch qwen3moe --preset 30b-a3b --quant IQ3_XXS $f >/dev/null 2>&1
   for m in "" "2048=16,4,4;768=8,3,4" "2048=8,4,4;768=8,3,4" "2048=16,2,4;768=8,3,4" ""; do
-    echo "LITE_MOE_MVW=$m" | tee -a "$out/checks.log"
-    TAIL=1 t env LITE_MOE_MVW="$m" $L bench $f -p 2048 -n 128 -r 3 --device cuda
+    for li in 0 1; do
+      echo "LITE_MOE_MVW=$m LITE_MOE_LATE_INIT=$li" | tee -a "$out/checks.log"
+      TAIL=1 t env LITE_MOE_MVW="$m" LITE_MOE_LATE_INIT=$li $L bench $f -p 2048 -n 128 -r 3 --device cuda
+    done
   done
 }
 

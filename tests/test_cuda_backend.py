@@ -158,6 +158,15 @@ def test_moe_gated_form_matches_the_separate_launches(tmp_path, monkeypatch, qua
     _on_off_agree(path, lambda on: monkeypatch.setenv("LITE_MOE_GATED", "1" if on else "0"))
 
 
+@pytest.mark.parametrize("quant", ["IQ3_XXS", "IQ4_XS"])
+def test_moe_late_table_fill_changes_nothing(tmp_path, monkeypatch, quant):
+    """LITE_MOE_LATE_INIT=1 (kernels/moe_mvw.py, opt-in): the IQ tables filled after the first
+    pass's weight loads; the same arithmetic, so the same logits and tokens."""
+    path = str(tmp_path / "m.gguf")
+    synth("qwen3moe", "tiny", quant, path, seed=9)
+    _on_off_agree(path, lambda on: monkeypatch.setenv("LITE_MOE_LATE_INIT", "1" if on else "0"))
+
+
 @pytest.mark.parametrize("arch,quant,split", [("llama", "Q4_K", None), ("llama", "Q8_0", 2),
                                               ("qwen3", "Q6_K", None), ("qwen3moe", "Q4_K", None)])
 def test_folded_norms_match_the_separate_launches(tmp_path, monkeypatch, arch, quant, split):

@@ -175,3 +175,32 @@ def test_gated_form_is_the_activation_of_gate_and_up(lib, act):
             np.float32(0.5) * g * (np.float32(1) + np.tanh(np.float32(0.7978845608028654) * (
                 g + np.float32(0.044715) * g * g * g))) * u)
     np.testing.assert_allclose(a, want, rtol=2e-6, atol=2e-6 * float(np.abs(want).max()))
+
+
+@pytest.mark.parametrize("qtype", ["IQ4_XS", "Q4_K"])
+def test_late_table_fill_changes_nothing(qtype):
+    """LITE_MOE_LATE_INIT=1 (LT_MVW_LATE_INIT, opt-in): the per-type tables filled after the first
+    pass's weight loads, every lane counting the same passes (so the fill's barrier is reached by
+    all, lanes past a row's chunks included): outputs bit for bit those of the default kernel, for
+    every config (3 passes, a pass wider than the row, 32 lanes), gate/up and down, IQ4_XS (a table
+    in shared memory) and Q4_K (none)."""
+    cfgs = sorted({moe_mvw.config(qtype, c) for c in COLS} | set(FORCED))
+    body = "".join(_wrapper(qtype, c) for c in cfgs)
+    libs = [(qtype, emu.compile_kernels(HOST_SHIMS + head + moe_mvw.source(qtype, host=True) + body))
+            for head in ("", "#define LT_MVW_LATE_INIT\n")]
+    rng = np.random.default_rng(5)
+    rows, T, cols = 37, 3, 768
+    S = T * K
+    (bg, _), (bu, _) = _experts(qtype, rows, cols, rng), _experts(qtype, rows, cols, rng)
+    ids = np.stack([rng.permutation(E)[:K] for _ in range(T)]).astype(np.int32).reshape(-1)
+    x, a = _x((T, cols), rng), _x((S, cols), rng)
+    for cfg in cfgs:
+        outs = []
+        for lib in libs:
+            g, u, y = (np.full((S, rows), np.nan, np.float32) for _ in range(3))
+            _launch(lib, cfg, bg, bu, x, g, u, ids, S, rows, cols)
+            _launch(lib, cfg, bg, None, a, y, None, ids, S, rows, cols, x_by_row=True)
+            outs.append((g, u, y))
+        for want, got in zip(*outs):
+            assert not np.isnan(want).any()
+            np.testing.assert_array_equal(got, want)
