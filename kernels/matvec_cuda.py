@@ -27,6 +27,7 @@ import os
 import numpy as np
 
 from lite.kernels import matvec_half, matvec_staged, pdl
+from lite.kernels.matvec_fast import C_FAST_DOT, FAST_DOT
 from lite.kernels.pdl import C_PDL
 
 C_MAX_N = 8
@@ -56,9 +57,9 @@ def config_from_env(text=None):
     for item in filter(None, (t.strip() for t in text.split(";"))):
         qtype, _, spec = item.partition("=")
         kind, *nums = spec.split(",")
-        if qtype not in DEFAULT or kind not in ("mv", "mvb", "mvs", "mvp", "mvh") or not all(
+        if qtype not in DEFAULT or kind not in ("mv", "mvb", "mvf", "mvs", "mvp", "mvh") or not all(
                 n.strip().isdigit() for n in nums):
-            raise ValueError(f"LITE_MATVEC_CONFIG: {item!r}: expected TYPE=mv|mvb|mvs|mvp|mvh[,int...] "
+            raise ValueError(f"LITE_MATVEC_CONFIG: {item!r}: expected TYPE=mv|mvb|mvf|mvs|mvp|mvh[,int...] "
                              f"with TYPE in {', '.join(DEFAULT)}")
         out[qtype] = (kind,) + tuple(int(n) for n in nums)
     return out
@@ -276,6 +277,7 @@ struct TQ8_0 {   // d, qs[32] int8; a chunk is a block
     }
 };
 """
+C_TYPES += C_FAST_DOT   # TQ4_KH after TQ4_K (kernels/matvec_fast.py)
 
 C_KERNEL = r"""
 // The loop every register-kernel launch runs: acc[r][n] = row r . x n over this thread's chunks.
@@ -362,7 +364,8 @@ def c_source(half=False):
 
 def kernel_name(qtype, n, *config):
     """The kernel of a config: (rows, prefetch) or ("mv", rows, prefetch), ("mvb", rows, prefetch,
-    CTAs an SM), ("mvs", rows, stages), ("mvp", rows), ("mvh", rows[, weights a chunk])."""
+    CTAs an SM), ("mvf", rows, prefetch), ("mvs", rows, stages), ("mvp", rows), ("mvh", rows[,
+    weights a chunk])."""
     kind, *p = config if isinstance(config[0], str) else ("mv",) + tuple(config)
     struct = f"TQ{qtype[1:]}"
     if kind == "mvs":
@@ -373,6 +376,8 @@ def kernel_name(qtype, n, *config):
         return matvec_half.kernel_name(qtype, n, *p)
     if kind == "mvb":                     # (rows, prefetch, CTAs an SM at least)
         return f"mvb<{struct}, {n}, {p[0]}, {p[1]}, {p[2]}>"
+    if kind == "mvf":                     # mv with the two-instruction dot (FAST_DOT types)
+        return f"mv<{struct}H, {n}, {p[0]}, {p[1]}>"
     return f"mv<{struct}, {n}, {p[0]}, {p[1]}>"
 
 
@@ -411,7 +416,8 @@ def _plan(qtype, config, n, staged_ok):
     elif not isinstance(config[0], str):
         config = ("mv",) + config
     if config[0] != "mv" and (n > 2 or (config[0] == "mvs" and not staged_ok)
-                              or (config[0] == "mvh" and not matvec_half.supports(qtype, config))):
+                              or (config[0] == "mvh" and not matvec_half.supports(qtype, config))
+                              or (config[0] == "mvf" and qtype not in FAST_DOT)):
         config = ("mv",) + CONFIG[qtype]
     if (config[0] == "mv" and n > 2) or (config[0] == "mvp" and n == 2):
         config = (config[0], min(config[1], 4)) + config[2:]   # mvp<8 rows, n=2> spills
@@ -438,7 +444,7 @@ def launch(qtype, blocks, x, out, rows, cols, stream=None, config=None):
                          ((rows + cfg[1] - 1) // cfg[1],), (THREADS,), args)
                 continue
             func = _kernel(device, qtype, cfg, n)
-            if cfg[0] in ("mvh", "mvb"):  # the grid of mv: one CTA of THREADS per cfg[1] rows
+            if cfg[0] in ("mvh", "mvb", "mvf"):   # mv's grid: a CTA of THREADS per cfg[1] rows
                 func(((rows + cfg[1] - 1) // cfg[1],), (THREADS,), args)
             else:
                 smem = matvec_staged.smem_bytes(ts, cpb, *cfg[1:]) if cfg[0] == "mvs" else 0

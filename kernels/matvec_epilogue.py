@@ -141,7 +141,10 @@ def c_source(head=""):
 
 
 def kernel_name(qtype, n, rows_per_cta, prefetch, e, nm=0, interleaved=False):
-    return (f"mve<TQ{qtype[1:]}, {n}, {rows_per_cta}, {prefetch}, {e}, {nm}"
+    # the two-instruction dot (TQ4_KH) where matvec_cuda's decode kernel is "mvf" (opt-in:
+    # LITE_MATVEC_CONFIG="Q4_K=mvf,8,0"), so that a decode step takes it in every product
+    struct = f"TQ{qtype[1:]}" + ("H" if mc.DEFAULT.get(qtype, ("",))[0] == "mvf" else "")
+    return (f"mve<{struct}, {n}, {rows_per_cta}, {prefetch}, {e}, {nm}"
             + (", true>" if interleaved else ">"))
 
 

@@ -4,8 +4,8 @@
 # BENCHMARKS, session 5; its calls: scripts/session5/call*.sh); never run since session 2: multigpu,
 # which needs nvidia-h200-x2. Re-run a step after changing what it covers.
 #   bash scripts/gpu_first_checks.sh multigpu        # on nvidia-h200-x2
-#   bash scripts/gpu_first_checks.sh mvb iq3moe      # first next session (issues 3, 6): ~6 min
-# Steps: gemma, real (needs the real models carried first), pdl, iq3, ncu, mvb, iq3moe, multigpu (2 GPUs).
+#   bash scripts/gpu_first_checks.sh matvec iq3moe   # first next session (issues 3, 6): ~8 min
+# Steps: gemma, real (needs the real models carried first), pdl, iq3, ncu, matvec, iq3moe, multigpu (2 GPUs).
 set -u
 out=${OUT:-/tmp/lite-checks}; mkdir -p "$out"
 L="python3 -m lite.cli.main"
@@ -62,12 +62,21 @@ step_ncu() {
   TAIL=100 t bash scripts/ncu_matvec.sh
 }
 
-# The register matvec with its registers capped for more CTAs an SM (kernels/matvec_cuda.py mvb,
-# written after session 5's Nsight Compute reading: 4-5 warps a scheduler, issue/latency bound;
-# never run on a GPU): correctness against the register kernel and time at the decode step's shapes.
-step_mvb() {
-  TAIL=30 t python3 tests/gpu_sweep_matvec.py --types Q4_K,Q6_K --variants mvb806,mvb408,mvb418 \
+# Two matvec experiments written after session 5's Nsight Compute reading (issue/latency bound at 4-5
+# warps a scheduler, ~5 instructions a weight), never run on a GPU (kernels/matvec_cuda.py):
+#   mvb: the register kernel under __launch_bounds__(128, MB) (more CTAs an SM, some spills);
+#   mvf: Q4_K's dot in 2 instructions a weight instead of 3 (TQ4_KH: 80 registers instead of 95).
+# The sweep checks each against the register kernel and times the decode step's shapes; then mvf's
+# GPU test and the 8B decode with mvf in every Q4_K product (LITE_MATVEC_CONFIG, read at import).
+step_matvec() {
+  TAIL=40 t python3 tests/gpu_sweep_matvec.py --types Q4_K,Q6_K --variants mvb806,mvb408,mvb418,mvf80 \
       --shapes 6144x4096,28672x4096,4096x4096,4096x14336
+  t python3 -m pytest -q tests/test_cuda_backend.py -k "two_instruction"
+  need_8b
+  for c in "" "Q4_K=mvf,8,0" "" "Q4_K=mvf,8,0"; do
+    echo "LITE_MATVEC_CONFIG=$c" | tee -a "$out/checks.log"
+    TAIL=1 t env LITE_MATVEC_CONFIG="$c" $L bench /tmp/8b.gguf -p 512 -n 128 -r 5 --device cuda
+  done
 }
 
 # IQ3_XXS MoE decode (issue 6's last goal: 205 tok/s against llama.cpp's 242 after 2K, session 5):
@@ -100,7 +109,7 @@ step_multigpu() {
   done
 }
 
-for s in ${*:-gemma real pdl iq3 ncu mvb iq3moe multigpu}; do
+for s in ${*:-gemma real pdl iq3 ncu matvec iq3moe multigpu}; do
   echo "== $(date +%T) step $s" | tee -a "$out/checks.log"
   "step_$s"
 done

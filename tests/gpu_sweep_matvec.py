@@ -48,6 +48,9 @@ REG_VARIANTS = [("mv", 2, 0), ("mv", 4, 0), ("mv", 4, 1), ("mv", 16, 0)]
 # session 5's Nsight Compute reading (4-5 warps a scheduler, issue/latency bound). Labels mvb806,
 # mvb408, mvb418.
 REG_VARIANTS += [("mvb", 8, 0, 6), ("mvb", 4, 0, 8), ("mvb", 4, 1, 8)]
+# The register kernel with the two-instruction dot (matvec_cuda FAST_DOT, TQ4_KH; label mvf80): 2
+# instructions a weight where mv has 3, the same loads and registers; results within ~1e-6.
+REG_VARIANTS += [("mvf", 8, 0)]
 # IQ3_XXS v2 (kernels/matvec_iq_v2.py, opt-in, first GPU run): ("v2", rows, prefetch) on matvec_cuda's
 # mv loop (mv_rows), ("v2p", rows) on the persistent loop. Labels v280, v281, v240, v241, v2p8, v2p4.
 IQ_V2_VARIANTS = [("v2", 8, 0), ("v2", 8, 1), ("v2", 4, 0), ("v2", 4, 1), ("v2p", 8), ("v2p", 4)]
@@ -75,7 +78,8 @@ def launchers(qt, dev, only=None):
     out = {}
     variants = [v for v in VARIANTS if only is None or _label(v) in only]
     halves = [v for v in HALF_VARIANTS if mh.supports(qt, v) and (only is None or _label(v) in only)]
-    regs = [v for v in REG_VARIANTS if qt in mc.CONFIG and (only is None or _label(v) in only)]
+    regs = [v for v in REG_VARIANTS if qt in mc.CONFIG and (only is None or _label(v) in only)
+            and (v[0] != "mvf" or qt in mc.FAST_DOT)]
     if qt in mc.CONFIG:
         names = ([mc.kernel_name(qt, 1, *mc.CONFIG[qt])] + [mc.kernel_name(qt, 1, *v) for v in variants]
                  + [mc.kernel_name(qt, 1, *v) for v in halves] + [mc.kernel_name(qt, 1, *v) for v in regs])

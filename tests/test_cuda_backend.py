@@ -158,6 +158,17 @@ def test_moe_gated_form_matches_the_separate_launches(tmp_path, monkeypatch, qua
     _on_off_agree(path, lambda on: monkeypatch.setenv("LITE_MOE_GATED", "1" if on else "0"))
 
 
+@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+def test_two_instruction_dot_agrees(tmp_path, monkeypatch, arch):
+    """LITE_MATVEC_CONFIG="Q4_K=mvf,8,0" (kernels/matvec_cuda.py TQ4_KH, opt-in): every Q4_K decode
+    product (mv and the epilogue kernels) with 2 instructions a weight instead of 3; the sums of a
+    run rearranged (~1e-6 relative), so logits within _on_off_agree's tolerance, tokens equal."""
+    from lite.kernels import matvec_cuda as mc
+    path = str(tmp_path / "m.gguf")
+    synth(arch, "tiny", "Q4_K", path, seed=12)
+    _on_off_agree(path, lambda on: monkeypatch.setitem(mc.DEFAULT, "Q4_K", ("mvf", 8, 0) if on else ("mv",)))
+
+
 @pytest.mark.parametrize("quant", ["IQ3_XXS", "IQ4_XS"])
 def test_moe_late_table_fill_changes_nothing(tmp_path, monkeypatch, quant):
     """LITE_MOE_LATE_INIT=1 (kernels/moe_mvw.py, opt-in): the IQ tables filled after the first

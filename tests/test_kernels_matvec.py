@@ -288,3 +288,7 @@ def test_launch_plan_takes_new_kernels_only_where_they_can():
     assert mc._plan("Q4_K", ("mvb", 4, 0, 8), 2, staged_ok=True) == ("mvb", 4, 0, 8)
     assert mc._plan("Q4_K", ("mvb", 4, 0, 8), 3, staged_ok=True) == ("mv", min(reg[1], 4), reg[2])
     assert mc.config_from_env("Q4_K=mvb,4,0,8") == {"Q4_K": ("mvb", 4, 0, 8)}
+    # mvf: the two-instruction dot (opt-in), only for FAST_DOT types
+    assert mc.kernel_name("Q4_K", 1, "mvf", 8, 0) == "mv<TQ4_KH, 1, 8, 0>"
+    assert mc._plan("Q4_K", ("mvf", 8, 0), 1, staged_ok=True) == ("mvf", 8, 0)
+    assert mc._plan("Q6_K", ("mvf", 4, 0), 1, staged_ok=True) == ("mv",) + mc.CONFIG["Q6_K"]

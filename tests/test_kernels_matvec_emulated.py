@@ -62,6 +62,8 @@ def _kernels():
             out.append((qt, n, f"mv<{s}, {n}, 4, 1>", 4, False))
             out.append((qt, n, f"mvp<{s}, {n}, 4>", 4, True))
     out.append(("IQ3_XXS", 1, "mvp<TIQ3_XXS, 1, 8>", 8, True))
+    for n in (1, 2):                                     # the two-instruction dot (mvf, opt-in)
+        out.append(("Q4_K", n, f"mv<TQ4_KH, {n}, 8, 0>", 8, False))
     return [(qt, n, call, r, persistent, f"emu_{i}") for i, (qt, n, call, r, persistent) in enumerate(out)]
 
 
