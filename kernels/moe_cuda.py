@@ -93,7 +93,12 @@ def mv_rows_per_cta(qtype, n):
 
 
 def mv_struct(qtype):
-    return f"T{qtype}" if qtype in IQ_MV_TYPES else f"TQ{qtype[1:]}"
+    """The decode struct of a type; Q4_K's two-instruction dot (TQ4_KH, kernels/matvec_fast.py)
+    where matvec_cuda's decode kernel is "mvf" (opt-in: LITE_MATVEC_CONFIG="Q4_K=mvf,8,0")."""
+    from lite.kernels import matvec_cuda
+    if qtype in IQ_MV_TYPES:
+        return f"T{qtype}"
+    return f"TQ{qtype[1:]}" + ("H" if matvec_cuda.DEFAULT.get(qtype, ("",))[0] == "mvf" else "")
 
 
 def mv_name(qtype, n):
@@ -128,10 +133,10 @@ def _moe_module(device, head=""):
 
 
 @functools.lru_cache(maxsize=None)
-def _mv_kernel(device, qtype, n):
+def _mv_kernel(device, qtype, name):
     import cupy
-    mod = cupy.RawModule(code=mv_source(qtype), options=("--std=c++17",), name_expressions=[mv_name(qtype, n)])
-    return mod.get_function(mv_name(qtype, n))
+    mod = cupy.RawModule(code=mv_source(qtype), options=("--std=c++17",), name_expressions=[name])
+    return mod.get_function(name)
 
 
 @functools.lru_cache(maxsize=None)
@@ -160,7 +165,7 @@ def topk_fn(n_expert):
 
 
 def mv_kernel(qtype, n):
-    return _mv_kernel(_dev(), qtype, n)
+    return _mv_kernel(_dev(), qtype, mv_name(qtype, n))
 
 
 def gather_dequant_kernel(qtype):

@@ -77,6 +77,11 @@ step_matvec() {
     echo "LITE_MATVEC_CONFIG=$c" | tee -a "$out/checks.log"
     TAIL=1 t env LITE_MATVEC_CONFIG="$c" $L bench /tmp/8b.gguf -p 512 -n 128 -r 5 --device cuda
   done
+  need_30b      # the MoE experts' moe_mvw takes TQ4_KH too
+  for c in "" "Q4_K=mvf,8,0"; do
+    echo "LITE_MATVEC_CONFIG=$c" | tee -a "$out/checks.log"
+    TAIL=1 t env LITE_MATVEC_CONFIG="$c" $L bench /tmp/30b.gguf -p 2048 -n 128 -r 3 --device cuda
+  done
 }
 
 # IQ3_XXS MoE decode (issue 6's last goal: 205 tok/s against llama.cpp's 242 after 2K, session 5):

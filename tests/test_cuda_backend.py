@@ -158,10 +158,11 @@ def test_moe_gated_form_matches_the_separate_launches(tmp_path, monkeypatch, qua
     _on_off_agree(path, lambda on: monkeypatch.setenv("LITE_MOE_GATED", "1" if on else "0"))
 
 
-@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+@pytest.mark.parametrize("arch", ["llama", "gemma3", "qwen3moe"])
 def test_two_instruction_dot_agrees(tmp_path, monkeypatch, arch):
     """LITE_MATVEC_CONFIG="Q4_K=mvf,8,0" (kernels/matvec_cuda.py TQ4_KH, opt-in): every Q4_K decode
-    product (mv and the epilogue kernels) with 2 instructions a weight instead of 3; the sums of a
+    product (mv, the epilogue kernels, the MoE experts' moe_mvw) with 2 instructions a weight
+    instead of 3; the sums of a
     run rearranged (relative error up to ~6e-6 a run, kernels/matvec_fast.py), so logits within
     _on_off_agree's tolerance, tokens equal."""
     from lite.kernels import matvec_cuda as mc
