@@ -55,7 +55,18 @@ def _current_device_has_pdl():
         device = cupy.cuda.runtime.getDevice()
     except Exception:             # no CuPy or no GPU (the CPU tests, the host emulation)
         return False
-    return _has_pdl(device)
+    return _has_pdl(device) and _driver_ok()
+
+
+@functools.lru_cache(maxsize=None)
+def _driver_ok():
+    """Can ctypes reach the driver's cuLaunchKernelEx (CUDA 12.0+; libcuda.so.1)? If not, plain
+    launches, so that auto never turns a working setup into a failing one."""
+    try:
+        _driver()
+        return True
+    except (OSError, AttributeError):
+        return False
 
 
 @functools.lru_cache(maxsize=None)

@@ -2,6 +2,7 @@
 structures as cuda.h lays them out, the kernel arguments as cuLaunchKernelEx takes them, and the
 launch itself against a stand-in driver. The kernels' PDL code is compiled only with LT_PDL."""
 import ctypes
+import sys
 import types
 
 import numpy as np
@@ -64,6 +65,16 @@ def test_kernels_take_the_pdl_code_only_when_asked(monkeypatch):
     assert pdl.enabled() == pdl._current_device_has_pdl()
     monkeypatch.setattr(pdl, "_current_device_has_pdl", lambda: False)
     assert not pdl.enabled()
+    # a GPU of compute capability 9.0 but no cuLaunchKernelEx in the driver: plain launches
+    monkeypatch.undo()
+    monkeypatch.delenv("LITE_PDL", raising=False)
+    fake = types.SimpleNamespace(cuda=types.SimpleNamespace(runtime=types.SimpleNamespace(getDevice=lambda: 0)))
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    monkeypatch.setattr(pdl, "_has_pdl", lambda device: True)
+    monkeypatch.setattr(pdl, "_driver_ok", lambda: False)
+    assert not pdl.enabled()
+    monkeypatch.setattr(pdl, "_driver_ok", lambda: True)
+    assert pdl.enabled()
     monkeypatch.setenv("LITE_PDL", "1")
     assert pdl.enabled()
     src = matvec_epilogue.c_source(pdl.source_head())
