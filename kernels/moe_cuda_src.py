@@ -25,10 +25,11 @@ __device__ __forceinline__ unsigned short moe_f2h(float f) {
     unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
 #endif
 
-// Logit gw (token gw / n_expert, expert gw % n_expert) by one warp.
-__device__ __forceinline__ void moe_logit(const float* __restrict__ h, const float* __restrict__ w,
-        float* __restrict__ logits, int gw, int n_embd, int n_expert) {
-    const int lane = threadIdx.x & 31;
+extern "C" __global__ void moe_logits(const float* __restrict__ h, const float* __restrict__ w,
+        float* __restrict__ logits, int T, int n_embd, int n_expert) {
+    PDL_PROLOGUE();                            // (LITE_PDL: kernels/pdl.py)
+    const int gw = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
+    if (gw >= T * n_expert) return;            // whole warps leave together
     const float* a = h + (long long)(gw / n_expert) * n_embd;
     const float* b = w + (long long)(gw % n_expert) * n_embd;
     float s = 0.f;
@@ -36,26 +37,21 @@ __device__ __forceinline__ void moe_logit(const float* __restrict__ h, const flo
     for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(FULL, s, o);
     if (lane == 0) logits[gw] = s;
 }
-extern "C" __global__ void moe_logits(const float* __restrict__ h, const float* __restrict__ w,
-        float* __restrict__ logits, int T, int n_embd, int n_expert) {
-    PDL_PROLOGUE();                            // (LITE_PDL: kernels/pdl.py)
-    const int gw = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    if (gw >= T * n_expert) return;            // whole warps leave together
-    moe_logit(h, w, logits, gw, n_embd, n_expert);
-}
 
-// Softmax over token t's logits, the k largest (lower index first on ties), renormalized: one warp,
-// V values a lane (n_expert <= 32 * V).
+// V values a lane: n_expert <= 32 * V.
 template <int V>
-__device__ __forceinline__ void moe_topk_row(const float* l, int* __restrict__ ids, float* __restrict__ wts,
-                                             int t, int n_expert, int k, int normalize) {
-    const int lane = threadIdx.x & 31;
+__global__ void moe_topk(const float* __restrict__ logits, int* __restrict__ ids, float* __restrict__ wts,
+                         int T, int n_expert, int k, int normalize) {
+    PDL_PROLOGUE();
+    const int t = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
+    if (t >= T) return;
+    const float* l = logits + (long long)t * n_expert;
     float p[V];
     float m = -__int_as_float(0x7f800000);
     #pragma unroll
     for (int i = 0; i < V; i++) {
         const int e = lane + 32 * i;
-        p[i] = e < n_expert ? __ldcg(l + e) : -__int_as_float(0x7f800000);   // (L2: other blocks wrote it)
+        p[i] = e < n_expert ? l[e] : -__int_as_float(0x7f800000);
         m = fmaxf(m, p[i]);
     }
     for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(FULL, m, o));
@@ -85,14 +81,6 @@ __device__ __forceinline__ void moe_topk_row(const float* l, int* __restrict__ i
     }
     if (normalize && lane == 0)
         for (int j = 0; j < k; j++) wts[t * k + j] = wts[t * k + j] / tot;
-}
-template <int V>
-__global__ void moe_topk(const float* __restrict__ logits, int* __restrict__ ids, float* __restrict__ wts,
-                         int T, int n_expert, int k, int normalize) {
-    PDL_PROLOGUE();
-    const int t = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    if (t >= T) return;
-    moe_topk_row<V>(logits + (long long)t * n_expert, ids, wts, t, n_expert, k, normalize);
 }
 
 extern "C" __global__ void __launch_bounds__(AT) moe_align(
