@@ -362,6 +362,13 @@ def c_source(half=False):
             + (matvec_half.C_HALF if half else ""))
 
 
+def decode_struct(qtype):
+    """The struct every decode product of qtype takes (mv, matvec_epilogue's mve, the MoE experts'
+    moe_mv/moe_mvw): T<type>, or T<type>H, the two-instruction dot (kernels/matvec_fast.py), where
+    DEFAULT makes "mvf" the type's decode kernel (opt-in: LITE_MATVEC_CONFIG="Q4_K=mvf,8,0")."""
+    return f"TQ{qtype[1:]}" + ("H" if DEFAULT.get(qtype, ("",))[0] == "mvf" else "")
+
+
 def kernel_name(qtype, n, *config):
     """The kernel of a config: (rows, prefetch) or ("mv", rows, prefetch), ("mvb", rows, prefetch,
     CTAs an SM), ("mvf", rows, prefetch), ("mvs", rows, stages), ("mvp", rows), ("mvh", rows[,

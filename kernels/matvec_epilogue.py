@@ -61,8 +61,10 @@ __device__ __forceinline__ void norm_scale(const float* part, int nparts, int co
         if ((threadIdx.x & 31) == 0) sred[threadIdx.x >> 5][n] = v;
     }
     __syncthreads();
-    auto scale_of = [&](int n) { return rsqrtf(((sred[0][n] + sred[1][n]) + (sred[2][n] + sred[3][n])) / cols + eps); };
-    if (threadIdx.x < N) scale[threadIdx.x] = scale_of(threadIdx.x);
+    if (threadIdx.x < N) {
+        const int n = threadIdx.x;
+        scale[threadIdx.x] = rsqrtf(((sred[0][n] + sred[1][n]) + (sred[2][n] + sred[3][n])) / cols + eps);
+    }
 }
 // The end of mve: total (thread r*N+n: row r, x n) through epilogue E into out.
 template <int N, int R, int E, int NM, bool IL>
@@ -141,10 +143,7 @@ def c_source(head=""):
 
 
 def kernel_name(qtype, n, rows_per_cta, prefetch, e, nm=0, interleaved=False):
-    # the two-instruction dot (TQ4_KH) where matvec_cuda's decode kernel is "mvf" (opt-in:
-    # LITE_MATVEC_CONFIG="Q4_K=mvf,8,0"), so that a decode step takes it in every product
-    struct = f"TQ{qtype[1:]}" + ("H" if mc.DEFAULT.get(qtype, ("",))[0] == "mvf" else "")
-    return (f"mve<{struct}, {n}, {rows_per_cta}, {prefetch}, {e}, {nm}"
+    return (f"mve<{mc.decode_struct(qtype)}, {n}, {rows_per_cta}, {prefetch}, {e}, {nm}"
             + (", true>" if interleaved else ">"))
 
 

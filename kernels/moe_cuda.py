@@ -93,12 +93,9 @@ def mv_rows_per_cta(qtype, n):
 
 
 def mv_struct(qtype):
-    """The decode struct of a type; Q4_K's two-instruction dot (TQ4_KH, kernels/matvec_fast.py)
-    where matvec_cuda's decode kernel is "mvf" (opt-in: LITE_MATVEC_CONFIG="Q4_K=mvf,8,0")."""
+    """The decode struct of a type: matvec_cuda's (decode_struct), or the IQ types' own."""
     from lite.kernels import matvec_cuda
-    if qtype in IQ_MV_TYPES:
-        return f"T{qtype}"
-    return f"TQ{qtype[1:]}" + ("H" if matvec_cuda.DEFAULT.get(qtype, ("",))[0] == "mvf" else "")
+    return f"T{qtype}" if qtype in IQ_MV_TYPES else matvec_cuda.decode_struct(qtype)
 
 
 def mv_name(qtype, n):
