@@ -1,7 +1,7 @@
 """Programmatic dependent launch (PDL, sm_90+) for the decode kernels (default on GPUs of compute
-capability 9.0 and up, LITE_PDL=0 off, =1 on): the
-matvecs of kernels/matvec_cuda.py and matvec_epilogue.py, the decode attention (RoPE + KV store,
-attention v1 and v2) and the MoE decode kernels.
+capability 9.0 and up, LITE_PDL=0 off, =1 on): the matvecs of kernels/matvec_cuda.py and
+matvec_epilogue.py, the decode attention (RoPE + KV store, attention v1 and v2) and the MoE decode
+kernels.
 
 A decode step is ~200 (8B) to ~600 (30B-A3B) dependent launches; each waits for the previous to
 finish, drain and flush before its first block starts. With PDL the next kernel is launched while
@@ -14,9 +14,9 @@ a programmatic edge of the graph.
 
 Measured (H200, session 5, decode tok/s, LITE_PDL 0 -> 1, two calls each): 30B-A3B Q4_K after 2K
 273.4 -> 282.5 and 295.7 -> 300.8 (after the moe_combine fix), IQ3_XXS 191.3 -> 203.5; 8B Q4_K
-after 512 362.4 -> 359.1 and 355.7 -> 357.7 (even). Two other designs lost: the trigger first (a chain of kernels may
-launch at once: 8B 361.4 -> 322.6) and the trigger after the wait with the matvec's weight rows
-prefetched into L2 before it (8B 331.9, 30B-A3B 271.8).
+after 512 362.4 -> 359.1 and 355.7 -> 357.7 (even). Two other designs lost: the trigger first (a
+chain of kernels may launch at once: 8B 361.4 -> 322.6) and the trigger after the wait with the
+matvec's weight rows prefetched into L2 before it (8B 331.9, 30B-A3B 271.8).
 """
 import ctypes
 import functools
