@@ -2,6 +2,7 @@
 route, align, gate/up, activation, down, combine (and, on the GEMM path, the gathered fp16
 weights and the fp16 input rows), each step fed the GPU's own previous output so that the first
 line marked BAD is where the path goes wrong.  python3 scripts/moe_diag.py [T ...]"""
+import os
 import sys
 import tempfile
 
@@ -13,6 +14,9 @@ from lite.gguf_file import GGUFFile
 from lite.kernels import moe_cuda as mk
 from lite.synth import synth
 
+# Gate and up checked apart from the activation: the separate launches, not moe_mvw's gated form
+# (decode's default, which writes only their activation).
+os.environ["LITE_MOE_GATED"] = "0"
 TOL = 2e-2     # relative to the largest expected magnitude: fp16 weights and inputs on the GEMM path
 
 

@@ -109,13 +109,13 @@ class CUDAExperts:
         T = h.shape[0]
         with self.stream:
             h = cp.ascontiguousarray(h, dtype=np.float32)
-            ids = cp.empty((T, k), np.int32)
-            wts = cp.empty((T, k), np.float32)
             if T <= FUSED_MAX_TOKENS:                         # no cuBLAS: capturable
                 lg = cp.empty((T, w.shape[0]), np.float32)
                 mk.logits(h, w, lg)
             else:
                 lg = cp.ascontiguousarray(h @ w.T)
+            ids = cp.empty((T, k), np.int32)
+            wts = cp.empty((T, k), np.float32)
             mk.topk(lg, k, normalize, ids, wts)
         return ids, wts
 
@@ -216,26 +216,24 @@ class CUDAExperts:
         kw = dict(slot_of=slot_of, blk_expert=plan["blk_expert"], blk_rows=plan["blk_rows"], kdiv=k, S=S,
                   n_blocks=plan["n_blocks"])
         a = cp.empty((P, ff), np.float32)
+        steps = {}                           # what _trace keeps besides a and y
         if plan["n"] == 1 and wg.qtype == wu.qtype and mvw.gated():
             # gate, up and the activation in one launch (kernels/moe_mvw.py's gated form)
             mvw.launch(wg.qtype, src[0], src[1], expert_bytes(wg), x=h, out0=a, out1=None, rows=ff,
                        cols=n_embd, act=act, **kw)
-            mk.grouped_mv(wd.qtype, 1, src[2], None, expert_bytes(wd), x=a, out0=y, out1=None,
-                          rows=n_embd, cols=ff, x_by_row=True, **kw)
-            self._trace(a=a, y=y)
-            return y
-        gu = cp.empty((2, P, ff), np.float32)
-        if wg.qtype == wu.qtype:
-            mk.grouped_mv(wg.qtype, plan["n"], src[0], src[1], expert_bytes(wg), x=h, out0=gu[0],
-                          out1=gu[1], rows=ff, cols=n_embd, **kw)
         else:
-            for i, w in ((0, wg), (1, wu)):
-                mk.grouped_mv(w.qtype, plan["n"], src[i], None, expert_bytes(w), x=h, out0=gu[i],
-                              out1=None, rows=ff, cols=n_embd, **kw)
-        mk.act(gu[0], gu[1], a, act)
+            gu = steps["gu"] = cp.empty((2, P, ff), np.float32)
+            if wg.qtype == wu.qtype:
+                mk.grouped_mv(wg.qtype, plan["n"], src[0], src[1], expert_bytes(wg), x=h, out0=gu[0],
+                              out1=gu[1], rows=ff, cols=n_embd, **kw)
+            else:
+                for i, w in ((0, wg), (1, wu)):
+                    mk.grouped_mv(w.qtype, plan["n"], src[i], None, expert_bytes(w), x=h, out0=gu[i],
+                                  out1=None, rows=ff, cols=n_embd, **kw)
+            mk.act(gu[0], gu[1], a, act)
         mk.grouped_mv(wd.qtype, plan["n"], src[2], None, expert_bytes(wd), x=a, out0=y, out1=None,
                       rows=n_embd, cols=ff, x_by_row=True, **kw)
-        self._trace(gu=gu, a=a, y=y)
+        self._trace(a=a, y=y, **steps)
         return y
 
     # Set to a dict to keep each step's device arrays of the next _moe_run (scripts/moe_diag.py
