@@ -253,3 +253,50 @@ def test_gpu_graph_io_identical(monkeypatch, tmp_path, arch, quant, split):
     assert runs["0"][0] == runs["1"][0]
     assert all(a.tobytes() == b.tobytes() for a, b in zip(runs["0"][1], runs["1"][1]))
     assert runs["0"][2] == runs["1"][2]
+
+
+class _Cycle:
+    """Cyclic garbage whose finalizer notes whether a capture was in progress when it ran."""
+
+    def __init__(self, seen, inside):
+        self.me, self.seen, self.inside = self, seen, inside
+
+    def __del__(self):
+        self.seen.append(self.inside[0])
+
+
+def test_no_garbage_collection_while_a_graph_is_captured():
+    """cuda_graph_io.no_collection (CUDABackend.capture): garbage pending before a capture is
+    collected before it, none during it (a finalizer calling CUDA would invalidate the capture),
+    with two stages' captures overlapping in two threads; collection is back after the last."""
+    import gc
+    import threading
+    seen, inside = [], [False]
+    old = gc.get_threshold()
+    gc.set_threshold(1)          # any allocation may start a collection
+    try:
+        assert gc.isenabled()
+        _Cycle(seen, inside)
+        entered, release = threading.Event(), threading.Event()
+
+        def other_stage():
+            with cuda_graph_io.no_collection():
+                entered.set()
+                release.wait(5)
+
+        t = threading.Thread(target=other_stage)
+        with cuda_graph_io.no_collection():
+            inside[0] = True
+            t.start()
+            entered.wait(5)
+            for _ in range(200):
+                _Cycle(seen, inside)
+            inside[0] = False
+        assert not gc.isenabled()    # the other stage still captures
+        release.set()
+        t.join(5)
+        assert gc.isenabled()
+        gc.collect()
+    finally:
+        gc.set_threshold(*old)
+    assert seen[0] is False and len(seen) == 201 and not any(seen), seen[:5]

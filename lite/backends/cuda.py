@@ -229,7 +229,7 @@ class CUDABackend(CUDALinear, CUDAFoldNorm, CUDAHandoff, CUDADecodeAttention, CU
 
         self.capturing = True
         try:
-            with cp.cuda.using_allocator(alloc):
+            with cuda_graph_io.no_collection(), cp.cuda.using_allocator(alloc):
                 self.stream.begin_capture()
                 try:
                     out = fn()

@@ -23,7 +23,10 @@ while an earlier replay may still be pending: the last stage waits for its logit
 a non-last stage waits on an event of its previous replay before writing (free when it is done,
 which the stage chain's hand-offs already ensure).
 """
+import contextlib
+import gc
 import os
+import threading
 import weakref
 
 import numpy as np
@@ -35,6 +38,32 @@ def enabled():
     """The pinned graph input/output, default on (H200, session 4: 8B decode 312.7 -> 330.3 tok/s);
     LITE_GRAPH_IO=0 turns it off (read when a backend is made)."""
     return os.environ.get("LITE_GRAPH_IO", "1") != "0"
+
+
+_capture_lock = threading.Lock()
+_captures = [0, False]          # captures in progress (all stages' threads), gc enabled before
+
+
+@contextlib.contextmanager
+def no_collection():
+    """No cyclic garbage collection while any stage captures a graph: a collection (in whatever
+    thread it falls: a stage's, the caller's) runs finalizers that may call CUDA (an event
+    synchronized, a stream destroyed), which invalidates a capture in progress. Seen on the H200
+    in session 6: about 1 GPU test in 60 failed at random with cudaErrorStreamCaptureInvalidated.
+    The first capture collects what is pending, then holds collection off until the last ends."""
+    with _capture_lock:
+        if _captures[0] == 0:
+            _captures[1] = gc.isenabled()
+            gc.collect()
+            gc.disable()
+        _captures[0] += 1
+    try:
+        yield
+    finally:
+        with _capture_lock:
+            _captures[0] -= 1
+            if _captures[0] == 0 and _captures[1]:
+                gc.enable()
 
 
 class DecodeIO:
