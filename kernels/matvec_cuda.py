@@ -46,7 +46,11 @@ CONFIG = {"Q4_0": (8, 1), "Q8_0": (8, 1), "Q4_K": (8, 0), "Q5_K": (4, 0), "Q6_K"
 #   Q4_K 1837 1973 1411 / 1625 1597 1213     Q6_K 2280 2328 1817 / 1879 1886 1557
 #   Q8_0 2811 2524 1922 / 2336 2278 1844     Q4_0 2029 1795 1312 / 1503 1684 1152
 #   Q5_K 1920 1947 1462 / 1604 1669 1291
-DEFAULT = {"Q4_0": ("mv",), "Q8_0": ("mv",), "Q4_K": ("mv",), "Q5_K": ("mv",), "Q6_K": ("mv",)}
+# Q4_K: "mvf", the register kernel with the dot in 2 instructions a weight (kernels/matvec_fast.py),
+# in every Q4_K decode product (decode_struct: the epilogue kernels, the MoE experts). H200, session
+# 6 (BENCHMARKS): 8B Q4_K decode 352.9 / 358.5 -> 377.2 / 376.3 tok/s, 30B-A3B 312.8 -> 318.3;
+# LITE_MATVEC_CONFIG="Q4_K=mv" gives the three-instruction dot back.
+DEFAULT = {"Q4_0": ("mv",), "Q8_0": ("mv",), "Q4_K": ("mvf", 8, 0), "Q5_K": ("mv",), "Q6_K": ("mv",)}
 
 
 def config_from_env(text=None):
@@ -57,9 +61,9 @@ def config_from_env(text=None):
     for item in filter(None, (t.strip() for t in text.split(";"))):
         qtype, _, spec = item.partition("=")
         kind, *nums = spec.split(",")
-        if qtype not in DEFAULT or kind not in ("mv", "mvb", "mvf", "mvs", "mvp", "mvh") or not all(
+        if qtype not in DEFAULT or kind not in ("mv", "mvf", "mvs", "mvp", "mvh") or not all(
                 n.strip().isdigit() for n in nums):
-            raise ValueError(f"LITE_MATVEC_CONFIG: {item!r}: expected TYPE=mv|mvb|mvf|mvs|mvp|mvh[,int...] "
+            raise ValueError(f"LITE_MATVEC_CONFIG: {item!r}: expected TYPE=mv|mvf|mvs|mvp|mvh[,int...] "
                              f"with TYPE in {', '.join(DEFAULT)}")
         out[qtype] = (kind,) + tuple(int(n) for n in nums)
     return out
@@ -341,13 +345,6 @@ __global__ void __launch_bounds__(128) mv(const unsigned char* __restrict__ w, c
                                           float* __restrict__ out, int rows, int cols) {
     mv_body<T, N, R, P>(w, x, out, rows, cols);
 }
-// mv with at least MB CTAs an SM (registers capped: more warps, some spills), not yet run on a GPU.
-// Why (Nsight Compute, session 5): mv is issue/latency bound at 4-5 warps a scheduler.
-template <class T, int N, int R, int P, int MB>
-__global__ void __launch_bounds__(128, MB) mvb(const unsigned char* __restrict__ w, const float* __restrict__ x,
-                                               float* __restrict__ out, int rows, int cols) {
-    mv_body<T, N, R, P>(w, x, out, rows, cols);
-}
 """
 
 TYPES = tuple(CONFIG)
@@ -365,13 +362,12 @@ def c_source(half=False):
 def decode_struct(qtype):
     """The struct every decode product of qtype takes (mv, matvec_epilogue's mve, the MoE experts'
     moe_mv/moe_mvw): T<type>, or T<type>H, the two-instruction dot (kernels/matvec_fast.py), where
-    DEFAULT makes "mvf" the type's decode kernel (opt-in: LITE_MATVEC_CONFIG="Q4_K=mvf,8,0")."""
+    DEFAULT makes "mvf" the type's decode kernel (Q4_K's default; LITE_MATVEC_CONFIG="Q4_K=mv": TQ4_K)."""
     return f"TQ{qtype[1:]}" + ("H" if DEFAULT.get(qtype, ("",))[0] == "mvf" else "")
 
 
 def kernel_name(qtype, n, *config):
-    """The kernel of a config: (rows, prefetch) or ("mv", rows, prefetch), ("mvb", rows, prefetch,
-    CTAs an SM), ("mvf", rows, prefetch), ("mvs", rows, stages), ("mvp", rows), ("mvh", rows[,
+    """The kernel of a config: (rows, prefetch) or ("mv", rows, prefetch), ("mvf", rows, prefetch), ("mvs", rows, stages), ("mvp", rows), ("mvh", rows[,
     weights a chunk])."""
     kind, *p = config if isinstance(config[0], str) else ("mv",) + tuple(config)
     struct = f"TQ{qtype[1:]}"
@@ -381,8 +377,6 @@ def kernel_name(qtype, n, *config):
         return matvec_staged.persistent_name(struct, n, *p)
     if kind == "mvh":
         return matvec_half.kernel_name(qtype, n, *p)
-    if kind == "mvb":                     # (rows, prefetch, CTAs an SM at least)
-        return f"mvb<{struct}, {n}, {p[0]}, {p[1]}, {p[2]}>"
     if kind == "mvf":                     # mv with the two-instruction dot (FAST_DOT types)
         return f"mv<{struct}H, {n}, {p[0]}, {p[1]}>"
     return f"mv<{struct}, {n}, {p[0]}, {p[1]}>"
@@ -446,12 +440,12 @@ def launch(qtype, blocks, x, out, rows, cols, stream=None, config=None):
             n = xs.shape[0]
             cfg = _plan(qtype, config, n, staged_ok)
             args = (blocks, xs, os_, np.int32(rows), np.int32(cols))
-            if cfg[0] == "mv":            # LITE_PDL (kernels/pdl.py): only mv has the prologue
+            if cfg[0] in ("mv", "mvf"):   # LITE_PDL (kernels/pdl.py): only mv has the prologue
                 pdl.call(_kernel(device, qtype, cfg, n, pdl.source_head()),
                          ((rows + cfg[1] - 1) // cfg[1],), (THREADS,), args)
                 continue
             func = _kernel(device, qtype, cfg, n)
-            if cfg[0] in ("mvh", "mvb", "mvf"):   # mv's grid: a CTA of THREADS per cfg[1] rows
+            if cfg[0] == "mvh":           # mv's grid: a CTA of THREADS per cfg[1] rows
                 func(((rows + cfg[1] - 1) // cfg[1],), (THREADS,), args)
             else:
                 smem = matvec_staged.smem_bytes(ts, cpb, *cfg[1:]) if cfg[0] == "mvs" else 0

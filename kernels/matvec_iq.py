@@ -125,14 +125,19 @@ __device__ __forceinline__ void finish(float (&acc)[R][N], float* __restrict__ o
 """
 
 C_IQ3_XXS = r"""
-#define GCOPIES 8
+#ifndef GCOPIES   // a module may set it first (moe_mvw: 0, LITE_IQ3_GCOPIES); 0: no shared copy,
+#define GCOPIES 8  // the grid read from global memory through L1 (the TIQ3_XXS struct only)
+#endif
+#define GSTRIDE (GCOPIES > 0 ? GCOPIES : 1)
 // Grid byte j of packed entry e as a float, without the slow int->float conversion unit:
 // 0x4B0000bb is 2^23 + bb exactly.
 #define GB(e, j) (__int_as_float(__byte_perm((e), 0x4B000000u, 0x7540u | (j))) - 8388608.f)
 // x with its sign flipped where bit j of sb is set.
 #define SX(v, sb, j) __int_as_float(__float_as_int(v) ^ (((sb) << (31 - (j))) & 0x80000000u))
 // 32 IQ3_XXS weights times x, unscaled: grid indices q0, q1 (two a 16-bit half), the sub-block's
-// 4x7 sign bits in aux, gl this lane's copy of the grid (shared memory), x as 8 float4.
+// 4x7 sign bits in aux, gl this lane's copy of the grid (shared memory, GS copies interleaved; GS 0:
+// the grid itself in global memory, read through L1), x as 8 float4.
+template <int GS>
 __device__ __forceinline__ float iq3xxs_dot32(unsigned q0, unsigned q1, unsigned aux, const float4* xv,
                                               const unsigned* gl) {
     float sum = 0.f;
@@ -140,7 +145,8 @@ __device__ __forceinline__ float iq3xxs_dot32(unsigned q0, unsigned q1, unsigned
     for (int l = 0; l < 4; l++) {   // sign group l: grid entries 2l, 2l+1
         const unsigned sb = ksign((aux >> (7 * l)) & 127u);
         const unsigned qq = (l < 2 ? q0 : q1) >> (16 * (l & 1));
-        const unsigned g0 = gl[(qq & 255u) * GCOPIES], g1 = gl[((qq >> 8) & 255u) * GCOPIES];
+        const unsigned i0 = qq & 255u, i1 = (qq >> 8) & 255u;
+        const unsigned g0 = GS ? gl[i0 * GS] : __ldg(gl + i0), g1 = GS ? gl[i1 * GS] : __ldg(gl + i1);
         const float4 a = xv[2 * l], c = xv[2 * l + 1];
         sum = fmaf(GB(g0, 0), SX(a.x, sb, 0), sum); sum = fmaf(GB(g0, 1), SX(a.y, sb, 1), sum);
         sum = fmaf(GB(g0, 2), SX(a.z, sb, 2), sum); sum = fmaf(GB(g0, 3), SX(a.w, sb, 3), sum);
@@ -154,10 +160,11 @@ __global__ void __launch_bounds__(128) mv_iq3xxs(const unsigned short* __restric
         const float* __restrict__ x, float* __restrict__ out, int rows, int cols) {
     // GCOPIES copies of the grid, interleaved, so lanes of a warp gathering random entries meet
     // fewer bank conflicts (lane l reads copy l % GCOPIES).
-    __shared__ unsigned gs[256 * GCOPIES];
-    for (int i = threadIdx.x; i < 256 * GCOPIES; i += 128) gs[i] = IQ3XXS_GRID[i / GCOPIES];
+    // (GCOPIES is 8 in matvec_iq's own module; GSTRIDE only keeps other modules' text valid)
+    __shared__ unsigned gs[256 * GSTRIDE];
+    for (int i = threadIdx.x; i < 256 * GSTRIDE; i += 128) gs[i] = IQ3XXS_GRID[i / GSTRIDE];
     __syncthreads();
-    const unsigned* gl = gs + (threadIdx.x % GCOPIES);
+    const unsigned* gl = gs + (threadIdx.x % GSTRIDE);
     const int row0 = blockIdx.x * R, nsub = cols >> 5;
     const long long row_words = (long long)(cols >> 8) * 49;
     float acc[R][N];
@@ -185,7 +192,7 @@ __global__ void __launch_bounds__(128) mv_iq3xxs(const unsigned short* __restric
             for (int k = 0; k < 8; k++) xv[k] = __ldg(xp + k);
             #pragma unroll
             for (int r = 0; r < R; r++)
-                acc[r][n] = fmaf(db[r], iq3xxs_dot32(q0[r], q1[r], aux[r], xv, gl), acc[r][n]);
+                acc[r][n] = fmaf(db[r], iq3xxs_dot32<GSTRIDE>(q0[r], q1[r], aux[r], xv, gl), acc[r][n]);
         }
     }
     finish<N>(acc, out, rows, row0);
@@ -240,12 +247,13 @@ __global__ void __launch_bounds__(128) mv_iq4xs(const unsigned* __restrict__ w32
 # IQ3_XXS as a type of the staged and persistent kernels (kernels/matvec_staged.py); the decode is
 # C_IQ3_XXS's, a thread per sub-block.
 C_IQ3_XXS_STAGED = r"""
-__shared__ unsigned lt_iq3_grid[256 * GCOPIES];
+__shared__ unsigned lt_iq3_grid[256 * GSTRIDE];
 struct TIQ3_XXS {   // d, qs[64] (grid indices, 8 a sub-block), then a word a sub-block: 4x7 sign bits, scale
     static constexpr int BE = 256, TS = 98, CPB = 8;
     struct Raw { unsigned q0, q1, aux; unsigned short d; };
     __device__ static __forceinline__ void init() {
-        for (int i = threadIdx.x; i < 256 * GCOPIES; i += blockDim.x) lt_iq3_grid[i] = IQ3XXS_GRID[i / GCOPIES];
+        if (GCOPIES == 0) return;
+        for (int i = threadIdx.x; i < 256 * GCOPIES; i += blockDim.x) lt_iq3_grid[i] = IQ3XXS_GRID[i / GSTRIDE];
         __syncthreads();
     }
     template <bool SH = false> __device__ static __forceinline__ void load(Raw& r, const unsigned char* row, int c) {
@@ -258,8 +266,8 @@ struct TIQ3_XXS {   // d, qs[64] (grid indices, 8 a sub-block), then a word a su
     }
     __device__ static __forceinline__ int xoff(int c, int k) { return 32 * c + 4 * k; }
     __device__ static __forceinline__ float dot(const Raw& r, int, const float4 (&xv)[8], float, float) {
-        const unsigned* gl = lt_iq3_grid + (threadIdx.x % GCOPIES);
-        return h2f(r.d) * (0.5f + (float)(r.aux >> 28)) * 0.5f * iq3xxs_dot32(r.q0, r.q1, r.aux, xv, gl);
+        const unsigned* gl = GCOPIES > 0 ? lt_iq3_grid + (threadIdx.x % GSTRIDE) : IQ3XXS_GRID;
+        return h2f(r.d) * (0.5f + (float)(r.aux >> 28)) * 0.5f * iq3xxs_dot32<GCOPIES>(r.q0, r.q1, r.aux, xv, gl);
     }
 };
 """

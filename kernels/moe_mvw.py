@@ -16,7 +16,8 @@ contiguous). A lane first issues all R * C weight loads of a pass (16-byte loads
 has them), then decodes and accumulates R sums; the R sums are reduced once at the end by
 log2(L) xor-shuffles inside the group (no shared memory, no barrier), and lanes 0..R-1 of the group
 write the R rows. L, C, R are chosen from the row's chunk count so that one pass covers the row
-when it can (30B-A3B Q4_K: gate/up L=16, C=4, R=2: 16 rows a CTA; down L=8, C=3, R=2: 32 rows).
+when it can (30B-A3B Q4_K: down L=8, C=3, R=2: 32 rows a CTA; gate/up in the gated form L=16, C=2, R=4:
+16 units of gate and up a CTA, gated_config).
 
 Launch contract: that of moe_mv with N = 1 (the pairs path): block y = token-slot pair b, its expert
 blk_expert[b] (-1: nothing), slot_of (expert -> cache slot, -1: not this round, rows untouched),
@@ -53,9 +54,7 @@ __global__ void __launch_bounds__(128, 4) moe_mvw(
     if (slot < 0) return;                      // not resident this round
     const int tok = blk_rows ? blk_rows[b] : (b < S ? b / kdiv : -1);
     if (tok < 0) return;                       // padding; all three returns are uniform over the block
-#ifndef LT_MVW_LATE_INIT
     T::init();                                 // per-type tables in shared memory (IQ types)
-#endif
     constexpr int H = A ? R / 2 : R;           // output rows (units) a group
     static_assert(!A || R % 2 == 0, "a gated group takes gate and up rows in pairs");
     const unsigned char* w = (blockIdx.z ? w1 : w0) + (long long)slot * ebytes;
@@ -72,13 +71,7 @@ __global__ void __launch_bounds__(128, 4) moe_mvw(
     float acc[R];
     #pragma unroll
     for (int r = 0; r < R; r++) acc[r] = 0.f;
-#ifdef LT_MVW_LATE_INIT
-    // Passes counted the same in every lane (a lane past the row's chunks only skips its loads and
-    // sums), so the barrier of T::init() inside the first pass is reached by all.
-    for (int c0 = lg; c0 < lg + (chunks + L * C - 1) / (L * C) * (L * C); c0 += L * C) {
-#else
     for (int c0 = lg; c0 < chunks; c0 += L * C) {
-#endif
         // All weight loads of the pass first: R * C independent loads in flight a lane.
         typename T::Raw cur[C][R];
         #pragma unroll
@@ -87,12 +80,6 @@ __global__ void __launch_bounds__(128, 4) moe_mvw(
                 #pragma unroll
                 for (int r = 0; r < R; r++) T::load(cur[j][r], rowp[r], c0 + j * L);
             }
-#ifdef LT_MVW_LATE_INIT
-        // LITE_MOE_LATE_INIT=1 (opt-in, not yet run on a GPU): the IQ tables' fill (8 KB for
-        // IQ3_XXS, about a CTA's own weight bytes) after the first pass's weight loads are issued,
-        // so the fill overlaps their DRAM latency instead of delaying it.
-        if (c0 == lg) T::init();
-#endif
         #pragma unroll
         for (int j = 0; j < C; j++) {
             const int c = c0 + j * L;
@@ -161,8 +148,15 @@ def config(qtype, cols):
 
 def gated_config(qtype, cols):
     """config() for the gated form: R even (gate and up rows of R/2 units), C * R within the
-    same budget."""
+    same budget; with a budget of 8 Raws, R = 4 (2 units a group) and C = 2: twice the rows a CTA
+    of config()'s (16, 4, 2) at 2048 inputs. H200, session 6, 30B-A3B decode after 2K (BENCHMARKS):
+    IQ3_XXS 202.7 / 205.3 -> 250.1 / 246.9 tok/s (with the grid read through L1, grid_copies()),
+    Q4_K about even (+1%)."""
+    if overrides().get(cols):
+        return config(qtype, cols)
     L, C, R = config(qtype, cols)
+    if _RAWS[qtype] >= 8 and C % 2 == 0 and R == 2:
+        return L, C // 2, 4
     return (L, C, R) if R % 2 == 0 else (L, max(1, C // 2), 2)
 
 
@@ -206,15 +200,21 @@ def _kernel(device, qtype, kname, head=""):
     return mod.get_function(kname)
 
 
-def late_init():
-    """LITE_MOE_LATE_INIT=1 (opt-in, not yet run on a GPU): the per-type tables (IQ types) filled
-    after the first pass's weight loads are issued (LT_MVW_LATE_INIT in C_MVW); same results."""
-    return os.environ.get("LITE_MOE_LATE_INIT", "0") == "1"
+def grid_copies():
+    """The IQ3_XXS grid copies each moe_mvw CTA fills in shared memory (kernels/matvec_iq.py
+    GCOPIES): 0 by default, the grid (1 KB) read from global memory through L1, as the 8 KB fill a
+    CTA cost about as much as the CTA's own weight bytes (H200, session 6, 30B-A3B IQ3_XXS decode
+    after 2K: 223.8 / 221.4 tok/s with 8 copies, 236.2 / 230.9 with none; BENCHMARKS).
+    LITE_IQ3_GCOPIES=N for A/Bs."""
+    text = os.environ.get("LITE_IQ3_GCOPIES", "0").strip()
+    if text not in ("0", "1", "2", "4", "8", "16"):
+        raise ValueError(f"LITE_IQ3_GCOPIES={text!r}: expected 0, 1, 2, 4, 8 or 16")
+    return int(text)
 
 
 def kernel(qtype, cols, act=None):
     import cupy
-    head = pdl.source_head() + ("#define LT_MVW_LATE_INIT\n" if late_init() else "")
+    head = pdl.source_head() + f"#define GCOPIES {grid_copies()}\n"
     return _kernel(cupy.cuda.runtime.getDevice(), qtype, name(qtype, cols, act), head)
 
 

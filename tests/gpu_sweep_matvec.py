@@ -5,7 +5,6 @@ bandwidth, on full-size shapes.
     source scripts/device_setup.sh; python3 tests/gpu_sweep_matvec.py [--types Q4_K,IQ3_XXS]
     python3 tests/gpu_sweep_matvec.py --types Q4_K,Q6_K --variants mvh8,mvh4,mvh8c64,mvh4c64   # half2
     python3 tests/gpu_sweep_matvec.py --types IQ3_XXS --variants mvp8,v280,v281,v240,v241,v2p8,v2p4
-    python3 tests/gpu_sweep_matvec.py --types Q4_K,Q6_K --variants mvb806,mvb408,mvb418   # capped registers
     python3 tests/gpu_sweep_matvec.py --types Q4_K,Q6_K --variants mv20,mv40,mv41,mv160 \
         --shapes 6144x4096,28672x4096,4096x4096,4096x14336,128256x4096   # the 8B decode step's shapes
 
@@ -42,12 +41,6 @@ HALF_TOL = 3e-3
 # two large shapes; the decode step's smaller products (q/k/v 6144x4096, o 4096x4096) may want more
 # CTAs. Labels mv20, mv40, mv41, mv160.
 REG_VARIANTS = [("mv", 2, 0), ("mv", 4, 0), ("mv", 4, 1), ("mv", 16, 0)]
-# The register kernel with its registers capped for more CTAs an SM (mvb: rows, prefetch, CTAs an SM;
-# nvcc sm_90, Q4_K: mvb806 80 registers, 12-byte spill; mvb408 64, 76 bytes; mvb418 64, 184 bytes;
-# Q6_K spills 228-492 bytes), after
-# session 5's Nsight Compute reading (4-5 warps a scheduler, issue/latency bound). Labels mvb806,
-# mvb408, mvb418.
-REG_VARIANTS += [("mvb", 8, 0, 6), ("mvb", 4, 0, 8), ("mvb", 4, 1, 8)]
 # The register kernel with the two-instruction dot (matvec_cuda FAST_DOT, TQ4_KH; label mvf80): 2
 # instructions a weight where mv has 3, the same loads and registers; results within ~1e-6.
 REG_VARIANTS += [("mvf", 8, 0)]

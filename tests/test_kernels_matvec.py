@@ -279,16 +279,11 @@ def test_launch_plan_takes_new_kernels_only_where_they_can():
     assert mc._plan("Q8_0", (8, 1), 1, staged_ok=True) == ("mv", 8, 1)          # a register override
     assert mc._plan("Q8_0", (8, 1), 5, staged_ok=True) == ("mv", 4, 1)
     for qtype in mc.TYPES:                                                     # defaults are valid
-        assert mc._plan(qtype, None, 1, staged_ok=True)[0] in ("mv", "mvs", "mvp")
+        assert mc._plan(qtype, None, 1, staged_ok=True)[0] in ("mv", "mvf", "mvs", "mvp")
     assert mc.kernel_name("Q4_K", 1, "mvp", 8) == "mvp<TQ4_K, 1, 8>"
     assert mc.kernel_name("Q4_K", 2, 8, 0) == "mv<TQ4_K, 2, 8, 0>"
     assert mc.kernel_name("Q6_K", 1, "mvs", 4, 3) == "mvs<TQ6_K, 1, 4, 3>"
-    # mvb: the register kernel with at least MB CTAs an SM (opt-in, LITE_MATVEC_CONFIG)
-    assert mc.kernel_name("Q4_K", 1, "mvb", 4, 0, 8) == "mvb<TQ4_K, 1, 4, 0, 8>"
-    assert mc._plan("Q4_K", ("mvb", 4, 0, 8), 2, staged_ok=True) == ("mvb", 4, 0, 8)
-    assert mc._plan("Q4_K", ("mvb", 4, 0, 8), 3, staged_ok=True) == ("mv", min(reg[1], 4), reg[2])
-    assert mc.config_from_env("Q4_K=mvb,4,0,8") == {"Q4_K": ("mvb", 4, 0, 8)}
-    # mvf: the two-instruction dot (opt-in), only for FAST_DOT types
+    # mvf: the two-instruction dot (Q4_K's default), only for FAST_DOT types
     assert mc.kernel_name("Q4_K", 1, "mvf", 8, 0) == "mv<TQ4_KH, 1, 8, 0>"
     assert mc._plan("Q4_K", ("mvf", 8, 0), 1, staged_ok=True) == ("mvf", 8, 0)
     assert mc._plan("Q6_K", ("mvf", 4, 0), 1, staged_ok=True) == ("mv",) + mc.CONFIG["Q6_K"]
