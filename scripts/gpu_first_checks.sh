@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
 # GPU checks by step (on the device, after `source scripts/device_setup.sh`, carry .whl). Results in
-# ${OUT:-/tmp/lite-checks}. Session 5 ran gemma, real, pdl, iq3 and ncu with its code (figures in
-# BENCHMARKS, session 5; its calls: scripts/session5/call*.sh); never run since session 2: multigpu,
-# which needs nvidia-h200-x2. Re-run a step after changing what it covers.
+# ${OUT:-/tmp/lite-checks}. Session 5 ran gemma, real, pdl, iq3 and ncu with its code, session 6
+# matvec, iq3moe and multigpu's tests (figures in BENCHMARKS; the calls: scripts/session*/call*.sh).
+# Re-run a step after changing what it covers.
 #   bash scripts/gpu_first_checks.sh multigpu        # on nvidia-h200-x2
-#   bash scripts/gpu_first_checks.sh matvec iq3moe   # first next session (issues 3, 6): ~8 min
 # Steps: gemma, real (needs the real models carried first), pdl, iq3, ncu, matvec, iq3moe, multigpu (2 GPUs).
 set -u
 out=${OUT:-/tmp/lite-checks}; mkdir -p "$out"
@@ -62,42 +61,29 @@ step_ncu() {
   TAIL=100 t bash scripts/ncu_matvec.sh
 }
 
-# Two matvec experiments written after session 5's Nsight Compute reading (issue/latency bound at 4-5
-# warps a scheduler, ~5 instructions a weight), never run on a GPU (kernels/matvec_cuda.py):
-#   mvb: the register kernel under __launch_bounds__(128, MB) (more CTAs an SM, some spills);
-#   mvf: Q4_K's dot in 2 instructions a weight instead of 3 (TQ4_KH: 80 registers instead of 95).
-# The sweep checks each against the register kernel and times the decode step's shapes; then mvf's
-# GPU test and the 8B decode with mvf in every Q4_K product (LITE_MATVEC_CONFIG, read at import).
+# Q4_K's two-instruction dot (mvf, the default since session 6) against the three-instruction one
+# (LITE_MATVEC_CONFIG=Q4_K=mv): the sweep (the plain mv kernel), the GPU test, 8B and 30B decode A/Bs.
 step_matvec() {
-  TAIL=40 t python3 tests/gpu_sweep_matvec.py --types Q4_K,Q6_K --variants mvb806,mvb408,mvb418,mvf80 \
+  TAIL=40 t python3 tests/gpu_sweep_matvec.py --types Q4_K --variants mvf80 \
       --shapes 6144x4096,28672x4096,4096x4096,4096x14336
-  t python3 -m pytest -q tests/test_cuda_backend.py -k "two_instruction"
+  t python3 -m pytest -q tests/test_cuda_backend.py -k "both_q4k"
   need_8b
-  for c in "" "Q4_K=mvf,8,0" "" "Q4_K=mvf,8,0"; do
+  for c in "" "Q4_K=mv" "" "Q4_K=mv"; do
     echo "LITE_MATVEC_CONFIG=$c" | tee -a "$out/checks.log"
     TAIL=1 t env LITE_MATVEC_CONFIG="$c" $L bench /tmp/8b.gguf -p 512 -n 128 -r 5 --device cuda
   done
-  need_30b      # the MoE experts' moe_mvw takes TQ4_KH too
-  for c in "" "Q4_K=mvf,8,0"; do
-    echo "LITE_MATVEC_CONFIG=$c" | tee -a "$out/checks.log"
-    TAIL=1 t env LITE_MATVEC_CONFIG="$c" $L bench /tmp/30b.gguf -p 2048 -n 128 -r 3 --device cuda
-  done
 }
 
-# IQ3_XXS MoE decode (issue 6's last goal: 205 tok/s against llama.cpp's 242 after 2K, session 5):
-# every moe_mvw CTA first fills 8 KB of IQ3 grid copies into shared memory (TIQ3_XXS::init), about as
-# many bytes as its 16 rows of weights; more rows a CTA (LITE_MOE_MVW; R=4 instances compile without
-# spills, nvcc sm_90, 125-128 registers) spread that over more work. A/B of the shapes, tg128 after 2K.
-# Also LITE_MOE_LATE_INIT=1 (kernels/moe_mvw.py, never run on a GPU): the table fill after the first
-# pass's weight loads are issued, overlapping their latency. Its GPU test first.
+# MoE decode's moe_mvw shapes (LITE_MOE_MVW) and the IQ3 grid's shared copies (LITE_IQ3_GCOPIES;
+# default 0 since session 6: read through L1), tg128 after 2K on the IQ3_XXS 30B-A3B file.
 step_iq3moe() {
-  t python3 -m pytest -q tests/test_cuda_backend.py -k "late_table or gated"
+  t python3 -m pytest -q tests/test_cuda_backend.py -k "grid_copies or gated"
   local f=/tmp/30i.gguf
   [ -f $f ] || $L synth --arch qwen3moe --preset 30b-a3b --quant IQ3_XXS $f >/dev/null 2>&1
-  for m in "" "2048=16,4,4;768=8,3,4" "2048=8,4,4;768=8,3,4" "2048=16,2,4;768=8,3,4" ""; do
-    for li in 0 1; do
-      echo "LITE_MOE_MVW=$m LITE_MOE_LATE_INIT=$li" | tee -a "$out/checks.log"
-      TAIL=1 t env LITE_MOE_MVW="$m" LITE_MOE_LATE_INIT=$li $L bench $f -p 2048 -n 128 -r 3 --device cuda
+  for m in "" "2048=16,4,2" "2048=16,1,4" ""; do
+    for gc in 0 8; do
+      echo "LITE_MOE_MVW=$m LITE_IQ3_GCOPIES=$gc" | tee -a "$out/checks.log"
+      TAIL=1 t env LITE_MOE_MVW="$m" LITE_IQ3_GCOPIES=$gc $L bench $f -p 2048 -n 128 -r 3 --device cuda
     done
   done
 }
