@@ -125,8 +125,8 @@ __device__ __forceinline__ void finish(float (&acc)[R][N], float* __restrict__ o
 """
 
 C_IQ3_XXS = r"""
-#ifndef GCOPIES   // a module may set it first (moe_mvw: 0, LITE_IQ3_GCOPIES); 0: no shared copy,
-#define GCOPIES 8  // the grid read from global memory through L1 (the TIQ3_XXS struct only)
+#ifndef GCOPIES   // grid_copies() may set it first (LITE_IQ3_GCOPIES); 0: no shared copy, the grid
+#define GCOPIES 0  // read through L1 (TIQ3_XXS; the register kernel mv_iq3xxs keeps one in shared memory)
 #endif
 #define GSTRIDE (GCOPIES > 0 ? GCOPIES : 1)
 // Grid byte j of packed entry e as a float, without the slow int->float conversion unit:
@@ -287,10 +287,22 @@ def _env_config(text):
     return matvec_iq_v2.parse(text)
 
 
+def grid_copies():
+    """The IQ3_XXS grid copies a CTA fills in shared memory (GCOPIES in C_IQ3_XXS): 0 by default,
+    the 1 KB grid read from global memory through L1 (the register kernel mv_iq3xxs keeps one copy in
+    shared memory); LITE_IQ3_GCOPIES=N for A/Bs. H200, session 6 (BENCHMARKS): against 8 copies,
+    30B-A3B IQ3_XXS decode 223.8 / 221.4 -> 236.2 / 230.9 tok/s (moe_mvw), 8B IQ3_XXS 205.4 / 205.6
+    -> 216.0 / 216.6 (mvp8: 32.3 -> 31.1 us at 4096x14336)."""
+    text = os.environ.get("LITE_IQ3_GCOPIES", "0").strip()
+    if text not in ("0", "1", "2", "4", "8", "16"):
+        raise ValueError(f"LITE_IQ3_GCOPIES={text!r}: expected 0, 1, 2, 4, 8 or 16")
+    return int(text)
+
+
 def c_source():
     kv = ", ".join(str(int(v)) for v in KVALUES_IQ4)
     # the staged skeleton before C_COMMON, whose `#define R 4` would rename its template parameter
-    return (C_HELPERS + c_grid_array("IQ3XXS_GRID", "IQ3_XXS")
+    return (f"#define GCOPIES {grid_copies()}\n" + C_HELPERS + c_grid_array("IQ3XXS_GRID", "IQ3_XXS")
             + f"__device__ const int IQ4_KVALUES[16] = {{{kv}}};\n"
             + matvec_cuda.C_HEAD + matvec_staged.C_STAGED + matvec_staged.C_PERSISTENT
             + C_COMMON + C_IQ3_XXS + C_IQ4_XS + C_IQ3_XXS_STAGED)

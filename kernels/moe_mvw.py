@@ -150,7 +150,7 @@ def gated_config(qtype, cols):
     """config() for the gated form: R even (gate and up rows of R/2 units), C * R within the
     same budget; with a budget of 8 Raws, R = 4 (2 units a group) and C = 2: twice the rows a CTA
     of config()'s (16, 4, 2) at 2048 inputs. H200, session 6, 30B-A3B decode after 2K (BENCHMARKS):
-    IQ3_XXS 202.7 / 205.3 -> 250.1 / 246.9 tok/s (with the grid read through L1, grid_copies()),
+    IQ3_XXS 202.7 / 205.3 -> 250.1 / 246.9 tok/s (with the grid read through L1, matvec_iq.grid_copies()),
     Q4_K about even (+1%)."""
     if overrides().get(cols):
         return config(qtype, cols)
@@ -200,21 +200,10 @@ def _kernel(device, qtype, kname, head=""):
     return mod.get_function(kname)
 
 
-def grid_copies():
-    """The IQ3_XXS grid copies each moe_mvw CTA fills in shared memory (kernels/matvec_iq.py
-    GCOPIES): 0 by default, the grid (1 KB) read from global memory through L1, as the 8 KB fill a
-    CTA cost about as much as the CTA's own weight bytes (H200, session 6, 30B-A3B IQ3_XXS decode
-    after 2K: 223.8 / 221.4 tok/s with 8 copies, 236.2 / 230.9 with none; BENCHMARKS).
-    LITE_IQ3_GCOPIES=N for A/Bs."""
-    text = os.environ.get("LITE_IQ3_GCOPIES", "0").strip()
-    if text not in ("0", "1", "2", "4", "8", "16"):
-        raise ValueError(f"LITE_IQ3_GCOPIES={text!r}: expected 0, 1, 2, 4, 8 or 16")
-    return int(text)
-
-
 def kernel(qtype, cols, act=None):
     import cupy
-    head = pdl.source_head() + f"#define GCOPIES {grid_copies()}\n"
+    from lite.kernels import matvec_iq
+    head = pdl.source_head() + f"#define GCOPIES {matvec_iq.grid_copies()}\n"
     return _kernel(cupy.cuda.runtime.getDevice(), qtype, name(qtype, cols, act), head)
 
 

@@ -177,9 +177,9 @@ def test_both_q4k_dot_forms_match_cpu(tmp_path, monkeypatch, arch, form):
 
 @pytest.mark.parametrize("copies", ["0", "2"])
 def test_iq3_moe_grid_copies_change_nothing(tmp_path, monkeypatch, copies):
-    """LITE_IQ3_GCOPIES (kernels/moe_mvw.py, the A/B knob of the IQ3_XXS grid's shared copies a
-    moe_mvw CTA fills; 0: read through L1): the same grid values in the same sums, so the same
-    logits and tokens as the default 8 copies."""
+    """LITE_IQ3_GCOPIES (kernels/matvec_iq.py grid_copies: the IQ3_XXS grid's shared copies a
+    moe_mvw CTA fills; 0, the default: none, read through L1): the same grid values in the same
+    sums, so the same logits and tokens as with 8 copies (the default before session 6)."""
     path = str(tmp_path / "m.gguf")
     synth("qwen3moe", "tiny", "IQ3_XXS", path, seed=9)
     _on_off_agree(path, lambda on: monkeypatch.setenv("LITE_IQ3_GCOPIES", copies if on else "8"))

@@ -178,15 +178,16 @@ def test_gated_form_is_the_activation_of_gate_and_up(lib, act):
 
 
 def test_iq3_grid_copies_change_nothing():
-    """LITE_IQ3_GCOPIES (moe_mvw's A/B knob, kernels/matvec_iq.py GCOPIES): IQ3_XXS experts with the
-    grid in 8 (default), 2 or 0 shared copies (0: read from global memory): the same grid values in
-    the same order of sums, so outputs bit for bit the default's, gate/up and down, for the
-    configs config() picks and one of 4 rows a group; and the default's within 1e-3 of float64."""
+    """LITE_IQ3_GCOPIES (the A/B knob of kernels/matvec_iq.py GCOPIES): IQ3_XXS experts with the
+    grid in 8 (the default before session 6) or 2 shared copies, or none (the default: read from
+    global memory through L1): the same grid values in the same order of sums, so outputs bit for
+    bit equal, gate/up and down, for the configs config() picks and one of 4 rows a group; and
+    within 1e-3 of float64."""
     qtype = "IQ3_XXS"
     cfgs = sorted({moe_mvw.config(qtype, c) for c in COLS} | {(16, 2, 4)})
     body = "".join(_wrapper(qtype, c) for c in cfgs)
     libs = [(qtype, emu.compile_kernels(HOST_SHIMS + head + moe_mvw.source(qtype, host=True) + body))
-            for head in ("", "#define GCOPIES 2\n", "#define GCOPIES 0\n")]
+            for head in ("#define GCOPIES 8\n", "#define GCOPIES 2\n", "")]
     rng = np.random.default_rng(5)
     rows, T, cols = 21, 2, 512
     S = T * K
