@@ -162,7 +162,7 @@ def test_moe_gated_form_matches_the_separate_launches(tmp_path, monkeypatch, qua
 @pytest.mark.parametrize("arch", ["llama", "gemma3", "qwen3moe"])
 def test_both_q4k_dot_forms_match_cpu(tmp_path, monkeypatch, arch, form):
     """Q4_K decode products (mv, the epilogue kernels, the MoE experts' moe_mvw) with the dot in 2
-    instructions a weight (mvf, kernels/matvec_fast.py TQ4_KH: the default since session 6) or 3
+    instructions a weight (mvf, kernels/matvec_structs.py TQ4_KH: the default since session 6) or 3
     (mv, LITE_MATVEC_CONFIG="Q4_K=mv"): each against the CPU backend as every GPU path is. (Not
     against each other at 1e-5: the rearranged sums, ~6e-6 a 16-weight run, grow past that through
     gemma3's and qwen3moe's layers; session 6's first GPU run.)"""
