@@ -70,33 +70,47 @@ def c_tables():
 C_IQ3_XXS_V2 = r"""
 #define V2_GC 16    // grid copies
 #define V2_SC 8     // sign-table copies
+// GCOPIES 0 (matvec_iq.grid_copies(), the default since session 6): no shared copies, both tables
+// (1 KB + 1 KB) read from global memory through L1, as the IQ3_XXS grid of the other kernels.
+#if GCOPIES
 __shared__ unsigned lt_v2_grid[256 * V2_GC];
 __shared__ uint2 lt_v2_sign[128 * V2_SC];
+#endif
 // 0x3F | byte j of u | 0 | 0 = 0.5 + u_j / 256 (u_j < 128), one PRMT: bytes 4 (0x00) and 7 (0x3F)
 // of the constant, byte j of u.
 #define V2F(u, j) __int_as_float(__byte_perm((u), 0x3F000000u, 0x7044u | ((j) << 8)))
 struct TIQ3_XXS2 : TIQ3_XXS {   // TIQ3_XXS's block layout, Raw and loads; another decode
     __device__ static __forceinline__ void init() {
+#if GCOPIES
         for (int i = threadIdx.x; i < 256 * V2_GC; i += blockDim.x) lt_v2_grid[i] = IQ3XXS_GRID64[i / V2_GC];
         for (int i = threadIdx.x; i < 128 * V2_SC; i += blockDim.x) {
             const int e = i / V2_SC;
             lt_v2_sign[i] = make_uint2(IQ3XXS_SMASK[2 * e], IQ3XXS_SMASK[2 * e + 1]);
         }
         __syncthreads();
+#endif
     }
     __device__ static __forceinline__ float dot(const Raw& r, int, const float4 (&xv)[8], float xa, float xb) {
         // Byte offsets built by one shift and one LOP3 each (the lane's copy in the low bits): entry e
         // of the grid at 64 e + 4 (lane % 16), of the sign table at 64 e + 8 (lane % 8).
+#if GCOPIES
         const char* gb = (const char*)lt_v2_grid;
         const char* sb = (const char*)lt_v2_sign;
         const unsigned gl = 4u * (threadIdx.x % V2_GC), sl = 8u * (threadIdx.x % V2_SC);
+#endif
         float sum = 0.f;
         #pragma unroll
         for (int l = 0; l < 4; l++) {   // sign group l: grid entries 2l, 2l+1
-            const uint2 m = *(const uint2*)(sb + ((((r.aux >> (7 * l)) << 6) & 0x1FC0u) | sl));
             const unsigned qq = (l < 2 ? r.q0 : r.q1) >> (16 * (l & 1));
+#if GCOPIES
+            const uint2 m = *(const uint2*)(sb + ((((r.aux >> (7 * l)) << 6) & 0x1FC0u) | sl));
             unsigned u0 = *(const unsigned*)(gb + (((qq << 6) & 0x3FC0u) | gl));
             unsigned u1 = *(const unsigned*)(gb + (((qq >> 2) & 0x3FC0u) | gl));
+#else
+            const unsigned e = (r.aux >> (7 * l)) & 127u;
+            const uint2 m = make_uint2(__ldg(IQ3XXS_SMASK + 2 * e), __ldg(IQ3XXS_SMASK + 2 * e + 1));
+            unsigned u0 = __ldg(IQ3XXS_GRID64 + (qq & 255u)), u1 = __ldg(IQ3XXS_GRID64 + ((qq >> 8) & 255u));
+#endif
             u0 -= 2u * (u0 & m.x);        // 64 + g -> 64 - g where the weight is negative
             u1 -= 2u * (u1 & m.y);
             const float4 a = xv[2 * l], c = xv[2 * l + 1];
@@ -126,7 +140,7 @@ def c_source():
     """matvec_iq's source (as its c_source), matvec_cuda's loop (C_KERNEL: mv_rows, before
     matvec_iq's C_COMMON, which #defines R) and the v2 struct and kernels."""
     kv = ", ".join(str(int(v)) for v in KVALUES_IQ4)
-    return (C_HELPERS + c_grid_array("IQ3XXS_GRID", "IQ3_XXS") + c_tables()
+    return (f"#define GCOPIES {matvec_iq.grid_copies()}\n" + C_HELPERS + c_grid_array("IQ3XXS_GRID", "IQ3_XXS") + c_tables()
             + f"__device__ const int IQ4_KVALUES[16] = {{{kv}}};\n"
             + matvec_cuda.C_HEAD + matvec_cuda.C_KERNEL + matvec_staged.C_STAGED + matvec_staged.C_PERSISTENT
             + matvec_iq.C_COMMON + matvec_iq.C_IQ3_XXS + matvec_iq.C_IQ4_XS + matvec_iq.C_IQ3_XXS_STAGED

@@ -3,8 +3,9 @@
 # ${OUT:-/tmp/lite-checks}. Session 5 ran gemma, real, pdl, iq3 and ncu with its code, session 6
 # matvec, iq3moe and multigpu's tests (figures in BENCHMARKS; the calls: scripts/session*/call*.sh).
 # Re-run a step after changing what it covers.
+#   bash scripts/gpu_first_checks.sh next            # first next session (issue 3), ~4 min
 #   bash scripts/gpu_first_checks.sh multigpu        # on nvidia-h200-x2
-# Steps: gemma, real (needs the real models carried first), pdl, iq3, ncu, matvec, iq3moe, multigpu (2 GPUs).
+# Steps: gemma, real (needs the real models carried first), pdl, iq3, ncu, matvec, iq3moe, next, multigpu (2 GPUs).
 set -u
 out=${OUT:-/tmp/lite-checks}; mkdir -p "$out"
 L="python3 -m lite.cli.main"
@@ -88,6 +89,27 @@ step_iq3moe() {
   done
 }
 
+# Written at the end of session 6, never run (first next session, ~4 min): (1) IQ3_XXS v2 (opt-in,
+# kernels/matvec_iq_v2.py) with its two tables read through L1 (GCOPIES 0, now its default) against
+# mvp8 and against v2 with shared copies; (2) why mvf (Q4_K's two-instruction dot, default) loses
+# alone at 4096 rows (sweep: 21.1 against 17.9 us at 4096x14336) yet wins in decode: each kernel's
+# time inside the 8B decode graph with mvf and with Q4_K=mv (scripts/trace_decode.py under ncu).
+step_next() {
+  for gc in 0 8; do
+    echo "LITE_IQ3_GCOPIES=$gc" | tee -a "$out/checks.log"
+    TAIL=12 t env LITE_IQ3_GCOPIES=$gc python3 tests/gpu_sweep_matvec.py --types IQ3_XXS --variants mvp8,v280,v281,v2p8
+  done
+  need_8b
+  local NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+  for c in "" "Q4_K=mv"; do
+    echo "== trace LITE_MATVEC_CONFIG=$c" | tee -a "$out/checks.log"
+    env LITE_MATVEC_CONFIG="$c" timeout 200 $NCU --profile-from-start off --graph-profiling node --clock-control none \
+        --cache-control none --metrics gpu__time_duration.sum --csv python3 scripts/trace_decode.py /tmp/8b.gguf 512 1 \
+        > "$out/k_mvf${c:+_mv}.csv" 2>/dev/null
+    TAIL=12 t python3 scripts/trace_decode.py --summary "$out/k_mvf${c:+_mv}.csv" 1
+  done
+}
+
 # Two GPUs (nvidia-h200-x2): the stage's KV cache / experts on its own GPU (fixed in session 2,
 # never re-run), the p2p hand-off and --handoff-stream (never run on a GPU).
 step_multigpu() {
@@ -100,7 +122,7 @@ step_multigpu() {
   done
 }
 
-for s in ${*:-gemma real pdl iq3 ncu matvec iq3moe multigpu}; do
+for s in ${*:-gemma real pdl iq3 ncu matvec iq3moe next multigpu}; do
   echo "== $(date +%T) step $s" | tee -a "$out/checks.log"
   "step_$s"
 done

@@ -58,11 +58,13 @@ def test_parse():
 pytestmark_emu = pytest.mark.skipif(not emu.available(), reason="needs g++ (C++20)")
 
 
-@pytest.fixture(scope="module")
-def lib():
+@pytest.fixture(scope="module", params=["l1", "shared"])
+def lib(request):
+    """The tables read through L1 (GCOPIES 0, the default) or from shared-memory copies (8)."""
     wrappers = "".join(f'extern "C" __global__ void emu_v2_{i}({ARGS}) {{ {k}(w, x, out, rows, cols); }}\n'
                        for i, (k, *_) in enumerate(KERNELS))
-    source = (HOST_SHIMS + "inline uint2 make_uint2(unsigned a, unsigned b) { return {a, b}; }\n"
+    source = ("#define GCOPIES 0\n" if request.param == "l1" else "#define GCOPIES 8\n") + (
+              HOST_SHIMS + "inline uint2 make_uint2(unsigned a, unsigned b) { return {a, b}; }\n"
               + dequant_iq.c_grid_array("IQ3XXS_GRID", "IQ3_XXS") + v2.c_tables()
               + matvec_cuda.C_HEAD + matvec_cuda.C_KERNEL + matvec_staged.C_PERSISTENT
               + matvec_iq.C_COMMON + matvec_iq.C_IQ3_XXS + matvec_iq.C_IQ3_XXS_STAGED + v2.C_IQ3_XXS_V2
