@@ -3,7 +3,7 @@
 # ${OUT:-/tmp/lite-checks}. Session 5 ran gemma, real, pdl, iq3 and ncu with its code, session 6
 # matvec, iq3moe and multigpu's tests (figures in BENCHMARKS; the calls: scripts/session*/call*.sh).
 # Re-run a step after changing what it covers.
-#   bash scripts/gpu_first_checks.sh next            # first next session (issue 3), ~4 min
+#   bash scripts/gpu_first_checks.sh next            # first next session (issue 3), ~6 min
 #   bash scripts/gpu_first_checks.sh multigpu        # on nvidia-h200-x2
 # Steps: gemma, real (needs the real models carried first), pdl, iq3, ncu, matvec, iq3moe, next, multigpu (2 GPUs).
 set -u
@@ -89,12 +89,21 @@ step_iq3moe() {
   done
 }
 
-# Written at the end of session 6, never run (first next session, ~4 min): (1) IQ3_XXS v2 (opt-in,
+# Written at the end of session 6, never run (first next session, ~6 min): (1) IQ3_XXS v2 (opt-in,
 # kernels/matvec_iq_v2.py) with its two tables read through L1 (GCOPIES 0, now its default) against
 # mvp8 and against v2 with shared copies; (2) why mvf (Q4_K's two-instruction dot, default) loses
 # alone at 4096 rows (sweep: 21.1 against 17.9 us at 4096x14336) yet wins in decode: each kernel's
 # time inside the 8B decode graph with mvf and with Q4_K=mv (scripts/trace_decode.py under ncu).
 step_next() {
+  # (3) LITE_MATVEC_XS (x staged in shared memory, kernels/matvec_cuda.py): its GPU test, the sweep
+  # (mv80x, mvf80x beside mv and mvf), 8B decode A/B.
+  t python3 -m pytest -q tests/test_cuda_backend.py -k "staged_in_shared"
+  TAIL=14 t python3 tests/gpu_sweep_matvec.py --types Q4_K --variants mvf80,mv80x,mvf80x \
+      --shapes 6144x4096,28672x4096,4096x4096,4096x14336
+  need_8b
+  for xs in 0 1 0 1; do
+    TAIL=1 t env LITE_MATVEC_XS=$xs $L bench /tmp/8b.gguf -p 512 -n 128 -r 5 --device cuda
+  done
   for gc in 0 8; do
     echo "LITE_IQ3_GCOPIES=$gc" | tee -a "$out/checks.log"
     TAIL=12 t env LITE_IQ3_GCOPIES=$gc python3 tests/gpu_sweep_matvec.py --types IQ3_XXS --variants mvp8,v280,v281,v2p8
