@@ -60,9 +60,10 @@ def _expert_cache(ctx, param, value):
 
 def model_options(f):
     """Options shared by every command that loads a model."""
-    f = click.option("--expert-cache", default="auto", callback=_expert_cache, metavar="auto|GiB|off",
+    f = click.option("--expert-cache", default="auto", callback=_expert_cache, metavar="auto|GiB|N%|off",
                      show_default=True, help="GPU cache for experts kept off the GPU: auto (what VRAM "
-                     "allows), a size in GiB, or off (one layer's staging, nothing kept).")(f)
+                     "allows), a size in GiB, a share of the experts (e.g. 25%), or off (one layer's "
+                     "staging, nothing kept).")(f)
     f = click.option("--experts", default="auto", type=click.Choice(["auto", "gpu", "host", "mmap"]),
                      show_default=True, help="Where MoE experts live: on the GPU, in pinned host RAM, "
                      "or in the file's mapped pages; auto: the GPU when they fit.")(f)

@@ -2,7 +2,7 @@
 
 `--experts gpu|host|mmap|auto` says where the 3-D expert tensors live: in VRAM with the dense weights
 (gpu), in pinned host RAM (host), or in the file's mapped pages (mmap, when RAM is short).
-`--expert-cache auto|<GiB>|off` sizes the GPU cache that serves host/mmap experts. A cache *slot*
+`--expert-cache auto|<GiB>|<N>%|off` sizes the GPU cache that serves host/mmap experts. A cache *slot*
 holds one expert of one layer (its gate, up and down rows); an ExpertCache manages the slots of one
 pool whose slots all have one layout (layers whose expert tensors differ in type or shape get a
 pool each).
@@ -38,13 +38,24 @@ class Residency:
     cache_bytes: int     # the GPU expert cache; 0 with mode "gpu", or with --expert-cache off
 
 
+@dataclasses.dataclass(frozen=True)
+class Share:
+    """--expert-cache N%: that share of the model's expert bytes (resolve() turns it into bytes)."""
+    frac: float
+
+
 def parse_cache(value):
-    """--expert-cache: "auto" -> "auto", "off" -> 0, "<GiB>" (e.g. "12", "7.5") -> bytes."""
+    """--expert-cache: "auto" -> "auto", "off" -> 0, "<GiB>" (e.g. "12", "7.5") -> bytes,
+    "<N>%" (e.g. "25%", 0 < N <= 100) -> Share(N / 100) of the experts."""
     v = str(value).strip().lower()
     if v in ("auto", "off"):
         return 0 if v == "off" else "auto"
+    m = re.fullmatch(r"(\d+(\.\d+)?)%", v)
+    if m and 0 < float(m.group(1)) <= 100:
+        return Share(float(m.group(1)) / 100)
     if not re.fullmatch(r"\d+(\.\d+)?", v):
-        raise ValueError(f"--expert-cache must be auto, off or a size in GiB (e.g. 12), got {value!r}")
+        raise ValueError(f"--expert-cache must be auto, off, a size in GiB (e.g. 12) or a share of the "
+                         f"experts (e.g. 25%), got {value!r}")
     return int(float(v) * GiB)
 
 
@@ -69,6 +80,8 @@ def resolve(experts, expert_cache, expert_bytes, free_vram, free_host, slot_byte
         return Residency("gpu", 0)
     if cache == "auto":
         cache = int(min(expert_bytes, VRAM_USE * free_vram))
+    elif isinstance(cache, Share):
+        cache = int(cache.frac * expert_bytes)
     # At least two slots (one being computed while the next is filled), and two layers' experts
     # as staging where the VRAM allows it.
     floor = max(2 * slot_bytes, min(2 * layer_bytes, int(VRAM_USE * free_vram)))

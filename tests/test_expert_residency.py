@@ -46,6 +46,17 @@ def test_bad_flags_are_one_line_errors(tiny_moe, capsys):
     assert "expert-cache" in capsys.readouterr().err
 
 
+def test_a_share_of_the_experts_is_a_cache_size(tiny_moe, capsys):
+    """--expert-cache 25% (a share of the model's expert bytes) passes the flag checks of the
+    engine and the CLI; 0% and over 100% are one-line errors."""
+    Engine(tiny_moe, device="cpu", max_context=32, experts="host", expert_cache="25%")
+    assert cli_main(["bench", tiny_moe, "-p", "8", "-n", "2", "-r", "1", "--device", "cpu",
+                     "--experts", "host", "--expert-cache", "50%"]) == 0
+    capsys.readouterr()
+    assert cli_main(["bench", tiny_moe, "--expert-cache", "150%"]) != 0
+    assert "expert-cache" in capsys.readouterr().err
+
+
 def test_cpu_engine_takes_the_flags_and_ignores_them(tiny_moe):
     """The CPU backend reads experts from the mapped file anyway: same logits whatever the flags."""
     ids = [5, 17, 99, 3, 42]

@@ -21,8 +21,11 @@ def test_parse_cache():
     assert ex.parse_cache("off") == 0
     assert ex.parse_cache("12") == 12 * ex.GiB
     assert ex.parse_cache("0.5") == ex.GiB // 2
-    with pytest.raises(ValueError, match="expert-cache"):
-        ex.parse_cache("12GB")
+    assert ex.parse_cache("25%") == ex.Share(0.25)
+    assert ex.parse_cache("100%") == ex.Share(1.0)
+    for bad in ("12GB", "0%", "150%", "%", "-5%"):
+        with pytest.raises(ValueError, match="expert-cache"):
+            ex.parse_cache(bad)
 
 
 def test_resolve_residency():
@@ -35,6 +38,9 @@ def test_resolve_residency():
     # two layers of staging at least, as far as the VRAM goes
     assert ex.resolve("host", "0.5", 48 * G, 80 * G, 100 * G, G // 8, G) == ex.Residency("host", 2 * G)
     assert ex.resolve("host", "off", 48 * G, G, 100 * G, G // 8, G) == ex.Residency("host", int(0.9 * G))
+    # a share of the experts (--expert-cache 25%), still at least two layers
+    assert ex.resolve("host", "25%", 48 * G, 80 * G, 100 * G, G // 8, G) == ex.Residency("host", 12 * G)
+    assert ex.resolve("host", "2%", 48 * G, 80 * G, 100 * G, G // 8, G) == ex.Residency("host", 2 * G)
     with pytest.raises(ValueError, match="--experts"):
         ex.resolve("vram", "auto", G, G, G, 1)
 
