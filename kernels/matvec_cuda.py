@@ -39,7 +39,7 @@ CONFIG = {"Q4_0": (8, 1), "Q8_0": (8, 1), "Q4_K": (8, 0), "Q5_K": (4, 0), "Q6_K"
 # The kernel each type's decode launches take (n <= 2): ("mv",) the register kernel with CONFIG,
 # ("mvs", rows a CTA, stages) the staged kernel, ("mvp", rows a CTA) the persistent register
 # kernel (both in kernels/matvec_staged.py), ("mvh", rows a CTA[, 64]) the half2 kernel of
-# kernels/matvec_half.py (Q4_K and Q6_K only, 64-weight chunks Q4_K only; not yet run on a GPU). Others, and n > 2, take
+# kernels/matvec_half.py (Q4_K and Q6_K only, 64-weight chunks Q4_K only; measured slower, session 3). Others, and n > 2, take
 # CONFIG's register kernel.
 # mv won for every type here (H200, n=1, GB/s of weights, 4096x14336 / 14336x4096 / 4096x4096,
 # tests/gpu_sweep_matvec.py; best of mvs 8x3, mvs 4x3, mvp 2/4/8 after the slash):

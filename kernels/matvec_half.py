@@ -1,8 +1,9 @@
 """`mvh`: the decode matvec (n = 1, 2) for Q4_K and Q6_K with the products in half2 (CUDA C).
 
-NOT YET RUN ON A GPU. Written in a session without GPU time: the CUDA C compiles with nvcc
-(sm_90) and runs on the host through tests/cuda_c_emulator.py (tests/test_kernels_matvec_half.py,
-against float64), nothing more. Opt-in through matvec_cuda.launch(config=("mvh", rows a CTA)) or
+Run on the H200 in session 3 (BENCHMARKS): its GPU tests passed, and it was not faster than the
+register kernel (2.9 instructions a weight against 4.7 for Q4_K, yet slower): kept opt-in. The CUDA C
+also runs on the host through tests/cuda_c_emulator.py (tests/test_kernels_matvec_half.py, against
+float64). Opt-in through matvec_cuda.launch(config=("mvh", rows a CTA)) or
 ("mvh", rows, 64) (Q4_K, 64-weight chunks); `python3 tests/gpu_sweep_matvec.py --types Q4_K,Q6_K
 --variants mvh8,mvh4,mvh8c64,mvh4c64` times it beside the register kernel `mv`.
 

@@ -278,7 +278,7 @@ struct TIQ3_XXS {   // d, qs[64] (grid indices, 8 a sub-block), then a word a su
 # reg 569 / 633 / 438, mvp8 689 / 701 / 491, mvs<8 rows, 3 stages> 601 / 639 / 458, mvp4 598 / 606
 # / 422, mvp2 479 / 463 / 365. mvp takes n = 1 only (n = 2 spills registers): n = 2 is reg.
 DEFAULT = {"IQ3_XXS": ("mvp", 8)}
-# Opt-in, not yet run on a GPU: ("v2", rows, prefetch) / ("v2p", rows), kernels/matvec_iq_v2.py
+# Opt-in (measured +8% at best, session 3): ("v2", rows, prefetch) / ("v2p", rows), kernels/matvec_iq_v2.py
 # (4.7 instead of 9.6 SASS instructions a weight); LITE_IQ_MV="v2,8,1" makes it IQ3_XXS's default.
 
 

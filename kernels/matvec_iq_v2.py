@@ -1,7 +1,9 @@
 """IQ3_XXS decode matvec v2 (opt-in): fewer instructions a weight, same fp32 arithmetic contract.
 
-NOT YET RUN ON A GPU. Written without GPU time: the CUDA C compiles with nvcc (sm_90) and runs on
-the host through tests/cuda_c_emulator.py (tests/test_matvec_iq_v2_emulated.py, against float64).
+Measured on the H200 in session 3 (BENCHMARKS: +8% at best against mvp8, slower on short rows);
+its tables read through L1 (GCOPIES 0, session 6) have not run on a GPU. The CUDA C compiles with
+nvcc (sm_90) and runs on the host through tests/cuda_c_emulator.py
+(tests/test_matvec_iq_v2_emulated.py, against float64).
 Opt-in: matvec_iq.launch_cuda(config=("v2", rows a CTA, prefetch)) or ("v2p", rows a CTA), or
 LITE_IQ_MV="v2,8,0" in the environment; `python3 tests/gpu_sweep_matvec.py --types IQ3_XXS
 --variants v280,v281,v240,v2p8,mvp8` times it beside the register kernel and the default mvp8.

@@ -16,8 +16,9 @@ A layer's MoE work is a constant number of launches whatever the number of exper
                both run in one launch. The per-type decode is kernels/matvec_cuda.py's (same structs);
                IQ3_XXS takes kernels/matvec_iq.py's TIQ3_XXS, IQ4_XS moe_cuda_src.py's TIQ4_XS (their
                tables compiled into the module, filled into shared memory by T::init). The IQ
-               variants have NOT run on a GPU: tests/test_moe_mv_emulated.py runs their CUDA C on
-               the host (g++) against float64 products of gguf-py's dequantize. Decode (n = 1) may
+               variants passed their GPU tests in sessions 3 and 4 (tests/test_experts_iq.py);
+               tests/test_moe_mv_emulated.py runs their CUDA C on the host (g++) against float64
+               products of gguf-py's dequantize, in CI. Decode (n = 1) may
                take kernels/moe_mvw.py's moe_mvw (the default; LITE_MOE_MV=cta: moe_mv).
   deq_gather   dequantize the used experts (sel[y], y = blockIdx.y) of a 3-D tensor to fp16, one
                launch: kernels/dequant_basic.py's tiled kernel with a second grid dimension.

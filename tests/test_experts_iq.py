@@ -1,7 +1,7 @@
 """IQ3_XXS / IQ4_XS experts on the grouped MoE path (issue 6): the fused `moe_mv` serves them in
 decode (one launch a product, no host sync, so decode steps are graph-captured) and in short
 prefill (sorted blocks of 8). The kernels are checked on the host by tests/test_moe_mv_emulated.py;
-the GPU test below has NOT run on a GPU yet (written in a session without device time)."""
+the GPU tests below passed on the H200 in sessions 3 and 4 (at full size in session 4)."""
 import numpy as np
 import pytest
 

@@ -1,4 +1,4 @@
-"""kernels/matvec_iq_v2.py (IQ3_XXS decode matvec v2, opt-in, not yet run on a GPU): its CUDA C on
+"""kernels/matvec_iq_v2.py (IQ3_XXS decode matvec v2, opt-in, measured in session 3): its CUDA C on
 the host through tests/cuda_c_emulator.py against float64 products of gguf-py's dequantize, on
 matvec_cuda's `mv` loop (rows a CTA, prefetch) and matvec_staged's persistent `mvp`; and its
 tables (offset-binary grid, sign masks) checked exhaustively in NumPy."""

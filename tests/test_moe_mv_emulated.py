@@ -1,8 +1,8 @@
 """The grouped MoE matvec `moe_mv` (kernels/moe_cuda_src.py) for IQ3_XXS and IQ4_XS, its CUDA C
 run on the host through tests/cuda_c_emulator.py, against float64 products of gguf-py's dequantize.
 
-These kernels have NOT run on a GPU (written in a session without device time): this file is what
-checks them. It checks the launch contract kernels/moe_cuda.grouped_mv and
+Written without device time; the GPU tests (tests/test_experts_iq.py) passed in sessions 3 and 4.
+This file checks them in CI. It checks the launch contract kernels/moe_cuda.grouped_mv and
 lite/backends/cuda_moe.py rely on: block b's expert from blk_expert (pairs: the routing ids as they
 are, N=1; sorted: moe_align's blocks of 8, N=8), slot_of (expert -> cache slot, -1 = not this
 round: rows left untouched), gate and up in one launch (blockIdx.z), `x_by_row` for the down

@@ -1,8 +1,7 @@
-"""`moe_mvw` (kernels/moe_mvw.py, the opt-in decode variant of moe_mv) run on the host through
-tests/cuda_c_emulator.py against float64 products of gguf-py's dequantize.
+"""`moe_mvw` (kernels/moe_mvw.py, decode's MoE matvec since session 3, when its GPU tests passed)
+run on the host through tests/cuda_c_emulator.py against float64 products of gguf-py's dequantize.
 
-The kernel has NOT run on a GPU (written in a session without device time): this file is what checks
-it. It checks moe_mv's N = 1 launch contract (block b = token-slot b, expert ids[b]; gate and up in
+It checks moe_mv's N = 1 launch contract (block b = token-slot b, expert ids[b]; gate and up in
 one launch by blockIdx.z; x_by_row for the down product; slot_of with an expert not resident and
 blk_expert -1 leaving their rows untouched), row counts that are no multiple of the rows a lane group
 or a CTA takes, rows whose chunks are no multiple of a pass (L * C), and rows of several passes.
@@ -157,7 +156,7 @@ def test_gated_form_is_the_activation_of_gate_and_up(lib, act):
     rng = np.random.default_rng(3)
     cols, rows, T = 512, 37, 3
     S = T * K
-    (bg, Wg), (bu, Wu) = _experts(qtype, rows, cols, rng), _experts(qtype, rows, cols, rng)
+    (bg, Wg), (bu, _) = _experts(qtype, rows, cols, rng), _experts(qtype, rows, cols, rng)
     ids = np.stack([rng.permutation(E)[:K] for _ in range(T)]).astype(np.int32).reshape(-1)
     x = (rng.standard_normal((T, cols)) * 2 / np.sqrt((Wg * Wg).sum(-1).max())).astype(np.float32)  # act bends
     cfg = moe_mvw.gated_config(qtype, cols)

@@ -1,4 +1,4 @@
-"""kernels/pdl.py (LITE_PDL=1, programmatic dependent launch; not yet run on a GPU): the launch
+"""kernels/pdl.py (LITE_PDL, programmatic dependent launch; the default on sm_90+ since session 5): the launch
 structures as cuda.h lays them out, the kernel arguments as cuLaunchKernelEx takes them, and the
 launch itself against a stand-in driver. The kernels' PDL code is compiled only with LT_PDL."""
 import ctypes
