@@ -3,7 +3,7 @@
 # ${OUT:-/tmp/lite-checks}. Session 5 ran gemma, real, pdl, iq3 and ncu with its code, session 6
 # matvec, iq3moe and multigpu's tests (figures in BENCHMARKS; the calls: scripts/session*/call*.sh).
 # Re-run a step after changing what it covers.
-#   bash scripts/gpu_first_checks.sh next            # first next session (issue 3), ~6 min
+#   bash scripts/gpu_first_checks.sh next            # first next session (issues 3, 6), ~8 min
 #   bash scripts/gpu_first_checks.sh multigpu        # on nvidia-h200-x2
 # Steps: gemma, real (needs the real models carried first), pdl, iq3, ncu, matvec, iq3moe, next, multigpu (2 GPUs).
 set -u
@@ -89,8 +89,8 @@ step_iq3moe() {
   done
 }
 
-# Written at the end of session 6, never run (first next session, ~6 min): (1) IQ3_XXS v2 (opt-in,
-# kernels/matvec_iq_v2.py) with its two tables read through L1 (GCOPIES 0, now its default) against
+# Written at the end of session 6, never run (first next session, ~8 min; (4) is issue 6's):
+# (1) IQ3_XXS v2 (opt-in, kernels/matvec_iq_v2.py) with its two tables read through L1 (GCOPIES 0, now its default) against
 # mvp8 and against v2 with shared copies; (2) why mvf (Q4_K's two-instruction dot, default) loses
 # alone at 4096 rows (sweep: 21.1 against 17.9 us at 4096x14336) yet wins in decode: each kernel's
 # time inside the 8B decode graph with mvf and with Q4_K=mv (scripts/trace_decode.py under ncu).
@@ -107,6 +107,13 @@ step_next() {
   for gc in 0 8; do
     echo "LITE_IQ3_GCOPIES=$gc" | tee -a "$out/checks.log"
     TAIL=12 t env LITE_IQ3_GCOPIES=$gc python3 tests/gpu_sweep_matvec.py --types IQ3_XXS --variants mvp8,v280,v281,v2p8
+  done
+  # (4) IQ3_XXS 30B-A3B prefill with the experts streamed and no cache (--expert-cache off), not
+  # measured since session 4's gathered dequantize (35% of all-GPU at 8K before it), beside all-GPU.
+  local f=/tmp/30i.gguf
+  [ -f $f ] || $L synth --arch qwen3moe --preset 30b-a3b --quant IQ3_XXS $f >/dev/null 2>&1
+  for e in "--experts gpu" "--experts host --expert-cache off" "--experts host --expert-cache 25%"; do
+    TAIL=3 t $L bench $f -p 8192,32768 -n 8 -r 2 --prefill 8192 --device cuda $e
   done
   need_8b
   local NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
