@@ -32,7 +32,7 @@ from lite.kernels import matvec_basic  # noqa: E402
 def main():
     arr = lambda t, d=1: nt.Array(t, d, "C")  # noqa: E731
     sig = (arr(nt.uint32), arr(nt.float16), arr(nt.float32, 2), arr(nt.float32, 2), nt.int64, nt.int64)
-    for name in sys.argv[1:] or list(matvec_basic._SPECS):
+    for name in sys.argv[1:] or list(matvec_basic.SPECS):
         for n in (1, 3):
             ptx, _ = cuda.compile_ptx(matvec_basic.make_kernel(name, n).py_func, sig, cc=(9, 0))
             print(f"{name} n={n}: PTX ok, {ptx.count('.f64')} f64 ops, {ptx.count('.local')} local refs")
