@@ -23,3 +23,7 @@ class UnsupportedQuantError(LiteError):
 
 class DeviceError(LiteError):
     """A GPU that is missing or ran out of memory."""
+
+
+class SynthError(LiteError):
+    """Bad arguments to synth: unknown architecture, preset or quant type, or shapes a type cannot hold."""
