@@ -86,14 +86,12 @@ def xs_bytes(n, cols):
     return b if XS and b <= XS_MAX_BYTES else 0
 
 
-_SMEM_ALLOWED = {}              # id(func) -> dynamic shared bytes granted (the funcs are cached)
+def allow_xs(func):
+    """An XS kernel (just made, then cached) may take up to XS_MAX_BYTES of dynamic shared memory:
+    above 48 KB a kernel must ask, and one kernel serves every cols."""
+    func.max_dynamic_shared_size_bytes = XS_MAX_BYTES
+    return func
 
-
-def allow_smem(func, nbytes):
-    """Let func take nbytes of dynamic shared memory (above 48 KB it must ask), once."""
-    if nbytes > 48 * 1024 and _SMEM_ALLOWED.get(id(func), 0) < nbytes:
-        func.max_dynamic_shared_size_bytes = nbytes
-        _SMEM_ALLOWED[id(func)] = nbytes
 # Byte alignment the kernel needs of the block buffer (16-byte loads vs 32-bit word loads).
 ALIGN = {"Q4_0": 4, "Q8_0": 4, "Q4_K": 16, "Q5_K": 16, "Q6_K": 4}
 
@@ -311,7 +309,8 @@ def raw_module(device, qtype, config, ns=tuple(range(1, C_MAX_N + 1)), head="", 
 
 @functools.lru_cache(maxsize=None)
 def _kernel(device, qtype, config, n, head="", xs=False):
-    return raw_module(device, qtype, config, (n,), head, xs).get_function(kernel_name(qtype, n, *config, xs=xs))
+    func = raw_module(device, qtype, config, (n,), head, xs).get_function(kernel_name(qtype, n, *config, xs=xs))
+    return allow_xs(func) if xs else func
 
 
 def _ptr(a):
@@ -360,7 +359,6 @@ def launch(qtype, blocks, x, out, rows, cols, stream=None, config=None):
             if cfg[0] in ("mv", "mvf"):   # LITE_PDL (kernels/pdl.py): only mv has the prologue
                 smem = xs_bytes(n, cols)
                 func = _kernel(device, qtype, cfg, n, pdl.source_head(), bool(smem))
-                allow_smem(func, smem)
                 pdl.call(func, ((rows + cfg[1] - 1) // cfg[1],), (THREADS,), args, shared_mem=smem)
                 continue
             func = _kernel(device, qtype, cfg, n)

@@ -173,10 +173,11 @@ def norm_parts(qtype, n, rows):
 
 
 @functools.lru_cache(maxsize=None)
-def _kernel(device, name, head=""):
+def _kernel(device, name, head="", xs=False):
     import cupy
-    return cupy.RawModule(code=c_source(head), options=("--std=c++17",),
+    func = cupy.RawModule(code=c_source(head), options=("--std=c++17",),
                           name_expressions=[name]).get_function(name)
+    return mc.allow_xs(func) if xs else func
 
 
 def supports(qtype, blocks, x):
@@ -227,8 +228,7 @@ def launch(qtype, blocks, x, out, rows, cols, epilogue, res=None, stream=None, n
             r, p = config(qtype, n)
             units = r if e <= 1 else r // 2
             smem = mc.xs_bytes(n, cols)
-            func = _kernel(device, kernel_name(qtype, n, r, p, e, nm, interleaved, bool(smem)), head)
-            mc.allow_smem(func, smem)
+            func = _kernel(device, kernel_name(qtype, n, r, p, e, nm, interleaved, bool(smem)), head, bool(smem))
             grid, args = ((width + units - 1) // units,), (
                 blocks, xs, os_, np.int32(rows), np.int32(cols), rs, g, xg, part, scale, counter,
                 np.float32(eps))

@@ -152,8 +152,9 @@ def gated_config(qtype, cols):
     of config()'s (16, 4, 2) at 2048 inputs. H200, session 6, 30B-A3B decode after 2K (BENCHMARKS):
     IQ3_XXS 204.1 / 205.3 -> 251.0 / 248.9 tok/s (with the grid read through L1, matvec_iq.grid_copies()),
     Q4_K 307.5 / 309.7 -> 334.1 / 335.1."""
-    if overrides().get(cols):
-        return config(qtype, cols)
+    forced = overrides().get(cols)
+    if forced:                           # LITE_MOE_MVW's shape as it is
+        return forced
     L, C, R = config(qtype, cols)
     if _RAWS[qtype] >= 8 and C % 2 == 0 and R == 2:
         return L, C // 2, 4

@@ -114,13 +114,10 @@ def launchers(qt, dev, only=None):
         out[_label(v)] = (lambda w, x, o, rows, cols, f=f, r=v[1]:
                           f(((rows + r - 1) // r,), (128,), (w, x, o, np.int32(rows), np.int32(cols))))
     for v, name in (zip(xss, xs_names) if qt in mc.CONFIG else ()):
-        f = get(name)
+        f = mc.allow_xs(get(name))
         print(f"  {qt} {_label(v)}x: regs {getattr(f, 'num_regs', '?')}, local {getattr(f, 'local_size_bytes', '?')}", flush=True)
-
-        def run_xs(w, x, o, rows, cols, f=f, r=v[1]):
-            mc.allow_smem(f, 4 * cols)
-            f(((rows + r - 1) // r,), (128,), (w, x, o, np.int32(rows), np.int32(cols)), shared_mem=4 * cols)
-        out[_label(v) + "x"] = run_xs
+        out[_label(v) + "x"] = (lambda w, x, o, rows, cols, f=f, r=v[1]: f(
+            ((rows + r - 1) // r,), (128,), (w, x, o, np.int32(rows), np.int32(cols)), shared_mem=4 * cols))
     for v, name in zip(variants, names[1:]):
         f = get(name)
         smem = ms.smem_bytes(info.type_size, cpb, *v[1:]) if v[0] == "mvs" else 0
