@@ -70,27 +70,10 @@ def config_from_env(text=None):
 
 
 DEFAULT.update(config_from_env())
-# LITE_MATVEC_XS=1 (opt-in, written in session 6 without device time, not yet run on a GPU): mv/mvf
-# and matvec_epilogue's mve copy x into shared memory first (stage_x: all of a CTA's x loads in
-# flight at once), and the chunks read x from there. Why: in the SASS of mv<TQ4_K(H), 1, 8, 0>
-# (nvcc sm_90) the 8 float4 x loads of a trip are issued one at a time between runs of FFMAs, each
-# just before use (registers: 8 rows' Raw take 64), and Nsight Compute (session 5) counted ~30% of
-# the warps' cycles waiting on L1TEX. Only where n * cols * 4 bytes fit XS_MAX_BYTES.
-XS = os.environ.get("LITE_MATVEC_XS", "0") == "1"
-XS_MAX_BYTES = 96 << 10
-
-
-def xs_bytes(n, cols):
-    """Dynamic shared memory of an XS launch of n rows of x (0: not XS: off, or too large)."""
-    b = n * cols * 4
-    return b if XS and b <= XS_MAX_BYTES else 0
-
-
-def allow_xs(func):
-    """An XS kernel (just made, then cached) may take up to XS_MAX_BYTES of dynamic shared memory:
-    above 48 KB a kernel must ask, and one kernel serves every cols."""
-    func.max_dynamic_shared_size_bytes = XS_MAX_BYTES
-    return func
+# Tried and removed (session 7): LITE_MATVEC_XS, mv/mvf and mve copying x into shared memory first
+# (all of a CTA's x loads in flight at once, for ncu's ~30% of cycles waiting on L1TEX). It lost on
+# the H200: 8B Q4_K decode 278-280 tok/s against 379 without it; sweep at 4096x14336 mv 17.9 us,
+# mv80x 34.2, mvf80x 33.3 (96 registers) (docs/bench/session7/call1/checks.log). Don't re-try it as it was.
 
 # Byte alignment the kernel needs of the block buffer (16-byte loads vs 32-bit word loads).
 ALIGN = {"Q4_0": 4, "Q8_0": 4, "Q4_K": 16, "Q5_K": 16, "Q6_K": 4}
@@ -132,15 +115,11 @@ __device__ __forceinline__ float dot8(unsigned a, unsigned b, const float4* xv, 
     return s;
 }
 // The 8 float4 of x that chunk c of type T meets, and the sums of its first and last 4 (what
-// every T::dot takes): one loader for all the kernels that walk a row's chunks. XS: xr is in
-// shared memory (stage_x).
-template <class T, bool XS = false>
+// every T::dot takes): one loader for all the kernels that walk a row's chunks.
+template <class T>
 __device__ __forceinline__ void load_x(const float* xr, int c, float4 (&xv)[8], float& xa, float& xb) {
     #pragma unroll
-    for (int k = 0; k < 8; k++) {
-        if constexpr (XS) xv[k] = *(const float4*)(xr + T::xoff(c, k));
-        else xv[k] = __ldg((const float4*)(xr + T::xoff(c, k)));
-    }
+    for (int k = 0; k < 8; k++) xv[k] = __ldg((const float4*)(xr + T::xoff(c, k)));
     xa = (xv[0].x + xv[0].y + xv[0].z + xv[0].w) + (xv[1].x + xv[1].y + xv[1].z + xv[1].w)
        + (xv[2].x + xv[2].y + xv[2].z + xv[2].w) + (xv[3].x + xv[3].y + xv[3].z + xv[3].w);
     xb = (xv[4].x + xv[4].y + xv[4].z + xv[4].w) + (xv[5].x + xv[5].y + xv[5].z + xv[5].w)
@@ -177,29 +156,8 @@ __device__ __forceinline__ float kblock_scales(uint4 h, int j, float sa, float s
 
 
 C_KERNEL = r"""
-// x staged in shared memory (XS, LITE_MATVEC_XS, opt-in): the launch's dynamic shared memory,
-// n * cols floats; the emulator's stand-in holds 16K floats.
-#if defined(__CUDACC__) || defined(__CUDACC_RTC__) || defined(__CUDA_ARCH__)
-#define LT_XS_SMEM(name) extern __shared__ __align__(16) float4 name[]
-#else
-#define LT_XS_SMEM(name) alignas(16) static float4 name[4096]
-#endif
-// XS: the block copies x (N rows of cols floats) into shared memory with all its loads in flight
-// at once, then the chunks read x from there; else x as it is. Returns what mv_rows reads.
-template <int N, bool XS>
-__device__ __forceinline__ const float* stage_x(const float* __restrict__ x, int cols) {
-    if constexpr (XS) {
-        LT_XS_SMEM(lt_xs);
-        const float4* x4 = (const float4*)x;
-        for (int i = threadIdx.x; i < N * cols / 4; i += blockDim.x) lt_xs[i] = __ldg(x4 + i);
-        __syncthreads();
-        return (const float*)lt_xs;
-    } else {
-        return x;
-    }
-}
 // The loop every register-kernel launch runs: acc[r][n] = row r . x n over this thread's chunks.
-template <class T, int N, int R, int P, bool XS = false>
+template <class T, int N, int R, int P>
 __device__ __forceinline__ void mv_rows(const unsigned char* const (&rowp)[R], const float* __restrict__ x,
                                         int cols, int chunks, float (&acc)[R][N]) {
     #pragma unroll
@@ -224,7 +182,7 @@ __device__ __forceinline__ void mv_rows(const unsigned char* const (&rowp)[R], c
         for (int n = 0; n < N; n++) {
             float4 xv[8];
             float xa, xb;
-            load_x<T, XS>(x + (long long)n * cols, c, xv, xa, xb);
+            load_x<T>(x + (long long)n * cols, c, xv, xa, xb);
             #pragma unroll
             for (int r = 0; r < R; r++) acc[r][n] += T::dot(cur[r], c, xv, xa, xb);
         }
@@ -235,7 +193,7 @@ __device__ __forceinline__ void mv_rows(const unsigned char* const (&rowp)[R], c
     }
 }
 // mv's whole body, also the body of kernels that set something up first (matvec_iq_v2's mv_iq2).
-template <class T, int N, int R, int P, bool XS = false>
+template <class T, int N, int R, int P>
 __device__ __forceinline__ void mv_body(const unsigned char* __restrict__ w, const float* __restrict__ x,
                                         float* __restrict__ out, int rows, int cols) {
     const int row0 = blockIdx.x * R, nb = cols / T::BE, chunks = nb * T::CPB;
@@ -246,7 +204,7 @@ __device__ __forceinline__ void mv_body(const unsigned char* __restrict__ w, con
         rowp[r] = w + (long long)min(row0 + r, rows - 1) * rb;
     PDL_PROLOGUE();               // (LITE_PDL, kernels/pdl.py)
     float acc[R][N];
-    mv_rows<T, N, R, P, XS>(rowp, stage_x<N, XS>(x, cols), cols, chunks, acc);
+    mv_rows<T, N, R, P>(rowp, x, cols, chunks, acc);
     __shared__ float red[4][R * N];
     const float total = block_sum<R, N>(acc, red);       // thread r*N+n writes row r, x n
     if (threadIdx.x < R * N) {
@@ -254,10 +212,10 @@ __device__ __forceinline__ void mv_body(const unsigned char* __restrict__ w, con
         if (row0 + r < rows) out[(long long)n * rows + row0 + r] = total;
     }
 }
-template <class T, int N, int R, int P, bool XS = false>
+template <class T, int N, int R, int P>
 __global__ void __launch_bounds__(128) mv(const unsigned char* __restrict__ w, const float* __restrict__ x,
                                           float* __restrict__ out, int rows, int cols) {
-    mv_body<T, N, R, P, XS>(w, x, out, rows, cols);
+    mv_body<T, N, R, P>(w, x, out, rows, cols);
 }
 """
 
@@ -280,7 +238,7 @@ def decode_struct(qtype):
     return f"TQ{qtype[1:]}" + ("H" if DEFAULT.get(qtype, ("",))[0] == "mvf" else "")
 
 
-def kernel_name(qtype, n, *config, xs=False):
+def kernel_name(qtype, n, *config):
     """The kernel of a config: (rows, prefetch) or ("mv", rows, prefetch), ("mvf", rows, prefetch), ("mvs", rows, stages), ("mvp", rows), ("mvh", rows[,
     weights a chunk])."""
     kind, *p = config if isinstance(config[0], str) else ("mv",) + tuple(config)
@@ -291,26 +249,24 @@ def kernel_name(qtype, n, *config, xs=False):
         return matvec_staged.persistent_name(struct, n, *p)
     if kind == "mvh":
         return matvec_half.kernel_name(qtype, n, *p)
-    tail = ", true>" if xs else ">"          # XS: x staged in shared memory (mv and mvf only)
     if kind == "mvf":                     # mv with the two-instruction dot (FAST_DOT types)
-        return f"mv<{struct}H, {n}, {p[0]}, {p[1]}{tail}"
-    return f"mv<{struct}, {n}, {p[0]}, {p[1]}{tail}"
+        return f"mv<{struct}H, {n}, {p[0]}, {p[1]}>"
+    return f"mv<{struct}, {n}, {p[0]}, {p[1]}>"
 
 
 @functools.lru_cache(maxsize=None)
-def raw_module(device, qtype, config, ns=tuple(range(1, C_MAX_N + 1)), head="", xs=False):
+def raw_module(device, qtype, config, ns=tuple(range(1, C_MAX_N + 1)), head=""):
     """The compiled kernels of one type and config (see CONFIG) for each n in ns (compiling is
     ~0.5 s a kernel, so launch() builds only the type and n it meets). head: pdl.source_head()."""
     import cupy
-    names = [kernel_name(qtype, n, *config, xs=xs) for n in ns]
+    names = [kernel_name(qtype, n, *config) for n in ns]
     return cupy.RawModule(code=head + c_source(half=config[0] == "mvh"), options=("--std=c++17",),
                           name_expressions=names)
 
 
 @functools.lru_cache(maxsize=None)
-def _kernel(device, qtype, config, n, head="", xs=False):
-    func = raw_module(device, qtype, config, (n,), head, xs).get_function(kernel_name(qtype, n, *config, xs=xs))
-    return allow_xs(func) if xs else func
+def _kernel(device, qtype, config, n, head=""):
+    return raw_module(device, qtype, config, (n,), head).get_function(kernel_name(qtype, n, *config))
 
 
 def _ptr(a):
@@ -357,9 +313,8 @@ def launch(qtype, blocks, x, out, rows, cols, stream=None, config=None):
             cfg = _plan(qtype, config, n, staged_ok)
             args = (blocks, xs, os_, np.int32(rows), np.int32(cols))
             if cfg[0] in ("mv", "mvf"):   # LITE_PDL (kernels/pdl.py): only mv has the prologue
-                smem = xs_bytes(n, cols)
-                func = _kernel(device, qtype, cfg, n, pdl.source_head(), bool(smem))
-                pdl.call(func, ((rows + cfg[1] - 1) // cfg[1],), (THREADS,), args, shared_mem=smem)
+                pdl.call(_kernel(device, qtype, cfg, n, pdl.source_head()),
+                         ((rows + cfg[1] - 1) // cfg[1],), (THREADS,), args)
                 continue
             func = _kernel(device, qtype, cfg, n)
             if cfg[0] == "mvh":           # mv's grid: a CTA of THREADS per cfg[1] rows

@@ -110,7 +110,7 @@ __device__ __forceinline__ void mve_end(float total, float* __restrict__ out, in
         }
     }
 }
-template <class T, int N, int R, int P, int E, int NM, bool IL = false, bool XS = false>
+template <class T, int N, int R, int P, int E, int NM, bool IL = false>
 __global__ void __launch_bounds__(128) mve(const unsigned char* __restrict__ w, const float* __restrict__ x,
                                            float* __restrict__ out, int rows, int cols,
                                            const float* __restrict__ res, const float* __restrict__ g,
@@ -127,7 +127,7 @@ __global__ void __launch_bounds__(128) mve(const unsigned char* __restrict__ w, 
                           : (long long)min(u0 + r % H, F - 1) + (r >= H ? F : 0)) * rb;
     PDL_PROLOGUE();               // (LITE_PDL, kernels/pdl.py)
     float acc[R][N];
-    mv_rows<T, N, R, P, XS>(rowp, stage_x<N, XS>(x, cols), cols, chunks, acc);
+    mv_rows<T, N, R, P>(rowp, x, cols, chunks, acc);
     __shared__ float red[4][R * N];
     float total = block_sum<R, N>(acc, red);
     if constexpr (NM == 2) total *= __ldg(scale + threadIdx.x % N);
@@ -142,10 +142,9 @@ def c_source(head=""):
             + C_LAST_OF_COLUMN + C_EPI)
 
 
-def kernel_name(qtype, n, rows_per_cta, prefetch, e, nm=0, interleaved=False, xs=False):
-    """xs: x staged in shared memory (matvec_cuda.XS, opt-in)."""
+def kernel_name(qtype, n, rows_per_cta, prefetch, e, nm=0, interleaved=False):
     return (f"mve<{mc.decode_struct(qtype)}, {n}, {rows_per_cta}, {prefetch}, {e}, {nm}"
-            + (", true" if interleaved else ", false" if xs else "") + (", true>" if xs else ">"))
+            + (", true>" if interleaved else ">"))
 
 
 def config(qtype, n):
@@ -173,11 +172,10 @@ def norm_parts(qtype, n, rows):
 
 
 @functools.lru_cache(maxsize=None)
-def _kernel(device, name, head="", xs=False):
+def _kernel(device, name, head=""):
     import cupy
-    func = cupy.RawModule(code=c_source(head), options=("--std=c++17",),
+    return cupy.RawModule(code=c_source(head), options=("--std=c++17",),
                           name_expressions=[name]).get_function(name)
-    return mc.allow_xs(func) if xs else func
 
 
 def supports(qtype, blocks, x):
@@ -227,9 +225,8 @@ def launch(qtype, blocks, x, out, rows, cols, epilogue, res=None, stream=None, n
             n = xs.shape[0]
             r, p = config(qtype, n)
             units = r if e <= 1 else r // 2
-            smem = mc.xs_bytes(n, cols)
-            func = _kernel(device, kernel_name(qtype, n, r, p, e, nm, interleaved, bool(smem)), head, bool(smem))
+            func = _kernel(device, kernel_name(qtype, n, r, p, e, nm, interleaved), head)
             grid, args = ((width + units - 1) // units,), (
                 blocks, xs, os_, np.int32(rows), np.int32(cols), rs, g, xg, part, scale, counter,
                 np.float32(eps))
-            pdl.call(func, grid, (mc.THREADS,), args, shared_mem=smem)   # (on the current stream)
+            pdl.call(func, grid, (mc.THREADS,), args)        # (on the current stream)

@@ -95,15 +95,6 @@ step_iq3moe() {
 # alone at 4096 rows (sweep: 21.1 against 17.9 us at 4096x14336) yet wins in decode: each kernel's
 # time inside the 8B decode graph with mvf and with Q4_K=mv (scripts/trace_decode.py under ncu).
 step_next() {
-  # (3) LITE_MATVEC_XS (x staged in shared memory, kernels/matvec_cuda.py): its GPU test, the sweep
-  # (mv80x, mvf80x beside mv and mvf), 8B decode A/B.
-  t python3 -m pytest -q tests/test_cuda_backend.py -k "staged_in_shared"
-  TAIL=14 t python3 tests/gpu_sweep_matvec.py --types Q4_K --variants mvf80,mv80x,mvf80x \
-      --shapes 6144x4096,28672x4096,4096x4096,4096x14336
-  need_8b
-  for xs in 0 1 0 1; do
-    TAIL=1 t env LITE_MATVEC_XS=$xs $L bench /tmp/8b.gguf -p 512 -n 128 -r 5 --device cuda
-  done
   for gc in 0 8; do
     echo "LITE_IQ3_GCOPIES=$gc" | tee -a "$out/checks.log"
     TAIL=12 t env LITE_IQ3_GCOPIES=$gc python3 tests/gpu_sweep_matvec.py --types IQ3_XXS --variants mvp8,v280,v281,v2p8

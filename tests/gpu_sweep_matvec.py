@@ -44,9 +44,6 @@ REG_VARIANTS = [("mv", 2, 0), ("mv", 4, 0), ("mv", 4, 1), ("mv", 16, 0)]
 # The register kernel with the two-instruction dot (matvec_cuda FAST_DOT, TQ4_KH; label mvf80): 2
 # instructions a weight where mv has 3, the same loads and registers; results within ~1e-6.
 REG_VARIANTS += [("mvf", 8, 0)]
-# Those two with x staged in shared memory first (matvec_cuda XS, LITE_MATVEC_XS, opt-in, written in
-# session 6 without device time): labels mv80x (Q4_K; CONFIG's rows and prefetch) and mvf80x.
-XS_VARIANTS = [("mv", 8, 0), ("mvf", 8, 0)]
 # IQ3_XXS v2 (kernels/matvec_iq_v2.py, opt-in, first GPU run): ("v2", rows, prefetch) on matvec_cuda's
 # mv loop (mv_rows), ("v2p", rows) on the persistent loop. Labels v280, v281, v240, v241, v2p8, v2p4.
 IQ_V2_VARIANTS = [("v2", 8, 0), ("v2", 8, 1), ("v2", 4, 0), ("v2", 4, 1), ("v2p", 8), ("v2p", 4)]
@@ -76,14 +73,10 @@ def launchers(qt, dev, only=None):
     halves = [v for v in HALF_VARIANTS if mh.supports(qt, v) and (only is None or _label(v) in only)]
     regs = [v for v in REG_VARIANTS if qt in mc.CONFIG and (only is None or _label(v) in only)
             and (v[0] != "mvf" or qt in mc.FAST_DOT)]
-    xss = [v for v in XS_VARIANTS if qt in mc.CONFIG and only is not None and _label(v) + "x" in only
-           and (v[0] != "mvf" or qt in mc.FAST_DOT)]
     if qt in mc.CONFIG:
         names = ([mc.kernel_name(qt, 1, *mc.CONFIG[qt])] + [mc.kernel_name(qt, 1, *v) for v in variants]
                  + [mc.kernel_name(qt, 1, *v) for v in halves] + [mc.kernel_name(qt, 1, *v) for v in regs])
-        xs_names = [mc.kernel_name(qt, 1, *v, xs=True) for v in xss]
-        mod = cp.RawModule(code=mc.c_source(half=bool(halves)), options=("--std=c++17",),
-                           name_expressions=names + xs_names)
+        mod = cp.RawModule(code=mc.c_source(half=bool(halves)), options=("--std=c++17",), name_expressions=names)
         get = mod.get_function
         reg = mc.CONFIG[qt]
         k = get(names[0])
@@ -113,11 +106,6 @@ def launchers(qt, dev, only=None):
         print(f"  {qt} {_label(v)}: regs {getattr(f, 'num_regs', '?')}, local {getattr(f, 'local_size_bytes', '?')}", flush=True)
         out[_label(v)] = (lambda w, x, o, rows, cols, f=f, r=v[1]:
                           f(((rows + r - 1) // r,), (128,), (w, x, o, np.int32(rows), np.int32(cols))))
-    for v, name in (zip(xss, xs_names) if qt in mc.CONFIG else ()):
-        f = mc.allow_xs(get(name))
-        print(f"  {qt} {_label(v)}x: regs {getattr(f, 'num_regs', '?')}, local {getattr(f, 'local_size_bytes', '?')}", flush=True)
-        out[_label(v) + "x"] = (lambda w, x, o, rows, cols, f=f, r=v[1]: f(
-            ((rows + r - 1) // r,), (128,), (w, x, o, np.int32(rows), np.int32(cols)), shared_mem=4 * cols))
     for v, name in zip(variants, names[1:]):
         f = get(name)
         smem = ms.smem_bytes(info.type_size, cpb, *v[1:]) if v[0] == "mvs" else 0

@@ -175,16 +175,6 @@ def test_both_q4k_dot_forms_match_cpu(tmp_path, monkeypatch, arch, form):
     assert sum(a == b for a, b in zip(got, want)) >= len(want) // 2
 
 
-@pytest.mark.parametrize("arch,quant", [("llama", "Q4_K"), ("qwen3", "Q6_K"), ("llama", "Q8_0")])
-def test_x_staged_in_shared_memory_changes_nothing(tmp_path, monkeypatch, arch, quant):
-    """LITE_MATVEC_XS=1 (kernels/matvec_cuda.py XS, opt-in): mv and mve copy x into shared memory
-    first; the same x values in the same sums, so the same logits and tokens."""
-    from lite.kernels import matvec_cuda as mc
-    path = str(tmp_path / "m.gguf")
-    synth(arch, "tiny", quant, path, seed=5)
-    _on_off_agree(path, lambda on: monkeypatch.setattr(mc, "XS", on))
-
-
 @pytest.mark.parametrize("copies", ["0", "2"])
 def test_iq3_moe_grid_copies_change_nothing(tmp_path, monkeypatch, copies):
     """LITE_IQ3_GCOPIES (kernels/matvec_iq.py grid_copies: the IQ3_XXS grid's shared copies a

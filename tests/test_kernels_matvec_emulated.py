@@ -64,10 +64,6 @@ def _kernels():
     out.append(("IQ3_XXS", 1, "mvp<TIQ3_XXS, 1, 8>", 8, True))
     for n in (1, 2):                                     # the two-instruction dot (mvf, Q4_K's default)
         out.append(("Q4_K", n, f"mv<TQ4_KH, {n}, 8, 0>", 8, False))
-    for qt, s in (("Q4_K", "TQ4_KH"), ("Q6_K", "TQ6_K"), ("Q8_0", "TQ8_0")):   # x staged in shared memory
-        r, p = matvec_cuda.CONFIG[qt]                    # (XS, LITE_MATVEC_XS, opt-in)
-        for n in (1, 2):
-            out.append((qt, n, f"mv<{s}, {n}, {r}, {p}, true>", r, False))
     return [(qt, n, call, r, persistent, f"emu_{i}") for i, (qt, n, call, r, persistent) in enumerate(out)]
 
 

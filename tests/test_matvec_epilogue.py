@@ -54,10 +54,6 @@ def lib():
         f'extern "C" __global__ void plain_{_name(c)}({ARGS}) {{ '
         f'mv<{matvec_cuda.decode_struct(c[0])}, {c[1]}, {c[2]}, {c[3]}>(w, x, out, rows, cols); }}\n'
         for c in _cases())
-    calls += "".join(                                  # x staged in shared memory (XS, opt-in)
-        f'extern "C" __global__ void xs_{_name(c)}({ARGS}) {{ '
-        f'{matvec_epilogue.kernel_name(*c, xs=True)}(w, x, out, rows, cols, res, 0, 0, 0, 0, 0, 0.f); }}\n'
-        for c in _cases())
     calls += "".join(
         f'extern "C" __global__ void nm{nm}_{_name(c)}({ARGS_NM}) {{ '
         f'{matvec_epilogue.kernel_name(*c, nm=nm)}{CALL_NM}; }}\n'
@@ -115,28 +111,6 @@ def test_emulated_epilogue_matches_numpy_and_the_separate_op(lib, case):
                    g32 + np.float32(0.044715) * g32 * g32 * g32))) * u32)
         np.testing.assert_allclose(out, sep, rtol=1e-6, atol=1e-6 * float(np.abs(sep).max()))
     assert np.all(np.abs(out - ref) <= tol), np.max(np.abs(out - ref) / tol)
-
-
-@pytest.mark.parametrize("case", _cases(), ids=lambda c: "xs_" + _name(c))
-def test_emulated_epilogue_with_x_in_shared_memory_is_the_same(lib, case):
-    """mve with x staged in shared memory (XS, matvec_cuda.XS, opt-in): the same x values in the
-    same sums, so outputs bit for bit those of mve reading x from global memory."""
-    qt, n, r, p, e = case
-    rng = np.random.default_rng(300 + n * 10 + e)
-    cols = COLS[qt]
-    rows = UNITS if e == 1 else 2 * UNITS
-    blocks = random_blocks(qt, rows * cols // quant_info(qt).block_elems, rng)
-    x = rng.standard_normal((n, cols)).astype(np.float32)
-    res = rng.standard_normal((n, rows)).astype(np.float32) if e == 1 else None
-    width, units = (rows, r) if e == 1 else (UNITS, r // 2)
-    outs = []
-    for prefix in ("", "xs_"):
-        out = np.full((n, width), np.nan, np.float32)
-        lib.launch(prefix + _name(case), (-(-width // units),), (128,), blocks, x, out, np.int32(rows),
-                   np.int32(cols), res)
-        outs.append(out)
-    assert not np.isnan(outs[0]).any()
-    np.testing.assert_array_equal(outs[1], outs[0])
 
 
 H = 768        # the hidden size between the two launches: whole blocks of every type
