@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gpu_bench_matvec import gtime, stream  # noqa: E402  (the graph timer and its stream: one copy)
 from kernel_blocks import random_blocks  # noqa: E402
 
-from lite.kernels import matvec_cuda as mc, matvec_half as mh, matvec_iq as mi, matvec_staged as ms, quant_info  # noqa: E402
+from lite.kernels import matvec_cuda as mc, matvec_half as mh, matvec_iq as mi, matvec_q8 as mq, matvec_staged as ms, quant_info  # noqa: E402
 
 SHAPES = [(4096, 14336), (14336, 4096), (4096, 4096)]
 VARIANTS = [("mvs", 8, 3), ("mvs", 4, 3), ("mvp", 2), ("mvp", 4), ("mvp", 8)]
@@ -37,6 +37,7 @@ VARIANTS = [("mvs", 8, 3), ("mvs", 4, 3), ("mvp", 2), ("mvp", 4), ("mvp", 8)]
 # grid as the register kernel. Labels mvh8, mvh4, mvh8c64, mvh4c64.
 HALF_VARIANTS = [("mvh", 8), ("mvh", 4), ("mvh", 8, 64), ("mvh", 4, 64)]
 HALF_TOL = 3e-3
+Q8_TOL = 1e-4     # mvq: x within max|x of its run| / 64,516 (matvec_q8); its float64 test is tighter per output
 # The register kernel at other shapes of CTA (rows, prefetch) than CONFIG's: CONFIG was chosen on the
 # two large shapes; the decode step's smaller products (q/k/v 6144x4096, o 4096x4096) may want more
 # CTAs. Labels mv20, mv40, mv41, mv160.
@@ -44,6 +45,12 @@ REG_VARIANTS = [("mv", 2, 0), ("mv", 4, 0), ("mv", 4, 1), ("mv", 16, 0)]
 # The register kernel with the two-instruction dot (matvec_cuda FAST_DOT, TQ4_KH; label mvf80): 2
 # instructions a weight where mv has 3, the same loads and registers; results within ~1e-6.
 REG_VARIANTS += [("mvf", 8, 0)]
+# Session 7: other CTA shapes for mvf and for Q6_K (labels mvf40, mvf41, mvf20, mvf160, mv80, mv81).
+REG_VARIANTS += [("mvf", 4, 0), ("mvf", 4, 1), ("mvf", 2, 0), ("mvf", 16, 0), ("mv", 8, 0), ("mv", 8, 1)]
+# Q4_K on dp4a over x in two int8 parts (kernels/matvec_q8.py, opt-in, session 7): (rows, prefetch).
+# Label mvq80 times the quantizer and the product together (what a decode step would pay), mvq80p
+# the product alone on x quantized beforehand.
+Q8_VARIANTS = [(8, 0), (4, 0), (4, 1), (2, 0), (16, 0)]
 # IQ3_XXS v2 (kernels/matvec_iq_v2.py, opt-in, first GPU run): ("v2", rows, prefetch) on matvec_cuda's
 # mv loop (mv_rows), ("v2p", rows) on the persistent loop. Labels v280, v281, v240, v241, v2p8, v2p4.
 IQ_V2_VARIANTS = [("v2", 8, 0), ("v2", 8, 1), ("v2", 4, 0), ("v2", 4, 1), ("v2p", 8), ("v2p", 4)]
@@ -106,6 +113,26 @@ def launchers(qt, dev, only=None):
         print(f"  {qt} {_label(v)}: regs {getattr(f, 'num_regs', '?')}, local {getattr(f, 'local_size_bytes', '?')}", flush=True)
         out[_label(v)] = (lambda w, x, o, rows, cols, f=f, r=v[1]:
                           f(((rows + r - 1) // r,), (128,), (w, x, o, np.int32(rows), np.int32(cols))))
+    if qt in mq.TYPES:
+        for r, p in Q8_VARIANTS:
+            label = f"mvq{r}{p}"
+            if only is not None and label not in only and label + "p" not in only:
+                continue
+            quant, f = mq.functions(dev, qt, 1, r, p)
+            print(f"  {qt} {label}: regs {getattr(f, 'num_regs', '?')}, local {getattr(f, 'local_size_bytes', '?')}; "
+                  f"qx regs {getattr(quant, 'num_regs', '?')}", flush=True)
+            xq = {}   # per x: its quantized records, made by the mvq launch (the p label reuses them)
+
+            def both(w, x, o, rows, cols, r=r, p=p, xq=xq):
+                buf = xq.setdefault(id(x), (x, cp.empty_like(x)))[1]
+                mq.launch(qt, w, x, buf, o, rows, cols, (r, p))
+
+            def product(w, x, o, rows, cols, f=f, r=r, xq=xq, both=both):
+                if id(x) not in xq:
+                    both(w, x, o, rows, cols)
+                f(((rows + r - 1) // r,), (128,), (w, xq[id(x)][1], o, np.int32(rows), np.int32(cols)))
+            out[label] = both
+            out[label + "p"] = product
     for v, name in zip(variants, names[1:]):
         f = get(name)
         smem = ms.smem_bytes(info.type_size, cpb, *v[1:]) if v[0] == "mvs" else 0
@@ -148,7 +175,7 @@ def main():
                 o = cp.full((1, rows), np.nan, cp.float32)
                 f(w, x, o, rows, cols)
                 d = float(np.max(np.abs(o.get() - ref)) / scale)
-                if not d < (HALF_TOL if label.startswith("mvh") else 1e-5):
+                if not d < (HALF_TOL if label.startswith("mvh") else Q8_TOL if label.startswith("mvq") else 1e-5):
                     bad += 1
                     print(f"MISMATCH {qt} {rows}x{cols} {label}: {d}", flush=True)
             copies = [w] + [cp.asarray(host) for _ in range(max(1, math.ceil(L2_ROTATE_BYTES / host.size)) - 1)]
