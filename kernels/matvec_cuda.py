@@ -312,6 +312,11 @@ def launch(qtype, blocks, x, out, rows, cols, stream=None, config=None):
             n = xs.shape[0]
             cfg = _plan(qtype, config, n, staged_ok)
             args = (blocks, xs, os_, np.int32(rows), np.int32(cols))
+            if config is None and cfg[0] in ("mv", "mvf"):
+                from lite.kernels import matvec_q8       # (it imports this module)
+                if matvec_q8.applies(qtype):             # LITE_MATVEC_Q8: x quantized, mvq
+                    matvec_q8.launch(qtype, blocks, xs, cupy.empty_like(xs), os_, rows, cols)
+                    continue
             if cfg[0] in ("mv", "mvf"):   # LITE_PDL (kernels/pdl.py): only mv has the prologue
                 pdl.call(_kernel(device, qtype, cfg, n, pdl.source_head()),
                          ((rows + cfg[1] - 1) // cfg[1],), (THREADS,), args)

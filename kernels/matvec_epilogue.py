@@ -27,7 +27,7 @@ import functools
 import numpy as np
 
 from lite.kernels import matvec_cuda as mc
-from lite.kernels import pdl
+from lite.kernels import matvec_q8, pdl
 from lite.kernels.cupy_decode_src import C_LAST_OF_COLUMN
 
 EPILOGUES = {"add": 1, "silu": 2, "gelu_tanh": 3}
@@ -136,21 +136,23 @@ __global__ void __launch_bounds__(128) mve(const unsigned char* __restrict__ w, 
 """
 
 
-def c_source(head=""):
-    """head: pdl.source_head() (programmatic dependent launch, kernels/pdl.py, LITE_PDL)."""
-    return (head + mc.C_HEAD + mc.C_TYPES + mc.C_KERNEL
+def c_source(head="", q8=False):
+    """head: pdl.source_head() (programmatic dependent launch, kernels/pdl.py, LITE_PDL); q8: with
+    matvec_q8's integer structs (only where used: the default kernels keep their text)."""
+    return (head + mc.C_HEAD + mc.C_TYPES + mc.C_KERNEL + (matvec_q8.C_Q8 if q8 else "")
             + C_LAST_OF_COLUMN + C_EPI)
 
 
 def kernel_name(qtype, n, rows_per_cta, prefetch, e, nm=0, interleaved=False):
-    return (f"mve<{mc.decode_struct(qtype)}, {n}, {rows_per_cta}, {prefetch}, {e}, {nm}"
+    struct = matvec_q8.struct(qtype) if matvec_q8.applies(qtype) else mc.decode_struct(qtype)
+    return (f"mve<{struct}, {n}, {rows_per_cta}, {prefetch}, {e}, {nm}"
             + (", true>" if interleaved else ">"))
 
 
 def config(qtype, n):
-    """(rows a CTA, prefetch): CONFIG's register kernel, at most 4 rows a CTA when n > 2 (as
-    matvec_cuda._plan); always even, so a gated CTA takes R/2 units."""
-    rows_per_cta, prefetch = mc.CONFIG[qtype]
+    """(rows a CTA, prefetch): CONFIG's register kernel (matvec_q8's where it applies), at most 4
+    rows a CTA when n > 2 (as matvec_cuda._plan); always even, so a gated CTA takes R/2 units."""
+    rows_per_cta, prefetch = matvec_q8.CONFIG if matvec_q8.applies(qtype) else mc.CONFIG[qtype]
     return (min(rows_per_cta, 4) if n > 2 else rows_per_cta), prefetch
 
 
@@ -174,7 +176,7 @@ def norm_parts(qtype, n, rows):
 @functools.lru_cache(maxsize=None)
 def _kernel(device, name, head=""):
     import cupy
-    return cupy.RawModule(code=c_source(head), options=("--std=c++17",),
+    return cupy.RawModule(code=c_source(head, q8="KQ," in name), options=("--std=c++17",),
                           name_expressions=[name]).get_function(name)
 
 
@@ -223,6 +225,8 @@ def launch(qtype, blocks, x, out, rows, cols, epilogue, res=None, stream=None, n
             elif nm == 2:
                 scale = scale_in
             n = xs.shape[0]
+            if matvec_q8.applies(qtype):                       # x quantized for mvq (LITE_MATVEC_Q8)
+                xs = matvec_q8.quantize(qtype, xs)
             r, p = config(qtype, n)
             units = r if e <= 1 else r // 2
             func = _kernel(device, kernel_name(qtype, n, r, p, e, nm, interleaved), head)

@@ -24,6 +24,7 @@ vectors of a record (the loads of 3 more and load_x's sums of x go unused and ar
 compiler), and its dot reads them as integers; mv<TQ4_KQ, ...> is mv over quantized x.
 """
 import functools
+import os
 
 import numpy as np
 
@@ -62,6 +63,7 @@ __device__ __forceinline__ void lt_q8_run(const float4* v, uint4& hi, uint4& lo,
 template <class T>
 __global__ void __launch_bounds__(128) qx(const float* __restrict__ x, float* __restrict__ xq, int cols) {
     const int chunks = cols / T::BE * T::CPB, c = blockIdx.x * 128 + threadIdx.x;
+    PDL_PROLOGUE();               // x is the previous kernel's output (LITE_PDL, kernels/pdl.py)
     if (c >= chunks) return;
     const long long row = (long long)blockIdx.y * cols;
     float4 xv[8];
@@ -101,6 +103,23 @@ struct TQ4_KQ : TQ4_K {   // TQ4_K's weights; x as qx's records
 
 # The float struct whose x layout qx quantizes, and the integer struct, per type.
 TYPES = {"Q4_K": ("TQ4_K", "TQ4_KQ")}
+# (rows a CTA, prefetch) of every mvq launch, the decode epilogue kernels' (matvec_epilogue) too:
+# the fastest at each of the 8B decode's Q4_K shapes in session 7's sweep (call 2: 4096x14336
+# 14.1 us with the quantizer, mvf 20.7; 28672x4096 22.8 / 30.8; 6144x4096 8.7 / 8.4; 4096x4096
+# 7.3 / 6.9): 48 registers, so 2 rows a CTA still keep ~10 warps a scheduler busy.
+CONFIG = (2, 0)
+# LITE_MATVEC_Q8=1: every dense Q4_K decode product (matvec_cuda.launch without a config, and
+# matvec_epilogue's mve) quantizes x and takes mvq; MoE experts keep their kernels.
+ENABLED = os.environ.get("LITE_MATVEC_Q8", "0") == "1"
+
+
+def applies(qtype):
+    """True when qtype's decode products take mvq (LITE_MATVEC_Q8 and a type with a kernel)."""
+    return ENABLED and qtype in TYPES
+
+
+def struct(qtype):
+    return TYPES[qtype][1]
 
 
 def c_source():
@@ -128,7 +147,17 @@ def functions(device, qtype, n, rows=8, prefetch=0):
     return mod.get_function(names[0]), mod.get_function(names[1])
 
 
-def launch(qtype, blocks, x, xq, out, rows, cols, config=(8, 0)):
+def quantize(qtype, x):
+    """xq = qx(x) on CuPy's current stream (a new buffer shaped as x; one launch, PDL like the
+    matvecs): what mv<TQ4_KQ> and mve<TQ4_KQ> read."""
+    import cupy
+    xq = cupy.empty_like(x)
+    quant = functions(cupy.cuda.runtime.getDevice(), qtype, x.shape[0], *CONFIG)[0]
+    pdl.call(quant, ((x.shape[1] // 32 + 127) // 128, x.shape[0]), (128,), (x, xq, np.int32(x.shape[1])))
+    return xq
+
+
+def launch(qtype, blocks, x, xq, out, rows, cols, config=CONFIG):
     """Enqueue xq = qx(x), then out = x @ W.T from xq, on CuPy's current stream (two launches, no
     host synchronization; meant to be captured). x (n, cols) float32, xq a float32 buffer of the
     same shape (scratch), out (n, rows) float32; n <= matvec_cuda.C_MAX_N; blocks 16-byte aligned."""
@@ -138,6 +167,6 @@ def launch(qtype, blocks, x, xq, out, rows, cols, config=(8, 0)):
     n = x.shape[0]
     chunks = cols // 32
     quant, mv = functions(cupy.cuda.runtime.getDevice(), qtype, n, *config)
-    quant(((chunks + 127) // 128, n), (128,), (x, xq, np.int32(cols)))
+    pdl.call(quant, ((chunks + 127) // 128, n), (128,), (x, xq, np.int32(cols)))
     pdl.call(mv, ((rows + config[0] - 1) // config[0],), (matvec_cuda.THREADS,),
              (blocks, xq, out, np.int32(rows), np.int32(cols)))

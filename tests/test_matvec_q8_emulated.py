@@ -136,3 +136,72 @@ def test_gpu_mvq_full_size_against_float64_and_mv(config):
             got, flt = out.get().astype(np.float64), flt.get().astype(np.float64)
             assert np.all(np.abs(got - ref) <= 1e-3 * np.abs(ref) + 1e-5 * scale)
             assert np.all(np.abs(got - flt) <= 1e-3 * np.abs(flt) + 1e-5 * scale)
+
+
+# mve (kernels/matvec_epilogue.py) over quantized x: what the decode step runs with LITE_MATVEC_Q8=1.
+EPI_ARGS = ("const unsigned char* w, const float* x, float* out, int rows, int cols, const float* res, "
+            "const float* g, float* xg, float* part, float* scale, int* counter, float eps")
+EPI_CASES = [(n, e, nm) for n in (1, 3) for e, nm in ((1, 0), (2, 0), (3, 0), (0, 2), (2, 2))]
+
+
+@pytest.fixture(scope="module")
+def epi_lib(monkeypatch_module):
+    from lite.kernels import matvec_epilogue
+    monkeypatch_module.setattr(matvec_q8, "ENABLED", True)
+    wraps = "".join(f'extern "C" __global__ void epi_{n}_{e}_{nm}({EPI_ARGS}) {{ '
+                    f'{matvec_epilogue.kernel_name("Q4_K", n, *matvec_epilogue.config("Q4_K", n), e, nm)}'
+                    '(w, x, out, rows, cols, res, g, xg, part, scale, counter, eps); }\n'
+                    for n, e, nm in EPI_CASES)
+    wraps += ('extern "C" __global__ void emu_qx(const float* x, float* xq, int cols) '
+              f'{{ {matvec_q8.quantize_name("Q4_K")}(x, xq, cols); }}\n')
+    assert "TQ4_KQ" in wraps and matvec_epilogue.config("Q4_K", 1) == matvec_q8.CONFIG
+    return emu.compile_kernels(HOST_SHIMS + Q8_SHIMS + matvec_epilogue.c_source(q8=True) + wraps)
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    mp = pytest.MonkeyPatch()
+    yield mp
+    mp.undo()
+
+
+@pytest.mark.parametrize("case", EPI_CASES, ids=lambda c: f"n{c[0]}-e{c[1]}-nm{c[2]}")
+def test_mve_over_quantized_x_matches_float64(epi_lib, case):
+    n, e, nm = case
+    units, cols = 19, 768
+    rows = units if e <= 1 else 2 * units
+    rng = np.random.default_rng(100 + 10 * e + n + nm)
+    blocks = random_blocks("Q4_K", rows * cols // 256, rng)
+    w = reference(blocks, "Q4_K").astype(np.float64).reshape(rows, cols)
+    x = (rng.standard_normal((n, cols)) * 4 / np.sqrt((w * w).sum(1).max())).astype(np.float32)
+    sc = (rng.random(n) + 0.5).astype(np.float32)          # scale in (nm = 2): totals times scale[n]
+    y = (x.astype(np.float64) @ w.T) * (sc[:, None] if nm == 2 else 1.0)
+    mag = (np.abs(x).astype(np.float64) @ np.abs(w).T) * (sc[:, None] if nm == 2 else 1.0)
+    res = rng.standard_normal((n, rows)).astype(np.float32)
+    width = rows if e <= 1 else units
+    out = np.full((n, width), np.nan, np.float32)
+    xq = np.zeros_like(x)
+    epi_lib.launch("emu_qx", (1, n), (128,), x, xq, np.int32(cols))
+    r = matvec_q8.CONFIG[0]
+    epi_lib.launch(f"epi_{n}_{e}_{nm}", (-(-width // (r if e <= 1 else r // 2)),), (128,), blocks, xq, out,
+                   np.int32(rows), np.int32(cols), res, None, None, None, sc, None, np.float32(0))
+    if e <= 1:
+        ref, tol = y + (res if e == 1 else 0), 1e-3 * mag + 1e-6
+    else:
+        g, u = y[:, :units], y[:, units:]
+        act = g / (1 + np.exp(-g)) if e == 2 else 0.5 * g * (1 + np.tanh(0.7978845608028654 * (g + 0.044715 * g ** 3)))
+        ref = act * u
+        tol = 2e-3 * (mag[:, :units] * np.abs(u) + np.abs(act) * mag[:, units:]) + 1e-6
+    assert np.all(np.abs(out - ref) <= tol), np.max(np.abs(out - ref) / tol)
+
+
+def test_q8_switch_routes_the_decode_products(monkeypatch):
+    """LITE_MATVEC_Q8 off: the float structs; on: TQ4_KQ and matvec_q8's CTA shape for Q4_K only."""
+    from lite.kernels import matvec_epilogue
+    monkeypatch.setattr(matvec_q8, "ENABLED", False)
+    assert "TQ4_KQ" not in matvec_epilogue.kernel_name("Q4_K", 1, 8, 0, 1)
+    monkeypatch.setattr(matvec_q8, "ENABLED", True)
+    assert matvec_epilogue.kernel_name("Q4_K", 1, 2, 0, 1).startswith("mve<TQ4_KQ, 1, 2, 0, 1")
+    assert matvec_epilogue.config("Q4_K", 1) == matvec_q8.CONFIG
+    assert matvec_epilogue.config("Q6_K", 1) == matvec_cuda.CONFIG["Q6_K"]
+    assert "TQ6_K," in matvec_epilogue.kernel_name("Q6_K", 1, 4, 0, 1)
