@@ -143,16 +143,20 @@ def c_source(head="", q8=False):
             + C_LAST_OF_COLUMN + C_EPI)
 
 
-def kernel_name(qtype, n, rows_per_cta, prefetch, e, nm=0, interleaved=False):
-    struct = matvec_q8.struct(qtype) if matvec_q8.applies(qtype) else mc.decode_struct(qtype)
+def kernel_name(qtype, n, rows_per_cta, prefetch, e, nm=0, interleaved=False, q8=None):
+    """q8: over matvec_q8's quantized x (None: where matvec_q8.applies)."""
+    q8 = matvec_q8.applies(qtype) if q8 is None else q8
+    struct = matvec_q8.struct(qtype) if q8 else mc.decode_struct(qtype)
     return (f"mve<{struct}, {n}, {rows_per_cta}, {prefetch}, {e}, {nm}"
             + (", true>" if interleaved else ">"))
 
 
-def config(qtype, n):
-    """(rows a CTA, prefetch): CONFIG's register kernel (matvec_q8's where it applies), at most 4
-    rows a CTA when n > 2 (as matvec_cuda._plan); always even, so a gated CTA takes R/2 units."""
-    rows_per_cta, prefetch = matvec_q8.CONFIG if matvec_q8.applies(qtype) else mc.CONFIG[qtype]
+def config(qtype, n, q8=None):
+    """(rows a CTA, prefetch): CONFIG's register kernel (matvec_q8's over quantized x: q8, None
+    where matvec_q8.applies), at most 4 rows a CTA when n > 2 (as matvec_cuda._plan); always even,
+    so a gated CTA takes R/2 units."""
+    q8 = matvec_q8.applies(qtype) if q8 is None else q8
+    rows_per_cta, prefetch = matvec_q8.CONFIG if q8 else mc.CONFIG[qtype]
     return (min(rows_per_cta, 4) if n > 2 else rows_per_cta), prefetch
 
 

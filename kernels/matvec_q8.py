@@ -31,51 +31,43 @@ import numpy as np
 from lite.kernels import matvec_cuda, pdl
 
 C_Q8 = r"""
-// Run of 16 x values (4 float4) -> hi, lo (int8 x 16 each, as uint4) and d (see matvec_q8.py).
+// 4 int8 (the low bytes of a..d) in a word, a first.
 __device__ __forceinline__ unsigned lt_pack4(int a, int b, int c, int d) {
     return (unsigned)(a & 0xFF) | ((unsigned)(b & 0xFF) << 8) | ((unsigned)(c & 0xFF) << 16) | ((unsigned)d << 24);
 }
-__device__ __forceinline__ void lt_q8_run(const float4* v, uint4& hi, uint4& lo, float& d) {
-    float a = 0.f;
-    #pragma unroll
-    for (int k = 0; k < 4; k++)
-        a = fmaxf(a, fmaxf(fmaxf(fabsf(v[k].x), fabsf(v[k].y)), fmaxf(fabsf(v[k].z), fabsf(v[k].w))));
-    const float inv = a > 0.f ? 127.f / a : 0.f;
-    d = a * (1.f / (127.f * 254.f));
-    unsigned h[4], l[4];
-    #pragma unroll
-    for (int k = 0; k < 4; k++) {
-        const float t[4] = {v[k].x * inv, v[k].y * inv, v[k].z * inv, v[k].w * inv};
-        int qh[4], ql[4];
-        #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            qh[i] = __float2int_rn(t[i]);
-            ql[i] = __float2int_rn((t[i] - (float)qh[i]) * 254.f);
-        }
-        h[k] = lt_pack4(qh[0], qh[1], qh[2], qh[3]);
-        l[k] = lt_pack4(ql[0], ql[1], ql[2], ql[3]);
-    }
-    hi = make_uint4(h[0], h[1], h[2], h[3]);
-    lo = make_uint4(l[0], l[1], l[2], l[3]);
-}
-// x (n rows of cols floats; grid (chunks / 128, n)) -> its 80-byte records in xq (rows cols floats
-// apart). T: the type's float struct, whose xoff says which x values a chunk meets.
+// x (n rows of cols floats) -> its 80-byte records in xq (rows cols floats apart). A thread a
+// float4 of x, 8 a chunk (4 a run: T::xoff(c, 0..3) and (c, 4..7)), so that a 4096-wide x takes
+// 8 CTAs, not one (session 7's trace: 2.7 us a launch with a thread a chunk). Grid
+// (cols / 4 / 128 rounded up, n). T: the type's float struct, whose xoff says which x a chunk meets.
 template <class T>
 __global__ void __launch_bounds__(128) qx(const float* __restrict__ x, float* __restrict__ xq, int cols) {
-    const int chunks = cols / T::BE * T::CPB, c = blockIdx.x * 128 + threadIdx.x;
-    PDL_PROLOGUE();               // x is the previous kernel's output (LITE_PDL, kernels/pdl.py)
-    if (c >= chunks) return;
+    const int chunks = cols / T::BE * T::CPB, t = blockIdx.x * 128 + threadIdx.x;
+    const int c = t >> 3, k = t & 7;
+    const bool live = c < chunks;             // no early return: the run's lanes shuffle together
     const long long row = (long long)blockIdx.y * cols;
-    float4 xv[8];
-    float xa, xb;
-    load_x<T>(x + row, c, xv, xa, xb);
-    uint4 ha, hb, la, lb;
-    float da, db;
-    lt_q8_run(xv, ha, la, da);
-    lt_q8_run(xv + 4, hb, lb, db);
-    uint4* o = (uint4*)(xq + row) + 5 * c;
-    o[0] = ha; o[1] = hb; o[2] = la; o[3] = lb;
-    o[4] = make_uint4(__float_as_uint(da), __float_as_uint(xa), __float_as_uint(db), __float_as_uint(xb));
+    PDL_PROLOGUE();               // x is the previous kernel's output (LITE_PDL, kernels/pdl.py)
+    const float4 v = live ? __ldg((const float4*)(x + row + T::xoff(c, k))) : make_float4(0.f, 0.f, 0.f, 0.f);
+    float a = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+    float s = (v.x + v.y) + (v.z + v.w);
+    a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, 1)); s += __shfl_xor_sync(0xffffffffu, s, 1);
+    a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, 2)); s += __shfl_xor_sync(0xffffffffu, s, 2);
+    const float inv = a > 0.f ? 127.f / a : 0.f;
+    const float t4[4] = {v.x * inv, v.y * inv, v.z * inv, v.w * inv};
+    int qh[4], ql[4];
+    #pragma unroll
+    for (int i = 0; i < 4; i++) {
+        qh[i] = __float2int_rn(t4[i]);
+        ql[i] = __float2int_rn((t4[i] - (float)qh[i]) * 254.f);
+    }
+    if (!live) return;
+    unsigned* o = (unsigned*)(xq + row) + 20 * c;   // words: ha 0-3, hb 4-7, la 8-11, lb 12-15, f 16-19
+    const int run = k >> 2, w = k & 3;
+    o[4 * run + w] = lt_pack4(qh[0], qh[1], qh[2], qh[3]);
+    o[8 + 4 * run + w] = lt_pack4(ql[0], ql[1], ql[2], ql[3]);
+    if (w == 0) {
+        o[16 + 2 * run] = __float_as_uint(a * (1.f / (127.f * 254.f)));
+        o[17 + 2 * run] = __float_as_uint(s);
+    }
 }
 __device__ __forceinline__ uint4 lt_u4(float4 v) {
     return make_uint4(__float_as_uint(v.x), __float_as_uint(v.y), __float_as_uint(v.z), __float_as_uint(v.w));
@@ -110,7 +102,7 @@ TYPES = {"Q4_K": ("TQ4_K", "TQ4_KQ")}
 CONFIG = (2, 0)
 # LITE_MATVEC_Q8=1: every dense Q4_K decode product (matvec_cuda.launch without a config, and
 # matvec_epilogue's mve) quantizes x and takes mvq; MoE experts keep their kernels.
-ENABLED = os.environ.get("LITE_MATVEC_Q8", "0") == "1"
+ENABLED = os.environ.get("LITE_MATVEC_Q8", "1") == "1"
 
 
 def applies(qtype):
@@ -147,13 +139,18 @@ def functions(device, qtype, n, rows=8, prefetch=0):
     return mod.get_function(names[0]), mod.get_function(names[1])
 
 
+def quantize_grid(n, cols):
+    """qx's grid for n rows of x of cols values: a thread a float4."""
+    return ((cols // 4 + 127) // 128, n)
+
+
 def quantize(qtype, x):
     """xq = qx(x) on CuPy's current stream (a new buffer shaped as x; one launch, PDL like the
     matvecs): what mv<TQ4_KQ> and mve<TQ4_KQ> read."""
     import cupy
     xq = cupy.empty_like(x)
     quant = functions(cupy.cuda.runtime.getDevice(), qtype, x.shape[0], *CONFIG)[0]
-    pdl.call(quant, ((x.shape[1] // 32 + 127) // 128, x.shape[0]), (128,), (x, xq, np.int32(x.shape[1])))
+    pdl.call(quant, quantize_grid(x.shape[0], x.shape[1]), (128,), (x, xq, np.int32(x.shape[1])))
     return xq
 
 
@@ -165,8 +162,7 @@ def launch(qtype, blocks, x, xq, out, rows, cols, config=CONFIG):
         raise ValueError(f"matvec_q8: no integer-dot kernel for {qtype} (have {', '.join(TYPES)})")
     import cupy
     n = x.shape[0]
-    chunks = cols // 32
     quant, mv = functions(cupy.cuda.runtime.getDevice(), qtype, n, *config)
-    pdl.call(quant, ((chunks + 127) // 128, n), (128,), (x, xq, np.int32(cols)))
+    pdl.call(quant, quantize_grid(n, cols), (128,), (x, xq, np.int32(cols)))
     pdl.call(mv, ((rows + config[0] - 1) // config[0],), (matvec_cuda.THREADS,),
              (blocks, xq, out, np.int32(rows), np.int32(cols)))

@@ -81,7 +81,7 @@ def test_virtual_stages_identical_on_gpu(synth_model, monkeypatch, fold):
         if fold == "0":
             assert np.array_equal(a, b)
         else:
-            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5 * np.abs(a).max())
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=q8_atol(synth_model) * np.abs(a).max())
 
 
 def test_decode_graph_matches_plain_launches(synth_model):
@@ -121,9 +121,23 @@ def _on_off_agree(path, switch, split=None):
             logits.append(e.decode_step(int(np.argmax(logits[-1]))))
         runs[on] = logits
     for a, b in zip(runs[True], runs[False]):
-        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5 * np.abs(b).max())
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=q8_atol(path) * np.abs(b).max())
         assert int(np.argmax(a)) == int(np.argmax(b))
     return engines
+
+
+def q8_atol(path):
+    """Relative-to-max tolerance between two decode paths of one file: 1e-5 (the same fp32
+    operations, reordered), or 5e-5 where Q4_K products run on kernels/matvec_q8.py's quantized x
+    (the default): paths that hand the product x scaled differently (the folded norm's xg against
+    the normed x) quantize it differently, each within max|x| / 64,516 of its run (session 7, call
+    3: 1.4e-5 of the max logit at most on the tiny llama)."""
+    from lite.gguf_file import GGUFFile
+    from lite.kernels import matvec_q8
+    f = GGUFFile(path)
+    types = {t.type_name for t in f.tensors.values()}
+    f.close()
+    return 5e-5 if any(matvec_q8.applies(t) for t in types) else 1e-5
 
 
 @pytest.mark.parametrize("arch,quant", [("llama", "Q4_K"), ("qwen3", "Q6_K"), ("llama", "Q8_0"),
@@ -158,7 +172,7 @@ def test_moe_gated_form_matches_the_separate_launches(tmp_path, monkeypatch, qua
     _on_off_agree(path, lambda on: monkeypatch.setenv("LITE_MOE_GATED", "1" if on else "0"))
 
 
-@pytest.mark.parametrize("form", ["mv", "mvf"])
+@pytest.mark.parametrize("form", ["mv", "mvf", "mvq"])
 @pytest.mark.parametrize("arch", ["llama", "gemma3", "qwen3moe"])
 def test_both_q4k_dot_forms_match_cpu(tmp_path, monkeypatch, arch, form):
     """Q4_K decode products (mv, the epilogue kernels, the MoE experts' moe_mvw) with the dot in 2
@@ -166,8 +180,9 @@ def test_both_q4k_dot_forms_match_cpu(tmp_path, monkeypatch, arch, form):
     (mv, LITE_MATVEC_CONFIG="Q4_K=mv"): each against the CPU backend as every GPU path is. (Not
     against each other at 1e-5: the rearranged sums, ~6e-6 a 16-weight run, grow past that through
     gemma3's and qwen3moe's layers; session 6's first GPU run.)"""
-    from lite.kernels import matvec_cuda as mc
+    from lite.kernels import matvec_cuda as mc, matvec_q8
     monkeypatch.setitem(mc.DEFAULT, "Q4_K", ("mvf", 8, 0) if form == "mvf" else ("mv",))
+    monkeypatch.setattr(matvec_q8, "ENABLED", form == "mvq")  # mvq: kernels/matvec_q8.py, the default
     path = str(tmp_path / "m.gguf")
     synth(arch, "tiny", "Q4_K", path, seed=12)
     got, want = compare(path, list(range(5, 45)), 12)

@@ -28,7 +28,7 @@ def _cases():
     out = []
     for qt in TYPES:
         for n in (1, 3):
-            r, p = matvec_epilogue.config(qt, n)
+            r, p = matvec_epilogue.config(qt, n, q8=False)
             for e in matvec_epilogue.EPILOGUES.values():
                 out.append((qt, n, r, p, e))
     return out
@@ -42,7 +42,7 @@ def _name(case):
 def _nm_cases():
     """(type, n, rows a CTA, prefetch, epilogue) of the scale-in consumers; the producer of each
     is the same type's norm-out launch."""
-    return [(qt, n, *matvec_epilogue.config(qt, n), e) for qt in TYPES for n in (1, 2)
+    return [(qt, n, *matvec_epilogue.config(qt, n, q8=False), e) for qt in TYPES for n in (1, 2)
             for e in (0, 2, 3)]
 
 
@@ -50,18 +50,18 @@ def _nm_cases():
 def lib():
     calls = "".join(
         f'extern "C" __global__ void {_name(c)}({ARGS}) {{ '
-        f'{matvec_epilogue.kernel_name(*c)}(w, x, out, rows, cols, res, 0, 0, 0, 0, 0, 0.f); }}\n'
+        f'{matvec_epilogue.kernel_name(*c, q8=False)}(w, x, out, rows, cols, res, 0, 0, 0, 0, 0, 0.f); }}\n'
         f'extern "C" __global__ void plain_{_name(c)}({ARGS}) {{ '
         f'mv<{matvec_cuda.decode_struct(c[0])}, {c[1]}, {c[2]}, {c[3]}>(w, x, out, rows, cols); }}\n'
         for c in _cases())
     calls += "".join(
         f'extern "C" __global__ void nm{nm}_{_name(c)}({ARGS_NM}) {{ '
-        f'{matvec_epilogue.kernel_name(*c, nm=nm)}{CALL_NM}; }}\n'
+        f'{matvec_epilogue.kernel_name(*c, nm=nm, q8=False)}{CALL_NM}; }}\n'
         for nm, c in dict.fromkeys((k, c0[:4] + (1,) if k == 1 else c0)
                                    for c0 in _nm_cases() for k in (1, 2)))
     calls += "".join(
         f'extern "C" __global__ void il{int(il)}_{qt}_{n}({ARGS}) {{ '
-        f'{matvec_epilogue.kernel_name(qt, n, *matvec_epilogue.config(qt, n), 2, 0, il)}'
+        f'{matvec_epilogue.kernel_name(qt, n, *matvec_epilogue.config(qt, n, q8=False), 2, 0, il, q8=False)}'
         f'(w, x, out, rows, cols, res, 0, 0, 0, 0, 0, 0.f); }}\n'
         for qt, n in (("Q4_K", 1), ("Q6_K", 1), ("Q8_0", 2), ("Q4_K", 3)) for il in (False, True))
     return emu.compile_kernels(HOST_SHIMS + matvec_epilogue.c_source() + calls)
@@ -134,8 +134,8 @@ def test_emulated_norm_split_matches_numpy(lib, case):
     res = (rng.standard_normal((n, H)) * 30).astype(np.float32)
     res[:, ::7] *= 10
     g = (1 + 0.3 * rng.standard_normal(H)).astype(np.float32)
-    r0, _ = matvec_epilogue.config(qt, n)
-    parts = matvec_epilogue.norm_parts(qt, n, H)
+    r0, _ = matvec_epilogue.config(qt, n, q8=False)
+    parts = -(-H // r0)   # norm_parts of the float kernel (q8=False)
     out0, xg = np.full((n, H), np.nan, np.float32), np.full((n, H), np.nan, np.float32)
     part, sc = np.full((n, parts), np.nan, np.float32), np.full(n, np.nan, np.float32)
     counter = np.zeros(1, np.int32)
@@ -171,7 +171,7 @@ def test_emulated_interleaved_gate_up_equals_the_plain_layout(lib, qt, n):
     """The gated kernel over [gate; up] with rows in interleave_rows' order gives exactly what it
     gives over the plain layout (the same sums, from other addresses)."""
     F = 19                                  # a multiple of no CTA's units: a partial CTA
-    r, p = matvec_epilogue.config(qt, n)
+    r, p = matvec_epilogue.config(qt, n, q8=False)
     info = quant_info(qt)
     cols = COLS[qt]
     rng = np.random.default_rng(7 + n)

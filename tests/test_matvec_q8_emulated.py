@@ -16,6 +16,7 @@ pytestmark = pytest.mark.skipif(not emu.available(), reason="needs g++ (C++20)")
 
 Q8_SHIMS = r"""
 inline int __float2int_rn(float v) { return (int)std::nearbyint(v); }   // default mode: to nearest even
+inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
 inline unsigned __float_as_uint(float f) { unsigned u; std::memcpy(&u, &f, 4); return u; }
 inline float __uint_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
 inline int __dp4a(int a, int b, int c) {
@@ -53,7 +54,7 @@ def _x(n, cols, rng):
 def _quantize(lib, x):
     n, cols = x.shape
     xq = np.zeros_like(x)
-    lib.launch("emu_qx", (-(-cols // 32 // 128), n), (128,), x, xq, np.int32(cols))
+    lib.launch("emu_qx", matvec_q8.quantize_grid(n, cols), (128,), x, xq, np.int32(cols))
     return xq
 
 
@@ -181,7 +182,7 @@ def test_mve_over_quantized_x_matches_float64(epi_lib, case):
     width = rows if e <= 1 else units
     out = np.full((n, width), np.nan, np.float32)
     xq = np.zeros_like(x)
-    epi_lib.launch("emu_qx", (1, n), (128,), x, xq, np.int32(cols))
+    epi_lib.launch("emu_qx", matvec_q8.quantize_grid(n, cols), (128,), x, xq, np.int32(cols))
     r = matvec_q8.CONFIG[0]
     epi_lib.launch(f"epi_{n}_{e}_{nm}", (-(-width // (r if e <= 1 else r // 2)),), (128,), blocks, xq, out,
                    np.int32(rows), np.int32(cols), res, None, None, None, sc, None, np.float32(0))
