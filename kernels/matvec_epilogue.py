@@ -156,7 +156,7 @@ def config(qtype, n, q8=None):
     where matvec_q8.applies), at most 4 rows a CTA when n > 2 (as matvec_cuda._plan); always even,
     so a gated CTA takes R/2 units."""
     q8 = matvec_q8.applies(qtype) if q8 is None else q8
-    rows_per_cta, prefetch = matvec_q8.CONFIG if q8 else mc.CONFIG[qtype]
+    rows_per_cta, prefetch = matvec_q8.config(qtype) if q8 else mc.CONFIG[qtype]
     return (min(rows_per_cta, 4) if n > 2 else rows_per_cta), prefetch
 
 

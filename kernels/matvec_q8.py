@@ -14,7 +14,8 @@ x in two int8 parts. Each run of 16 x values (a Q4_K chunk has two: the low nibb
 t = x * 127 / a, hi = rint(t), lo = rint((t - hi) * 254): x = d * (254 hi + lo) with d = a / (127 * 254),
 off by at most a / 64,516 (t - hi is exact; both parts lie in [-127, 127]). A row's run then sums
 as the exact integer 254 * dp4a(w, hi) + dp4a(w, lo) (|.| < 2^23, so also exact as a float) times d.
-The Q4_K minimums take the run's exact fp32 sum of x, as mv's do.
+The Q4_K minimums (and Q6_K's -32 offset) take the run's sum of the quantized x, so that what
+mvq computes is W times quantized x, up to fp32 rounding.
 
 Layout of quantized x (`qx` writes it, one thread a chunk): for chunk c of a row, 80 bytes at byte
 80 c: hi of run a, hi of run b, lo of run a, lo of run b (16 int8 each), then float4 (d_a, sum_a, d_b,
@@ -35,11 +36,14 @@ C_Q8 = r"""
 __device__ __forceinline__ unsigned lt_pack4(int a, int b, int c, int d) {
     return (unsigned)(a & 0xFF) | ((unsigned)(b & 0xFF) << 8) | ((unsigned)(c & 0xFF) << 16) | ((unsigned)d << 24);
 }
-// x (n rows of cols floats) -> its 80-byte records in xq (rows cols floats apart). A thread a
-// float4 of x, 8 a chunk (4 a run: T::xoff(c, 0..3) and (c, 4..7)), so that a 4096-wide x takes
-// 8 CTAs, not one (session 7's trace: 2.7 us a launch with a thread a chunk). Grid
-// (cols / 4 / 128 rounded up, n). T: the type's float struct, whose xoff says which x a chunk meets.
-template <class T>
+// x (n rows of cols floats) -> its records in xq (rows cols floats apart), RW words a chunk. A
+// thread a float4 of x, 8 a chunk (4 a run of 16: T::xoff(c, 0..3) and (c, 4..7)), so that a
+// 4096-wide x takes 8 CTAs, not one (session 7's trace: 2.7 us a launch with a thread a chunk).
+// Grid (cols / 4 / 128 rounded up, n). T: the type's float struct, whose xoff says which x a chunk
+// meets. Words 0-15: hi of run a, hi of run b, lo of run a, lo of run b; then RW = 20 (Q4_K):
+// d_a, sum_a, d_b, sum_b; RW = 24 (Q6_K, whose scales go by 8 values): d_a, d_b, the sums of
+// the four 8-value halves (float4 pairs 0-1, 2-3, 4-5, 6-7), 2 unused.
+template <class T, int RW>
 __global__ void __launch_bounds__(128) qx(const float* __restrict__ x, float* __restrict__ xq, int cols) {
     const int chunks = cols / T::BE * T::CPB, t = blockIdx.x * 128 + threadIdx.x;
     const int c = t >> 3, k = t & 7;
@@ -48,9 +52,8 @@ __global__ void __launch_bounds__(128) qx(const float* __restrict__ x, float* __
     PDL_PROLOGUE();               // x is the previous kernel's output (LITE_PDL, kernels/pdl.py)
     const float4 v = live ? __ldg((const float4*)(x + row + T::xoff(c, k))) : make_float4(0.f, 0.f, 0.f, 0.f);
     float a = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
-    float s = (v.x + v.y) + (v.z + v.w);
-    a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, 1)); s += __shfl_xor_sync(0xffffffffu, s, 1);
-    a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, 2)); s += __shfl_xor_sync(0xffffffffu, s, 2);
+    a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, 1));
+    a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, 2));
     const float inv = a > 0.f ? 127.f / a : 0.f;
     const float t4[4] = {v.x * inv, v.y * inv, v.z * inv, v.w * inv};
     int qh[4], ql[4];
@@ -59,14 +62,22 @@ __global__ void __launch_bounds__(128) qx(const float* __restrict__ x, float* __
         qh[i] = __float2int_rn(t4[i]);
         ql[i] = __float2int_rn((t4[i] - (float)qh[i]) * 254.f);
     }
+    // sums of the quantized values (exact integers, |.| <= 16 * 32385): the minimums (Q4_K) and the
+    // -32 offset (Q6_K) then meet the same x as the quants, so mvq is W times quantized x exactly
+    const int i4 = (254 * qh[0] + ql[0]) + (254 * qh[1] + ql[1]) + (254 * qh[2] + ql[2]) + (254 * qh[3] + ql[3]);
+    const int i8 = i4 + __shfl_xor_sync(0xffffffffu, i4, 1);
+    const int i16 = i8 + __shfl_xor_sync(0xffffffffu, i8, 2);
     if (!live) return;
-    unsigned* o = (unsigned*)(xq + row) + 20 * c;   // words: ha 0-3, hb 4-7, la 8-11, lb 12-15, f 16-19
+    unsigned* o = (unsigned*)(xq + row) + RW * c;
     const int run = k >> 2, w = k & 3;
     o[4 * run + w] = lt_pack4(qh[0], qh[1], qh[2], qh[3]);
     o[8 + 4 * run + w] = lt_pack4(ql[0], ql[1], ql[2], ql[3]);
-    if (w == 0) {
-        o[16 + 2 * run] = __float_as_uint(a * (1.f / (127.f * 254.f)));
-        o[17 + 2 * run] = __float_as_uint(s);
+    const float d = a * (1.f / (127.f * 254.f)), s8 = d * (float)i8, s16 = d * (float)i16;
+    if constexpr (RW == 20) {
+        if (w == 0) { o[16 + 2 * run] = __float_as_uint(d); o[17 + 2 * run] = __float_as_uint(s16); }
+    } else {
+        if (w == 0) o[16 + run] = __float_as_uint(d);
+        if ((k & 1) == 0) o[18 + (k >> 1)] = __float_as_uint(s8);
     }
 }
 __device__ __forceinline__ uint4 lt_u4(float4 v) {
@@ -91,23 +102,78 @@ struct TQ4_KQ : TQ4_K {   // TQ4_K's weights; x as qx's records
         return kblock_scales(r.h, (c & 7) >> 1, sa, sb, __uint_as_float(f.y), __uint_as_float(f.w));
     }
 };
+// 254 * (w . hi) + (w . lo) over 8 weights (2 words).
+__device__ __forceinline__ int lt_dot8q(unsigned q0, unsigned q1, unsigned h0, unsigned h1, unsigned l0, unsigned l1) {
+    const int sh = __dp4a((int)q1, (int)h1, __dp4a((int)q0, (int)h0, 0));
+    const int sl = __dp4a((int)q1, (int)l1, __dp4a((int)q0, (int)l0, 0));
+    return sh * 254 + sl;   // |.| <= 8 * 63 * 127 * 255 < 2^24: exact as a float too
+}
+struct TQ6_KQ : TQ6_K {   // TQ6_K's weights (values q in 0..63, q - 32 each); x as qx<TQ6_K, 24>'s records
+    __device__ static __forceinline__ int xoff(int c, int k) { return 24 * c + 4 * k; }
+    __device__ static __forceinline__ float dot(const Raw& r, int c, const float4 (&xv)[8], float, float) {
+        const unsigned a0 = __funnelshift_r(r.a[0], r.a[1], r.sh), a1 = __funnelshift_r(r.a[1], r.a[2], r.sh);
+        const unsigned b0 = __funnelshift_r(r.b[0], r.b[1], r.sh), b1 = __funnelshift_r(r.b[1], r.b[2], r.sh);
+        const unsigned h0 = __funnelshift_r(r.h[0], r.h[1], r.sh), h1 = __funnelshift_r(r.h[1], r.h[2], r.sh);
+        const unsigned sc0 = __funnelshift_r(r.s[0], r.s[1], r.sh) ^ 0x80808080u;   // as TQ6_K::dot
+        const unsigned sc1 = __funnelshift_r(r.s[1], r.s[2], r.sh) ^ 0x80808080u;
+        const int e = (c & 2) >> 1;
+        const uint4 ha = lt_u4(xv[0]), hb = lt_u4(xv[1]), la = lt_u4(xv[2]), lb = lt_u4(xv[3]);
+        const uint4 f = lt_u4(xv[4]), g = lt_u4(xv[5]);
+        const float da = __uint_as_float(f.x), db = __uint_as_float(f.y);
+        // run t: its 8 values' dot with x, less 32 * (the run's sum of x)
+        const float r0 = fmaf(da, (float)lt_dot8q((a0 & LO4) | ((h0 << 4) & 0x30303030u), (a1 & LO4) | ((h1 << 4) & 0x30303030u),
+                                                  ha.x, ha.y, la.x, la.y), -32.f * __uint_as_float(f.z));
+        const float r1 = fmaf(da, (float)lt_dot8q((b0 & LO4) | ((h0 << 2) & 0x30303030u), (b1 & LO4) | ((h1 << 2) & 0x30303030u),
+                                                  ha.z, ha.w, la.z, la.w), -32.f * __uint_as_float(f.w));
+        const float r2 = fmaf(db, (float)lt_dot8q(((a0 >> 4) & LO4) | (h0 & 0x30303030u), ((a1 >> 4) & LO4) | (h1 & 0x30303030u),
+                                                  hb.x, hb.y, lb.x, lb.y), -32.f * __uint_as_float(g.x));
+        const float r3 = fmaf(db, (float)lt_dot8q(((b0 >> 4) & LO4) | ((h0 >> 2) & 0x30303030u), ((b1 >> 4) & LO4) | ((h1 >> 2) & 0x30303030u),
+                                                  hb.z, hb.w, lb.z, lb.w), -32.f * __uint_as_float(g.y));
+        const float s = BF(sc0, e, 128.f) * r0 + BF(sc0, e + 2, 128.f) * r1 + BF(sc1, e, 128.f) * r2 + BF(sc1, e + 2, 128.f) * r3;
+        return lt_h2f(r.d) * s;
+    }
+};
 """
 
-# The float struct whose x layout qx quantizes, and the integer struct, per type.
-TYPES = {"Q4_K": ("TQ4_K", "TQ4_KQ")}
+# The float struct whose x layout qx quantizes, the integer struct, and qx's words a chunk, per type.
+TYPES = {"Q4_K": ("TQ4_K", "TQ4_KQ", 20), "Q6_K": ("TQ6_K", "TQ6_KQ", 24)}
 # (rows a CTA, prefetch) of every mvq launch, the decode epilogue kernels' (matvec_epilogue) too:
 # the fastest at each of the 8B decode's Q4_K shapes in session 7's sweep (call 2: 4096x14336
 # 14.1 us with the quantizer, mvf 20.7; 28672x4096 22.8 / 30.8; 6144x4096 8.7 / 8.4; 4096x4096
 # 7.3 / 6.9): 48 registers, so 2 rows a CTA still keep ~10 warps a scheduler busy.
-CONFIG = (2, 0)
-# LITE_MATVEC_Q8=1: every dense Q4_K decode product (matvec_cuda.launch without a config, and
-# matvec_epilogue's mve) quantizes x and takes mvq; MoE experts keep their kernels.
-ENABLED = os.environ.get("LITE_MATVEC_Q8", "1") == "1"
+# Q6_K: not yet measured; the same shape until a sweep says otherwise.
+CONFIGS = {"Q4_K": (2, 0), "Q6_K": (2, 0)}
+# The types whose dense decode products (matvec_cuda.launch without a config, and matvec_epilogue's
+# mve) quantize x and take mvq; MoE experts keep their kernels. LITE_MATVEC_Q8: 1 (default) Q4_K,
+# 0 none, or a list ("Q4_K,Q6_K").
+DEFAULT_TYPES = ("Q4_K",)
+
+
+def enabled_from_env(text=None):
+    text = os.environ.get("LITE_MATVEC_Q8", "1") if text is None else text
+    if text in ("1", ""):
+        return DEFAULT_TYPES
+    if text == "0":
+        return ()
+    types = tuple(t.strip() for t in text.split(",") if t.strip())
+    bad = [t for t in types if t not in TYPES]
+    if bad:
+        raise ValueError(f"LITE_MATVEC_Q8: no integer-dot kernel for {', '.join(bad)} (have {', '.join(TYPES)}); "
+                         "use 1, 0 or a list of those")
+    return types
+
+
+ENABLED = enabled_from_env()
 
 
 def applies(qtype):
-    """True when qtype's decode products take mvq (LITE_MATVEC_Q8 and a type with a kernel)."""
-    return ENABLED and qtype in TYPES
+    """True when qtype's decode products take mvq (LITE_MATVEC_Q8 names it)."""
+    return qtype in ENABLED
+
+
+def config(qtype):
+    """(rows a CTA, prefetch) of qtype's mvq launches."""
+    return CONFIGS[qtype]
 
 
 def struct(qtype):
@@ -119,7 +185,7 @@ def c_source():
 
 
 def quantize_name(qtype):
-    return f"qx<{TYPES[qtype][0]}>"
+    return f"qx<{TYPES[qtype][0]}, {TYPES[qtype][2]}>"
 
 
 def kernel_name(qtype, n, rows=8, prefetch=0):
@@ -149,20 +215,21 @@ def quantize(qtype, x):
     matvecs): what mv<TQ4_KQ> and mve<TQ4_KQ> read."""
     import cupy
     xq = cupy.empty_like(x)
-    quant = functions(cupy.cuda.runtime.getDevice(), qtype, x.shape[0], *CONFIG)[0]
+    quant = functions(cupy.cuda.runtime.getDevice(), qtype, x.shape[0], *config(qtype))[0]
     pdl.call(quant, quantize_grid(x.shape[0], x.shape[1]), (128,), (x, xq, np.int32(x.shape[1])))
     return xq
 
 
-def launch(qtype, blocks, x, xq, out, rows, cols, config=CONFIG):
+def launch(qtype, blocks, x, xq, out, rows, cols, cta=None):
     """Enqueue xq = qx(x), then out = x @ W.T from xq, on CuPy's current stream (two launches, no
     host synchronization; meant to be captured). x (n, cols) float32, xq a float32 buffer of the
-    same shape (scratch), out (n, rows) float32; n <= matvec_cuda.C_MAX_N; blocks 16-byte aligned."""
+    same shape (scratch), out (n, rows) float32; n <= matvec_cuda.C_MAX_N; blocks aligned as
+    matvec_cuda.ALIGN. cta: (rows a CTA, prefetch), default config(qtype)."""
     if qtype not in TYPES:
         raise ValueError(f"matvec_q8: no integer-dot kernel for {qtype} (have {', '.join(TYPES)})")
     import cupy
-    n = x.shape[0]
-    quant, mv = functions(cupy.cuda.runtime.getDevice(), qtype, n, *config)
+    n, cta = x.shape[0], cta or config(qtype)
+    quant, mv = functions(cupy.cuda.runtime.getDevice(), qtype, n, *cta)
     pdl.call(quant, quantize_grid(n, cols), (128,), (x, xq, np.int32(cols)))
-    pdl.call(mv, ((rows + config[0] - 1) // config[0],), (matvec_cuda.THREADS,),
+    pdl.call(mv, ((rows + cta[0] - 1) // cta[0],), (matvec_cuda.THREADS,),
              (blocks, xq, out, np.int32(rows), np.int32(cols)))

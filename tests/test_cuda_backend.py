@@ -183,7 +183,7 @@ def test_both_q4k_dot_forms_match_cpu(tmp_path, monkeypatch, arch, form):
     gemma3's and qwen3moe's layers; session 6's first GPU run.)"""
     from lite.kernels import matvec_cuda as mc, matvec_q8
     monkeypatch.setitem(mc.DEFAULT, "Q4_K", ("mvf", 8, 0) if form == "mvf" else ("mv",))
-    monkeypatch.setattr(matvec_q8, "ENABLED", form == "mvq")  # mvq: kernels/matvec_q8.py, the default
+    monkeypatch.setattr(matvec_q8, "ENABLED", ("Q4_K",) if form == "mvq" else ())  # mvq: matvec_q8, the default
     path = str(tmp_path / "m.gguf")
     synth(arch, "tiny", "Q4_K", path, seed=12)
     got, want = compare(path, list(range(5, 45)), 12)

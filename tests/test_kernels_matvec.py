@@ -188,7 +188,7 @@ def _both_impls(monkeypatch, qtype, blocks, x, rows, cols, config=None):
 
     monkeypatch.setattr(matvec_cuda, "launch", spy)
     from lite.kernels import matvec_q8          # the float CUDA C kernel against its Numba twin:
-    monkeypatch.setattr(matvec_q8, "ENABLED", False)   # not Q4_K's default mvq (own tests)
+    monkeypatch.setattr(matvec_q8, "ENABLED", ())      # not the default mvq (own tests)
     b, xd = cupy.asarray(blocks), cupy.asarray(x)
     out = {}
     for impl in ("cuda", "numba"):
