@@ -141,8 +141,10 @@ TYPES = {"Q4_K": ("TQ4_K", "TQ4_KQ", 20), "Q6_K": ("TQ6_K", "TQ6_KQ", 24)}
 # the fastest at each of the 8B decode's Q4_K shapes in session 7's sweep (call 2: 4096x14336
 # 14.1 us with the quantizer, mvf 20.7; 28672x4096 22.8 / 30.8; 6144x4096 8.7 / 8.4; 4096x4096
 # 7.3 / 6.9): 48 registers, so 2 rows a CTA still keep ~10 warps a scheduler busy.
-# Q6_K: not yet measured; the same shape until a sweep says otherwise.
-CONFIGS = {"Q4_K": (2, 0), "Q6_K": (2, 0)}
+# Q6_K (opt-in): 4 rows a CTA, the fastest with the quantizer at 3 of call 8's 4 shapes (us, float
+# mv<TQ6_K, 4> after the slash): 4096x14336 19.8 / 20.8, 14336x4096 19.3 / 20.3, 128256x4096 (the
+# 8B's output head) 129.0 / 158.5; slower at 4096x4096, 8.4 / 7.2. 8B decode with (2, 0): even.
+CONFIGS = {"Q4_K": (2, 0), "Q6_K": (4, 0)}
 # The types whose dense decode products (matvec_cuda.launch without a config, and matvec_epilogue's
 # mve) quantize x and take mvq; MoE experts keep their kernels. LITE_MATVEC_Q8: 1 (default) Q4_K,
 # 0 none, or a list ("Q4_K,Q6_K").
