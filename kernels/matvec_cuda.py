@@ -157,10 +157,7 @@ __device__ __forceinline__ float kblock_scales(uint4 h, int j, float sa, float s
 
 C_KERNEL = r"""
 // The loop every register-kernel launch runs: acc[r][n] = row r . x n over this thread's chunks.
-// EW (matvec_q8's kernels, after their quantizer): the first trip's weights are loaded before the
-// wait for the previous kernel (PDL_PROLOGUE here instead of in the caller): weights are not what
-// that kernel writes, so their fetch overlaps its end.
-template <class T, int N, int R, int P, bool EW = false>
+template <class T, int N, int R, int P>
 __device__ __forceinline__ void mv_rows(const unsigned char* const (&rowp)[R], const float* __restrict__ x,
                                         int cols, int chunks, float (&acc)[R][N]) {
     #pragma unroll
@@ -170,17 +167,16 @@ __device__ __forceinline__ void mv_rows(const unsigned char* const (&rowp)[R], c
     // P = 1: the next trip's weights are loaded before this trip's are used (software pipelining:
     // loads stay in flight while the thread computes, at the cost of R more Raw in registers).
     typename T::Raw cur[R];
-    if (P || EW) {
+    if (P) {
         #pragma unroll
         for (int r = 0; r < R; r++) T::load(cur[r], rowp[r], min((int)threadIdx.x, chunks - 1));
     }
-    if constexpr (EW) PDL_PROLOGUE();
     for (int c = threadIdx.x; c < chunks; c += 128) {
         typename T::Raw nxt[R];
         #pragma unroll
         for (int r = 0; r < R; r++) {
             if (P) T::load(nxt[r], rowp[r], min(c + 128, chunks - 1));
-            else if (!EW || c != (int)threadIdx.x) T::load(cur[r], rowp[r], c);
+            else T::load(cur[r], rowp[r], c);
         }
         #pragma unroll
         for (int n = 0; n < N; n++) {
@@ -197,7 +193,7 @@ __device__ __forceinline__ void mv_rows(const unsigned char* const (&rowp)[R], c
     }
 }
 // mv's whole body, also the body of kernels that set something up first (matvec_iq_v2's mv_iq2).
-template <class T, int N, int R, int P, bool EW = false>
+template <class T, int N, int R, int P>
 __device__ __forceinline__ void mv_body(const unsigned char* __restrict__ w, const float* __restrict__ x,
                                         float* __restrict__ out, int rows, int cols) {
     const int row0 = blockIdx.x * R, nb = cols / T::BE, chunks = nb * T::CPB;
@@ -206,9 +202,9 @@ __device__ __forceinline__ void mv_body(const unsigned char* __restrict__ w, con
     #pragma unroll
     for (int r = 0; r < R; r++)   // rows past the end re-read the last row and are not written
         rowp[r] = w + (long long)min(row0 + r, rows - 1) * rb;
-    if constexpr (!EW) PDL_PROLOGUE();   // (LITE_PDL, kernels/pdl.py; EW: in mv_rows)
+    PDL_PROLOGUE();               // (LITE_PDL, kernels/pdl.py)
     float acc[R][N];
-    mv_rows<T, N, R, P, EW>(rowp, x, cols, chunks, acc);
+    mv_rows<T, N, R, P>(rowp, x, cols, chunks, acc);
     __shared__ float red[4][R * N];
     const float total = block_sum<R, N>(acc, red);       // thread r*N+n writes row r, x n
     if (threadIdx.x < R * N) {
@@ -216,10 +212,10 @@ __device__ __forceinline__ void mv_body(const unsigned char* __restrict__ w, con
         if (row0 + r < rows) out[(long long)n * rows + row0 + r] = total;
     }
 }
-template <class T, int N, int R, int P, bool EW = false>
+template <class T, int N, int R, int P>
 __global__ void __launch_bounds__(128) mv(const unsigned char* __restrict__ w, const float* __restrict__ x,
                                           float* __restrict__ out, int rows, int cols) {
-    mv_body<T, N, R, P, EW>(w, x, out, rows, cols);
+    mv_body<T, N, R, P>(w, x, out, rows, cols);
 }
 """
 

@@ -110,7 +110,7 @@ __device__ __forceinline__ void mve_end(float total, float* __restrict__ out, in
         }
     }
 }
-template <class T, int N, int R, int P, int E, int NM, bool IL = false, bool EW = false>
+template <class T, int N, int R, int P, int E, int NM, bool IL = false>
 __global__ void __launch_bounds__(128) mve(const unsigned char* __restrict__ w, const float* __restrict__ x,
                                            float* __restrict__ out, int rows, int cols,
                                            const float* __restrict__ res, const float* __restrict__ g,
@@ -125,9 +125,9 @@ __global__ void __launch_bounds__(128) mve(const unsigned char* __restrict__ w, 
     for (int r = 0; r < R; r++)   // units past the end re-read the last one and are not written
         rowp[r] = w + (IL ? (long long)min(2 * u0 + r, rows - 1)
                           : (long long)min(u0 + r % H, F - 1) + (r >= H ? F : 0)) * rb;
-    if constexpr (!EW) PDL_PROLOGUE();   // (LITE_PDL, kernels/pdl.py; EW: in mv_rows, see there)
+    PDL_PROLOGUE();               // (LITE_PDL, kernels/pdl.py)
     float acc[R][N];
-    mv_rows<T, N, R, P, EW>(rowp, x, cols, chunks, acc);
+    mv_rows<T, N, R, P>(rowp, x, cols, chunks, acc);
     __shared__ float red[4][R * N];
     float total = block_sum<R, N>(acc, red);
     if constexpr (NM == 2) total *= __ldg(scale + threadIdx.x % N);
@@ -147,9 +147,8 @@ def kernel_name(qtype, n, rows_per_cta, prefetch, e, nm=0, interleaved=False, q8
     """q8: over matvec_q8's quantized x (None: where matvec_q8.applies)."""
     q8 = matvec_q8.applies(qtype) if q8 is None else q8
     struct = matvec_q8.struct(qtype) if q8 else mc.decode_struct(qtype)
-    tail = (", true" if interleaved else ", false") + ", true>" if q8 and matvec_q8.EARLY else (
-        ", true>" if interleaved else ">")               # EW: matvec_q8.EARLY, after its quantizer
-    return f"mve<{struct}, {n}, {rows_per_cta}, {prefetch}, {e}, {nm}" + tail
+    return (f"mve<{struct}, {n}, {rows_per_cta}, {prefetch}, {e}, {nm}"
+            + (", true>" if interleaved else ">"))
 
 
 def config(qtype, n, q8=None):

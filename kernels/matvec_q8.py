@@ -166,9 +166,9 @@ def enabled_from_env(text=None):
 
 
 ENABLED = enabled_from_env()
-# LITE_Q8_EARLY=1 (opt-in, session 7, not yet measured): mvq's kernels load their first trip of
-# weights before waiting for the quantizer (matvec_cuda mv_rows' EW), so that fetch overlaps qx.
-EARLY = os.environ.get("LITE_Q8_EARLY", "0") == "1"
+# Tried and lost (session 7, call 10, deleted): the first trip of weights loaded before the PDL
+# wait for qx (so that fetch overlaps the quantizer): 4096x14336 13.4 -> 13.8 us, 8B decode
+# 413 / 419 -> 401 / 394 tok/s.
 
 
 def applies(qtype):
@@ -194,7 +194,7 @@ def quantize_name(qtype):
 
 
 def kernel_name(qtype, n, rows=8, prefetch=0):
-    return f"mv<{TYPES[qtype][1]}, {n}, {rows}, {prefetch}" + (", true>" if EARLY else ">")
+    return f"mv<{TYPES[qtype][1]}, {n}, {rows}, {prefetch}>"
 
 
 @functools.lru_cache(maxsize=None)

@@ -26,24 +26,17 @@ inline int __dp4a(int a, int b, int c) {
 """
 ARGS = "const unsigned char* w, const float* x, float* out, int rows, int cols"
 Q8_TYPES = list(matvec_q8.TYPES)
-# (type, wrapper, n, rows a CTA, prefetch, early weights: matvec_q8.EARLY)
-KERNELS = [(qt, f"emu_q8_{qt}_{n}_{r}_{p}_{int(ew)}", n, r, p, ew) for qt in Q8_TYPES
-           for n, r, p, ew in ((1, 8, 0, False), (2, 8, 0, False), (1, 4, 1, False), (2, 4, 0, False),
-                               (1, 2, 0, False), (3, 2, 0, False), (1, 2, 0, True), (2, 4, 1, True))]
-
-
-def _mv_name(qt, n, r, p, ew):
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(matvec_q8, "EARLY", ew)
-        return matvec_q8.kernel_name(qt, n, r, p)
+# (type, wrapper, n, rows a CTA, prefetch)
+KERNELS = [(qt, f"emu_q8_{qt}_{n}_{r}_{p}", n, r, p) for qt in Q8_TYPES
+           for n, r, p in ((1, 8, 0), (2, 8, 0), (1, 4, 1), (2, 4, 0), (1, 2, 0), (3, 2, 0))]
 SHAPES = [(37, 768), (11, 256 * 17)]   # ragged row groups; 136 chunks: a second trip with idle threads
 
 
 @pytest.fixture(scope="module")
 def lib():
     wraps = "".join(f'extern "C" __global__ void {name}({ARGS}) {{ '
-                    f'{_mv_name(qt, n, r, p, ew)}(w, x, out, rows, cols); }}\n'
-                    for qt, name, n, r, p, ew in KERNELS)
+                    f'{matvec_q8.kernel_name(qt, n, r, p)}(w, x, out, rows, cols); }}\n'
+                    for qt, name, n, r, p in KERNELS)
     wraps += "".join(f'extern "C" __global__ void emu_qx_{qt}(const float* x, float* xq, int cols) '
                      f'{{ {matvec_q8.quantize_name(qt)}(x, xq, cols); }}\n' for qt in Q8_TYPES)
     source = (HOST_SHIMS + Q8_SHIMS + matvec_cuda.C_HEAD + matvec_cuda.C_TYPES + matvec_cuda.C_KERNEL
@@ -125,7 +118,7 @@ def test_quantized_x_records(lib, qt):
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s[0]}x{s[1]}")
 @pytest.mark.parametrize("kernel", KERNELS, ids=lambda k: k[1])
 def test_mvq_matches_float64(lib, kernel, shape):
-    qt, name, n, rows_per_cta, _, _ = kernel
+    qt, name, n, rows_per_cta, _ = kernel
     rows, cols = shape
     rng = np.random.default_rng(rows + n)
     blocks = random_blocks(qt, rows * cols // quant_info(qt).block_elems, rng)
@@ -185,8 +178,7 @@ def test_gpu_mvq_full_size_against_float64_and_mv(qt, config):
 # mve (kernels/matvec_epilogue.py) over quantized x: what the decode step runs by default.
 EPI_ARGS = ("const unsigned char* w, const float* x, float* out, int rows, int cols, const float* res, "
             "const float* g, float* xg, float* part, float* scale, int* counter, float eps")
-EPI_CASES = [(qt, n, e, nm, ew) for qt in Q8_TYPES for n in (1, 3)
-             for e, nm in ((1, 0), (2, 0), (3, 0), (0, 2), (2, 2)) for ew in (False, True)]
+EPI_CASES = [(qt, n, e, nm) for qt in Q8_TYPES for n in (1, 3) for e, nm in ((1, 0), (2, 0), (3, 0), (0, 2), (2, 2))]
 
 
 @pytest.fixture(scope="module")
@@ -200,23 +192,19 @@ def monkeypatch_module():
 def epi_lib(monkeypatch_module):
     from lite.kernels import matvec_epilogue
     monkeypatch_module.setattr(matvec_q8, "ENABLED", tuple(Q8_TYPES))
-    def name(qt, n, e, nm, ew):
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(matvec_q8, "EARLY", ew)
-            return matvec_epilogue.kernel_name(qt, n, *matvec_epilogue.config(qt, n), e, nm)
-    wraps = "".join(f'extern "C" __global__ void epi_{qt}_{n}_{e}_{nm}_{int(ew)}({EPI_ARGS}) {{ '
-                    f'{name(qt, n, e, nm, ew)}'
+    wraps = "".join(f'extern "C" __global__ void epi_{qt}_{n}_{e}_{nm}({EPI_ARGS}) {{ '
+                    f'{matvec_epilogue.kernel_name(qt, n, *matvec_epilogue.config(qt, n), e, nm)}'
                     '(w, x, out, rows, cols, res, g, xg, part, scale, counter, eps); }\n'
-                    for qt, n, e, nm, ew in EPI_CASES)
+                    for qt, n, e, nm in EPI_CASES)
     wraps += "".join(f'extern "C" __global__ void emu_qx_{qt}(const float* x, float* xq, int cols) '
                      f'{{ {matvec_q8.quantize_name(qt)}(x, xq, cols); }}\n' for qt in Q8_TYPES)
     assert "TQ4_KQ" in wraps and "TQ6_KQ" in wraps
     return emu.compile_kernels(HOST_SHIMS + Q8_SHIMS + matvec_epilogue.c_source(q8=True) + wraps)
 
 
-@pytest.mark.parametrize("case", EPI_CASES, ids=lambda c: f"{c[0]}-n{c[1]}-e{c[2]}-nm{c[3]}-ew{int(c[4])}")
+@pytest.mark.parametrize("case", EPI_CASES, ids=lambda c: f"{c[0]}-n{c[1]}-e{c[2]}-nm{c[3]}")
 def test_mve_over_quantized_x_matches_float64(epi_lib, case):
-    qt, n, e, nm, ew = case
+    qt, n, e, nm = case
     units, cols = 19, 768
     rows = units if e <= 1 else 2 * units
     rng = np.random.default_rng(100 + 10 * e + n + nm)
@@ -231,7 +219,7 @@ def test_mve_over_quantized_x_matches_float64(epi_lib, case):
     width = rows if e <= 1 else units
     out = np.full((n, width), np.nan, np.float32)
     r = matvec_q8.config(qt)[0]
-    epi_lib.launch(f"epi_{qt}_{n}_{e}_{nm}_{int(ew)}", (-(-width // (r if e <= 1 else r // 2)),), (128,), blocks,
+    epi_lib.launch(f"epi_{qt}_{n}_{e}_{nm}", (-(-width // (r if e <= 1 else r // 2)),), (128,), blocks,
                    _quantize(epi_lib, qt, x), out, np.int32(rows), np.int32(cols), res, None, None, None, sc,
                    None, np.float32(0))
     if e <= 1:
@@ -256,8 +244,3 @@ def test_q8_switch_routes_the_decode_products(monkeypatch):
     assert matvec_epilogue.config("Q4_K", 1) == matvec_q8.config("Q4_K")
     assert matvec_epilogue.config("Q6_K", 1) == matvec_cuda.CONFIG["Q6_K"]
     assert "TQ6_K," in matvec_epilogue.kernel_name("Q6_K", 1, 4, 0, 1)
-    monkeypatch.setattr(matvec_q8, "EARLY", True)         # LITE_Q8_EARLY: the EW kernels
-    assert matvec_epilogue.kernel_name("Q4_K", 1, 2, 0, 1) == "mve<TQ4_KQ, 1, 2, 0, 1, 0, false, true>"
-    assert matvec_epilogue.kernel_name("Q4_K", 1, 2, 0, 2, 2, True) == "mve<TQ4_KQ, 1, 2, 0, 2, 2, true, true>"
-    assert matvec_q8.kernel_name("Q4_K", 1, 2, 0) == "mv<TQ4_KQ, 1, 2, 0, true>"
-    assert matvec_epilogue.kernel_name("Q6_K", 1, 4, 0, 1) == "mve<TQ6_K, 1, 4, 0, 1, 0>"
