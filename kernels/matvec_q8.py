@@ -176,6 +176,16 @@ def applies(qtype):
     return qtype in ENABLED
 
 
+# LITE_MOE_Q8=1 (opt-in, session 7, emulator-tested, not yet run on a GPU): the MoE decode experts'
+# moe_mvw (kernels/moe_mvw.py) on the same structs, over x quantized by qx (the token rows for gate
+# and up, the slots' rows for down), for the types LITE_MATVEC_Q8 names.
+MOE = os.environ.get("LITE_MOE_Q8", "0") == "1"
+
+
+def applies_moe(qtype):
+    return MOE and applies(qtype)
+
+
 def config(qtype):
     """(rows a CTA, prefetch) of qtype's mvq launches."""
     return CONFIGS[qtype]
@@ -219,6 +229,7 @@ def quantize(qtype, x):
     """xq = qx(x) on CuPy's current stream (a new buffer shaped as x; one launch, PDL like the
     matvecs): what mv<TQ4_KQ> and mve<TQ4_KQ> read."""
     import cupy
+    x = cupy.ascontiguousarray(x)                # rows cols floats apart, as qx reads them
     xq = cupy.empty_like(x)
     quant = functions(cupy.cuda.runtime.getDevice(), qtype, x.shape[0], *config(qtype))[0]
     pdl.call(quant, quantize_grid(x.shape[0], x.shape[1]), (128,), (x, xq, np.int32(x.shape[1])))

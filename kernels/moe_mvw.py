@@ -30,7 +30,7 @@ import os
 
 import numpy as np
 
-from lite.kernels import pdl
+from lite.kernels import matvec_q8, pdl
 from lite.kernels.pdl import C_PDL
 
 C_MVW = r"""
@@ -171,15 +171,18 @@ def rows_per_cta(qtype, cols, act=None):
 
 
 def name(qtype, cols, act=None):
+    """The kernel's name; over matvec_q8's quantized x (TQ*_KQ) where matvec_q8.applies_moe."""
     from lite.kernels import moe_cuda as mk
     L, C, R = gated_config(qtype, cols) if act else config(qtype, cols)
-    return f"moe_mvw<{mk.mv_struct(qtype)}, {L}, {C}, {R}" + (f", {ACTS[act]}>" if act else ">")
+    struct = matvec_q8.struct(qtype) if matvec_q8.applies_moe(qtype) else mk.mv_struct(qtype)
+    return f"moe_mvw<{struct}, {L}, {C}, {R}" + (f", {ACTS[act]}>" if act else ">")
 
 
-def source(qtype="Q4_K", host=False):
-    """moe_mv's module source (the type structs) with moe_mvw after it."""
+def source(qtype="Q4_K", host=False, q8=False):
+    """moe_mv's module source (the type structs) with moe_mvw after it; q8: with matvec_q8's
+    integer structs (only where used)."""
     from lite.kernels import moe_cuda as mk
-    return C_PDL + mk.mv_source(qtype, host=host) + C_MVW
+    return C_PDL + mk.mv_source(qtype, host=host) + (matvec_q8.C_Q8 if q8 else "") + C_MVW
 
 
 def enabled():
@@ -197,7 +200,8 @@ def gated():
 @functools.lru_cache(maxsize=None)
 def _kernel(device, qtype, kname, head=""):
     import cupy
-    mod = cupy.RawModule(code=head + source(qtype), options=("--std=c++17",), name_expressions=[kname])
+    mod = cupy.RawModule(code=head + source(qtype, q8="KQ," in kname), options=("--std=c++17",),
+                         name_expressions=[kname])
     return mod.get_function(kname)
 
 
@@ -220,6 +224,8 @@ def launch(qtype, w0, w1, ebytes, slot_of, x, out0, out1, blk_expert, blk_rows, 
     null, i32 = np.uint64(0), np.int32
     if act and (w1 is None or x_by_row):
         raise ValueError("the gated moe_mvw takes gate (w0) and up (w1) of the token's x")
+    if matvec_q8.applies_moe(qtype):             # LITE_MOE_Q8: x's rows quantized for TQ*_KQ
+        x = matvec_q8.quantize(qtype, x)
     pdl.call(kernel(qtype, cols, act), grid(qtype, rows, cols, n_blocks, w1 is not None, act), (THREADS,),
              (w0, null if w1 is None else w1, np.int64(ebytes), null if slot_of is None else slot_of,
               x, out0, null if out1 is None else out1, blk_expert,

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # GPU checks by step (on the device, after `source scripts/device_setup.sh`, carry .whl). Results in
 # ${OUT:-/tmp/lite-checks}. Session 5 ran gemma, real, pdl, iq3 and ncu with its code, session 6
-# matvec, iq3moe and multigpu's tests (figures in BENCHMARKS; the calls: scripts/session*/call*.sh).
+# matvec, iq3moe and multigpu's tests, session 7 session 6's next (figures in BENCHMARKS; the calls: scripts/session*/call*.sh).
 # Re-run a step after changing what it covers.
-#   bash scripts/gpu_first_checks.sh next            # first next session (issues 3, 6), ~8 min
+#   bash scripts/gpu_first_checks.sh next            # first next session (issue 3), ~5 min
 #   bash scripts/gpu_first_checks.sh multigpu        # on nvidia-h200-x2
 # Steps: gemma, real (needs the real models carried first), pdl, iq3, ncu, matvec, iq3moe, next, multigpu (2 GPUs).
 set -u
@@ -89,31 +89,24 @@ step_iq3moe() {
   done
 }
 
-# Written at the end of session 6, never run (first next session, ~8 min; (4) is issue 6's):
-# (1) IQ3_XXS v2 (opt-in, kernels/matvec_iq_v2.py) with its two tables read through L1 (GCOPIES 0, now its default) against
-# mvp8 and against v2 with shared copies; (2) why mvf (Q4_K's two-instruction dot, default) loses
-# alone at 4096 rows (sweep: 21.1 against 17.9 us at 4096x14336) yet wins in decode: each kernel's
-# time inside the 8B decode graph with mvf and with Q4_K=mv (scripts/trace_decode.py under ncu).
+# Session 6's `next` (XS, IQ3 v2 with L1 tables, IQ3_XXS prefill cache off, mvf/mv trace) ran as
+# session 7's call 1 (docs/bench/session7/call1). Written at the end of session 7, never run (first
+# next session, ~5 min): (1) LITE_MOE_Q8=1, the MoE decode experts' moe_mvw over x quantized by
+# matvec_q8's qx (TQ4_KQ: emulator-tested only): the expert GPU tests and the 30B-A3B Q4_K decode
+# A/B (session 7: 362-366 tok/s with mvq in the attention products only); (2) Q6_K on mvq
+# (LITE_MATVEC_Q8=Q4_K,Q6_K: +2.5% in the medians, within noise, call 9) once more, with the real
+# Gemma 3 Q4_K_M file if carried (its Q6_K tensors: the real-model test), else the 8B A/B alone.
 step_next() {
-  for gc in 0 8; do
-    echo "LITE_IQ3_GCOPIES=$gc" | tee -a "$out/checks.log"
-    TAIL=12 t env LITE_IQ3_GCOPIES=$gc python3 tests/gpu_sweep_matvec.py --types IQ3_XXS --variants mvp8,v280,v281,v2p8
+  t env LITE_MOE_Q8=1 python3 -m pytest -q tests/test_experts_mvw.py tests/test_matvec_q8_emulated.py \
+      tests/test_cuda_backend.py -k "mvw or moe or qwen3moe or gpu_mvq"
+  need_30b
+  for m in 0 1 0 1; do
+    TAIL=1 t env LITE_MOE_Q8=$m $L bench /tmp/30b.gguf -p 2048 -n 128 -r 3 --device cuda
   done
-  # (4) IQ3_XXS 30B-A3B prefill with the experts streamed and no cache (--expert-cache off), not
-  # measured since session 4's gathered dequantize (35% of all-GPU at 8K before it), beside all-GPU.
-  local f=/tmp/30i.gguf
-  [ -f $f ] || $L synth --arch qwen3moe --preset 30b-a3b --quant IQ3_XXS $f >/dev/null 2>&1
-  for e in "--experts gpu" "--experts host --expert-cache off" "--experts host --expert-cache 25%"; do
-    TAIL=3 t $L bench $f -p 8192,32768 -n 8 -r 2 --prefill 8192 --device cuda $e
-  done
+  t env LITE_MATVEC_Q8=Q4_K,Q6_K python3 -m pytest -q tests/test_cuda_backend.py -k "real"
   need_8b
-  local NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
-  for c in "" "Q4_K=mv"; do
-    echo "== trace LITE_MATVEC_CONFIG=$c" | tee -a "$out/checks.log"
-    env LITE_MATVEC_CONFIG="$c" timeout 200 $NCU --profile-from-start off --graph-profiling node --clock-control none \
-        --cache-control none --metrics gpu__time_duration.sum --csv python3 scripts/trace_decode.py /tmp/8b.gguf 512 1 \
-        > "$out/k_mvf${c:+_mv}.csv" 2>/dev/null
-    TAIL=12 t python3 scripts/trace_decode.py --summary "$out/k_mvf${c:+_mv}.csv" 1
+  for q in 1 Q4_K,Q6_K 1 Q4_K,Q6_K; do
+    TAIL=1 t env LITE_MATVEC_Q8=$q $L bench /tmp/8b.gguf -p 512 -n 128 -r 3 --device cuda
   done
 }
 

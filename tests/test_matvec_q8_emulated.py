@@ -244,3 +244,63 @@ def test_q8_switch_routes_the_decode_products(monkeypatch):
     assert matvec_epilogue.config("Q4_K", 1) == matvec_q8.config("Q4_K")
     assert matvec_epilogue.config("Q6_K", 1) == matvec_cuda.CONFIG["Q6_K"]
     assert "TQ6_K," in matvec_epilogue.kernel_name("Q6_K", 1, 4, 0, 1)
+
+
+# moe_mvw (kernels/moe_mvw.py) over quantized x (LITE_MOE_Q8, opt-in): the MoE decode experts.
+MOE_ARGS = ("const unsigned char* w0, const unsigned char* w1, long long ebytes, const int* slot_of, "
+            "const float* x, float* out0, float* out1, const int* blk_expert, const int* blk_rows, "
+            "int kdiv, int S, int rows, int cols, int x_by_row")
+
+
+@pytest.fixture(scope="module")
+def moe_lib(monkeypatch_module):
+    from lite.kernels import moe_mvw
+    monkeypatch_module.setattr(matvec_q8, "ENABLED", tuple(Q8_TYPES))
+    monkeypatch_module.setattr(matvec_q8, "MOE", True)
+    wraps = ""
+    for qt in Q8_TYPES:
+        for cols in (512, 768):
+            for act in (None, "silu"):
+                wraps += (f'extern "C" __global__ void moe_{qt}_{cols}_{act}({MOE_ARGS}) {{ '
+                          f'{moe_mvw.name(qt, cols, act)}(w0, w1, ebytes, slot_of, x, out0, out1, blk_expert, '
+                          'blk_rows, kdiv, S, rows, cols, x_by_row); }\n')
+        wraps += (f'extern "C" __global__ void emu_qx_{qt}(const float* x, float* xq, int cols) '
+                  f'{{ {matvec_q8.quantize_name(qt)}(x, xq, cols); }}\n')
+    assert "TQ4_KQ" in wraps and "TQ6_KQ" in wraps
+    return emu.compile_kernels(HOST_SHIMS + Q8_SHIMS + moe_mvw.source("Q4_K", host=True, q8=True) + wraps)
+
+
+@pytest.mark.parametrize("cols", (512, 768))
+@pytest.mark.parametrize("qt", Q8_TYPES)
+def test_moe_mvw_over_quantized_x_matches_float64(moe_lib, monkeypatch_module, qt, cols):
+    """Decode's expert products: gate and up in the gated form (silu) over the tokens' quantized x,
+    down (x_by_row) over the slots' quantized rows; 3 tokens, 2 experts each of 4, 37 rows."""
+    from lite.kernels import moe_mvw
+    rng = np.random.default_rng(cols + len(qt))
+    E, K, T, rows = 4, 2, 3, 37
+    S = T * K
+    wg, wu = (random_blocks(qt, E * rows * cols // 256, rng) for _ in range(2))
+    Wg, Wu = (reference(b, qt).astype(np.float64).reshape(E, rows, cols) for b in (wg, wu))
+    ids = np.stack([rng.permutation(E)[:K] for _ in range(T)]).astype(np.int32).reshape(-1)
+    x = (rng.standard_normal((T, cols)) * 2 / np.sqrt((Wg * Wg).sum(-1).max())).astype(np.float32)
+    a = _x(S, cols, rng)
+    xq, aq = _quantize(moe_lib, qt, x), _quantize(moe_lib, qt, a)
+    args = (None, np.int32(K), np.int32(S), np.int32(rows), np.int32(cols))
+    g = np.full((S, rows), np.nan, np.float32)
+    moe_lib.launch(f"moe_{qt}_{cols}_silu", (-(-rows // moe_mvw.rows_per_cta(qt, cols, "silu")), S),
+                   (moe_mvw.THREADS,), wg, wu, np.int64(wg.size // E), None, xq, g, None, ids, *args, np.int32(0))
+    y = np.full((S, rows), np.nan, np.float32)
+    moe_lib.launch(f"moe_{qt}_{cols}_None", (-(-rows // moe_mvw.rows_per_cta(qt, cols)), S),
+                   (moe_mvw.THREADS,), wg, None, np.int64(wg.size // E), None, aq, y, None, ids, *args, np.int32(1))
+    for i in range(S):
+        e, t = ids[i], i // K
+        gv, uv = Wg[e] @ x[t], Wu[e] @ x[t]
+        act = gv / (1 + np.exp(-gv)) * uv
+        mg, mu = np.abs(Wg[e]) @ np.abs(x[t]), np.abs(Wu[e]) @ np.abs(x[t])
+        bg, bu = (quant_bound(qt, x[t:t + 1].astype(np.float64), W[e])[0] for W in (Wg, Wu))
+        tol = 2e-3 * (mg * np.abs(uv) + np.abs(act) * mu) + 2 * (bg * np.abs(uv) + np.abs(act) * bu) + 1e-6
+        assert np.all(np.abs(g[i] - act) <= tol), np.max(np.abs(g[i] - act) / tol)
+        want = Wg[e] @ a[i]
+        err = np.abs(y[i] - want)
+        bound = quant_bound(qt, a[i:i + 1].astype(np.float64), Wg[e])[0]
+        assert np.all(err <= 1e-3 * np.abs(want) + 1e-5 * (np.abs(Wg[e]) @ np.abs(a[i])) + bound)
