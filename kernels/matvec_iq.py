@@ -334,6 +334,13 @@ def launch_cuda(name, blocks, x, out, rows, cols, stream, config=None):
     """`config` overrides LITE_IQ_MV, which overrides DEFAULT (IQ3_XXS; IQ4_XS has the register
     kernel only)."""
     import cupy
+    from lite.kernels import matvec_q8
+    if config is None and matvec_q8.applies(name):   # LITE_MATVEC_Q8=...,IQ3_XXS: dp4a over quantized x
+        with stream if stream is not None else contextlib.nullcontext():
+            for i in range(0, x.shape[0], matvec_q8.C_MAX_N):
+                xs = x[i:i + matvec_q8.C_MAX_N]
+                matvec_q8.launch(name, blocks, xs, cupy.empty_like(xs), out[i:i + matvec_q8.C_MAX_N], rows, cols)
+        return
     device = cupy.cuda.runtime.getDevice()
     cfg = tuple(config or (name == "IQ3_XXS" and _env_config(os.environ.get("LITE_IQ_MV", "")))
                 or DEFAULT.get(name, ("reg",)))

@@ -31,7 +31,7 @@ import numpy as np
 
 from lite.kernels import matvec_cuda, pdl
 
-C_Q8 = r"""
+C_Q8_BASE = r"""
 // 4 int8 (the low bytes of a..d) in a word, a first.
 __device__ __forceinline__ unsigned lt_pack4(int a, int b, int c, int d) {
     return (unsigned)(a & 0xFF) | ((unsigned)(b & 0xFF) << 8) | ((unsigned)(c & 0xFF) << 16) | ((unsigned)d << 24);
@@ -91,7 +91,8 @@ __device__ __forceinline__ int lt_dot16q(unsigned q0, unsigned q1, unsigned q2, 
     sh = __dp4a((int)q3, (int)h.w, sh); sl = __dp4a((int)q3, (int)l.w, sl);
     return sh * 254 + sl;
 }
-struct TQ4_KQ : TQ4_K {   // TQ4_K's weights; x as qx's records
+"""
+C_Q8_K = r"""struct TQ4_KQ : TQ4_K {   // TQ4_K's weights; x as qx's records
     __device__ static __forceinline__ int xoff(int c, int k) { return 20 * c + 4 * k; }
     __device__ static __forceinline__ float dot(const Raw& r, int c, const float4 (&xv)[8], float, float) {
         const uint4 q = r.q, f = lt_u4(xv[4]);
@@ -135,8 +136,46 @@ struct TQ6_KQ : TQ6_K {   // TQ6_K's weights (values q in 0..63, q - 32 each); x
 };
 """
 
+C_Q8 = C_Q8_BASE + C_Q8_K          # the K types' module text (after matvec_cuda's C_HEAD, C_TYPES)
+
+# IQ3_XXS (opt-in, session 7, emulator-tested, not yet run on a GPU), after matvec_iq's TIQ3_XXS and
+# matvec_iq_v2's tables: each grid byte g as 64 + g (IQ3XXS_GRID64), 64 - g where its sign bit is set
+# (u - 2 (u & 0x3F mask), IQ3XXS_SMASK: no borrow between bytes, v2's decode), so a word of 4 weights
+# meets x in 2 dp4a; the offset 64 comes off once a run of 16 as 64 times the run's sum of quantized
+# x. Sums a run: |dp4a sums| <= 16 * 126 * 127 (exact), their 254-weighted total < 2^26 (one fp32
+# rounding, ~6e-8 of it, before the offset cancels): inside the x quantization's bound.
+C_Q8_IQ3 = r"""
+struct TIQ3_XXSQ : TIQ3_XXS {   // TIQ3_XXS's block layout, Raw and loads; x as qx<TIQ3_XXS, 20>'s records
+    __device__ static __forceinline__ void init() {}   // the tables are read through L1
+    __device__ static __forceinline__ int xoff(int c, int k) { return 20 * c + 4 * k; }
+    __device__ static __forceinline__ float dot(const Raw& r, int, const float4 (&xv)[8], float, float) {
+        const uint4 f = lt_u4(xv[4]);
+        const uint4 hx[2] = {lt_u4(xv[0]), lt_u4(xv[1])}, lx[2] = {lt_u4(xv[2]), lt_u4(xv[3])};
+        int sh[2] = {0, 0}, sl[2] = {0, 0};
+        #pragma unroll
+        for (int l = 0; l < 4; l++) {   // sign group l: grid entries 2l, 2l+1, values 8l..8l+7 (run l / 2)
+            const unsigned qq = (l < 2 ? r.q0 : r.q1) >> (16 * (l & 1));
+            const unsigned e = (r.aux >> (7 * l)) & 127u;
+            unsigned u0 = __ldg(IQ3XXS_GRID64 + (qq & 255u)), u1 = __ldg(IQ3XXS_GRID64 + ((qq >> 8) & 255u));
+            u0 -= 2u * (u0 & __ldg(IQ3XXS_SMASK + 2 * e));
+            u1 -= 2u * (u1 & __ldg(IQ3XXS_SMASK + 2 * e + 1));
+            const int h = l >> 1;
+            const unsigned h0 = (l & 1) ? hx[h].z : hx[h].x, h1 = (l & 1) ? hx[h].w : hx[h].y;
+            const unsigned l0 = (l & 1) ? lx[h].z : lx[h].x, l1 = (l & 1) ? lx[h].w : lx[h].y;
+            sh[h] = __dp4a((int)u1, (int)h1, __dp4a((int)u0, (int)h0, sh[h]));
+            sl[h] = __dp4a((int)u1, (int)l1, __dp4a((int)u0, (int)l0, sl[h]));
+        }
+        const float ra = fmaf(__uint_as_float(f.x), fmaf(254.f, (float)sh[0], (float)sl[0]), -64.f * __uint_as_float(f.y));
+        const float rb = fmaf(__uint_as_float(f.z), fmaf(254.f, (float)sh[1], (float)sl[1]), -64.f * __uint_as_float(f.w));
+        return h2f(r.d) * (0.5f + (float)(r.aux >> 28)) * 0.5f * (ra + rb);
+    }
+};
+"""
+
+C_MAX_N = matvec_cuda.C_MAX_N      # rows of x a launch (the register loop's N)
+
 # The float struct whose x layout qx quantizes, the integer struct, and qx's words a chunk, per type.
-TYPES = {"Q4_K": ("TQ4_K", "TQ4_KQ", 20), "Q6_K": ("TQ6_K", "TQ6_KQ", 24)}
+TYPES = {"Q4_K": ("TQ4_K", "TQ4_KQ", 20), "Q6_K": ("TQ6_K", "TQ6_KQ", 24), "IQ3_XXS": ("TIQ3_XXS", "TIQ3_XXSQ", 20)}
 # (rows a CTA, prefetch) of every mvq launch, the decode epilogue kernels' (matvec_epilogue) too:
 # the fastest at each of the 8B decode's Q4_K shapes in session 7's sweep (call 2: 4096x14336
 # 14.1 us with the quantizer, mvf 20.7; 28672x4096 22.8 / 30.8; 6144x4096 8.7 / 8.4; 4096x4096
@@ -144,7 +183,7 @@ TYPES = {"Q4_K": ("TQ4_K", "TQ4_KQ", 20), "Q6_K": ("TQ6_K", "TQ6_KQ", 24)}
 # Q6_K (opt-in): 4 rows a CTA, the fastest with the quantizer at 3 of call 8's 4 shapes (us, float
 # mv<TQ6_K, 4> after the slash): 4096x14336 19.8 / 20.8, 14336x4096 19.3 / 20.3, 128256x4096 (the
 # 8B's output head) 129.0 / 158.5; slower at 4096x4096, 8.4 / 7.2. 8B decode with (2, 0): even.
-CONFIGS = {"Q4_K": (2, 0), "Q6_K": (4, 0)}
+CONFIGS = {"Q4_K": (2, 0), "Q6_K": (4, 0), "IQ3_XXS": (4, 0)}   # IQ3_XXS: a guess, not measured
 # The types whose dense decode products (matvec_cuda.launch without a config, and matvec_epilogue's
 # mve) quantize x and take mvq; MoE experts keep their kernels. LITE_MATVEC_Q8: 1 (default) Q4_K,
 # 0 none, or a list ("Q4_K,Q6_K").
@@ -152,7 +191,7 @@ DEFAULT_TYPES = ("Q4_K",)
 
 
 def enabled_from_env(text=None):
-    text = os.environ.get("LITE_MATVEC_Q8", "1") if text is None else text
+    text = os.environ.get("LITE_MATVEC_Q8", "1") if text is None else text   # "Q4_K,IQ3_XXS" etc.
     if text in ("1", ""):
         return DEFAULT_TYPES
     if text == "0":
@@ -195,8 +234,21 @@ def struct(qtype):
     return TYPES[qtype][1]
 
 
-def c_source():
+def c_source(qtype="Q4_K"):
+    """The module text of qtype's quantizer and mvq kernels."""
+    if qtype == "IQ3_XXS":
+        from lite.kernels import matvec_iq_v2       # matvec_iq's structs and v2's tables
+        return matvec_iq_v2.c_source() + C_Q8_BASE + C_Q8_IQ3
     return matvec_cuda.c_source() + C_Q8
+
+
+def structs(qtype, tables=False):
+    """The text that adds qtype's integer struct to a module holding its float struct (moe_mvw's);
+    tables: also v2's IQ3_XXS tables (a module without them)."""
+    if qtype == "IQ3_XXS":
+        from lite.kernels import matvec_iq_v2
+        return (matvec_iq_v2.c_tables() if tables else "") + C_Q8_BASE + C_Q8_IQ3
+    return C_Q8
 
 
 def quantize_name(qtype):
@@ -208,15 +260,15 @@ def kernel_name(qtype, n, rows=8, prefetch=0):
 
 
 @functools.lru_cache(maxsize=None)
-def _module(device, names, head=""):
+def _module(device, qtype, names, head=""):
     import cupy
-    return cupy.RawModule(code=head + c_source(), options=("--std=c++17",), name_expressions=list(names))
+    return cupy.RawModule(code=head + c_source(qtype), options=("--std=c++17",), name_expressions=list(names))
 
 
 def functions(device, qtype, n, rows=8, prefetch=0):
     """(quantizer, matvec) CuPy kernels of one type, n and CTA shape."""
     names = (quantize_name(qtype), kernel_name(qtype, n, rows, prefetch))
-    mod = _module(device, names, pdl.source_head())
+    mod = _module(device, qtype, names, pdl.source_head())
     return mod.get_function(names[0]), mod.get_function(names[1])
 
 

@@ -182,7 +182,7 @@ def source(qtype="Q4_K", host=False, q8=False):
     """moe_mv's module source (the type structs) with moe_mvw after it; q8: with matvec_q8's
     integer structs (only where used)."""
     from lite.kernels import moe_cuda as mk
-    return C_PDL + mk.mv_source(qtype, host=host) + (matvec_q8.C_Q8 if q8 else "") + C_MVW
+    return C_PDL + mk.mv_source(qtype, host=host) + (matvec_q8.structs(qtype, tables=True) if q8 else "") + C_MVW
 
 
 def enabled():

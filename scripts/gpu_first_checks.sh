@@ -3,7 +3,7 @@
 # ${OUT:-/tmp/lite-checks}. Session 5 ran gemma, real, pdl, iq3 and ncu with its code, session 6
 # matvec, iq3moe and multigpu's tests, session 7 session 6's next (figures in BENCHMARKS; the calls: scripts/session*/call*.sh).
 # Re-run a step after changing what it covers.
-#   bash scripts/gpu_first_checks.sh next            # first next session (issue 3), ~5 min
+#   bash scripts/gpu_first_checks.sh next            # first next session (issue 3), ~7 min
 #   bash scripts/gpu_first_checks.sh multigpu        # on nvidia-h200-x2
 # Steps: gemma, real (needs the real models carried first), pdl, iq3, ncu, matvec, iq3moe, next, multigpu (2 GPUs).
 set -u
@@ -95,7 +95,8 @@ step_iq3moe() {
 # matvec_q8's qx (TQ4_KQ: emulator-tested only): the expert GPU tests and the 30B-A3B Q4_K decode
 # A/B (session 7: 362-366 tok/s with mvq in the attention products only); (2) Q6_K on mvq
 # (LITE_MATVEC_Q8=Q4_K,Q6_K: +2.5% in the medians, within noise, call 9) once more, with the real
-# Gemma 3 Q4_K_M file if carried (its Q6_K tensors: the real-model test), else the 8B A/B alone.
+# Gemma 3 Q4_K_M file if carried (its Q6_K tensors: the real-model test), else the 8B A/B alone;
+# (3) IQ3_XXS on dp4a (below).
 step_next() {
   t env LITE_MOE_Q8=1 python3 -m pytest -q tests/test_experts_mvw.py tests/test_matvec_q8_emulated.py \
       tests/test_cuda_backend.py -k "mvw or moe or qwen3moe or gpu_mvq"
@@ -104,6 +105,15 @@ step_next() {
     TAIL=1 t env LITE_MOE_Q8=$m $L bench /tmp/30b.gguf -p 2048 -n 128 -r 3 --device cuda
   done
   t env LITE_MATVEC_Q8=Q4_K,Q6_K python3 -m pytest -q tests/test_cuda_backend.py -k "real"
+  # (3) IQ3_XXS on dp4a (TIQ3_XXSQ, emulator-tested only; LITE_MATVEC_Q8=Q4_K,IQ3_XXS): its GPU
+  # test, the sweep beside mvp8 (default) and v280, the 8B IQ3_XXS decode A/B.
+  t python3 -m pytest -q tests/test_matvec_q8_emulated.py -k "gpu_iq3"
+  TAIL=8 t python3 tests/gpu_sweep_matvec.py --types IQ3_XXS --variants mvp8,v280,mvq20,mvq40,mvq80,mvq41
+  local f=/tmp/8i.gguf
+  [ -f $f ] || $L synth --arch llama --preset 8b --quant IQ3_XXS $f >/dev/null 2>&1
+  for q in 1 Q4_K,IQ3_XXS 1 Q4_K,IQ3_XXS; do
+    TAIL=1 t env LITE_MATVEC_Q8=$q $L bench $f -p 512 -n 128 -r 3 --device cuda
+  done
   need_8b
   for q in 1 Q4_K,Q6_K 1 Q4_K,Q6_K; do
     TAIL=1 t env LITE_MATVEC_Q8=$q $L bench /tmp/8b.gguf -p 512 -n 128 -r 3 --device cuda

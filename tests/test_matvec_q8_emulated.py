@@ -25,7 +25,7 @@ inline int __dp4a(int a, int b, int c) {
 }
 """
 ARGS = "const unsigned char* w, const float* x, float* out, int rows, int cols"
-Q8_TYPES = list(matvec_q8.TYPES)
+Q8_TYPES = ["Q4_K", "Q6_K"]          # on matvec_cuda's structs; IQ3_XXS below, on matvec_iq's
 # (type, wrapper, n, rows a CTA, prefetch)
 KERNELS = [(qt, f"emu_q8_{qt}_{n}_{r}_{p}", n, r, p) for qt in Q8_TYPES
            for n, r, p in ((1, 8, 0), (2, 8, 0), (1, 4, 1), (2, 4, 0), (1, 2, 0), (3, 2, 0))]
@@ -60,8 +60,11 @@ def _quantize(lib, qt, x):
 
 
 def _xoff(qt, c, k):
-    """The column of float4 k of chunk c (matvec_structs' TQ4_K / TQ6_K xoff)."""
+    """The column of float4 k of chunk c (the xoff of matvec_structs' TQ4_K / TQ6_K, matvec_iq's
+    TIQ3_XXS)."""
     p = c & 7
+    if qt == "IQ3_XXS":
+        return 32 * c + 4 * k
     if qt == "Q4_K":
         return (c >> 3) * 256 + 64 * (p >> 1) + 16 * (p & 1) + 32 * (k >> 2) + 4 * (k & 3)
     return (c >> 3) * 256 + 128 * (p >> 2) + 8 * (p & 3) + 32 * (k >> 1) + 4 * (k & 1)
@@ -252,13 +255,15 @@ MOE_ARGS = ("const unsigned char* w0, const unsigned char* w1, long long ebytes,
             "int kdiv, int S, int rows, int cols, int x_by_row")
 
 
-@pytest.fixture(scope="module")
-def moe_lib(monkeypatch_module):
+@pytest.fixture(scope="module", params=["K", "IQ3_XXS"])
+def moe_lib(request, monkeypatch_module):
+    """moe_mvw over quantized x: the K types' module, or IQ3_XXS's (its own structs and tables)."""
     from lite.kernels import moe_mvw
-    monkeypatch_module.setattr(matvec_q8, "ENABLED", tuple(Q8_TYPES))
+    types = Q8_TYPES if request.param == "K" else ["IQ3_XXS"]
+    monkeypatch_module.setattr(matvec_q8, "ENABLED", tuple(Q8_TYPES) + ("IQ3_XXS",))
     monkeypatch_module.setattr(matvec_q8, "MOE", True)
     wraps = ""
-    for qt in Q8_TYPES:
+    for qt in types:
         for cols in (512, 768):
             for act in (None, "silu"):
                 wraps += (f'extern "C" __global__ void moe_{qt}_{cols}_{act}({MOE_ARGS}) {{ '
@@ -266,16 +271,22 @@ def moe_lib(monkeypatch_module):
                           'blk_rows, kdiv, S, rows, cols, x_by_row); }\n')
         wraps += (f'extern "C" __global__ void emu_qx_{qt}(const float* x, float* xq, int cols) '
                   f'{{ {matvec_q8.quantize_name(qt)}(x, xq, cols); }}\n')
-    assert "TQ4_KQ" in wraps and "TQ6_KQ" in wraps
-    return emu.compile_kernels(HOST_SHIMS + Q8_SHIMS + moe_mvw.source("Q4_K", host=True, q8=True) + wraps)
+    assert all(matvec_q8.struct(qt) + "," in wraps for qt in types)
+    head = "" if request.param == "K" else (
+        "#define GCOPIES 0\ninline uint2 make_uint2(unsigned a, unsigned b) { return {a, b}; }\n")
+    src = HOST_SHIMS + Q8_SHIMS + head + moe_mvw.source(types[0], host=True, q8=True) + wraps
+    return types, emu.compile_kernels(src)
 
 
 @pytest.mark.parametrize("cols", (512, 768))
-@pytest.mark.parametrize("qt", Q8_TYPES)
+@pytest.mark.parametrize("qt", Q8_TYPES + ["IQ3_XXS"])
 def test_moe_mvw_over_quantized_x_matches_float64(moe_lib, monkeypatch_module, qt, cols):
     """Decode's expert products: gate and up in the gated form (silu) over the tokens' quantized x,
     down (x_by_row) over the slots' quantized rows; 3 tokens, 2 experts each of 4, 37 rows."""
     from lite.kernels import moe_mvw
+    types, moe_lib = moe_lib
+    if qt not in types:
+        pytest.skip("in the other module")
     rng = np.random.default_rng(cols + len(qt))
     E, K, T, rows = 4, 2, 3, 37
     S = T * K
@@ -295,12 +306,73 @@ def test_moe_mvw_over_quantized_x_matches_float64(moe_lib, monkeypatch_module, q
     for i in range(S):
         e, t = ids[i], i // K
         gv, uv = Wg[e] @ x[t], Wu[e] @ x[t]
-        act = gv / (1 + np.exp(-gv)) * uv
+        sg = gv / (1 + np.exp(-gv))                  # silu(gate); act's slope in up
+        act = sg * uv
         mg, mu = np.abs(Wg[e]) @ np.abs(x[t]), np.abs(Wu[e]) @ np.abs(x[t])
         bg, bu = (quant_bound(qt, x[t:t + 1].astype(np.float64), W[e])[0] for W in (Wg, Wu))
-        tol = 2e-3 * (mg * np.abs(uv) + np.abs(act) * mu) + 2 * (bg * np.abs(uv) + np.abs(act) * bu) + 1e-6
+        tol = 2e-3 * (mg * np.abs(uv) + np.abs(sg) * mu) + 2 * (bg * np.abs(uv) + np.abs(sg) * bu) + 1e-6
         assert np.all(np.abs(g[i] - act) <= tol), np.max(np.abs(g[i] - act) / tol)
         want = Wg[e] @ a[i]
         err = np.abs(y[i] - want)
         bound = quant_bound(qt, a[i:i + 1].astype(np.float64), Wg[e])[0]
         assert np.all(err <= 1e-3 * np.abs(want) + 1e-5 * (np.abs(Wg[e]) @ np.abs(a[i])) + bound)
+
+
+# IQ3_XXS (opt-in: LITE_MATVEC_Q8 naming it): TIQ3_XXSQ on the register loop over quantized x.
+IQ3_KERNELS = [(n, r, p) for n, r, p in ((1, 4, 0), (1, 8, 0), (2, 4, 0), (1, 2, 1))]
+
+
+@pytest.fixture(scope="module")
+def iq3_lib():
+    from lite.kernels import dequant_iq, matvec_iq, matvec_iq_v2 as v2
+    wraps = "".join(f'extern "C" __global__ void iq3q_{n}_{r}_{p}({ARGS}) {{ '
+                    f'{matvec_q8.kernel_name("IQ3_XXS", n, r, p)}(w, x, out, rows, cols); }}\n'
+                    for n, r, p in IQ3_KERNELS)
+    wraps += ('extern "C" __global__ void emu_qx_IQ3_XXS(const float* x, float* xq, int cols) '
+              f'{{ {matvec_q8.quantize_name("IQ3_XXS")}(x, xq, cols); }}\n')
+    source = ("#define GCOPIES 0\n" + HOST_SHIMS + Q8_SHIMS
+              + "inline uint2 make_uint2(unsigned a, unsigned b) { return {a, b}; }\n"
+              + dequant_iq.c_grid_array("IQ3XXS_GRID", "IQ3_XXS") + v2.c_tables()
+              + matvec_cuda.C_HEAD + matvec_cuda.C_KERNEL + matvec_iq.C_COMMON + matvec_iq.C_IQ3_XXS
+              + matvec_iq.C_IQ3_XXS_STAGED + matvec_q8.C_Q8_BASE + matvec_q8.C_Q8_IQ3 + wraps)
+    return emu.compile_kernels(source)
+
+
+@pytest.mark.parametrize("shape", [(37, 768), (11, 256 * 17)], ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("kernel", IQ3_KERNELS, ids=lambda k: "n{}_{}_{}".format(*k))
+def test_iq3xxs_mvq_matches_float64(iq3_lib, kernel, shape):
+    """IQ3_XXS blocks (98 bytes: rows 2 bytes off a word for odd block counts) against float64 of
+    gguf-py's dequantize, within the fp32 tolerance plus the x quantization's bound."""
+    n, r, _ = kernel
+    rows, cols = shape
+    rng = np.random.default_rng(rows * 3 + n)
+    blocks = random_blocks("IQ3_XXS", rows * cols // 256, rng)
+    w = reference(blocks, "IQ3_XXS").astype(np.float64).reshape(rows, cols)
+    x = _x(n, cols, rng)
+    ref, scale = x.astype(np.float64) @ w.T, np.abs(x).astype(np.float64) @ np.abs(w).T
+    out = np.full((n, rows), np.nan, np.float32)
+    iq3_lib.launch(f"iq3q_{n}_{r}_{kernel[2]}", (-(-rows // r),), (128,), blocks, _quantize(iq3_lib, "IQ3_XXS", x),
+                   out, np.int32(rows), np.int32(cols))
+    err = np.abs(out.astype(np.float64) - ref)
+    bound = quant_bound("IQ3_XXS", x, w)
+    assert np.all(err <= 1e-3 * np.abs(ref) + 1e-5 * scale + bound), np.max(err / (np.abs(ref) + 1e-30))
+
+
+@pytest.mark.skipif(not _gpu(), reason="needs a CUDA GPU (the CUDA C text runs above under the emulator)")
+def test_gpu_iq3xxs_mvq_full_size(monkeypatch):
+    """4096x14336 and a ragged 37x2048 through matvec_iq.launch_cuda with LITE_MATVEC_Q8 naming
+    IQ3_XXS: within 1e-3 of float64 plus the x quantization's bound."""
+    import cupy
+    from lite.kernels import matvec_iq
+    monkeypatch.setattr(matvec_q8, "ENABLED", ("Q4_K", "IQ3_XXS"))
+    for rows, cols in ((4096, 14336), (37, 2048)):
+        rng = np.random.default_rng(rows + 1)
+        blocks = random_blocks("IQ3_XXS", rows * cols // 256, rng)
+        w = reference(blocks, "IQ3_XXS").astype(np.float64).reshape(rows, cols)
+        for n in (1, 3):
+            x = _x(n, cols, rng)
+            ref, scale = x.astype(np.float64) @ w.T, np.abs(x).astype(np.float64) @ np.abs(w).T
+            out = cupy.full((n, rows), np.nan, cupy.float32)
+            matvec_iq.launch_cuda("IQ3_XXS", cupy.asarray(blocks), cupy.asarray(x), out, rows, cols, None)
+            err = np.abs(out.get().astype(np.float64) - ref)
+            assert np.all(err <= 1e-3 * np.abs(ref) + 1e-5 * scale + quant_bound("IQ3_XXS", x, w))
