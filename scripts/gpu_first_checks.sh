@@ -96,7 +96,7 @@ step_iq3moe() {
 # A/B (session 7: 362-366 tok/s with mvq in the attention products only); (2) Q6_K on mvq
 # (LITE_MATVEC_Q8=Q4_K,Q6_K: +2.5% in the medians, within noise, call 9) once more, with the real
 # Gemma 3 Q4_K_M file if carried (its Q6_K tensors: the real-model test), else the 8B A/B alone;
-# (3) IQ3_XXS on dp4a (below).
+# (3) IQ3_XXS on dp4a (below); (4) the kernel table with a 16-byte copy kernel as its reference.
 step_next() {
   t env LITE_MOE_Q8=1 python3 -m pytest -q tests/test_experts_mvw.py tests/test_matvec_q8_emulated.py \
       tests/test_cuda_backend.py -k "mvw or moe or qwen3moe or gpu_mvq"
@@ -118,6 +118,8 @@ step_next() {
   for q in 1 Q4_K,Q6_K 1 Q4_K,Q6_K; do
     TAIL=1 t env LITE_MATVEC_Q8=$q $L bench /tmp/8b.gguf -p 512 -n 128 -r 3 --device cuda
   done
+  # (4) the kernel table with copy-vec16 (kernels/bench.py: a 16-byte copy kernel as the reference)
+  TAIL=40 t python3 -m lite.kernels.bench --no-numba Q4_K Q6_K Q8_0 IQ3_XXS
 }
 
 # Two GPUs (nvidia-h200-x2): the stage's KV cache / experts on its own GPU (fixed in session 2,
