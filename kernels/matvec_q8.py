@@ -145,6 +145,7 @@ C_Q8 = C_Q8_BASE + C_Q8_K          # the K types' module text (after matvec_cuda
 # x. Sums a run: |dp4a sums| <= 16 * 126 * 127 (exact), their 254-weighted total < 2^26 (one fp32
 # rounding, ~6e-8 of it, before the offset cancels): inside the x quantization's bound.
 C_Q8_IQ3 = r"""
+IQ3XXS_SMASK2_ARRAY
 struct TIQ3_XXSQ : TIQ3_XXS {   // TIQ3_XXS's block layout, Raw and loads; x as qx<TIQ3_XXS, 20>'s records
     __device__ static __forceinline__ void init() {}   // the tables are read through L1
     __device__ static __forceinline__ int xoff(int c, int k) { return 20 * c + 4 * k; }
@@ -157,8 +158,9 @@ struct TIQ3_XXSQ : TIQ3_XXS {   // TIQ3_XXS's block layout, Raw and loads; x as 
             const unsigned qq = (l < 2 ? r.q0 : r.q1) >> (16 * (l & 1));
             const unsigned e = (r.aux >> (7 * l)) & 127u;
             unsigned u0 = __ldg(IQ3XXS_GRID64 + (qq & 255u)), u1 = __ldg(IQ3XXS_GRID64 + ((qq >> 8) & 255u));
-            u0 -= 2u * (u0 & __ldg(IQ3XXS_SMASK + 2 * e));
-            u1 -= 2u * (u1 & __ldg(IQ3XXS_SMASK + 2 * e + 1));
+            const uint2 m = __ldg(IQ3XXS_SMASK2 + e);   // one 8-byte load for both words
+            u0 -= 2u * (u0 & m.x);
+            u1 -= 2u * (u1 & m.y);
             const int h = l >> 1;
             const unsigned h0 = (l & 1) ? hx[h].z : hx[h].x, h1 = (l & 1) ? hx[h].w : hx[h].y;
             const unsigned l0 = (l & 1) ? lx[h].z : lx[h].x, l1 = (l & 1) ? lx[h].w : lx[h].y;
@@ -238,8 +240,16 @@ def c_source(qtype="Q4_K"):
     """The module text of qtype's quantizer and mvq kernels."""
     if qtype == "IQ3_XXS":
         from lite.kernels import matvec_iq_v2       # matvec_iq's structs and v2's tables
-        return matvec_iq_v2.c_source() + C_Q8_BASE + C_Q8_IQ3
+        return matvec_iq_v2.c_source() + C_Q8_BASE + _c_iq3()
     return matvec_cuda.c_source() + C_Q8
+
+
+def _c_iq3():
+    """C_Q8_IQ3 with its sign-mask table (matvec_iq_v2's masks as uint2, one load a group)."""
+    from lite.kernels import matvec_iq_v2
+    m = matvec_iq_v2.sign_masks()
+    body = ", ".join(f"{{{int(a):#x}u, {int(b):#x}u}}" for a, b in m)
+    return C_Q8_IQ3.replace("IQ3XXS_SMASK2_ARRAY", f"__device__ const uint2 IQ3XXS_SMASK2[128] = {{{body}}};")
 
 
 def structs(qtype, tables=False):
@@ -247,7 +257,7 @@ def structs(qtype, tables=False):
     tables: also v2's IQ3_XXS tables (a module without them)."""
     if qtype == "IQ3_XXS":
         from lite.kernels import matvec_iq_v2
-        return (matvec_iq_v2.c_tables() if tables else "") + C_Q8_BASE + C_Q8_IQ3
+        return (matvec_iq_v2.c_tables() if tables else "") + C_Q8_BASE + _c_iq3()
     return C_Q8
 
 

@@ -334,7 +334,7 @@ def iq3_lib():
               + "inline uint2 make_uint2(unsigned a, unsigned b) { return {a, b}; }\n"
               + dequant_iq.c_grid_array("IQ3XXS_GRID", "IQ3_XXS") + v2.c_tables()
               + matvec_cuda.C_HEAD + matvec_cuda.C_KERNEL + matvec_iq.C_COMMON + matvec_iq.C_IQ3_XXS
-              + matvec_iq.C_IQ3_XXS_STAGED + matvec_q8.C_Q8_BASE + matvec_q8.C_Q8_IQ3 + wraps)
+              + matvec_iq.C_IQ3_XXS_STAGED + matvec_q8.structs("IQ3_XXS") + wraps)
     return emu.compile_kernels(source)
 
 
