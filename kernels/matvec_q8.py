@@ -1,5 +1,7 @@
-"""Q4_K decode matvec on integer dot products (`mvq`, opt-in, session 7): x quantized once per
-launch to int8 in two parts, then 4 weights a `dp4a` instead of 2 instructions a weight.
+"""Decode matvec on integer dot products (`mvq`, session 7): x quantized once per product to int8
+in two parts (`qx`), then 4 weights a `dp4a` instead of 2 instructions a weight. The default for
+every dense Q4_K decode product since session 7 (H200: 8B decode 371 -> 419 tok/s, BENCHMARKS);
+Q6_K, IQ3_XXS and the MoE experts opt-in (LITE_MATVEC_Q8, LITE_MOE_Q8, below).
 
 Why: Nsight Compute (session 5) found the register matvec (kernels/matvec_cuda.py `mv`) bound by
 issue and latency, not DRAM: ~5 instructions a weight for mv, ~2.5 for mvf, 80-95 registers, 4-5
@@ -17,9 +19,9 @@ as the exact integer 254 * dp4a(w, hi) + dp4a(w, lo) (|.| < 2^23, so also exact 
 The Q4_K minimums (and Q6_K's -32 offset) take the run's sum of the quantized x, so that what
 mvq computes is W times quantized x, up to fp32 rounding.
 
-Layout of quantized x (`qx` writes it, one thread a chunk): for chunk c of a row, 80 bytes at byte
+Layout of quantized x (`qx` writes it, 8 threads a chunk): for chunk c of a row, 80 bytes at byte
 80 c: hi of run a, hi of run b, lo of run a, lo of run b (16 int8 each), then float4 (d_a, sum_a, d_b,
-sum_b); rows of x `cols` floats apart, as x itself (2.5 of its 4 bytes a value used). So TQ4_KQ
+sum_b) (Q6_K: 96 bytes, the sums by 8 values); rows of x `cols` floats apart, as x itself. So TQ4_KQ
 below is a struct of matvec_cuda's register loop as it stands: its xoff points load_x at the 5
 vectors of a record (the loads of 3 more and load_x's sums of x go unused and are dropped by the
 compiler), and its dot reads them as integers; mv<TQ4_KQ, ...> is mv over quantized x.
