@@ -142,7 +142,7 @@ C_Q8 = C_Q8_BASE + C_Q8_K          # the K types' module text (after matvec_cuda
 
 # IQ3_XXS (opt-in, session 7, emulator-tested, not yet run on a GPU), after matvec_iq's TIQ3_XXS and
 # matvec_iq_v2's tables: each grid byte g as 64 + g (IQ3XXS_GRID64), 64 - g where its sign bit is set
-# (u - 2 (u & 0x3F mask), IQ3XXS_SMASK: no borrow between bytes, v2's decode), so a word of 4 weights
+# (u - 2 (u & 0x3F mask), v2's masks as uint2 pairs: no borrow between bytes), so a word of 4 weights
 # meets x in 2 dp4a; the offset 64 comes off once a run of 16 as 64 times the run's sum of quantized
 # x. Sums a run: |dp4a sums| <= 16 * 126 * 127 (exact), their 254-weighted total < 2^26 (one fp32
 # rounding, ~6e-8 of it, before the offset cancels): inside the x quantization's bound.
@@ -188,9 +188,9 @@ TYPES = {"Q4_K": ("TQ4_K", "TQ4_KQ", 20), "Q6_K": ("TQ6_K", "TQ6_KQ", 24), "IQ3_
 # mv<TQ6_K, 4> after the slash): 4096x14336 19.8 / 20.8, 14336x4096 19.3 / 20.3, 128256x4096 (the
 # 8B's output head) 129.0 / 158.5; slower at 4096x4096, 8.4 / 7.2. 8B decode with (2, 0): even.
 CONFIGS = {"Q4_K": (2, 0), "Q6_K": (4, 0), "IQ3_XXS": (4, 0)}   # IQ3_XXS: a guess, not measured
-# The types whose dense decode products (matvec_cuda.launch without a config, and matvec_epilogue's
-# mve) quantize x and take mvq; MoE experts keep their kernels. LITE_MATVEC_Q8: 1 (default) Q4_K,
-# 0 none, or a list ("Q4_K,Q6_K").
+# The types whose dense decode products (matvec_cuda.launch without a config, matvec_epilogue's mve,
+# matvec_iq.launch_cuda for IQ3_XXS) quantize x and take mvq; the MoE experts only with LITE_MOE_Q8
+# below. LITE_MATVEC_Q8: 1 (default) Q4_K, 0 none, or a list ("Q4_K,Q6_K").
 DEFAULT_TYPES = ("Q4_K",)
 
 
@@ -295,7 +295,8 @@ def quantize(qtype, x):
     import cupy
     x = cupy.ascontiguousarray(x)                # rows cols floats apart, as qx reads them
     xq = cupy.empty_like(x)
-    quant = functions(cupy.cuda.runtime.getDevice(), qtype, x.shape[0], *config(qtype))[0]
+    # qx does not depend on n (grid y): take the module of n = 1, the decode step's
+    quant = functions(cupy.cuda.runtime.getDevice(), qtype, 1, *config(qtype))[0]
     pdl.call(quant, quantize_grid(x.shape[0], x.shape[1]), (128,), (x, xq, np.int32(x.shape[1])))
     return xq
 
