@@ -180,7 +180,7 @@ def norm_parts(qtype, n, rows):
 @functools.lru_cache(maxsize=None)
 def _kernel(device, name, head=""):
     import cupy
-    return cupy.RawModule(code=c_source(head, q8="KQ," in name), options=("--std=c++17",),
+    return cupy.RawModule(code=c_source(head, q8=matvec_q8.in_name(name)), options=("--std=c++17",),
                           name_expressions=[name]).get_function(name)
 
 

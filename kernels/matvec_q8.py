@@ -238,6 +238,12 @@ def struct(qtype):
     return TYPES[qtype][1]
 
 
+def in_name(kernel_name):
+    """True when a kernel's name instantiates one of the integer structs, so its module needs
+    structs() (matvec_epilogue's and moe_mvw's kernel caches build the source from the name)."""
+    return any(f"<{s}," in kernel_name for _, s, _ in TYPES.values())
+
+
 def c_source(qtype="Q4_K"):
     """The module text of qtype's quantizer and mvq kernels."""
     if qtype == "IQ3_XXS":

@@ -200,7 +200,7 @@ def gated():
 @functools.lru_cache(maxsize=None)
 def _kernel(device, qtype, kname, head=""):
     import cupy
-    mod = cupy.RawModule(code=head + source(qtype, q8="KQ," in kname), options=("--std=c++17",),
+    mod = cupy.RawModule(code=head + source(qtype, q8=matvec_q8.in_name(kname)), options=("--std=c++17",),
                          name_expressions=[kname])
     return mod.get_function(kname)
 

@@ -249,6 +249,21 @@ def test_q8_switch_routes_the_decode_products(monkeypatch):
     assert "TQ6_K," in matvec_epilogue.kernel_name("Q6_K", 1, 4, 0, 1)
 
 
+def test_kernel_names_tell_which_modules_need_the_integer_structs(monkeypatch):
+    """matvec_epilogue's and moe_mvw's kernel caches build a module's source from the kernel's name:
+    every integer struct's name, IQ3_XXS's included, must ask for structs(); float names must not."""
+    from lite.kernels import matvec_epilogue, moe_mvw
+    monkeypatch.setattr(matvec_q8, "ENABLED", tuple(matvec_q8.TYPES))
+    monkeypatch.setattr(matvec_q8, "MOE", True)
+    for qt in matvec_q8.TYPES:
+        assert matvec_q8.in_name(moe_mvw.name(qt, 768)) and matvec_q8.in_name(moe_mvw.name(qt, 2048, "silu"))
+    assert matvec_q8.in_name(matvec_epilogue.kernel_name("Q4_K", 1, 2, 0, 1))
+    monkeypatch.setattr(matvec_q8, "ENABLED", ())
+    for qt in matvec_q8.TYPES:
+        assert not matvec_q8.in_name(moe_mvw.name(qt, 768))
+    assert not matvec_q8.in_name(matvec_epilogue.kernel_name("Q4_K", 1, 8, 0, 1))
+
+
 # moe_mvw (kernels/moe_mvw.py) over quantized x (LITE_MOE_Q8, opt-in): the MoE decode experts.
 MOE_ARGS = ("const unsigned char* w0, const unsigned char* w1, long long ebytes, const int* slot_of, "
             "const float* x, float* out0, float* out1, const int* blk_expert, const int* blk_rows, "
