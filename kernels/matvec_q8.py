@@ -301,10 +301,16 @@ def quantize(qtype, x):
     import cupy
     x = cupy.ascontiguousarray(x)                # rows cols floats apart, as qx reads them
     xq = cupy.empty_like(x)
+    _quantize_into(qtype, x, xq)
+    return xq
+
+
+def _quantize_into(qtype, x, xq):
+    """Enqueue qx(x) into xq (x C-contiguous (n, cols)); PDL like the matvecs."""
+    import cupy
     # qx does not depend on n (grid y): take the module of n = 1, the decode step's
     quant = functions(cupy.cuda.runtime.getDevice(), qtype, 1, *config(qtype))[0]
-    pdl.call(quant, quantize_grid(x.shape[0], x.shape[1]), (128,), (x, xq, np.int32(x.shape[1])))
-    return xq
+    pdl.call(quant, quantize_grid(*x.shape), (128,), (x, xq, np.int32(x.shape[1])))
 
 
 def launch(qtype, blocks, x, xq, out, rows, cols, cta=None):
@@ -316,7 +322,7 @@ def launch(qtype, blocks, x, xq, out, rows, cols, cta=None):
         raise ValueError(f"matvec_q8: no integer-dot kernel for {qtype} (have {', '.join(TYPES)})")
     import cupy
     n, cta = x.shape[0], cta or config(qtype)
-    quant, mv = functions(cupy.cuda.runtime.getDevice(), qtype, n, *cta)
-    pdl.call(quant, quantize_grid(n, cols), (128,), (x, xq, np.int32(cols)))
+    _quantize_into(qtype, x, xq)
+    mv = functions(cupy.cuda.runtime.getDevice(), qtype, n, *cta)[1]
     pdl.call(mv, ((rows + cta[0] - 1) // cta[0],), (matvec_cuda.THREADS,),
              (blocks, xq, out, np.int32(rows), np.int32(cols)))
