@@ -139,7 +139,7 @@ __global__ void __launch_bounds__(128) mve(const unsigned char* __restrict__ w, 
 def c_source(head="", q8=False):
     """head: pdl.source_head() (programmatic dependent launch, kernels/pdl.py, LITE_PDL); q8: with
     matvec_q8's integer structs (only where used: the default kernels keep their text)."""
-    return (head + mc.C_HEAD + mc.C_TYPES + mc.C_KERNEL + (matvec_q8.C_Q8 if q8 else "")
+    return (head + mc.C_HEAD + mc.C_TYPES + mc.C_KERNEL + (matvec_q8.structs("Q4_K") if q8 else "")
             + C_LAST_OF_COLUMN + C_EPI)
 
 

@@ -34,6 +34,21 @@ import numpy as np
 from lite.kernels import matvec_cuda, pdl
 
 C_Q8_BASE = r"""
+#ifndef LT_Q8_LAYOUT   // the modules set it from LAYOUT below (layout_define())
+#define LT_Q8_LAYOUT 0
+#endif
+// Where word w (0..RW-1) of chunk c's record lies in a row of quantized x. Layout 0: records one
+// after another (RW c + w). Layout 1 (session 8): the 8 records of a 256-value block interleaved by
+// float4, so that the 8 lanes walking a block's chunks read 128 contiguous bytes a float4 (a warp's
+// float4 load of layout 0 spans 32 records 80 bytes apart: 20 cache lines, against 4).
+template <int RW>
+__device__ __forceinline__ int lt_q8w(int c, int w) {
+#if LT_Q8_LAYOUT
+    return (c >> 3) * (8 * RW) + (w >> 2) * 32 + (c & 7) * 4 + (w & 3);
+#else
+    return RW * c + w;
+#endif
+}
 // 4 int8 (the low bytes of a..d) in a word, a first.
 __device__ __forceinline__ unsigned lt_pack4(int a, int b, int c, int d) {
     return (unsigned)(a & 0xFF) | ((unsigned)(b & 0xFF) << 8) | ((unsigned)(c & 0xFF) << 16) | ((unsigned)d << 24);
@@ -70,16 +85,16 @@ __global__ void __launch_bounds__(128) qx(const float* __restrict__ x, float* __
     const int i8 = i4 + __shfl_xor_sync(0xffffffffu, i4, 1);
     const int i16 = i8 + __shfl_xor_sync(0xffffffffu, i8, 2);
     if (!live) return;
-    unsigned* o = (unsigned*)(xq + row) + RW * c;
+    unsigned* o = (unsigned*)(xq + row);
     const int run = k >> 2, w = k & 3;
-    o[4 * run + w] = lt_pack4(qh[0], qh[1], qh[2], qh[3]);
-    o[8 + 4 * run + w] = lt_pack4(ql[0], ql[1], ql[2], ql[3]);
+    o[lt_q8w<RW>(c, 4 * run + w)] = lt_pack4(qh[0], qh[1], qh[2], qh[3]);
+    o[lt_q8w<RW>(c, 8 + 4 * run + w)] = lt_pack4(ql[0], ql[1], ql[2], ql[3]);
     const float d = a * (1.f / (127.f * 254.f)), s8 = d * (float)i8, s16 = d * (float)i16;
     if constexpr (RW == 20) {
-        if (w == 0) { o[16 + 2 * run] = __float_as_uint(d); o[17 + 2 * run] = __float_as_uint(s16); }
+        if (w == 0) { o[lt_q8w<RW>(c, 16 + 2 * run)] = __float_as_uint(d); o[lt_q8w<RW>(c, 17 + 2 * run)] = __float_as_uint(s16); }
     } else {
-        if (w == 0) o[16 + run] = __float_as_uint(d);
-        if ((k & 1) == 0) o[18 + (k >> 1)] = __float_as_uint(s8);
+        if (w == 0) o[lt_q8w<RW>(c, 16 + run)] = __float_as_uint(d);
+        if ((k & 1) == 0) o[lt_q8w<RW>(c, 18 + (k >> 1))] = __float_as_uint(s8);
     }
 }
 __device__ __forceinline__ uint4 lt_u4(float4 v) {
@@ -95,7 +110,7 @@ __device__ __forceinline__ int lt_dot16q(unsigned q0, unsigned q1, unsigned q2, 
 }
 """
 C_Q8_K = r"""struct TQ4_KQ : TQ4_K {   // TQ4_K's weights; x as qx's records
-    __device__ static __forceinline__ int xoff(int c, int k) { return 20 * c + 4 * k; }
+    __device__ static __forceinline__ int xoff(int c, int k) { return lt_q8w<20>(c, 4 * k); }
     __device__ static __forceinline__ float dot(const Raw& r, int c, const float4 (&xv)[8], float, float) {
         const uint4 q = r.q, f = lt_u4(xv[4]);
         const float sa = __uint_as_float(f.x) * (float)lt_dot16q(q.x & LO4, q.y & LO4, q.z & LO4, q.w & LO4,
@@ -112,7 +127,7 @@ __device__ __forceinline__ int lt_dot8q(unsigned q0, unsigned q1, unsigned h0, u
     return sh * 254 + sl;   // |.| <= 8 * 63 * 127 * 255 < 2^24: exact as a float too
 }
 struct TQ6_KQ : TQ6_K {   // TQ6_K's weights (values q in 0..63, q - 32 each); x as qx<TQ6_K, 24>'s records
-    __device__ static __forceinline__ int xoff(int c, int k) { return 24 * c + 4 * k; }
+    __device__ static __forceinline__ int xoff(int c, int k) { return lt_q8w<24>(c, 4 * k); }
     __device__ static __forceinline__ float dot(const Raw& r, int c, const float4 (&xv)[8], float, float) {
         const unsigned a0 = __funnelshift_r(r.a[0], r.a[1], r.sh), a1 = __funnelshift_r(r.a[1], r.a[2], r.sh);
         const unsigned b0 = __funnelshift_r(r.b[0], r.b[1], r.sh), b1 = __funnelshift_r(r.b[1], r.b[2], r.sh);
@@ -148,9 +163,42 @@ C_Q8 = C_Q8_BASE + C_Q8_K          # the K types' module text (after matvec_cuda
 # rounding, ~6e-8 of it, before the offset cancels): inside the x quantization's bound.
 C_Q8_IQ3 = r"""
 IQ3XXS_SMASK2_ARRAY
-struct TIQ3_XXSQ : TIQ3_XXS {   // TIQ3_XXS's block layout, Raw and loads; x as qx<TIQ3_XXS, 20>'s records
-    __device__ static __forceinline__ void init() {}   // the tables are read through L1
-    __device__ static __forceinline__ int xoff(int c, int k) { return 20 * c + 4 * k; }
+// GC: copies of the grid in shared memory, interleaved (lane l reads copy l % GC; 0: the grid read
+// through L1); SC: the sign masks read through L1 (0), from shared memory (1) or computed (2: parity
+// by __popc, 4 sign bits to 4 byte masks by one multiply). Session 8 (call 3) also tried one 16 KB
+// shared table of every grid entry under every 4 signs as signed bytes: 21.0 us at 4096x14336 with
+// the quantizer, against 15.9 for (1, 2) (bank conflicts; deleted). Why (session 8): a warp's 32 random
+// lookups through L1 touch most of a 1 KB table's 8 lines, about a cycle of L1 each, 12 lookups a
+// row and chunk: at 4096x14336 that alone is ~20 us of L1 time, what mvq took.
+template <int GC, int SC>
+struct TIQ3_XXSQV : TIQ3_XXS {   // TIQ3_XXS's block layout, Raw and loads; x as qx<TIQ3_XXS, 20>'s records
+    __device__ static __forceinline__ unsigned* tables() {
+        __shared__ uint4 t[(GC > 0 ? 64 * GC : 0) + (SC == 1 ? 64 : 0) + 1];   // uint4: 16-byte aligned
+        return (unsigned*)t;
+    }
+    __device__ static __forceinline__ void init() {
+        if constexpr (GC > 0 || SC == 1) {
+            unsigned* t = tables();
+            for (int i = threadIdx.x; i < 256 * GC; i += blockDim.x) t[i] = IQ3XXS_GRID64[i / (GC > 0 ? GC : 1)];
+            if constexpr (SC == 1)
+                for (int i = threadIdx.x; i < 256; i += blockDim.x) t[256 * GC + i] = ((const unsigned*)IQ3XXS_SMASK2)[i];
+            __syncthreads();
+        }
+    }
+    __device__ static __forceinline__ unsigned grid(unsigned i) {
+        if constexpr (GC > 0) return tables()[i * GC + (threadIdx.x & (GC - 1))];
+        else return __ldg(IQ3XXS_GRID64 + i);
+    }
+    __device__ static __forceinline__ uint2 masks(unsigned e) {   // e: the 7 stored sign bits
+        if constexpr (SC == 0) return __ldg(IQ3XXS_SMASK2 + e);
+        else if constexpr (SC == 1) return ((const uint2*)(tables() + 256 * GC))[e];
+        else {
+            const unsigned s = e | ((__popc(e) & 1u) << 7);   // the 8th sign: even parity
+            // 4 bits b0..b3 -> bytes b0, b1, b2, b3: s4 * 0x204081 puts bit j at bit 8j (no carries)
+            return make_uint2(((s & 15u) * 0x204081u & 0x01010101u) * 0x3Fu, ((s >> 4) * 0x204081u & 0x01010101u) * 0x3Fu);
+        }
+    }
+    __device__ static __forceinline__ int xoff(int c, int k) { return lt_q8w<20>(c, 4 * k); }
     __device__ static __forceinline__ float dot(const Raw& r, int, const float4 (&xv)[8], float, float) {
         const uint4 f = lt_u4(xv[4]);
         const uint4 hx[2] = {lt_u4(xv[0]), lt_u4(xv[1])}, lx[2] = {lt_u4(xv[2]), lt_u4(xv[3])};
@@ -159,8 +207,8 @@ struct TIQ3_XXSQ : TIQ3_XXS {   // TIQ3_XXS's block layout, Raw and loads; x as 
         for (int l = 0; l < 4; l++) {   // sign group l: grid entries 2l, 2l+1, values 8l..8l+7 (run l / 2)
             const unsigned qq = (l < 2 ? r.q0 : r.q1) >> (16 * (l & 1));
             const unsigned e = (r.aux >> (7 * l)) & 127u;
-            unsigned u0 = __ldg(IQ3XXS_GRID64 + (qq & 255u)), u1 = __ldg(IQ3XXS_GRID64 + ((qq >> 8) & 255u));
-            const uint2 m = __ldg(IQ3XXS_SMASK2 + e);   // one 8-byte load for both words
+            unsigned u0 = grid(qq & 255u), u1 = grid((qq >> 8) & 255u);
+            const uint2 m = masks(e);
             u0 -= 2u * (u0 & m.x);
             u1 -= 2u * (u1 & m.y);
             const int h = l >> 1;
@@ -174,7 +222,12 @@ struct TIQ3_XXSQ : TIQ3_XXS {   // TIQ3_XXS's block layout, Raw and loads; x as 
         return h2f(r.d) * (0.5f + (float)(r.aux >> 28)) * 0.5f * (ra + rb);
     }
 };
+using TIQ3_XXSQ = TIQ3_XXSQV<0, 0>;   // session 7's (both tables through L1)
 """
+
+# The record layout of quantized x (LT_Q8_LAYOUT in C_Q8_BASE; LITE_Q8_LAYOUT=0 or 1): 0 until
+# layout 1 is measured on a GPU.
+LAYOUT = int(os.environ.get("LITE_Q8_LAYOUT", "1") == "1")
 
 C_MAX_N = matvec_cuda.C_MAX_N      # rows of x a launch (the register loop's N)
 
@@ -188,10 +241,12 @@ TYPES = {"Q4_K": ("TQ4_K", "TQ4_KQ", 20), "Q6_K": ("TQ6_K", "TQ6_KQ", 24), "IQ3_
 # mv<TQ6_K, 4> after the slash): 4096x14336 19.8 / 20.8, 14336x4096 19.3 / 20.3, 128256x4096 (the
 # 8B's output head) 129.0 / 158.5; slower at 4096x4096, 8.4 / 7.2. 8B decode with (2, 0): even.
 CONFIGS = {"Q4_K": (2, 0), "Q6_K": (4, 0), "IQ3_XXS": (4, 0)}   # IQ3_XXS: a guess, not measured
+if LAYOUT:   # session 8, call 2 (layout 1): Q6_K 4096x14336 18.1 us at 2 rows, 22.9 at 4
+    CONFIGS["Q6_K"] = (2, 0)
 # The types whose dense decode products (matvec_cuda.launch without a config, matvec_epilogue's mve,
 # matvec_iq.launch_cuda for IQ3_XXS) quantize x and take mvq; the MoE experts only with LITE_MOE_Q8
 # below. LITE_MATVEC_Q8: 1 (default) Q4_K, 0 none, or a list ("Q4_K,Q6_K").
-DEFAULT_TYPES = ("Q4_K",)
+DEFAULT_TYPES = ("Q4_K", "Q6_K", "IQ3_XXS")
 
 
 def enabled_from_env(text=None):
@@ -214,6 +269,33 @@ ENABLED = enabled_from_env()
 # 413 / 419 -> 401 / 394 tok/s.
 
 
+def _iq3_tables(text):
+    try:
+        gc, sc = (int(v) for v in text.split(","))
+    except ValueError:
+        gc = sc = -1
+    if gc not in (0, 1, 2, 4, 8, 16) or sc not in (0, 1, 2):
+        raise ValueError(f"LITE_IQ3_Q8={text!r}: expected GC,SC with GC in 0,1,2,4,8,16 (grid copies in "
+                         "shared memory; 0: through L1) and SC 0 (sign masks through L1), 1 (shared) or 2 (computed)")
+    return gc, sc
+
+
+# Where TIQ3_XXSQV finds its tables (LITE_IQ3_Q8="GC,SC", see C_Q8_IQ3): session 7's (0, 0) until
+# measured on a GPU.
+IQ3_TABLES = _iq3_tables(os.environ.get("LITE_IQ3_Q8", "1,2"))
+
+
+
+
+def record_words(chunks, rw, layout=None):
+    """(chunks, rw) int array: where word w of chunk c's record lies in a row of quantized x (the
+    index of lt_q8w in C_Q8_BASE, in 4-byte words)."""
+    c, w = np.arange(chunks)[:, None], np.arange(rw)[None, :]
+    if (LAYOUT if layout is None else layout):
+        return (c >> 3) * (8 * rw) + (w >> 2) * 32 + (c & 7) * 4 + (w & 3)
+    return rw * c + w
+
+
 def applies(qtype):
     """True when qtype's decode products take mvq (LITE_MATVEC_Q8 names it)."""
     return qtype in ENABLED
@@ -222,7 +304,7 @@ def applies(qtype):
 # LITE_MOE_Q8=1 (opt-in, session 7, emulator-tested, not yet run on a GPU): the MoE decode experts'
 # moe_mvw (kernels/moe_mvw.py) on the same structs, over x quantized by qx (the token rows for gate
 # and up, the slots' rows for down), for the types LITE_MATVEC_Q8 names.
-MOE = os.environ.get("LITE_MOE_Q8", "0") == "1"
+MOE = os.environ.get("LITE_MOE_Q8", "1") == "1"
 
 
 def applies_moe(qtype):
@@ -235,21 +317,24 @@ def config(qtype):
 
 
 def struct(qtype):
+    """The integer struct of qtype's mvq kernels (IQ3_XXS: with its table placement, IQ3_TABLES)."""
+    if qtype == "IQ3_XXS" and IQ3_TABLES != (0, 0):
+        return "TIQ3_XXSQV<{}, {}>".format(*IQ3_TABLES)
     return TYPES[qtype][1]
 
 
 def in_name(kernel_name):
     """True when a kernel's name instantiates one of the integer structs, so its module needs
     structs() (matvec_epilogue's and moe_mvw's kernel caches build the source from the name)."""
-    return any(f"<{s}," in kernel_name for _, s, _ in TYPES.values())
+    return any(f"<{s}" in kernel_name for _, s, _ in TYPES.values())   # TIQ3_XXSQ, TIQ3_XXSQV<..>
 
 
 def c_source(qtype="Q4_K"):
     """The module text of qtype's quantizer and mvq kernels."""
     if qtype == "IQ3_XXS":
         from lite.kernels import matvec_iq_v2       # matvec_iq's structs and v2's tables
-        return matvec_iq_v2.c_source() + C_Q8_BASE + _c_iq3()
-    return matvec_cuda.c_source() + C_Q8
+        return matvec_iq_v2.c_source() + layout_define() + C_Q8_BASE + _c_iq3()
+    return matvec_cuda.c_source() + layout_define() + C_Q8
 
 
 def _c_iq3():
@@ -265,15 +350,25 @@ def structs(qtype, tables=False):
     tables: also v2's IQ3_XXS tables (a module without them)."""
     if qtype == "IQ3_XXS":
         from lite.kernels import matvec_iq_v2
-        return (matvec_iq_v2.c_tables() if tables else "") + C_Q8_BASE + _c_iq3()
-    return C_Q8
+        return (matvec_iq_v2.c_tables() if tables else "") + layout_define() + C_Q8_BASE + _c_iq3()
+    return layout_define() + C_Q8
+
+
+def layout_define():
+    """The line that sets quantized x's record layout (LT_Q8_LAYOUT in C_Q8_BASE) to LAYOUT."""
+    return f"#define LT_Q8_LAYOUT {LAYOUT}\n"
 
 
 def quantize_name(qtype):
     return f"qx<{TYPES[qtype][0]}, {TYPES[qtype][2]}>"
 
 
-def kernel_name(qtype, n, rows=8, prefetch=0):
+def kernel_name(qtype, n, rows=8, prefetch=0, tables=None):
+    """mv over quantized x; IQ3_XXS: matvec_iq_v2's mv_iq2 (mv with the struct's table fill first).
+    tables: IQ3_XXS's (GC, SC) instead of IQ3_TABLES."""
+    if qtype == "IQ3_XXS":
+        st = "TIQ3_XXSQV<{}, {}>".format(*tables) if tables else struct(qtype)
+        return f"mv_iq2<{st}, {n}, {rows}, {prefetch}>"
     return f"mv<{TYPES[qtype][1]}, {n}, {rows}, {prefetch}>"
 
 

@@ -54,6 +54,12 @@ Q8_VARIANTS = [(8, 0), (4, 0), (4, 1), (2, 0), (16, 0)]
 # IQ3_XXS v2 (kernels/matvec_iq_v2.py, opt-in, first GPU run): ("v2", rows, prefetch) on matvec_cuda's
 # mv loop (mv_rows), ("v2p", rows) on the persistent loop. Labels v280, v281, v240, v241, v2p8, v2p4.
 IQ_V2_VARIANTS = [("v2", 8, 0), ("v2", 8, 1), ("v2", 4, 0), ("v2", 4, 1), ("v2p", 8), ("v2p", 4)]
+# IQ3_XXS mvq with its tables elsewhere (session 8; matvec_q8's TIQ3_XXSQV<GC, SC>): (rows, prefetch
+# or "p" for the persistent loop, GC, SC). Labels mvq40t11 (mv_iq2, 4 rows, no prefetch, 1 grid copy
+# and the masks in shared memory), mvqp4t42 (persistent, 4 rows, 4 copies, masks computed); a
+# trailing p: the product alone, as mvq80p.
+IQ3_Q8_VARIANTS = [(r, p, gc, sc) for r, p in ((4, 0), (8, 0), (4, "p"), (8, "p"), (2, 0))
+                   for gc, sc in ((0, 0), (1, 1), (2, 1), (4, 1), (8, 1), (1, 2), (4, 2), (0, 2), (16, 1))]
 L2_ROTATE_BYTES = 256 << 20
 
 
@@ -133,6 +139,8 @@ def launchers(qt, dev, only=None):
                 f(((rows + r - 1) // r,), (128,), (w, xq[id(x)][1], o, np.int32(rows), np.int32(cols)))
             out[label] = both
             out[label + "p"] = product
+    if qt == "IQ3_XXS":
+        out.update(_iq3_q8(dev, only))
     for v, name in zip(variants, names[1:]):
         f = get(name)
         smem = ms.smem_bytes(info.type_size, cpb, *v[1:]) if v[0] == "mvs" else 0
@@ -140,6 +148,44 @@ def launchers(qt, dev, only=None):
         print(f"  {qt} {label}: grid cap {ms.prepare(f, smem, dev)}, regs {getattr(f, 'num_regs', '?')}, smem {smem}", flush=True)
         out[label] = (lambda w, x, o, rows, cols, f=f, smem=smem, r=v[1]:
                       ms.launch(f, smem, dev, rows, r, (w, x, o, np.int32(rows), np.int32(cols))))
+    return out
+
+
+def _iq3_q8(dev, only):
+    """{label: launch} for IQ3_Q8_VARIANTS named in `only` (all when None): qx then the product, and
+    (trailing p) the product alone on x quantized by the first."""
+    from lite.kernels import pdl
+    out, todo = {}, []
+    for r, p, gc, sc in IQ3_Q8_VARIANTS:
+        label = f"mvq{'p' + str(r) if p == 'p' else f'{r}{p}'}t{gc}{sc}"
+        if only is None or label in only or label + "p" in only:
+            todo.append((label, r, p, ms.persistent_name(f"TIQ3_XXSQV<{gc}, {sc}>", 1, r) if p == "p"
+                         else mq.kernel_name("IQ3_XXS", 1, r, p, (gc, sc))))
+    if not todo:
+        return out
+    quant_name = mq.quantize_name("IQ3_XXS")
+    mod = mq._module(dev, "IQ3_XXS", (quant_name,) + tuple(t[-1] for t in todo), pdl.source_head())
+    quant = mod.get_function(quant_name)
+    for label, r, p, name in todo:
+        f = mod.get_function(name)
+        cap = ms.prepare(f, 0, dev) if p == "p" else None
+        print(f"  IQ3_XXS {label}: regs {getattr(f, 'num_regs', '?')}, smem {getattr(f, 'shared_size_bytes', '?')}"
+              + (f", grid cap {cap}" if cap else ""), flush=True)
+        xq = {}
+
+        def product(w, x, o, rows, cols, f=f, r=r, cap=cap, xq=xq):
+            grid = min(-(-rows // r), cap) if cap else -(-rows // r)
+            pdl.call(f, (grid,), (128,), (w, xq[id(x)][1], o, np.int32(rows), np.int32(cols)))
+
+        def both(w, x, o, rows, cols, quant=quant, xq=xq, product=product):
+            buf = xq.setdefault(id(x), (x, cp.empty_like(x)))[1]
+            pdl.call(quant, mq.quantize_grid(*x.shape), (128,), (x, buf, np.int32(x.shape[1])))
+            product(w, x, o, rows, cols)
+
+        def alone(w, x, o, rows, cols, both=both, product=product, xq=xq):
+            (product if id(x) in xq else both)(w, x, o, rows, cols)
+        out[label] = both
+        out[label + "p"] = alone
     return out
 
 

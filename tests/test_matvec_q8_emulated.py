@@ -32,16 +32,19 @@ KERNELS = [(qt, f"emu_q8_{qt}_{n}_{r}_{p}", n, r, p) for qt in Q8_TYPES
 SHAPES = [(37, 768), (11, 256 * 17)]   # ragged row groups; 136 chunks: a second trip with idle threads
 
 
-@pytest.fixture(scope="module")
-def lib():
+@pytest.fixture(scope="module", params=[0, 1], ids=["layout0", "layout1"])
+def lib(request):
+    """The K types' quantizer and mvq kernels, with quantized x in record layout 0 or 1 (LT_Q8_LAYOUT)."""
     wraps = "".join(f'extern "C" __global__ void {name}({ARGS}) {{ '
                     f'{matvec_q8.kernel_name(qt, n, r, p)}(w, x, out, rows, cols); }}\n'
                     for qt, name, n, r, p in KERNELS)
     wraps += "".join(f'extern "C" __global__ void emu_qx_{qt}(const float* x, float* xq, int cols) '
                      f'{{ {matvec_q8.quantize_name(qt)}(x, xq, cols); }}\n' for qt in Q8_TYPES)
     source = (HOST_SHIMS + Q8_SHIMS + matvec_cuda.C_HEAD + matvec_cuda.C_TYPES + matvec_cuda.C_KERNEL
-              + matvec_q8.C_Q8 + wraps)
-    return emu.compile_kernels(source)
+              + f"#define LT_Q8_LAYOUT {request.param}\n" + matvec_q8.C_Q8 + wraps)
+    lib = emu.compile_kernels(source)
+    lib.layout = request.param
+    return lib
 
 
 def _x(n, cols, rng):
@@ -94,7 +97,7 @@ def test_quantized_x_records(lib, qt):
     xq = _quantize(lib, qt, x)
     c = np.arange(cols // 32)
     cols_of = np.stack([_xoff(qt, c, k)[:, None] + np.arange(4) for k in range(8)], 1).reshape(-1, 2, 16)
-    rec = xq.reshape(n, -1)[:, :cols // 32 * rw].reshape(n, cols // 32, rw)
+    rec = xq.reshape(n, -1)[:, matvec_q8.record_words(cols // 32, rw, lib.layout)]     # (n, chunks, rw)
     ints = rec[:, :, :16].copy().view(np.int8).reshape(n, -1, 4, 16).astype(np.int64)   # ha hb la lb
     f = rec[:, :, 16:]
     for i in range(n):
@@ -140,7 +143,7 @@ def test_unknown_type_is_a_clear_error():
 
 
 def test_switch_parsing():
-    assert matvec_q8.enabled_from_env("1") == matvec_q8.DEFAULT_TYPES == ("Q4_K",)
+    assert matvec_q8.enabled_from_env("1") == matvec_q8.DEFAULT_TYPES == ("Q4_K", "Q6_K", "IQ3_XXS")
     assert matvec_q8.enabled_from_env("0") == ()
     assert matvec_q8.enabled_from_env("Q4_K, Q6_K") == ("Q4_K", "Q6_K")
     with pytest.raises(ValueError, match="Q5_K"):
@@ -333,32 +336,41 @@ def test_moe_mvw_over_quantized_x_matches_float64(moe_lib, monkeypatch_module, q
         assert np.all(err <= 1e-3 * np.abs(want) + 1e-5 * (np.abs(Wg[e]) @ np.abs(a[i])) + bound)
 
 
-# IQ3_XXS (opt-in: LITE_MATVEC_Q8 naming it): TIQ3_XXSQ on the register loop over quantized x.
-IQ3_KERNELS = [(n, r, p) for n, r, p in ((1, 4, 0), (1, 8, 0), (2, 4, 0), (1, 2, 1))]
+# IQ3_XXS (opt-in: LITE_MATVEC_Q8 naming it): TIQ3_XXSQV on the register loop (matvec_iq_v2's mv_iq2:
+# mv with the table fill) over quantized x, its tables (grid copies, sign masks) through L1, in shared
+# memory or (the masks) computed; one on the persistent loop (mvp). (n, rows a CTA, prefetch, tables).
+IQ3_KERNELS = [(1, 4, 0, (0, 0)), (1, 8, 0, (0, 0)), (2, 4, 0, (0, 0)), (1, 2, 1, (0, 0)), (1, 4, 0, (1, 1)),
+               (1, 4, 0, (4, 2)), (2, 4, 0, (8, 2)), (1, 4, 0, (0, 2)), (1, 8, 1, (16, 1)), (1, 4, "mvp", (2, 2)), (2, 2, 0, (1, 2))]
+
+
+def _iq3_name(n, r, p, tables):
+    from lite.kernels import matvec_staged
+    if p == "mvp":
+        return matvec_staged.persistent_name("TIQ3_XXSQV<{}, {}>".format(*tables), n, r)
+    return matvec_q8.kernel_name("IQ3_XXS", n, r, p, tables)
 
 
 @pytest.fixture(scope="module")
 def iq3_lib():
-    from lite.kernels import dequant_iq, matvec_iq, matvec_iq_v2 as v2
-    wraps = "".join(f'extern "C" __global__ void iq3q_{n}_{r}_{p}({ARGS}) {{ '
-                    f'{matvec_q8.kernel_name("IQ3_XXS", n, r, p)}(w, x, out, rows, cols); }}\n'
-                    for n, r, p in IQ3_KERNELS)
+    from lite.kernels import dequant_iq, matvec_iq, matvec_iq_v2 as v2, matvec_staged
+    wraps = "".join(f'extern "C" __global__ void iq3q_{i}({ARGS}) {{ {_iq3_name(*k)}(w, x, out, rows, cols); }}\n'
+                    for i, k in enumerate(IQ3_KERNELS))
     wraps += ('extern "C" __global__ void emu_qx_IQ3_XXS(const float* x, float* xq, int cols) '
               f'{{ {matvec_q8.quantize_name("IQ3_XXS")}(x, xq, cols); }}\n')
     source = ("#define GCOPIES 0\n" + HOST_SHIMS + Q8_SHIMS
               + "inline uint2 make_uint2(unsigned a, unsigned b) { return {a, b}; }\n"
               + dequant_iq.c_grid_array("IQ3XXS_GRID", "IQ3_XXS") + v2.c_tables()
-              + matvec_cuda.C_HEAD + matvec_cuda.C_KERNEL + matvec_iq.C_COMMON + matvec_iq.C_IQ3_XXS
-              + matvec_iq.C_IQ3_XXS_STAGED + matvec_q8.structs("IQ3_XXS") + wraps)
+              + matvec_cuda.C_HEAD + matvec_cuda.C_KERNEL + matvec_staged.C_PERSISTENT + matvec_iq.C_COMMON
+              + matvec_iq.C_IQ3_XXS + matvec_iq.C_IQ3_XXS_STAGED + v2.C_IQ3_XXS_V2 + matvec_q8.structs("IQ3_XXS") + wraps)
     return emu.compile_kernels(source)
 
 
 @pytest.mark.parametrize("shape", [(37, 768), (11, 256 * 17)], ids=lambda s: f"{s[0]}x{s[1]}")
-@pytest.mark.parametrize("kernel", IQ3_KERNELS, ids=lambda k: "n{}_{}_{}".format(*k))
-def test_iq3xxs_mvq_matches_float64(iq3_lib, kernel, shape):
+@pytest.mark.parametrize("k", range(len(IQ3_KERNELS)), ids=lambda i: "n{}_{}_{}_t{}{}".format(*IQ3_KERNELS[i][:3], *IQ3_KERNELS[i][3]))
+def test_iq3xxs_mvq_matches_float64(iq3_lib, k, shape):
     """IQ3_XXS blocks (98 bytes: rows 2 bytes off a word for odd block counts) against float64 of
     gguf-py's dequantize, within the fp32 tolerance plus the x quantization's bound."""
-    n, r, _ = kernel
+    n, r, p, _ = IQ3_KERNELS[k]
     rows, cols = shape
     rng = np.random.default_rng(rows * 3 + n)
     blocks = random_blocks("IQ3_XXS", rows * cols // 256, rng)
@@ -366,7 +378,8 @@ def test_iq3xxs_mvq_matches_float64(iq3_lib, kernel, shape):
     x = _x(n, cols, rng)
     ref, scale = x.astype(np.float64) @ w.T, np.abs(x).astype(np.float64) @ np.abs(w).T
     out = np.full((n, rows), np.nan, np.float32)
-    iq3_lib.launch(f"iq3q_{n}_{r}_{kernel[2]}", (-(-rows // r),), (128,), blocks, _quantize(iq3_lib, "IQ3_XXS", x),
+    grid = (3,) if p == "mvp" else (-(-rows // r),)      # mvp: fewer CTAs than row groups, each walks several
+    iq3_lib.launch(f"iq3q_{k}", grid, (128,), blocks, _quantize(iq3_lib, "IQ3_XXS", x),
                    out, np.int32(rows), np.int32(cols))
     err = np.abs(out.astype(np.float64) - ref)
     bound = quant_bound("IQ3_XXS", x, w)
