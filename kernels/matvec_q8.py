@@ -34,20 +34,22 @@ import numpy as np
 from lite.kernels import matvec_cuda, pdl
 
 C_Q8_BASE = r"""
-#ifndef LT_Q8_LAYOUT   // the modules set it from LAYOUT below (layout_define())
-#define LT_Q8_LAYOUT 0
+#ifndef LT_Q8_LAYOUT20   // the modules set them from LAYOUTS below (layout_define())
+#define LT_Q8_LAYOUT20 0
 #endif
-// Where word w (0..RW-1) of chunk c's record lies in a row of quantized x. Layout 0: records one
-// after another (RW c + w). Layout 1 (session 8): the 8 records of a 256-value block interleaved by
-// float4, so that the 8 lanes walking a block's chunks read 128 contiguous bytes a float4 (a warp's
-// float4 load of layout 0 spans 32 records 80 bytes apart: 20 cache lines, against 4).
+#ifndef LT_Q8_LAYOUT24
+#define LT_Q8_LAYOUT24 0
+#endif
+// Where word w (0..RW-1) of chunk c's record lies in a row of quantized x, by the layout of records
+// of RW words (20: Q4_K, IQ3_XXS; 24: Q6_K). Layout 0: records one after another (RW c + w).
+// Layout 1 (session 8): the 8 records of a 256-value block interleaved by float4, so that the 8
+// lanes walking a block's chunks read 128 contiguous bytes a float4 (a warp's float4 load of layout
+// 0 spans 32 records 80 bytes apart: 20 cache lines, against 4).
 template <int RW>
 __device__ __forceinline__ int lt_q8w(int c, int w) {
-#if LT_Q8_LAYOUT
-    return (c >> 3) * (8 * RW) + (w >> 2) * 32 + (c & 7) * 4 + (w & 3);
-#else
+    if ((RW == 24 ? LT_Q8_LAYOUT24 : LT_Q8_LAYOUT20) != 0)
+        return (c >> 3) * (8 * RW) + (w >> 2) * 32 + (c & 7) * 4 + (w & 3);
     return RW * c + w;
-#endif
 }
 // 4 int8 (the low bytes of a..d) in a word, a first.
 __device__ __forceinline__ unsigned lt_pack4(int a, int b, int c, int d) {
@@ -225,9 +227,13 @@ struct TIQ3_XXSQV : TIQ3_XXS {   // TIQ3_XXS's block layout, Raw and loads; x as
 using TIQ3_XXSQ = TIQ3_XXSQV<0, 0>;   // session 7's (both tables through L1)
 """
 
-# The record layout of quantized x (LT_Q8_LAYOUT in C_Q8_BASE; LITE_Q8_LAYOUT=0 or 1): 0 until
-# layout 1 is measured on a GPU.
-LAYOUT = int(os.environ.get("LITE_Q8_LAYOUT", "1") == "1")
+# The record layout of quantized x by record size (LT_Q8_LAYOUT20 / 24 in C_Q8_BASE): layout 1 for
+# Q6_K's 24-word records, 0 for the 20-word ones (Q4_K, IQ3_XXS). H200, session 8: layout 1 took
+# Q6_K's 4096x14336 product from 20.0 us (4 rows a CTA) to 18.1 (2 rows; output head 128256x4096
+# 145 -> 125 us), and left Q4_K's sweep even, but the 8B Q4_K decode lost 2-3% with it (calls 3-4:
+# medians 410 against 419 tok/s) and IQ3_XXS's was even. LITE_Q8_LAYOUT=0 or 1 sets both.
+_LAYOUT_ENV = os.environ.get("LITE_Q8_LAYOUT", "auto")
+LAYOUTS = {20: 0, 24: 1} if _LAYOUT_ENV not in ("0", "1") else dict.fromkeys((20, 24), int(_LAYOUT_ENV))
 
 C_MAX_N = matvec_cuda.C_MAX_N      # rows of x a launch (the register loop's N)
 
@@ -241,7 +247,7 @@ TYPES = {"Q4_K": ("TQ4_K", "TQ4_KQ", 20), "Q6_K": ("TQ6_K", "TQ6_KQ", 24), "IQ3_
 # mv<TQ6_K, 4> after the slash): 4096x14336 19.8 / 20.8, 14336x4096 19.3 / 20.3, 128256x4096 (the
 # 8B's output head) 129.0 / 158.5; slower at 4096x4096, 8.4 / 7.2. 8B decode with (2, 0): even.
 CONFIGS = {"Q4_K": (2, 0), "Q6_K": (4, 0), "IQ3_XXS": (4, 0)}   # IQ3_XXS: a guess, not measured
-if LAYOUT:   # session 8, call 2 (layout 1): Q6_K 4096x14336 18.1 us at 2 rows, 22.9 at 4
+if LAYOUTS[24]:   # session 8, call 2 (layout 1): Q6_K 4096x14336 18.1 us at 2 rows, 22.9 at 4
     CONFIGS["Q6_K"] = (2, 0)
 # The types whose dense decode products (matvec_cuda.launch without a config, matvec_epilogue's mve,
 # matvec_iq.launch_cuda for IQ3_XXS) quantize x and take mvq; the MoE experts only with LITE_MOE_Q8
@@ -291,7 +297,7 @@ def record_words(chunks, rw, layout=None):
     """(chunks, rw) int array: where word w of chunk c's record lies in a row of quantized x (the
     index of lt_q8w in C_Q8_BASE, in 4-byte words)."""
     c, w = np.arange(chunks)[:, None], np.arange(rw)[None, :]
-    if (LAYOUT if layout is None else layout):
+    if (LAYOUTS[rw] if layout is None else layout):
         return (c >> 3) * (8 * rw) + (w >> 2) * 32 + (c & 7) * 4 + (w & 3)
     return rw * c + w
 
@@ -355,8 +361,8 @@ def structs(qtype, tables=False):
 
 
 def layout_define():
-    """The line that sets quantized x's record layout (LT_Q8_LAYOUT in C_Q8_BASE) to LAYOUT."""
-    return f"#define LT_Q8_LAYOUT {LAYOUT}\n"
+    """The lines that set quantized x's record layouts (LT_Q8_LAYOUT20 / 24 in C_Q8_BASE) to LAYOUTS."""
+    return "".join(f"#define LT_Q8_LAYOUT{rw} {v}\n" for rw, v in LAYOUTS.items())
 
 
 def quantize_name(qtype):

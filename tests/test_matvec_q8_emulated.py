@@ -34,14 +34,15 @@ SHAPES = [(37, 768), (11, 256 * 17)]   # ragged row groups; 136 chunks: a second
 
 @pytest.fixture(scope="module", params=[0, 1], ids=["layout0", "layout1"])
 def lib(request):
-    """The K types' quantizer and mvq kernels, with quantized x in record layout 0 or 1 (LT_Q8_LAYOUT)."""
+    """The K types' quantizer and mvq kernels, with quantized x in record layout 0 or 1 (both sizes)."""
     wraps = "".join(f'extern "C" __global__ void {name}({ARGS}) {{ '
                     f'{matvec_q8.kernel_name(qt, n, r, p)}(w, x, out, rows, cols); }}\n'
                     for qt, name, n, r, p in KERNELS)
     wraps += "".join(f'extern "C" __global__ void emu_qx_{qt}(const float* x, float* xq, int cols) '
                      f'{{ {matvec_q8.quantize_name(qt)}(x, xq, cols); }}\n' for qt in Q8_TYPES)
     source = (HOST_SHIMS + Q8_SHIMS + matvec_cuda.C_HEAD + matvec_cuda.C_TYPES + matvec_cuda.C_KERNEL
-              + f"#define LT_Q8_LAYOUT {request.param}\n" + matvec_q8.C_Q8 + wraps)
+              + f"#define LT_Q8_LAYOUT20 {request.param}\n#define LT_Q8_LAYOUT24 {request.param}\n"
+              + matvec_q8.C_Q8 + wraps)
     lib = emu.compile_kernels(source)
     lib.layout = request.param
     return lib
