@@ -1,7 +1,8 @@
 """Decode matvec on integer dot products (`mvq`, session 7): x quantized once per product to int8
 in two parts (`qx`), then 4 weights a `dp4a` instead of 2 instructions a weight. The default for
 every dense Q4_K decode product since session 7 (H200: 8B decode 371 -> 419 tok/s, BENCHMARKS);
-Q6_K, IQ3_XXS and the MoE experts opt-in (LITE_MATVEC_Q8, LITE_MOE_Q8, below).
+since session 8 also Q6_K, IQ3_XXS and the MoE experts' products (8B IQ3_XXS decode 217 -> 344,
+30B-A3B IQ3_XXS 286 -> 338, 30B-A3B Q4_K 369 -> 389; LITE_MATVEC_Q8, LITE_MOE_Q8, below).
 
 Why: Nsight Compute (session 5) found the register matvec (kernels/matvec_cuda.py `mv`) bound by
 issue and latency, not DRAM: ~5 instructions a weight for mv, ~2.5 for mvf, 80-95 registers, 4-5
@@ -31,7 +32,7 @@ import os
 
 import numpy as np
 
-from lite.kernels import matvec_cuda, pdl
+from lite.kernels import matvec_cuda, matvec_q8_iq3, pdl
 
 C_Q8_BASE = r"""
 #ifndef LT_Q8_LAYOUT20   // the modules set them from LAYOUTS below (layout_define())
@@ -157,75 +158,6 @@ struct TQ6_KQ : TQ6_K {   // TQ6_K's weights (values q in 0..63, q - 32 each); x
 
 C_Q8 = C_Q8_BASE + C_Q8_K          # the K types' module text (after matvec_cuda's C_HEAD, C_TYPES)
 
-# IQ3_XXS (opt-in, session 7, emulator-tested, not yet run on a GPU), after matvec_iq's TIQ3_XXS and
-# matvec_iq_v2's tables: each grid byte g as 64 + g (IQ3XXS_GRID64), 64 - g where its sign bit is set
-# (u - 2 (u & 0x3F mask), v2's masks as uint2 pairs: no borrow between bytes), so a word of 4 weights
-# meets x in 2 dp4a; the offset 64 comes off once a run of 16 as 64 times the run's sum of quantized
-# x. Sums a run: |dp4a sums| <= 16 * 126 * 127 (exact), their 254-weighted total < 2^26 (one fp32
-# rounding, ~6e-8 of it, before the offset cancels): inside the x quantization's bound.
-C_Q8_IQ3 = r"""
-IQ3XXS_SMASK2_ARRAY
-// GC: copies of the grid in shared memory, interleaved (lane l reads copy l % GC; 0: the grid read
-// through L1); SC: the sign masks read through L1 (0), from shared memory (1) or computed (2: parity
-// by __popc, 4 sign bits to 4 byte masks by one multiply). Session 8 (call 3) also tried one 16 KB
-// shared table of every grid entry under every 4 signs as signed bytes: 21.0 us at 4096x14336 with
-// the quantizer, against 15.9 for (1, 2) (bank conflicts; deleted). Why (session 8): a warp's 32 random
-// lookups through L1 touch most of a 1 KB table's 8 lines, about a cycle of L1 each, 12 lookups a
-// row and chunk: at 4096x14336 that alone is ~20 us of L1 time, what mvq took.
-template <int GC, int SC>
-struct TIQ3_XXSQV : TIQ3_XXS {   // TIQ3_XXS's block layout, Raw and loads; x as qx<TIQ3_XXS, 20>'s records
-    __device__ static __forceinline__ unsigned* tables() {
-        __shared__ uint4 t[(GC > 0 ? 64 * GC : 0) + (SC == 1 ? 64 : 0) + 1];   // uint4: 16-byte aligned
-        return (unsigned*)t;
-    }
-    __device__ static __forceinline__ void init() {
-        if constexpr (GC > 0 || SC == 1) {
-            unsigned* t = tables();
-            for (int i = threadIdx.x; i < 256 * GC; i += blockDim.x) t[i] = IQ3XXS_GRID64[i / (GC > 0 ? GC : 1)];
-            if constexpr (SC == 1)
-                for (int i = threadIdx.x; i < 256; i += blockDim.x) t[256 * GC + i] = ((const unsigned*)IQ3XXS_SMASK2)[i];
-            __syncthreads();
-        }
-    }
-    __device__ static __forceinline__ unsigned grid(unsigned i) {
-        if constexpr (GC > 0) return tables()[i * GC + (threadIdx.x & (GC - 1))];
-        else return __ldg(IQ3XXS_GRID64 + i);
-    }
-    __device__ static __forceinline__ uint2 masks(unsigned e) {   // e: the 7 stored sign bits
-        if constexpr (SC == 0) return __ldg(IQ3XXS_SMASK2 + e);
-        else if constexpr (SC == 1) return ((const uint2*)(tables() + 256 * GC))[e];
-        else {
-            const unsigned s = e | ((__popc(e) & 1u) << 7);   // the 8th sign: even parity
-            // 4 bits b0..b3 -> bytes b0, b1, b2, b3: s4 * 0x204081 puts bit j at bit 8j (no carries)
-            return make_uint2(((s & 15u) * 0x204081u & 0x01010101u) * 0x3Fu, ((s >> 4) * 0x204081u & 0x01010101u) * 0x3Fu);
-        }
-    }
-    __device__ static __forceinline__ int xoff(int c, int k) { return lt_q8w<20>(c, 4 * k); }
-    __device__ static __forceinline__ float dot(const Raw& r, int, const float4 (&xv)[8], float, float) {
-        const uint4 f = lt_u4(xv[4]);
-        const uint4 hx[2] = {lt_u4(xv[0]), lt_u4(xv[1])}, lx[2] = {lt_u4(xv[2]), lt_u4(xv[3])};
-        int sh[2] = {0, 0}, sl[2] = {0, 0};
-        #pragma unroll
-        for (int l = 0; l < 4; l++) {   // sign group l: grid entries 2l, 2l+1, values 8l..8l+7 (run l / 2)
-            const unsigned qq = (l < 2 ? r.q0 : r.q1) >> (16 * (l & 1));
-            const unsigned e = (r.aux >> (7 * l)) & 127u;
-            unsigned u0 = grid(qq & 255u), u1 = grid((qq >> 8) & 255u);
-            const uint2 m = masks(e);
-            u0 -= 2u * (u0 & m.x);
-            u1 -= 2u * (u1 & m.y);
-            const int h = l >> 1;
-            const unsigned h0 = (l & 1) ? hx[h].z : hx[h].x, h1 = (l & 1) ? hx[h].w : hx[h].y;
-            const unsigned l0 = (l & 1) ? lx[h].z : lx[h].x, l1 = (l & 1) ? lx[h].w : lx[h].y;
-            sh[h] = __dp4a((int)u1, (int)h1, __dp4a((int)u0, (int)h0, sh[h]));
-            sl[h] = __dp4a((int)u1, (int)l1, __dp4a((int)u0, (int)l0, sl[h]));
-        }
-        const float ra = fmaf(__uint_as_float(f.x), fmaf(254.f, (float)sh[0], (float)sl[0]), -64.f * __uint_as_float(f.y));
-        const float rb = fmaf(__uint_as_float(f.z), fmaf(254.f, (float)sh[1], (float)sl[1]), -64.f * __uint_as_float(f.w));
-        return h2f(r.d) * (0.5f + (float)(r.aux >> 28)) * 0.5f * (ra + rb);
-    }
-};
-using TIQ3_XXSQ = TIQ3_XXSQV<0, 0>;   // session 7's (both tables through L1)
-"""
 
 # The record layout of quantized x by record size (LT_Q8_LAYOUT20 / 24 in C_Q8_BASE): layout 1 for
 # Q6_K's 24-word records, 0 for the 20-word ones (Q4_K, IQ3_XXS). H200, session 8: layout 1 took
@@ -243,15 +175,15 @@ TYPES = {"Q4_K": ("TQ4_K", "TQ4_KQ", 20), "Q6_K": ("TQ6_K", "TQ6_KQ", 24), "IQ3_
 # the fastest at each of the 8B decode's Q4_K shapes in session 7's sweep (call 2: 4096x14336
 # 14.1 us with the quantizer, mvf 20.7; 28672x4096 22.8 / 30.8; 6144x4096 8.7 / 8.4; 4096x4096
 # 7.3 / 6.9): 48 registers, so 2 rows a CTA still keep ~10 warps a scheduler busy.
-# Q6_K (opt-in): 4 rows a CTA, the fastest with the quantizer at 3 of call 8's 4 shapes (us, float
-# mv<TQ6_K, 4> after the slash): 4096x14336 19.8 / 20.8, 14336x4096 19.3 / 20.3, 128256x4096 (the
-# 8B's output head) 129.0 / 158.5; slower at 4096x4096, 8.4 / 7.2. 8B decode with (2, 0): even.
-CONFIGS = {"Q4_K": (2, 0), "Q6_K": (4, 0), "IQ3_XXS": (4, 0)}   # IQ3_XXS: a guess, not measured
-if LAYOUTS[24]:   # session 8, call 2 (layout 1): Q6_K 4096x14336 18.1 us at 2 rows, 22.9 at 4
-    CONFIGS["Q6_K"] = (2, 0)
+# Q6_K: in record layout 0, 4 rows a CTA, the fastest with the quantizer at 3 of session 7 call 8's
+# 4 shapes (us, float mv<TQ6_K, 4> after the slash): 4096x14336 19.8 / 20.8, 14336x4096 19.3 /
+# 20.3, 128256x4096 (the 8B's output head) 129.0 / 158.5; in layout 1 (the default) 2 rows (session
+# 8, calls 2-3: 4096x14336 18.1 us against 22.9 at 4 rows, the head 125.0 / 145.1, 4096x4096 7.4 /
+# 8.4). IQ3_XXS: 4 rows (call 3, TIQ3_XXSQV<1, 2>: 15.9 us at 4096x14336, 18.8 at 2 rows, 21.3 at 8).
+CONFIGS = {"Q4_K": (2, 0), "Q6_K": (2, 0) if LAYOUTS[24] else (4, 0), "IQ3_XXS": (4, 0)}
 # The types whose dense decode products (matvec_cuda.launch without a config, matvec_epilogue's mve,
-# matvec_iq.launch_cuda for IQ3_XXS) quantize x and take mvq; the MoE experts only with LITE_MOE_Q8
-# below. LITE_MATVEC_Q8: 1 (default) Q4_K, 0 none, or a list ("Q4_K,Q6_K").
+# matvec_iq.launch_cuda for IQ3_XXS) quantize x and take mvq, and the MoE experts' (LITE_MOE_Q8
+# below). LITE_MATVEC_Q8: 1 (default) all three, 0 none, or a list ("Q4_K,Q6_K").
 DEFAULT_TYPES = ("Q4_K", "Q6_K", "IQ3_XXS")
 
 
@@ -275,22 +207,6 @@ ENABLED = enabled_from_env()
 # 413 / 419 -> 401 / 394 tok/s.
 
 
-def _iq3_tables(text):
-    try:
-        gc, sc = (int(v) for v in text.split(","))
-    except ValueError:
-        gc = sc = -1
-    if gc not in (0, 1, 2, 4, 8, 16) or sc not in (0, 1, 2):
-        raise ValueError(f"LITE_IQ3_Q8={text!r}: expected GC,SC with GC in 0,1,2,4,8,16 (grid copies in "
-                         "shared memory; 0: through L1) and SC 0 (sign masks through L1), 1 (shared) or 2 (computed)")
-    return gc, sc
-
-
-# Where TIQ3_XXSQV finds its tables (LITE_IQ3_Q8="GC,SC", see C_Q8_IQ3): session 7's (0, 0) until
-# measured on a GPU.
-IQ3_TABLES = _iq3_tables(os.environ.get("LITE_IQ3_Q8", "1,2"))
-
-
 
 
 def record_words(chunks, rw, layout=None):
@@ -307,9 +223,10 @@ def applies(qtype):
     return qtype in ENABLED
 
 
-# LITE_MOE_Q8=1 (opt-in, session 7, emulator-tested, not yet run on a GPU): the MoE decode experts'
-# moe_mvw (kernels/moe_mvw.py) on the same structs, over x quantized by qx (the token rows for gate
-# and up, the slots' rows for down), for the types LITE_MATVEC_Q8 names.
+# LITE_MOE_Q8 (default 1 since session 8; 0 off): the MoE decode experts' moe_mvw (kernels/moe_mvw.py)
+# on the same structs, over x quantized by qx (the token rows for gate and up, the slots' rows for
+# down), for the types LITE_MATVEC_Q8 names. H200, session 8: 30B-A3B Q4_K decode after 2K 368.9 /
+# 368.8 -> 387.9 / 387.7 tok/s (call 1), IQ3_XXS 285.4 / 286.0 -> 337.4 / 336.2 (call 3).
 MOE = os.environ.get("LITE_MOE_Q8", "1") == "1"
 
 
@@ -323,9 +240,9 @@ def config(qtype):
 
 
 def struct(qtype):
-    """The integer struct of qtype's mvq kernels (IQ3_XXS: with its table placement, IQ3_TABLES)."""
-    if qtype == "IQ3_XXS" and IQ3_TABLES != (0, 0):
-        return "TIQ3_XXSQV<{}, {}>".format(*IQ3_TABLES)
+    """The integer struct of qtype's mvq kernels (IQ3_XXS: with its table placement, matvec_q8_iq3.TABLES)."""
+    if qtype == "IQ3_XXS" and matvec_q8_iq3.TABLES != (0, 0):
+        return "TIQ3_XXSQV<{}, {}>".format(*matvec_q8_iq3.TABLES)
     return TYPES[qtype][1]
 
 
@@ -339,16 +256,10 @@ def c_source(qtype="Q4_K"):
     """The module text of qtype's quantizer and mvq kernels."""
     if qtype == "IQ3_XXS":
         from lite.kernels import matvec_iq_v2       # matvec_iq's structs and v2's tables
-        return matvec_iq_v2.c_source() + layout_define() + C_Q8_BASE + _c_iq3()
+        return matvec_iq_v2.c_source() + layout_define() + C_Q8_BASE + matvec_q8_iq3.c_text()
     return matvec_cuda.c_source() + layout_define() + C_Q8
 
 
-def _c_iq3():
-    """C_Q8_IQ3 with its sign-mask table (matvec_iq_v2's masks as uint2, one load a group)."""
-    from lite.kernels import matvec_iq_v2
-    m = matvec_iq_v2.sign_masks()
-    body = ", ".join(f"{{{int(a):#x}u, {int(b):#x}u}}" for a, b in m)
-    return C_Q8_IQ3.replace("IQ3XXS_SMASK2_ARRAY", f"__device__ const uint2 IQ3XXS_SMASK2[128] = {{{body}}};")
 
 
 def structs(qtype, tables=False):
@@ -356,7 +267,7 @@ def structs(qtype, tables=False):
     tables: also v2's IQ3_XXS tables (a module without them)."""
     if qtype == "IQ3_XXS":
         from lite.kernels import matvec_iq_v2
-        return (matvec_iq_v2.c_tables() if tables else "") + layout_define() + C_Q8_BASE + _c_iq3()
+        return (matvec_iq_v2.c_tables() if tables else "") + layout_define() + C_Q8_BASE + matvec_q8_iq3.c_text()
     return layout_define() + C_Q8
 
 
@@ -371,7 +282,7 @@ def quantize_name(qtype):
 
 def kernel_name(qtype, n, rows=8, prefetch=0, tables=None):
     """mv over quantized x; IQ3_XXS: matvec_iq_v2's mv_iq2 (mv with the struct's table fill first).
-    tables: IQ3_XXS's (GC, SC) instead of IQ3_TABLES."""
+    tables: IQ3_XXS's (GC, SC) instead of matvec_q8_iq3.TABLES."""
     if qtype == "IQ3_XXS":
         st = "TIQ3_XXSQV<{}, {}>".format(*tables) if tables else struct(qtype)
         return f"mv_iq2<{st}, {n}, {rows}, {prefetch}>"

@@ -58,7 +58,7 @@ IQ_V2_VARIANTS = [("v2", 8, 0), ("v2", 8, 1), ("v2", 4, 0), ("v2", 4, 1), ("v2p"
 # or "p" for the persistent loop, GC, SC). Labels mvq40t11 (mv_iq2, 4 rows, no prefetch, 1 grid copy
 # and the masks in shared memory), mvqp4t42 (persistent, 4 rows, 4 copies, masks computed); a
 # trailing p: the product alone, as mvq80p.
-IQ3_Q8_VARIANTS = [(r, p, gc, sc) for r, p in ((4, 0), (8, 0), (4, "p"), (8, "p"), (2, 0))
+IQ3_Q8_VARIANTS = [(r, p, gc, sc) for r, p in ((4, 0), (8, 0), (4, "p"), (8, "p"), (2, 0), (4, 1))
                    for gc, sc in ((0, 0), (1, 1), (2, 1), (4, 1), (8, 1), (1, 2), (4, 2), (0, 2), (16, 1))]
 L2_ROTATE_BYTES = 256 << 20
 

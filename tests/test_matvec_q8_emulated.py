@@ -341,7 +341,7 @@ def test_moe_mvw_over_quantized_x_matches_float64(moe_lib, monkeypatch_module, q
 # mv with the table fill) over quantized x, its tables (grid copies, sign masks) through L1, in shared
 # memory or (the masks) computed; one on the persistent loop (mvp). (n, rows a CTA, prefetch, tables).
 IQ3_KERNELS = [(1, 4, 0, (0, 0)), (1, 8, 0, (0, 0)), (2, 4, 0, (0, 0)), (1, 2, 1, (0, 0)), (1, 4, 0, (1, 1)),
-               (1, 4, 0, (4, 2)), (2, 4, 0, (8, 2)), (1, 4, 0, (0, 2)), (1, 8, 1, (16, 1)), (1, 4, "mvp", (2, 2)), (2, 2, 0, (1, 2))]
+               (1, 4, 0, (4, 2)), (2, 4, 0, (8, 2)), (1, 4, 0, (0, 2)), (1, 8, 1, (16, 1)), (1, 4, "mvp", (2, 2)), (2, 2, 0, (1, 2)), (2, 4, 1, (1, 2))]
 
 
 def _iq3_name(n, r, p, tables):

@@ -1,0 +1,103 @@
+"""IQ3_XXS on dp4a over quantized x (kernels/matvec_q8.py's mvq): the integer struct TIQ3_XXSQV and
+where it finds its tables. matvec_q8 builds the modules (c_source, structs) and names the kernels;
+this file holds the IQ3_XXS text, apart from the K types', and the choice of table placement."""
+import os
+
+# IQ3_XXS (written in session 7, the default since session 8), after matvec_iq's TIQ3_XXS and
+# matvec_iq_v2's tables: each grid byte g as 64 + g (IQ3XXS_GRID64), 64 - g where its sign bit is set
+# (u - 2 (u & 0x3F mask), v2's masks as uint2 pairs: no borrow between bytes), so a word of 4 weights
+# meets x in 2 dp4a; the offset 64 comes off once a run of 16 as 64 times the run's sum of quantized
+# x. Sums a run: |dp4a sums| <= 16 * 126 * 127 (exact), their 254-weighted total < 2^26 (one fp32
+# rounding, ~6e-8 of it, before the offset cancels): inside the x quantization's bound.
+C_Q8_IQ3 = r"""
+IQ3XXS_SMASK2_ARRAY
+// GC: copies of the grid in shared memory, interleaved (lane l reads copy l % GC; 0: the grid read
+// through L1); SC: the sign masks read through L1 (0), from shared memory (1) or computed (2: parity
+// by __popc, 4 sign bits to 4 byte masks by one multiply). Also tried in session 8 (call 7): the
+// masks through PRMT's sign-replicate mode and selected by one LOP3 (562 SASS instructions in the
+// 4-row loop against 610): 16.4 against 16.5 us at 4096x14336, decode even (deleted). Session 8 (call 3) also tried one 16 KB
+// shared table of every grid entry under every 4 signs as signed bytes: 21.0 us at 4096x14336 with
+// the quantizer, against 15.9 for (1, 2) (bank conflicts; deleted). Why (session 8): a warp's 32 random
+// lookups through L1 touch most of a 1 KB table's 8 lines, about a cycle of L1 each, 12 lookups a
+// row and chunk: at 4096x14336 that alone is ~20 us of L1 time, what mvq took.
+template <int GC, int SC>
+struct TIQ3_XXSQV : TIQ3_XXS {   // TIQ3_XXS's block layout, Raw and loads; x as qx<TIQ3_XXS, 20>'s records
+    __device__ static __forceinline__ unsigned* tables() {
+        __shared__ uint4 t[(GC > 0 ? 64 * GC : 0) + (SC == 1 ? 64 : 0) + 1];   // uint4: 16-byte aligned
+        return (unsigned*)t;
+    }
+    __device__ static __forceinline__ void init() {
+        if constexpr (GC > 0 || SC == 1) {
+            unsigned* t = tables();
+            for (int i = threadIdx.x; i < 256 * GC; i += blockDim.x) t[i] = IQ3XXS_GRID64[i / (GC > 0 ? GC : 1)];
+            if constexpr (SC == 1)
+                for (int i = threadIdx.x; i < 256; i += blockDim.x) t[256 * GC + i] = ((const unsigned*)IQ3XXS_SMASK2)[i];
+            __syncthreads();
+        }
+    }
+    __device__ static __forceinline__ unsigned grid(unsigned i) {
+        if constexpr (GC > 0) return tables()[i * GC + (threadIdx.x & (GC - 1))];
+        else return __ldg(IQ3XXS_GRID64 + i);
+    }
+    __device__ static __forceinline__ uint2 masks(unsigned e) {   // e: the 7 stored sign bits
+        if constexpr (SC == 0) return __ldg(IQ3XXS_SMASK2 + e);
+        else if constexpr (SC == 1) return ((const uint2*)(tables() + 256 * GC))[e];
+        else {
+            const unsigned s = e | ((__popc(e) & 1u) << 7);   // the 8th sign: even parity
+            // 4 bits b0..b3 -> bytes b0, b1, b2, b3: s4 * 0x204081 puts bit j at bit 8j (no carries)
+            return make_uint2(((s & 15u) * 0x204081u & 0x01010101u) * 0x3Fu, ((s >> 4) * 0x204081u & 0x01010101u) * 0x3Fu);
+        }
+    }
+    __device__ static __forceinline__ int xoff(int c, int k) { return lt_q8w<20>(c, 4 * k); }
+    __device__ static __forceinline__ float dot(const Raw& r, int, const float4 (&xv)[8], float, float) {
+        const uint4 f = lt_u4(xv[4]);
+        const uint4 hx[2] = {lt_u4(xv[0]), lt_u4(xv[1])}, lx[2] = {lt_u4(xv[2]), lt_u4(xv[3])};
+        int sh[2] = {0, 0}, sl[2] = {0, 0};
+        #pragma unroll
+        for (int l = 0; l < 4; l++) {   // sign group l: grid entries 2l, 2l+1, values 8l..8l+7 (run l / 2)
+            const unsigned qq = (l < 2 ? r.q0 : r.q1) >> (16 * (l & 1));
+            const unsigned e = (r.aux >> (7 * l)) & 127u;
+            unsigned u0 = grid(qq & 255u), u1 = grid((qq >> 8) & 255u);
+            const uint2 m = masks(e);
+            u0 -= 2u * (u0 & m.x);
+            u1 -= 2u * (u1 & m.y);
+            const int h = l >> 1;
+            const unsigned h0 = (l & 1) ? hx[h].z : hx[h].x, h1 = (l & 1) ? hx[h].w : hx[h].y;
+            const unsigned l0 = (l & 1) ? lx[h].z : lx[h].x, l1 = (l & 1) ? lx[h].w : lx[h].y;
+            sh[h] = __dp4a((int)u1, (int)h1, __dp4a((int)u0, (int)h0, sh[h]));
+            sl[h] = __dp4a((int)u1, (int)l1, __dp4a((int)u0, (int)l0, sl[h]));
+        }
+        const float ra = fmaf(__uint_as_float(f.x), fmaf(254.f, (float)sh[0], (float)sl[0]), -64.f * __uint_as_float(f.y));
+        const float rb = fmaf(__uint_as_float(f.z), fmaf(254.f, (float)sh[1], (float)sl[1]), -64.f * __uint_as_float(f.w));
+        return h2f(r.d) * (0.5f + (float)(r.aux >> 28)) * 0.5f * (ra + rb);
+    }
+};
+using TIQ3_XXSQ = TIQ3_XXSQV<0, 0>;   // session 7's (both tables through L1)
+"""
+
+
+def parse_tables(text):
+    try:
+        gc, sc = (int(v) for v in text.split(","))
+    except ValueError:
+        gc = sc = -1
+    if gc not in (0, 1, 2, 4, 8, 16) or sc not in (0, 1, 2):
+        raise ValueError(f"LITE_IQ3_Q8={text!r}: expected GC,SC with GC in 0,1,2,4,8,16 (grid copies in "
+                         "shared memory; 0: through L1) and SC 0 (sign masks through L1), 1 (shared) or 2 (computed)")
+    return gc, sc
+
+
+# Where TIQ3_XXSQV finds its tables (LITE_IQ3_Q8="GC,SC", see C_Q8_IQ3): the grid in shared memory,
+# the sign masks computed. H200, session 8 (calls 2-3), 4096x14336 with the quantizer: (1, 2) 15.9
+# us, (0, 2) 17.5, (4, 2) 19.1, (1, 1) 22.0, (0, 0) (session 7's, both through L1) 25.3; decode 8B
+# IQ3_XXS 339.5 / 337.3 tok/s against 274.9 / 275.9 with (0, 0), 30B-A3B 337.4 / 336.2 against 320.0
+# / 325.6.
+TABLES = parse_tables(os.environ.get("LITE_IQ3_Q8", "1,2"))
+
+
+def c_text():
+    """C_Q8_IQ3 with its sign-mask table (matvec_iq_v2's masks as uint2, one load a group)."""
+    from lite.kernels import matvec_iq_v2
+    m = matvec_iq_v2.sign_masks()
+    body = ", ".join(f"{{{int(a):#x}u, {int(b):#x}u}}" for a, b in m)
+    return C_Q8_IQ3.replace("IQ3XXS_SMASK2_ARRAY", f"__device__ const uint2 IQ3XXS_SMASK2[128] = {{{body}}};")
