@@ -207,8 +207,6 @@ ENABLED = enabled_from_env()
 # 413 / 419 -> 401 / 394 tok/s.
 
 
-
-
 def record_words(chunks, rw, layout=None):
     """(chunks, rw) int array: where word w of chunk c's record lies in a row of quantized x (the
     index of lt_q8w in C_Q8_BASE, in 4-byte words)."""
@@ -258,8 +256,6 @@ def c_source(qtype="Q4_K"):
         from lite.kernels import matvec_iq_v2       # matvec_iq's structs and v2's tables
         return matvec_iq_v2.c_source() + layout_define() + C_Q8_BASE + matvec_q8_iq3.c_text()
     return matvec_cuda.c_source() + layout_define() + C_Q8
-
-
 
 
 def structs(qtype, tables=False):

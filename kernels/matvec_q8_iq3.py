@@ -13,13 +13,15 @@ C_Q8_IQ3 = r"""
 IQ3XXS_SMASK2_ARRAY
 // GC: copies of the grid in shared memory, interleaved (lane l reads copy l % GC; 0: the grid read
 // through L1); SC: the sign masks read through L1 (0), from shared memory (1) or computed (2: parity
-// by __popc, 4 sign bits to 4 byte masks by one multiply). Also tried in session 8 (call 7): the
-// masks through PRMT's sign-replicate mode and selected by one LOP3 (562 SASS instructions in the
-// 4-row loop against 610): 16.4 against 16.5 us at 4096x14336, decode even (deleted). Session 8 (call 3) also tried one 16 KB
-// shared table of every grid entry under every 4 signs as signed bytes: 21.0 us at 4096x14336 with
-// the quantizer, against 15.9 for (1, 2) (bank conflicts; deleted). Why (session 8): a warp's 32 random
+// by __popc, 4 sign bits to 4 byte masks by one multiply). Why (session 8): a warp's 32 random
 // lookups through L1 touch most of a 1 KB table's 8 lines, about a cycle of L1 each, 12 lookups a
-// row and chunk: at 4096x14336 that alone is ~20 us of L1 time, what mvq took.
+// row and chunk: at 4096x14336 that alone is ~20 us of L1 time, what mvq took with (0, 0). Also
+// tried in session 8 and deleted: one 16 KB shared table of every grid entry under every 4 signs as
+// signed bytes (call 3: 21.0 us at 4096x14336 with the quantizer against 15.9 for (1, 2): bank
+// conflicts); the masks through PRMT's sign-replicate mode and one LOP3 (call 7: 562 SASS
+// instructions in the 4-row loop against 610, 16.4 against 16.5 us, decode even). Nsight Compute on
+// (1, 2) (call 8): L1/TEX 76% busy (the 16-bit block loads use 10 of a sector's 32 bytes; the grid
+// lookups meet 3.1-way bank conflicts), issue 54%.
 template <int GC, int SC>
 struct TIQ3_XXSQV : TIQ3_XXS {   // TIQ3_XXS's block layout, Raw and loads; x as qx<TIQ3_XXS, 20>'s records
     __device__ static __forceinline__ unsigned* tables() {

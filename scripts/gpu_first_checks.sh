@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # GPU checks by step (on the device, after `source scripts/device_setup.sh`, carry .whl). Results in
 # ${OUT:-/tmp/lite-checks}. Session 5 ran gemma, real, pdl, iq3 and ncu with its code, session 6
-# matvec, iq3moe and multigpu's tests, session 7 session 6's next (figures in BENCHMARKS; the calls: scripts/session*/call*.sh).
+# matvec, iq3moe and multigpu's tests, session 7 session 6's next, session 8 session 7's (figures in BENCHMARKS; the calls: scripts/session*/call*.sh).
 # Re-run a step after changing what it covers.
-#   bash scripts/gpu_first_checks.sh next            # first next session (issue 3), ~7 min
+#   bash scripts/gpu_first_checks.sh next            # first next session (issue 3), ~3 min
 #   bash scripts/gpu_first_checks.sh multigpu        # on nvidia-h200-x2
 # Steps: gemma, real (needs the real models carried first), pdl, iq3, ncu, matvec, iq3moe, next, multigpu (2 GPUs).
 set -u
@@ -89,37 +89,14 @@ step_iq3moe() {
   done
 }
 
-# Session 6's `next` (XS, IQ3 v2 with L1 tables, IQ3_XXS prefill cache off, mvf/mv trace) ran as
-# session 7's call 1 (docs/bench/session7/call1). Written at the end of session 7, never run (first
-# next session, ~5 min): (1) LITE_MOE_Q8=1, the MoE decode experts' moe_mvw over x quantized by
-# matvec_q8's qx (TQ4_KQ: emulator-tested only): the expert GPU tests and the 30B-A3B Q4_K decode
-# A/B (session 7: 362-366 tok/s with mvq in the attention products only); (2) Q6_K on mvq
-# (LITE_MATVEC_Q8=Q4_K,Q6_K: +2.5% in the medians, within noise, call 9) once more, with the real
-# Gemma 3 Q4_K_M file if carried (its Q6_K tensors: the real-model test), else the 8B A/B alone;
-# (3) IQ3_XXS on dp4a (below); (4) the kernel table with a 16-byte copy kernel as its reference.
+# Session 7's `next` ran as session 8's call 1 (docs/bench/session8/call1; its script: git history).
+# Next (issue 3, ~3 min): what binds IQ3_XXS's mvq (TIQ3_XXSQV<1, 2>, 16 us at 4096x14336, 34% of
+# copy) and Q4_K's: Nsight Compute on both (shared-memory bank conflicts and wavefronts, pipe use,
+# stall reasons; scripts/ncu_matvec.sh), then the IQ3_XXS sweep of the table variants.
 step_next() {
-  t env LITE_MOE_Q8=1 python3 -m pytest -q tests/test_experts_mvw.py tests/test_matvec_q8_emulated.py \
-      tests/test_cuda_backend.py -k "mvw or moe or qwen3moe or gpu_mvq"
-  need_30b
-  for m in 0 1 0 1; do
-    TAIL=1 t env LITE_MOE_Q8=$m $L bench /tmp/30b.gguf -p 2048 -n 128 -r 3 --device cuda
-  done
-  t env LITE_MATVEC_Q8=Q4_K,Q6_K python3 -m pytest -q tests/test_cuda_backend.py -k "real"
-  # (3) IQ3_XXS on dp4a (TIQ3_XXSQ, emulator-tested only; LITE_MATVEC_Q8=Q4_K,IQ3_XXS): its GPU
-  # test, the sweep beside mvp8 (default) and v280, the 8B IQ3_XXS decode A/B.
-  t python3 -m pytest -q tests/test_matvec_q8_emulated.py -k "gpu_iq3"
-  TAIL=8 t python3 tests/gpu_sweep_matvec.py --types IQ3_XXS --variants mvp8,v280,mvq20,mvq40,mvq80,mvq41
-  local f=/tmp/8i.gguf
-  [ -f $f ] || $L synth --arch llama --preset 8b --quant IQ3_XXS $f >/dev/null 2>&1
-  for q in 1 Q4_K,IQ3_XXS 1 Q4_K,IQ3_XXS; do
-    TAIL=1 t env LITE_MATVEC_Q8=$q $L bench $f -p 512 -n 128 -r 3 --device cuda
-  done
-  need_8b
-  for q in 1 Q4_K,Q6_K 1 Q4_K,Q6_K; do
-    TAIL=1 t env LITE_MATVEC_Q8=$q $L bench /tmp/8b.gguf -p 512 -n 128 -r 3 --device cuda
-  done
-  # (4) the kernel table with copy-vec16 (kernels/bench.py: a 16-byte copy kernel as the reference)
-  TAIL=40 t python3 -m lite.kernels.bench --no-numba Q4_K Q6_K Q8_0 IQ3_XXS
+  TAIL=200 t bash scripts/ncu_matvec.sh IQ3_XXS Q4_K
+  TAIL=8 t python3 tests/gpu_sweep_matvec.py --types IQ3_XXS --variants mvq40t12,mvq40t02,mvq41t12 \
+      --shapes 4096x14336,14336x4096
 }
 
 # Two GPUs (nvidia-h200-x2): the stage's KV cache / experts on its own GPU (fixed in session 2,

@@ -9,7 +9,8 @@ NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 # 5 shapes x 4 launches: skip the first 2 of each (warm-up) by profiling every launch and reading
 # the later ones; ncu serializes launches, so this takes a minute or two.
 timeout 500 "$NCU" --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
-    --section Occupancy --section LaunchStats --launch-count 20 \
+    --section Occupancy --section LaunchStats --section ComputeWorkloadAnalysis \
+    --section MemoryWorkloadAnalysis_Tables --section InstructionStats --launch-count 20 \
     python3 scripts/ncu_matvec.py "$@" > "$O/ncu_matvec.txt" 2>&1
-grep -E "^  [a-z_]+<|mv|Memory Throughput|DRAM Throughput|Achieved Occupancy|Registers Per|Stall|Warp Cycles Per Issued|ERR_" \
+grep -E "^  [a-z_]+<|mv|qx|Memory Throughput|DRAM Throughput|Achieved Occupancy|Registers Per|Stall|Warp Cycles Per Issued|Issue Slots|Bank|Wavefronts|ERR_" \
     "$O/ncu_matvec.txt" | head -120

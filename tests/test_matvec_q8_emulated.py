@@ -149,6 +149,11 @@ def test_switch_parsing():
     assert matvec_q8.enabled_from_env("Q4_K, Q6_K") == ("Q4_K", "Q6_K")
     with pytest.raises(ValueError, match="Q5_K"):
         matvec_q8.enabled_from_env("Q5_K")
+    from lite.kernels import matvec_q8_iq3
+    assert matvec_q8_iq3.parse_tables("1,2") == (1, 2) and matvec_q8_iq3.parse_tables("0, 0") == (0, 0)
+    for bad in ("3,2", "1,4", "1", "a,b"):
+        with pytest.raises(ValueError, match="LITE_IQ3_Q8"):
+            matvec_q8_iq3.parse_tables(bad)
 
 
 def _gpu():
