@@ -3,6 +3,8 @@ where it finds its tables. matvec_q8 builds the modules (c_source, structs) and 
 this file holds the IQ3_XXS text, apart from the K types', and the choice of table placement."""
 import os
 
+import numpy as np
+
 # IQ3_XXS (written in session 7, the default since session 8), after matvec_iq's TIQ3_XXS and
 # matvec_iq_v2's tables: each grid byte g as 64 + g (IQ3XXS_GRID64), 64 - g where its sign bit is set
 # (u - 2 (u & 0x3F mask), v2's masks as uint2 pairs: no borrow between bytes), so a word of 4 weights
@@ -75,6 +77,25 @@ struct TIQ3_XXSQV : TIQ3_XXS {   // TIQ3_XXS's block layout, Raw and loads; x as
     }
 };
 using TIQ3_XXSQ = TIQ3_XXSQV<0, 0>;   // session 7's (both tables through L1)
+// Experiment (session 8, sweep only, not in the engine; never run on a GPU): the same decode over
+// weights repacked by repack_groups() below: per row, groups of 4 blocks (a warp's 32 chunks) as
+// [64 x 4 bytes of grid indices][32 x 4 bytes of sign/scale words][4 scales d], 392 bytes as 4 raw
+// blocks. A lane's chunk is then one 8-byte and one 4-byte load, each coalesced across the warp
+// (~4 L1 wavefronts a row, against ~21 for the seven 16-bit loads of the raw layout). Rows must be
+// 8-aligned: cols a multiple of 1024.
+template <int GC, int SC>
+struct TIQ3_XXSG : TIQ3_XXSQV<GC, SC> {
+    using Raw = typename TIQ3_XXS::Raw;
+    template <bool SH = false> __device__ static __forceinline__ void load(Raw& r, const unsigned char* row, int c) {
+        const unsigned char* g = row + (c >> 5) * 392;
+        const int j = c & 31;
+        const uint2 q = __ldg((const uint2*)(g + 8 * j));
+        r.q0 = q.x;
+        r.q1 = q.y;
+        r.aux = __ldg((const unsigned*)(g + 256 + 4 * j));
+        r.d = __ldg((const unsigned short*)(g + 384 + 2 * (j >> 3)));
+    }
+};
 """
 
 
@@ -83,8 +104,8 @@ def parse_tables(text):
         gc, sc = (int(v) for v in text.split(","))
     except ValueError:
         gc = sc = -1
-    if gc not in (0, 1, 2, 4, 8, 16) or sc not in (0, 1, 2):
-        raise ValueError(f"LITE_IQ3_Q8={text!r}: expected GC,SC with GC in 0,1,2,4,8,16 (grid copies in "
+    if gc not in (0, 1, 2, 4, 8, 16, 32) or sc not in (0, 1, 2):
+        raise ValueError(f"LITE_IQ3_Q8={text!r}: expected GC,SC with GC in 0,1,2,4,8,16,32 (grid copies in "
                          "shared memory; 0: through L1) and SC 0 (sign masks through L1), 1 (shared) or 2 (computed)")
     return gc, sc
 
@@ -103,3 +124,17 @@ def c_text():
     m = matvec_iq_v2.sign_masks()
     body = ", ".join(f"{{{int(a):#x}u, {int(b):#x}u}}" for a, b in m)
     return C_Q8_IQ3.replace("IQ3XXS_SMASK2_ARRAY", f"__device__ const uint2 IQ3XXS_SMASK2[128] = {{{body}}};")
+
+
+def repack_groups(blocks, rows, cols):
+    """IQ3_XXS blocks (uint8, rows x cols/256 blocks of 98 bytes) in TIQ3_XXSG's layout: per row,
+    every 4 blocks as their 4 x 64 grid-index bytes, 4 x 32 sign/scale bytes, 4 x 2 scale bytes
+    (the same bytes, regrouped; the same size). NumPy or CuPy arrays."""
+    nb = cols // 256
+    if cols % 1024:
+        raise ValueError(f"repack_groups: cols={cols} is not a multiple of 1024 (groups of 4 blocks)")
+    b = blocks.reshape(rows, nb // 4, 4, 98)
+    xp = np if isinstance(blocks, np.ndarray) else __import__("cupy")
+    parts = (b[..., 2:66].reshape(rows, nb // 4, 256), b[..., 66:98].reshape(rows, nb // 4, 128),
+             b[..., 0:2].reshape(rows, nb // 4, 8))
+    return xp.ascontiguousarray(xp.concatenate(parts, axis=2)).reshape(-1)

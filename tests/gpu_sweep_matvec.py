@@ -30,6 +30,7 @@ from gpu_bench_matvec import gtime, stream  # noqa: E402  (the graph timer and i
 from kernel_blocks import random_blocks  # noqa: E402
 
 from lite.kernels import matvec_cuda as mc, matvec_half as mh, matvec_iq as mi, matvec_q8 as mq, matvec_staged as ms, quant_info  # noqa: E402
+from lite.kernels import matvec_q8_iq3 as miq3  # noqa: E402
 
 SHAPES = [(4096, 14336), (14336, 4096), (4096, 4096)]
 VARIANTS = [("mvs", 8, 3), ("mvs", 4, 3), ("mvp", 2), ("mvp", 4), ("mvp", 8)]
@@ -58,8 +59,12 @@ IQ_V2_VARIANTS = [("v2", 8, 0), ("v2", 8, 1), ("v2", 4, 0), ("v2", 4, 1), ("v2p"
 # or "p" for the persistent loop, GC, SC). Labels mvq40t11 (mv_iq2, 4 rows, no prefetch, 1 grid copy
 # and the masks in shared memory), mvqp4t42 (persistent, 4 rows, 4 copies, masks computed); a
 # trailing p: the product alone, as mvq80p.
-IQ3_Q8_VARIANTS = [(r, p, gc, sc) for r, p in ((4, 0), (8, 0), (4, "p"), (8, "p"), (2, 0), (4, 1))
-                   for gc, sc in ((0, 0), (1, 1), (2, 1), (4, 1), (8, 1), (1, 2), (4, 2), (0, 2), (16, 1))]
+IQ3_Q8_VARIANTS = [(r, p, gc, sc, False) for r, p in ((4, 0), (8, 0), (4, "p"), (8, "p"), (2, 0), (4, 1))
+                   for gc, sc in ((0, 0), (1, 1), (2, 1), (4, 1), (8, 1), (1, 2), (4, 2), (0, 2), (16, 1), (32, 2))]
+# The grouped-layout experiment (matvec_q8_iq3.TIQ3_XXSG over repack_groups' bytes, cols a multiple
+# of 1024): labels with g for t, e.g. mvq40g12, mvq40g322 (32 grid copies: conflict-free lookups).
+IQ3_Q8_VARIANTS += [(r, p, gc, sc, True) for r, p in ((4, 0), (8, 0), (2, 0), (4, 1), (4, "p"))
+                    for gc, sc in ((1, 2), (0, 2), (32, 2), (0, 0))]
 L2_ROTATE_BYTES = 256 << 20
 
 
@@ -156,24 +161,28 @@ def _iq3_q8(dev, only):
     (trailing p) the product alone on x quantized by the first."""
     from lite.kernels import pdl
     out, todo = {}, []
-    for r, p, gc, sc in IQ3_Q8_VARIANTS:
-        label = f"mvq{'p' + str(r) if p == 'p' else f'{r}{p}'}t{gc}{sc}"
+    for r, p, gc, sc, grouped in IQ3_Q8_VARIANTS:
+        label = f"mvq{'p' + str(r) if p == 'p' else f'{r}{p}'}{'g' if grouped else 't'}{gc}{sc}"
+        st = f"{'TIQ3_XXSG' if grouped else 'TIQ3_XXSQV'}<{gc}, {sc}>"
         if only is None or label in only or label + "p" in only:
-            todo.append((label, r, p, ms.persistent_name(f"TIQ3_XXSQV<{gc}, {sc}>", 1, r) if p == "p"
-                         else mq.kernel_name("IQ3_XXS", 1, r, p, (gc, sc))))
+            todo.append((label, r, p, grouped, ms.persistent_name(st, 1, r) if p == "p"
+                         else f"mv_iq2<{st}, 1, {r}, {p}>"))
     if not todo:
         return out
     quant_name = mq.quantize_name("IQ3_XXS")
     mod = mq._module(dev, "IQ3_XXS", (quant_name,) + tuple(t[-1] for t in todo), pdl.source_head())
     quant = mod.get_function(quant_name)
-    for label, r, p, name in todo:
+    packed = {}   # id(raw weights) -> (raw, the same repacked by repack_groups): made on a first call, outside capture
+    for label, r, p, grouped, name in todo:
         f = mod.get_function(name)
         cap = ms.prepare(f, 0, dev) if p == "p" else None
         print(f"  IQ3_XXS {label}: regs {getattr(f, 'num_regs', '?')}, smem {getattr(f, 'shared_size_bytes', '?')}"
               + (f", grid cap {cap}" if cap else ""), flush=True)
         xq = {}
 
-        def product(w, x, o, rows, cols, f=f, r=r, cap=cap, xq=xq):
+        def product(w, x, o, rows, cols, f=f, r=r, cap=cap, xq=xq, grouped=grouped):
+            if grouped:
+                w = packed.setdefault(id(w), (w, miq3.repack_groups(w, rows, cols)))[1]
             grid = min(-(-rows // r), cap) if cap else -(-rows // r)
             pdl.call(f, (grid,), (128,), (w, xq[id(x)][1], o, np.int32(rows), np.int32(cols)))
 

@@ -349,6 +349,10 @@ IQ3_KERNELS = [(1, 4, 0, (0, 0)), (1, 8, 0, (0, 0)), (2, 4, 0, (0, 0)), (1, 2, 1
                (1, 4, 0, (4, 2)), (2, 4, 0, (8, 2)), (1, 4, 0, (0, 2)), (1, 8, 1, (16, 1)), (1, 4, "mvp", (2, 2)), (2, 2, 0, (1, 2)), (2, 4, 1, (1, 2))]
 
 
+# The grouped-layout experiment (matvec_q8_iq3.TIQ3_XXSG over repack_groups' bytes; sweep only).
+IQ3_GROUPED = [(1, 4, 0, (1, 2)), (2, 4, 0, (0, 0)), (1, 8, 1, (32, 2))]
+
+
 def _iq3_name(n, r, p, tables):
     from lite.kernels import matvec_staged
     if p == "mvp":
@@ -361,6 +365,8 @@ def iq3_lib():
     from lite.kernels import dequant_iq, matvec_iq, matvec_iq_v2 as v2, matvec_staged
     wraps = "".join(f'extern "C" __global__ void iq3q_{i}({ARGS}) {{ {_iq3_name(*k)}(w, x, out, rows, cols); }}\n'
                     for i, k in enumerate(IQ3_KERNELS))
+    wraps += "".join(f'extern "C" __global__ void iq3g_{i}({ARGS}) {{ mv_iq2<TIQ3_XXSG<{t[0]}, {t[1]}>, {n}, {r}, {p}>'
+                     '(w, x, out, rows, cols); }\n' for i, (n, r, p, t) in enumerate(IQ3_GROUPED))
     wraps += ('extern "C" __global__ void emu_qx_IQ3_XXS(const float* x, float* xq, int cols) '
               f'{{ {matvec_q8.quantize_name("IQ3_XXS")}(x, xq, cols); }}\n')
     source = ("#define GCOPIES 0\n" + HOST_SHIMS + Q8_SHIMS
@@ -390,6 +396,34 @@ def test_iq3xxs_mvq_matches_float64(iq3_lib, k, shape):
     err = np.abs(out.astype(np.float64) - ref)
     bound = quant_bound("IQ3_XXS", x, w)
     assert np.all(err <= 1e-3 * np.abs(ref) + 1e-5 * scale + bound), np.max(err / (np.abs(ref) + 1e-30))
+
+
+@pytest.mark.parametrize("shape", [(37, 1024), (11, 2048)], ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("k", range(len(IQ3_GROUPED)), ids=lambda i: "n{}_{}_{}_t{}{}".format(*IQ3_GROUPED[i][:3], *IQ3_GROUPED[i][3]))
+def test_iq3xxs_grouped_layout_matches_float64(iq3_lib, k, shape):
+    """TIQ3_XXSG over the repacked bytes computes what the raw layout does: float64 of gguf-py's
+    dequantize of the raw blocks, within the same bound."""
+    from lite.kernels import matvec_q8_iq3
+    n, r, _, _ = IQ3_GROUPED[k]
+    rows, cols = shape
+    rng = np.random.default_rng(rows * 5 + n)
+    blocks = random_blocks("IQ3_XXS", rows * cols // 256, rng)
+    w = reference(blocks, "IQ3_XXS").astype(np.float64).reshape(rows, cols)
+    packed = matvec_q8_iq3.repack_groups(blocks, rows, cols)
+    assert packed.nbytes == blocks.nbytes and not np.array_equal(packed, blocks.reshape(-1))
+    x = _x(n, cols, rng)
+    ref, scale = x.astype(np.float64) @ w.T, np.abs(x).astype(np.float64) @ np.abs(w).T
+    out = np.full((n, rows), np.nan, np.float32)
+    iq3_lib.launch(f"iq3g_{k}", (-(-rows // r),), (128,), packed, _quantize(iq3_lib, "IQ3_XXS", x),
+                   out, np.int32(rows), np.int32(cols))
+    err = np.abs(out.astype(np.float64) - ref)
+    assert np.all(err <= 1e-3 * np.abs(ref) + 1e-5 * scale + quant_bound("IQ3_XXS", x, w)), np.max(err / (np.abs(ref) + 1e-30))
+
+
+def test_repack_groups_needs_whole_groups():
+    from lite.kernels import matvec_q8_iq3
+    with pytest.raises(ValueError, match="1024"):
+        matvec_q8_iq3.repack_groups(np.zeros(3 * 98, np.uint8), 1, 768)
 
 
 @pytest.mark.skipif(not _gpu(), reason="needs a CUDA GPU (the CUDA C text runs above under the emulator)")
