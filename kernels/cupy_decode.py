@@ -18,6 +18,7 @@ import os
 import cupy as cp
 import numpy as np
 
+from lite.errors import SettingError
 from lite.kernels import pdl
 from lite.kernels.cupy_decode2_src import DECODE2_SRC
 from lite.kernels.cupy_decode_src import DECODE_SRC
@@ -149,7 +150,7 @@ def _v2_tuning():
     for item in filter(None, os.environ.get("LITE_DECODE_ATTN_V2", "").split(",")):
         key, _, value = item.partition("=")
         if key.strip() not in tune:
-            raise ValueError(f"LITE_DECODE_ATTN_V2: unknown setting {key!r} (known: {sorted(tune)})")
+            raise SettingError(f"LITE_DECODE_ATTN_V2: unknown setting {key!r} (known: {sorted(tune)})")
         tune[key.strip()] = int(value)
     return tune
 
@@ -172,7 +173,7 @@ def use_v2(variant, D, Dv, int8):
 def selected_variant():
     v = os.environ.get("LITE_DECODE_ATTN", "") or "v2"
     if v not in ("v1", "v2"):
-        raise ValueError(f"LITE_DECODE_ATTN={v!r}: expected v1 or v2")
+        raise SettingError(f"LITE_DECODE_ATTN={v!r}: expected v1 or v2")
     return v
 
 

@@ -24,6 +24,7 @@ import os
 
 import numpy as np
 
+from lite.errors import SettingError
 from lite.kernels.util import SIMULATOR, numba_stream
 from lite.kernels.registry import array_module, quant_info, register_dequant
 from numba import cuda, float32, uint32
@@ -269,7 +270,7 @@ def make_numba_kernels(tb, be, decode):
 def _impl():
     impl = os.environ.get("LITE_DEQUANT_IMPL", "cuda").lower()
     if impl not in ("cuda", "numba"):
-        raise ValueError(f"LITE_DEQUANT_IMPL must be 'cuda' or 'numba', got {impl!r}")
+        raise SettingError(f"LITE_DEQUANT_IMPL must be 'cuda' or 'numba', got {impl!r}")
     return "numba" if SIMULATOR else impl
 
 

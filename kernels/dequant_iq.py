@@ -23,6 +23,7 @@ import os
 import numpy as np
 from numba import cuda, float32, uint32, uint64
 
+from lite.errors import SettingError
 from lite.kernels.iq_tables import device_tables, grid_packed
 from lite.kernels.registry import quant_info, register_dequant
 from lite.kernels.util import SIMULATOR, numba_stream
@@ -403,7 +404,7 @@ def impl():
     """'cuda' (default on a GPU) or 'numba', from LITE_DEQUANT_IMPL; always 'numba' in the simulator."""
     choice = os.environ.get("LITE_DEQUANT_IMPL", "cuda").lower()
     if choice not in ("cuda", "numba"):
-        raise ValueError(f"LITE_DEQUANT_IMPL must be 'cuda' or 'numba', got {choice!r}")
+        raise SettingError(f"LITE_DEQUANT_IMPL must be 'cuda' or 'numba', got {choice!r}")
     return "numba" if SIMULATOR else choice
 
 

@@ -26,6 +26,7 @@ import os
 
 import numpy as np
 
+from lite.errors import SettingError
 from lite.kernels import matvec_half, matvec_staged, pdl
 from lite.kernels.matvec_structs import C_TYPES, FAST_DOT  # noqa: F401  (C_TYPES: other modules read it here)
 from lite.kernels.pdl import C_PDL
@@ -63,7 +64,7 @@ def config_from_env(text=None):
         kind, *nums = spec.split(",")
         if qtype not in DEFAULT or kind not in ("mv", "mvf", "mvs", "mvp", "mvh") or not all(
                 n.strip().isdigit() for n in nums):
-            raise ValueError(f"LITE_MATVEC_CONFIG: {item!r}: expected TYPE=mv|mvf|mvs|mvp|mvh[,int...] "
+            raise SettingError(f"LITE_MATVEC_CONFIG: {item!r}: expected TYPE=mv|mvf|mvs|mvp|mvh[,int...] "
                              f"with TYPE in {', '.join(DEFAULT)}")
         out[qtype] = (kind,) + tuple(int(n) for n in nums)
     return out

@@ -23,6 +23,7 @@ import os
 import numpy as np
 from numba import cuda, float32
 
+from lite.errors import SettingError
 from lite.kernels.dequant_iq import (
     C_HELPERS, _p_iq3_xxs, _p_iq4_xs, _ptr, _v_grid_sign, _v_nonlinear, c_grid_array,
 )
@@ -296,7 +297,7 @@ def grid_copies():
     -> 216.0 / 216.6 (mvp8: 32.3 -> 31.1 us at 4096x14336)."""
     text = os.environ.get("LITE_IQ3_GCOPIES", "0").strip()
     if text not in ("0", "1", "2", "4", "8", "16"):
-        raise ValueError(f"LITE_IQ3_GCOPIES={text!r}: expected 0, 1, 2, 4, 8 or 16")
+        raise SettingError(f"LITE_IQ3_GCOPIES={text!r}: expected 0, 1, 2, 4, 8 or 16")
     return int(text)
 
 
@@ -373,7 +374,7 @@ def impl():
     """'cuda' (default on a GPU) or 'numba', from LITE_MATVEC_IMPL; always 'numba' in the simulator."""
     choice = os.environ.get("LITE_MATVEC_IMPL", "cuda").lower()
     if choice not in ("cuda", "numba"):
-        raise ValueError(f"LITE_MATVEC_IMPL must be 'cuda' or 'numba', got {choice!r}")
+        raise SettingError(f"LITE_MATVEC_IMPL must be 'cuda' or 'numba', got {choice!r}")
     return "numba" if SIMULATOR else choice
 
 

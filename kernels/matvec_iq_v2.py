@@ -40,6 +40,7 @@ import functools
 
 import numpy as np
 
+from lite.errors import SettingError
 from lite.kernels import matvec_cuda, matvec_iq, matvec_staged
 from lite.kernels.dequant_iq import C_HELPERS, c_grid_array, grid_packed
 from lite.kernels.iq_tables import KVALUES_IQ4, ksigns
@@ -193,6 +194,6 @@ def parse(text):
         return None
     kind, *nums = [t.strip() for t in text.split(",")]
     if kind not in CONFIGS or not all(v.isdigit() for v in nums):
-        raise ValueError(f"LITE_IQ_MV: expected v2[,rows[,prefetch]] or v2p[,rows], got {text!r}")
+        raise SettingError(f"LITE_IQ_MV: expected v2[,rows[,prefetch]] or v2p[,rows], got {text!r}")
     nums = [int(v) for v in nums] or [8]
     return (kind,) + tuple(nums) + ((0,) if kind == "v2" and len(nums) == 1 else ())

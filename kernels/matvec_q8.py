@@ -32,6 +32,7 @@ import os
 
 import numpy as np
 
+from lite.errors import SettingError
 from lite.kernels import matvec_cuda, matvec_q8_iq3, pdl
 
 C_Q8_BASE = r"""
@@ -164,8 +165,17 @@ C_Q8 = C_Q8_BASE + C_Q8_K          # the K types' module text (after matvec_cuda
 # Q6_K's 4096x14336 product from 20.0 us (4 rows a CTA) to 18.1 (2 rows; output head 128256x4096
 # 145 -> 125 us), and left Q4_K's sweep even, but the 8B Q4_K decode lost 2-3% with it (calls 3-4:
 # medians 410 against 419 tok/s) and IQ3_XXS's was even. LITE_Q8_LAYOUT=0 or 1 sets both.
-_LAYOUT_ENV = os.environ.get("LITE_Q8_LAYOUT", "auto")
-LAYOUTS = {20: 0, 24: 1} if _LAYOUT_ENV not in ("0", "1") else dict.fromkeys((20, 24), int(_LAYOUT_ENV))
+def layouts_from_env(text=None):
+    """{record words: layout} from LITE_Q8_LAYOUT: auto (default; by record size), 0 or 1 (both)."""
+    text = os.environ.get("LITE_Q8_LAYOUT", "auto") if text is None else text
+    if text.strip() in ("", "auto"):
+        return {20: 0, 24: 1}
+    if text.strip() not in ("0", "1"):
+        raise SettingError(f"LITE_Q8_LAYOUT={text!r}: expected auto, 0 or 1")
+    return dict.fromkeys((20, 24), int(text))
+
+
+LAYOUTS = layouts_from_env()
 
 C_MAX_N = matvec_cuda.C_MAX_N      # rows of x a launch (the register loop's N)
 
@@ -196,7 +206,7 @@ def enabled_from_env(text=None):
     types = tuple(t.strip() for t in text.split(",") if t.strip())
     bad = [t for t in types if t not in TYPES]
     if bad:
-        raise ValueError(f"LITE_MATVEC_Q8: no integer-dot kernel for {', '.join(bad)} (have {', '.join(TYPES)}); "
+        raise SettingError(f"LITE_MATVEC_Q8: no integer-dot kernel for {', '.join(bad)} (have {', '.join(TYPES)}); "
                          "use 1, 0 or a list of those")
     return types
 

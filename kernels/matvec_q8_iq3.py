@@ -5,6 +5,8 @@ import os
 
 import numpy as np
 
+from lite.errors import SettingError
+
 # IQ3_XXS (written in session 7, the default since session 8), after matvec_iq's TIQ3_XXS and
 # matvec_iq_v2's tables: each grid byte g as 64 + g (IQ3XXS_GRID64), 64 - g where its sign bit is set
 # (u - 2 (u & 0x3F mask), v2's masks as uint2 pairs: no borrow between bytes), so a word of 4 weights
@@ -105,7 +107,7 @@ def parse_tables(text):
     except ValueError:
         gc = sc = -1
     if gc not in (0, 1, 2, 4, 8, 16, 32) or sc not in (0, 1, 2):
-        raise ValueError(f"LITE_IQ3_Q8={text!r}: expected GC,SC with GC in 0,1,2,4,8,16,32 (grid copies in "
+        raise SettingError(f"LITE_IQ3_Q8={text!r}: expected GC,SC with GC in 0,1,2,4,8,16,32 (grid copies in "
                          "shared memory; 0: through L1) and SC 0 (sign masks through L1), 1 (shared) or 2 (computed)")
     return gc, sc
 

@@ -30,6 +30,7 @@ import os
 
 import numpy as np
 
+from lite.errors import SettingError
 from lite.kernels import matvec_q8, pdl
 from lite.kernels.pdl import C_PDL
 
@@ -126,7 +127,7 @@ def overrides(text=None):
         cols, cfg = item.split("=")
         L, C, R = (int(v) for v in cfg.split(","))
         if L not in (8, 16, 32) or not 1 <= C <= 8 or not 1 <= R <= 4:
-            raise ValueError(f"LITE_MOE_MVW: {item!r}: L in 8/16/32, C in 1..8, R in 1..4")
+            raise SettingError(f"LITE_MOE_MVW: {item!r}: L in 8/16/32, C in 1..8, R in 1..4")
         out[int(cols)] = (L, C, R)
     return out
 

@@ -27,3 +27,8 @@ class DeviceError(LiteError):
 
 class SynthError(LiteError):
     """Bad arguments to synth: unknown architecture, preset or quant type, or shapes a type cannot hold."""
+
+
+class SettingError(LiteError, ValueError):
+    """An environment setting (LITE_*) with a value lite does not know: names the setting and what
+    it takes. A ValueError too, as it was before it had a class."""

@@ -149,6 +149,10 @@ def test_switch_parsing():
     assert matvec_q8.enabled_from_env("Q4_K, Q6_K") == ("Q4_K", "Q6_K")
     with pytest.raises(ValueError, match="Q5_K"):
         matvec_q8.enabled_from_env("Q5_K")
+    assert matvec_q8.layouts_from_env("auto") == {20: 0, 24: 1} and matvec_q8.layouts_from_env("1") == {20: 1, 24: 1}
+    from lite.errors import LiteError
+    with pytest.raises(LiteError, match="LITE_Q8_LAYOUT"):     # one line from the CLI, not an internal error
+        matvec_q8.layouts_from_env("2")
     from lite.kernels import matvec_q8_iq3
     assert matvec_q8_iq3.parse_tables("1,2") == (1, 2) and matvec_q8_iq3.parse_tables("0, 0") == (0, 0)
     for bad in ("3,2", "1,4", "1", "a,b"):
