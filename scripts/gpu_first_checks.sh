@@ -3,7 +3,7 @@
 # ${OUT:-/tmp/lite-checks}. Session 5 ran gemma, real, pdl, iq3 and ncu with its code, session 6
 # matvec, iq3moe and multigpu's tests, session 7 session 6's next, session 8 session 7's (figures in BENCHMARKS; the calls: scripts/session*/call*.sh).
 # Re-run a step after changing what it covers.
-#   bash scripts/gpu_first_checks.sh next            # first next session (issue 3), ~4 min
+#   bash scripts/gpu_first_checks.sh next            # first next session (issue 3), ~6 min
 #   bash scripts/gpu_first_checks.sh multigpu        # on nvidia-h200-x2
 # Steps: gemma, real (needs the real models carried first), pdl, iq3, ncu, matvec, iq3moe, next, multigpu (2 GPUs).
 set -u
@@ -90,13 +90,16 @@ step_iq3moe() {
 }
 
 # Session 7's `next` ran as session 8's call 1 (docs/bench/session8/call1; its script: git history).
-# Next (issue 3, ~4 min): what binds IQ3_XXS's mvq (TIQ3_XXSQV<1, 2>, 16 us at 4096x14336, 34% of
+# Next (issue 3, ~6 min): the host-expert GPU tests with session 8's defaults, then what binds IQ3_XXS's mvq (TIQ3_XXSQV<1, 2>, 16 us at 4096x14336, 34% of
 # copy; session 8's ncu: L1/TEX 76% busy) and Q4_K's: Nsight Compute on both (shared-memory bank
 # conflicts and wavefronts, pipe use, stall reasons; scripts/ncu_matvec.sh); then the grouped-layout
 # experiment (matvec_q8_iq3.TIQ3_XXSG over repacked blocks: a lane's chunk in two coalesced loads,
 # emulator-tested only; g labels) and 32 grid copies (conflict-free lookups) beside the default, in
 # both x record layouts. If a g variant wins clearly, repacking IQ3_XXS at load time is the next step.
 step_next() {
+  # the host-expert paths with session 8's defaults (the experts' products on mvq): not run in session 8
+  t python3 -m pytest -q tests/test_experts.py tests/test_expert_residency.py tests/test_expert_devcache.py \
+      tests/test_experts_iq.py
   TAIL=200 t bash scripts/ncu_matvec.sh IQ3_XXS Q4_K
   for lay in 0 1; do
     TAIL=8 t env LITE_Q8_LAYOUT=$lay python3 tests/gpu_sweep_matvec.py --types IQ3_XXS \
