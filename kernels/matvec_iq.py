@@ -336,7 +336,7 @@ def launch_cuda(name, blocks, x, out, rows, cols, stream, config=None):
     kernel only)."""
     import cupy
     from lite.kernels import matvec_q8
-    if config is None and matvec_q8.applies(name):   # LITE_MATVEC_Q8=...,IQ3_XXS: dp4a over quantized x
+    if config is None and matvec_q8.applies(name):   # IQ3_XXS on dp4a over quantized x (LITE_MATVEC_Q8)
         with stream if stream is not None else contextlib.nullcontext():
             for i in range(0, x.shape[0], matvec_q8.C_MAX_N):
                 xs = x[i:i + matvec_q8.C_MAX_N]

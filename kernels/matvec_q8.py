@@ -180,7 +180,7 @@ LAYOUTS = layouts_from_env()
 C_MAX_N = matvec_cuda.C_MAX_N      # rows of x a launch (the register loop's N)
 
 # The float struct whose x layout qx quantizes, the integer struct, and qx's words a chunk, per type.
-TYPES = {"Q4_K": ("TQ4_K", "TQ4_KQ", 20), "Q6_K": ("TQ6_K", "TQ6_KQ", 24), "IQ3_XXS": ("TIQ3_XXS", "TIQ3_XXSQ", 20)}
+TYPES = {"Q4_K": ("TQ4_K", "TQ4_KQ", 20), "Q6_K": ("TQ6_K", "TQ6_KQ", 24), "IQ3_XXS": ("TIQ3_XXS", "TIQ3_XXSQV", 20)}
 # (rows a CTA, prefetch) of every mvq launch, the decode epilogue kernels' (matvec_epilogue) too:
 # the fastest at each of the 8B decode's Q4_K shapes in session 7's sweep (call 2: 4096x14336
 # 14.1 us with the quantizer, mvf 20.7; 28672x4096 22.8 / 30.8; 6144x4096 8.7 / 8.4; 4096x4096
@@ -249,15 +249,13 @@ def config(qtype):
 
 def struct(qtype):
     """The integer struct of qtype's mvq kernels (IQ3_XXS: with its table placement, matvec_q8_iq3.TABLES)."""
-    if qtype == "IQ3_XXS" and matvec_q8_iq3.TABLES != (0, 0):
-        return "TIQ3_XXSQV<{}, {}>".format(*matvec_q8_iq3.TABLES)
-    return TYPES[qtype][1]
+    return matvec_q8_iq3.struct_name() if qtype == "IQ3_XXS" else TYPES[qtype][1]
 
 
 def in_name(kernel_name):
     """True when a kernel's name instantiates one of the integer structs, so its module needs
     structs() (matvec_epilogue's and moe_mvw's kernel caches build the source from the name)."""
-    return any(f"<{s}" in kernel_name for _, s, _ in TYPES.values())   # TIQ3_XXSQ, TIQ3_XXSQV<..>
+    return any(f"<{s}" in kernel_name for _, s, _ in TYPES.values())   # TIQ3_XXSQV<GC, SC> by its prefix
 
 
 def c_source(qtype="Q4_K"):
@@ -290,8 +288,7 @@ def kernel_name(qtype, n, rows=8, prefetch=0, tables=None):
     """mv over quantized x; IQ3_XXS: matvec_iq_v2's mv_iq2 (mv with the struct's table fill first).
     tables: IQ3_XXS's (GC, SC) instead of matvec_q8_iq3.TABLES."""
     if qtype == "IQ3_XXS":
-        st = "TIQ3_XXSQV<{}, {}>".format(*tables) if tables else struct(qtype)
-        return f"mv_iq2<{st}, {n}, {rows}, {prefetch}>"
+        return f"mv_iq2<{matvec_q8_iq3.struct_name(tables)}, {n}, {rows}, {prefetch}>"
     return f"mv<{TYPES[qtype][1]}, {n}, {rows}, {prefetch}>"
 
 

@@ -78,7 +78,6 @@ struct TIQ3_XXSQV : TIQ3_XXS {   // TIQ3_XXS's block layout, Raw and loads; x as
         return h2f(r.d) * (0.5f + (float)(r.aux >> 28)) * 0.5f * (ra + rb);
     }
 };
-using TIQ3_XXSQ = TIQ3_XXSQV<0, 0>;   // session 7's (both tables through L1)
 // Experiment (session 8, sweep only, not in the engine; never run on a GPU): the same decode over
 // weights repacked by repack_groups() below: per row, groups of 4 blocks (a warp's 32 chunks) as
 // [64 x 4 bytes of grid indices][32 x 4 bytes of sign/scale words][4 scales d], 392 bytes as 4 raw
@@ -118,6 +117,12 @@ def parse_tables(text):
 # IQ3_XXS 339.5 / 337.3 tok/s against 274.9 / 275.9 with (0, 0), 30B-A3B 337.4 / 336.2 against 320.0
 # / 325.6.
 TABLES = parse_tables(os.environ.get("LITE_IQ3_Q8", "1,2"))
+
+
+def struct_name(tables=None, grouped=False):
+    """The struct's C++ name for (GC, SC) tables (default TABLES); grouped: the TIQ3_XXSG experiment's."""
+    gc, sc = TABLES if tables is None else tables
+    return f"{'TIQ3_XXSG' if grouped else 'TIQ3_XXSQV'}<{gc}, {sc}>"
 
 
 def c_text():

@@ -163,7 +163,7 @@ def _iq3_q8(dev, only):
     out, todo = {}, []
     for r, p, gc, sc, grouped in IQ3_Q8_VARIANTS:
         label = f"mvq{'p' + str(r) if p == 'p' else f'{r}{p}'}{'g' if grouped else 't'}{gc}{sc}"
-        st = f"{'TIQ3_XXSG' if grouped else 'TIQ3_XXSQV'}<{gc}, {sc}>"
+        st = miq3.struct_name((gc, sc), grouped)
         if only is None or label in only or label + "p" in only:
             todo.append((label, r, p, grouped, ms.persistent_name(st, 1, r) if p == "p"
                          else f"mv_iq2<{st}, 1, {r}, {p}>"))

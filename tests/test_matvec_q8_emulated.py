@@ -358,19 +358,19 @@ IQ3_GROUPED = [(1, 4, 0, (1, 2)), (2, 4, 0, (0, 0)), (1, 8, 1, (32, 2))]
 
 
 def _iq3_name(n, r, p, tables):
-    from lite.kernels import matvec_staged
+    from lite.kernels import matvec_q8_iq3, matvec_staged
     if p == "mvp":
-        return matvec_staged.persistent_name("TIQ3_XXSQV<{}, {}>".format(*tables), n, r)
+        return matvec_staged.persistent_name(matvec_q8_iq3.struct_name(tables), n, r)
     return matvec_q8.kernel_name("IQ3_XXS", n, r, p, tables)
 
 
 @pytest.fixture(scope="module")
 def iq3_lib():
-    from lite.kernels import dequant_iq, matvec_iq, matvec_iq_v2 as v2, matvec_staged
+    from lite.kernels import dequant_iq, matvec_iq, matvec_iq_v2 as v2, matvec_q8_iq3, matvec_staged
     wraps = "".join(f'extern "C" __global__ void iq3q_{i}({ARGS}) {{ {_iq3_name(*k)}(w, x, out, rows, cols); }}\n'
                     for i, k in enumerate(IQ3_KERNELS))
-    wraps += "".join(f'extern "C" __global__ void iq3g_{i}({ARGS}) {{ mv_iq2<TIQ3_XXSG<{t[0]}, {t[1]}>, {n}, {r}, {p}>'
-                     '(w, x, out, rows, cols); }\n' for i, (n, r, p, t) in enumerate(IQ3_GROUPED))
+    wraps += "".join(f'extern "C" __global__ void iq3g_{i}({ARGS}) {{ mv_iq2<{matvec_q8_iq3.struct_name(t, True)}, '
+                     f'{n}, {r}, {p}>(w, x, out, rows, cols); }}\n' for i, (n, r, p, t) in enumerate(IQ3_GROUPED))
     wraps += ('extern "C" __global__ void emu_qx_IQ3_XXS(const float* x, float* xq, int cols) '
               f'{{ {matvec_q8.quantize_name("IQ3_XXS")}(x, xq, cols); }}\n')
     source = ("#define GCOPIES 0\n" + HOST_SHIMS + Q8_SHIMS
