@@ -182,7 +182,9 @@ def _iq3_q8(dev, only):
 
         def product(w, x, o, rows, cols, f=f, r=r, cap=cap, xq=xq, grouped=grouped):
             if grouped:
-                w = packed.setdefault(id(w), (w, miq3.repack_groups(w, rows, cols)))[1]
+                if id(w) not in packed:   # (not setdefault: its default, the repack, runs on every call)
+                    packed[id(w)] = (w, miq3.repack_groups(w, rows, cols))
+                w = packed[id(w)][1]
             grid = min(-(-rows // r), cap) if cap else -(-rows // r)
             pdl.call(f, (grid,), (128,), (w, xq[id(x)][1], o, np.int32(rows), np.int32(cols)))
 

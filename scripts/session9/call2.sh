@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Session 9, call 2 (warm or carry .whl): the grouped IQ3_XXS sweep again. Call 1 timed the g labels
 # at ~235 us: the sweep repacked each rotating weight copy on its first call, which fell inside the
-# graph capture, so the repack's copies were replayed with the product (fixed: first calls outside).
+# graph capture, so the repack's copies were replayed with the product (fixed: first calls outside;
+# call 2 still 235 us: dict.setdefault evaluated the repack on every call; fixed for call 3).
 set -u
 source scripts/device_setup.sh
 for lay in 0 1; do
