@@ -12,9 +12,10 @@ let a dequant kernel approach copy bandwidth; shared device notes).
 Block bytes are read through three views of the same memory: uint8, uint16 and float16 (every
 IQ block size is even, so 16-bit fields stay aligned).
 
-On the GPU, IQ3_XXS runs a CUDA C kernel (CuPy RawKernel, below: 16-byte stores, grid in shared
-memory, 6-8 us launches instead of Numba's 30-200 us). Its Numba twin is what CI checks under the
-simulator; the device benchmark checks the CUDA C kernel against the Numba one.
+On the GPU, IQ3_XXS (and IQ3_XXS_G4, its blocks regrouped by kernels/iq3_groups.py) runs a CUDA C
+kernel (kernels/dequant_iq3_cuda.py: 16-byte stores, grid in shared memory, 6-8 us launches instead
+of Numba's 30-200 us). Its Numba twin is what CI checks under the simulator; the device benchmark
+checks the CUDA C kernel against the Numba one.
 """
 import contextlib
 import functools
@@ -135,6 +136,19 @@ def _p_iq3_xxs(u8, w16, h16, tab, blk, g):
 
 
 @cuda.jit(device=True, inline=True)
+def _p_iq3_xxs_g4(u8, w16, h16, tab, blk, g):
+    # IQ3_XXS_G4 (kernels/iq3_groups.py): 4 blocks as 392 bytes, [4 x 64 index bytes][4 x 32
+    # sign/scale bytes][4 d]; block blk is number blk & 3 of its four
+    base = (blk >> 2) * 392
+    j = blk & 3
+    aux = _u32(w16, (base + 256 + 32 * j + 4 * (g >> 2)) >> 1)
+    db = float32(h16[(base + 384 + 2 * j) >> 1]) * (float32(0.5) + float32(aux >> uint32(28))) * float32(0.5)
+    q = base + 64 * j + 2 * g
+    gv = uint64(tab[u8[q]]) | (uint64(tab[u8[q + 1]]) << uint64(32))
+    return db, gv, _ksign((aux >> uint32(7 * (g & 3))) & uint32(127))
+
+
+@cuda.jit(device=True, inline=True)
 def _iq3s_index(u8, base, t):
     hi = (uint32(u8[base + 66 + (t >> 3)]) >> uint32(t & 7)) & uint32(1)
     return uint32(u8[base + 2 + t]) | (hi << uint32(8))
@@ -237,6 +251,7 @@ def _make_kernels(param, value, groups):
 _TYPES = {   # name: (param function, value rule, groups of 8 per block)
     "IQ2_XXS": (_p_iq2_xxs, _v_grid_sign, 32), "IQ2_XS": (_p_iq2_xs, _v_grid_sign, 32),
     "IQ2_S": (_p_iq2_s, _v_grid_sign, 32), "IQ3_XXS": (_p_iq3_xxs, _v_grid_sign, 32),
+    "IQ3_XXS_G4": (_p_iq3_xxs_g4, _v_grid_sign, 32),
     "IQ3_S": (_p_iq3_s, _v_grid_sign, 32), "IQ1_S": (_p_iq1_s, _v_grid_delta, 32),
     "IQ1_M": (_p_iq1_m, _v_grid_delta, 32), "IQ4_NL": (_p_iq4_nl, _v_nonlinear, 4),
     "IQ4_XS": (_p_iq4_xs, _v_nonlinear, 32),
@@ -275,7 +290,7 @@ def launch_numba(name, blocks, out, stream):
             blocks, blocks.view(np.uint16), blocks.view(np.float16), device_tables(name), dst, n_groups)
 
 
-# ---- CUDA C for the hot path (IQ3_XXS) -------------------------------------------------------
+# ---- CUDA C helpers (kernels/dequant_iq3_cuda.py, the IQ matvec kernels) ---------------------
 
 def c_grid_array(cname, name):
     """`__device__ const unsigned <cname>[n] = {...};` generated from the gguf-py grid."""
@@ -291,114 +306,6 @@ __device__ __forceinline__ float h2f(unsigned short h) {
 __device__ __forceinline__ unsigned ksign(unsigned s7) { return s7 | ((__popc(s7) & 1u) << 7); }
 """
 
-C_IQ3_XXS_DEQUANT = r"""
-// 8 values of group g (0..31) of the block at b (49 16-bit words): same float ops as gguf-py.
-__device__ __forceinline__ void iq3xxs_group(const unsigned short* __restrict__ b, int g,
-                                             const unsigned* gs, float v[8]) {
-    const int ib = g >> 2;
-    const unsigned q = __ldg(b + 1 + g);
-    const unsigned aux = __ldg(b + 33 + 2 * ib) | ((unsigned)__ldg(b + 34 + 2 * ib) << 16);
-    const float db = __fmul_rn(__fmul_rn(h2f(__ldg(b)), __fadd_rn(0.5f, (float)(aux >> 28))), 0.5f);
-    const unsigned sb = ksign((aux >> (7 * (g & 3))) & 127u);
-    const unsigned g0 = gs[q & 255u], g1 = gs[q >> 8];
-    #pragma unroll
-    for (int j = 0; j < 4; j++) {
-        const float a = __fmul_rn(db, (float)((g0 >> (8 * j)) & 255u));
-        const float c = __fmul_rn(db, (float)((g1 >> (8 * j)) & 255u));
-        v[j] = ((sb >> j) & 1u) ? -a : a;
-        v[j + 4] = ((sb >> (j + 4)) & 1u) ? -c : c;
-    }
-}
-
-// Group t (8 values) of the blocks at w16 as 8 fp16 in one 16-byte store.
-__device__ __forceinline__ uint4 iq3xxs_group_f16(const unsigned short* __restrict__ w16, long long t,
-                                                  const unsigned* gs) {
-    float v[8];
-    iq3xxs_group(w16 + (t >> 5) * 49, (int)(t & 31), gs, v);
-    uint4 w;
-    w.x = f2h(v[0]) | ((unsigned)f2h(v[1]) << 16); w.y = f2h(v[2]) | ((unsigned)f2h(v[3]) << 16);
-    w.z = f2h(v[4]) | ((unsigned)f2h(v[5]) << 16); w.w = f2h(v[6]) | ((unsigned)f2h(v[7]) << 16);
-    return w;
-}
-
-extern "C" __global__ void __launch_bounds__(256) iq3xxs_deq_f16(
-        const unsigned short* __restrict__ w16, uint4* __restrict__ out, long long n_groups) {
-    __shared__ unsigned gs[256];
-    gs[threadIdx.x] = IQ3XXS_GRID[threadIdx.x];
-    __syncthreads();
-    for (long long t = blockIdx.x * 256LL + threadIdx.x; t < n_groups; t += (long long)gridDim.x * 256)
-        out[t] = iq3xxs_group_f16(w16, t, gs);
-}
-
-// The MoE prefill's gathered dequantize (kernels/moe_cuda.gather_dequant, same arguments as the
-// tiled types' deq_*_f16 there): block row y dequantizes expert sel[y] (-1: none), found at slot
-// slot_of[sel[y]] of src0 (slot_of null: slot = expert), into out0 row y of n fp16; each thread
-// one group of 8 (GATHER_TILE = 2048 values a block).
-extern "C" __global__ void __launch_bounds__(256) iq3xxs_gather_f16(
-        const unsigned char* __restrict__ src0, long long nbytes, uint4* __restrict__ out0, long long n,
-        const int* __restrict__ sel, const int* __restrict__ slot_of) {
-    __shared__ unsigned gs[256];
-    gs[threadIdx.x] = IQ3XXS_GRID[threadIdx.x];
-    __syncthreads();
-    const int e = sel[blockIdx.y];
-    const int s = e < 0 ? -1 : (slot_of ? slot_of[e] : e);
-    const long long t = blockIdx.x * 256LL + threadIdx.x;
-    if (s < 0 || t >= (n >> 3)) return;
-    const unsigned short* w16 = (const unsigned short*)(src0 + (long long)s * nbytes);
-    out0[(long long)blockIdx.y * (n >> 3) + t] = iq3xxs_group_f16(w16, t, gs);
-}
-
-extern "C" __global__ void __launch_bounds__(256) iq3xxs_deq_f32(
-        const unsigned short* __restrict__ w16, float4* __restrict__ out, long long n_groups) {
-    __shared__ unsigned gs[256];
-    gs[threadIdx.x] = IQ3XXS_GRID[threadIdx.x];
-    __syncthreads();
-    for (long long t = blockIdx.x * 256LL + threadIdx.x; t < n_groups; t += (long long)gridDim.x * 256) {
-        float v[8];
-        iq3xxs_group(w16 + (t >> 5) * 49, (int)(t & 31), gs, v);
-        out[2 * t] = make_float4(v[0], v[1], v[2], v[3]);
-        out[2 * t + 1] = make_float4(v[4], v[5], v[6], v[7]);
-    }
-}
-"""
-
-
-def c_source_iq3_xxs():
-    return C_HELPERS + c_grid_array("IQ3XXS_GRID", "IQ3_XXS") + C_IQ3_XXS_DEQUANT
-
-
-def _ptr(a):
-    return a.ctypes.data if isinstance(a, np.ndarray) else a.data.ptr
-
-
-@functools.lru_cache(maxsize=None)
-def _raw_iq3_xxs(device):
-    import cupy
-    mod = cupy.RawModule(code=c_source_iq3_xxs(), options=("--std=c++17",))
-    sms = cupy.cuda.runtime.getDeviceProperties(device)["multiProcessorCount"]
-    return (mod.get_function("iq3xxs_deq_f16"), mod.get_function("iq3xxs_deq_f32"),
-            mod.get_function("iq3xxs_gather_f16"), sms)
-
-
-GATHER_TILE = 2048      # values a block of iq3xxs_gather_f16
-
-
-def gather_kernel_iq3_xxs(device):
-    """(iq3xxs_gather_f16, values a block) for kernels/moe_cuda.gather_dequant; None where the
-    Numba kernels serve IQ3_XXS (LITE_DEQUANT_IMPL=numba, the simulator)."""
-    return (_raw_iq3_xxs(device)[2], GATHER_TILE) if impl() == "cuda" else None
-
-
-def launch_cuda_iq3_xxs(blocks, out, stream):
-    """The CUDA C IQ3_XXS dequant; needs 2-aligned blocks and a 16-aligned out."""
-    import cupy
-    k16, k32, _, sms = _raw_iq3_xxs(cupy.cuda.runtime.getDevice())
-    n_groups = blocks.size // 98 * 32
-    grid = max(1, min(-(-n_groups // 256), sms * 8))
-    kern = k16 if out.dtype == np.float16 else k32
-    with stream if stream is not None else contextlib.nullcontext():
-        kern((grid,), (256,), (blocks, out, np.int64(n_groups)))
-
 
 def impl():
     """'cuda' (default on a GPU) or 'numba', from LITE_DEQUANT_IMPL; always 'numba' in the simulator."""
@@ -408,11 +315,16 @@ def impl():
     return "numba" if SIMULATOR else choice
 
 
+def _ptr(a):
+    return a.ctypes.data if isinstance(a, np.ndarray) else a.data.ptr
+
+
 def _register(name):
     @register_dequant(name)
     def launch(blocks, out, stream):
-        if name == "IQ3_XXS" and impl() == "cuda" and _ptr(blocks) % 2 == 0 and _ptr(out) % 16 == 0:
-            return launch_cuda_iq3_xxs(blocks, out, stream)
+        if name.startswith("IQ3_XXS") and impl() == "cuda" and _ptr(blocks) % 2 == 0 and _ptr(out) % 16 == 0:
+            from lite.kernels import dequant_iq3_cuda      # (imports this module)
+            return dequant_iq3_cuda.launch(blocks, out, stream, grouped=name == "IQ3_XXS_G4")
         return launch_numba(name, blocks, out, stream)
     return launch
 

@@ -93,7 +93,7 @@ def device_tables(name):
     """The table a kernel of type `name` reads (grid, or the IQ4 levels), on the current device."""
     if name in ("IQ4_NL", "IQ4_XS"):
         return _upload("IQ4", _device_key())
-    return _upload(name, _device_key())
+    return _upload("IQ3_XXS" if name == "IQ3_XXS_G4" else name, _device_key())   # (kernels/iq3_groups.py)
 
 
 __all__ = ["KVALUES_IQ4", "ksigns", "ksigns_formula", "grid_values", "grid_packed", "device_tables"]

@@ -180,7 +180,9 @@ LAYOUTS = layouts_from_env()
 C_MAX_N = matvec_cuda.C_MAX_N      # rows of x a launch (the register loop's N)
 
 # The float struct whose x layout qx quantizes, the integer struct, and qx's words a chunk, per type.
-TYPES = {"Q4_K": ("TQ4_K", "TQ4_KQ", 20), "Q6_K": ("TQ6_K", "TQ6_KQ", 24), "IQ3_XXS": ("TIQ3_XXS", "TIQ3_XXSQV", 20)}
+# IQ3_XXS_G4: IQ3_XXS's blocks regrouped by the GPU backend (kernels/iq3_groups.py), the same x.
+TYPES = {"Q4_K": ("TQ4_K", "TQ4_KQ", 20), "Q6_K": ("TQ6_K", "TQ6_KQ", 24), "IQ3_XXS": ("TIQ3_XXS", "TIQ3_XXSQV", 20),
+         "IQ3_XXS_G4": ("TIQ3_XXS", "TIQ3_XXSG", 20)}
 # (rows a CTA, prefetch) of every mvq launch, the decode epilogue kernels' (matvec_epilogue) too:
 # the fastest at each of the 8B decode's Q4_K shapes in session 7's sweep (call 2: 4096x14336
 # 14.1 us with the quantizer, mvf 20.7; 28672x4096 22.8 / 30.8; 6144x4096 8.7 / 8.4; 4096x4096
@@ -189,8 +191,9 @@ TYPES = {"Q4_K": ("TQ4_K", "TQ4_KQ", 20), "Q6_K": ("TQ6_K", "TQ6_KQ", 24), "IQ3_
 # 4 shapes (us, float mv<TQ6_K, 4> after the slash): 4096x14336 19.8 / 20.8, 14336x4096 19.3 /
 # 20.3, 128256x4096 (the 8B's output head) 129.0 / 158.5; in layout 1 (the default) 2 rows (session
 # 8, calls 2-3: 4096x14336 18.1 us against 22.9 at 4 rows, the head 125.0 / 145.1, 4096x4096 7.4 /
-# 8.4). IQ3_XXS: 4 rows (call 3, TIQ3_XXSQV<1, 2>: 15.9 us at 4096x14336, 18.8 at 2 rows, 21.3 at 8).
-CONFIGS = {"Q4_K": (2, 0), "Q6_K": (2, 0) if LAYOUTS[24] else (4, 0), "IQ3_XXS": (4, 0)}
+# 8.4). IQ3_XXS: 4 rows (call 3, TIQ3_XXSQV<1, 2>: 15.9 us at 4096x14336, 18.8 at 2 rows, 21.3 at 8);
+# IQ3_XXS_G4 4 rows too (session 9, call 3: 15.0 us at 4096x14336, 16.8 at 2 rows, 19.7 at 8).
+CONFIGS = {"Q4_K": (2, 0), "Q6_K": (2, 0) if LAYOUTS[24] else (4, 0), "IQ3_XXS": (4, 0), "IQ3_XXS_G4": (4, 0)}
 # The types whose dense decode products (matvec_cuda.launch without a config, matvec_epilogue's mve,
 # matvec_iq.launch_cuda for IQ3_XXS) quantize x and take mvq, and the MoE experts' (LITE_MOE_Q8
 # below). LITE_MATVEC_Q8: 1 (default) all three, 0 none, or a list ("Q4_K,Q6_K").
@@ -204,9 +207,9 @@ def enabled_from_env(text=None):
     if text == "0":
         return ()
     types = tuple(t.strip() for t in text.split(",") if t.strip())
-    bad = [t for t in types if t not in TYPES]
+    bad = [t for t in types if t not in DEFAULT_TYPES]
     if bad:
-        raise SettingError(f"LITE_MATVEC_Q8: no integer-dot kernel for {', '.join(bad)} (have {', '.join(TYPES)}); "
+        raise SettingError(f"LITE_MATVEC_Q8: no integer-dot kernel for {', '.join(bad)} (have {', '.join(DEFAULT_TYPES)}); "
                          "use 1, 0 or a list of those")
     return types
 
@@ -227,8 +230,9 @@ def record_words(chunks, rw, layout=None):
 
 
 def applies(qtype):
-    """True when qtype's decode products take mvq (LITE_MATVEC_Q8 names it)."""
-    return qtype in ENABLED
+    """True when qtype's decode products take mvq (LITE_MATVEC_Q8 names it; IQ3_XXS_G4: always,
+    its only kernel, which the backend uses only where IQ3_XXS's applies: iq3_groups.applies)."""
+    return qtype in ENABLED or qtype == "IQ3_XXS_G4"
 
 
 # LITE_MOE_Q8 (default 1 since session 8; 0 off): the MoE decode experts' moe_mvw (kernels/moe_mvw.py)
@@ -249,7 +253,9 @@ def config(qtype):
 
 def struct(qtype):
     """The integer struct of qtype's mvq kernels (IQ3_XXS: with its table placement, matvec_q8_iq3.TABLES)."""
-    return matvec_q8_iq3.struct_name() if qtype == "IQ3_XXS" else TYPES[qtype][1]
+    if qtype.startswith("IQ3_XXS"):
+        return matvec_q8_iq3.struct_name(grouped=qtype == "IQ3_XXS_G4")
+    return TYPES[qtype][1]
 
 
 def in_name(kernel_name):
@@ -260,7 +266,7 @@ def in_name(kernel_name):
 
 def c_source(qtype="Q4_K"):
     """The module text of qtype's quantizer and mvq kernels."""
-    if qtype == "IQ3_XXS":
+    if qtype.startswith("IQ3_XXS"):
         from lite.kernels import matvec_iq_v2       # matvec_iq's structs and v2's tables
         return matvec_iq_v2.c_source() + layout_define() + C_Q8_BASE + matvec_q8_iq3.c_text()
     return matvec_cuda.c_source() + layout_define() + C_Q8
@@ -269,7 +275,7 @@ def c_source(qtype="Q4_K"):
 def structs(qtype, tables=False):
     """The text that adds qtype's integer struct to a module holding its float struct (moe_mvw's);
     tables: also v2's IQ3_XXS tables (a module without them)."""
-    if qtype == "IQ3_XXS":
+    if qtype.startswith("IQ3_XXS"):
         from lite.kernels import matvec_iq_v2
         return (matvec_iq_v2.c_tables() if tables else "") + layout_define() + C_Q8_BASE + matvec_q8_iq3.c_text()
     return layout_define() + C_Q8
@@ -287,8 +293,8 @@ def quantize_name(qtype):
 def kernel_name(qtype, n, rows=8, prefetch=0, tables=None):
     """mv over quantized x; IQ3_XXS: matvec_iq_v2's mv_iq2 (mv with the struct's table fill first).
     tables: IQ3_XXS's (GC, SC) instead of matvec_q8_iq3.TABLES."""
-    if qtype == "IQ3_XXS":
-        return f"mv_iq2<{matvec_q8_iq3.struct_name(tables)}, {n}, {rows}, {prefetch}>"
+    if qtype.startswith("IQ3_XXS"):
+        return f"mv_iq2<{matvec_q8_iq3.struct_name(tables, qtype == 'IQ3_XXS_G4')}, {n}, {rows}, {prefetch}>"
     return f"mv<{TYPES[qtype][1]}, {n}, {rows}, {prefetch}>"
 
 

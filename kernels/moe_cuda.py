@@ -168,10 +168,10 @@ def mv_kernel(qtype, n):
 
 def gather_dequant_kernel(qtype):
     """(kernel, tile_elems) or None when the type has no CUDA C dequantize to gather with (the tiled
-    scheme's types, and IQ3_XXS's own kernel: kernels/dequant_iq.py)."""
+    scheme's types, and IQ3_XXS's own kernel: kernels/dequant_iq3_cuda.py)."""
     if qtype == "IQ3_XXS":
-        from lite.kernels import dequant_iq
-        return dequant_iq.gather_kernel_iq3_xxs(_dev())
+        from lite.kernels import dequant_iq3_cuda
+        return dequant_iq3_cuda.gather_kernel(_dev())
     return _gather_dequant_kernel(_dev(), qtype)
 
 

@@ -22,8 +22,18 @@ class QuantInfo:
     type_size: int     # bytes per block
 
 
+# Layouts of a GGUF type's blocks that only the GPU backend makes, by a name of their own so that
+# the kernels that read them are found by it: the same bytes regrouped, the same size a block.
+# IQ3_XXS_G4 (kernels/iq3_groups.py): a row's IQ3_XXS blocks by fours, each field together.
+GPU_LAYOUTS = {"IQ3_XXS_G4": "IQ3_XXS"}
+
+
 def quant_info(qtype) -> QuantInfo:
-    """QuantInfo for a type given by name ("Q4_K"), GGMLQuantizationType, or its integer id."""
+    """QuantInfo for a type given by name ("Q4_K"), GGMLQuantizationType, or its integer id; also
+    the GPU_LAYOUTS names (their GGUF type's sizes)."""
+    if isinstance(qtype, str) and qtype.upper() in GPU_LAYOUTS:
+        base = quant_info(GPU_LAYOUTS[qtype.upper()])
+        return QuantInfo(qtype.upper(), base.block_elems, base.type_size)
     try:
         if isinstance(qtype, str):
             t = GGMLQuantizationType[qtype.upper()]

@@ -57,6 +57,8 @@ class Preset:
 PRESETS = {
     "llama": {
         "tiny": Preset(4, 256, 4, 2, 64, 512, 512, 496, 2048, 500000.0, 1e-5),
+        # every matrix's rows a multiple of 1024 values: the GPU's regrouped IQ3_XXS (kernels/iq3_groups.py)
+        "small": Preset(2, 1024, 8, 4, 128, 2048, 512, 496, 2048, 500000.0, 1e-5),
         "8b": Preset(32, 4096, 32, 8, 128, 14336, 128256, 128000, 8192, 500000.0, 1e-5),   # Llama 3.0 8B
     },
     "qwen3": {

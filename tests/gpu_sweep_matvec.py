@@ -30,7 +30,7 @@ from gpu_bench_matvec import gtime, stream  # noqa: E402  (the graph timer and i
 from kernel_blocks import random_blocks  # noqa: E402
 
 from lite.kernels import matvec_cuda as mc, matvec_half as mh, matvec_iq as mi, matvec_q8 as mq, matvec_staged as ms, quant_info  # noqa: E402
-from lite.kernels import matvec_q8_iq3 as miq3  # noqa: E402
+from lite.kernels import iq3_groups, matvec_q8_iq3 as miq3  # noqa: E402
 
 SHAPES = [(4096, 14336), (14336, 4096), (4096, 4096)]
 VARIANTS = [("mvs", 8, 3), ("mvs", 4, 3), ("mvp", 2), ("mvp", 4), ("mvp", 8)]
@@ -61,7 +61,7 @@ IQ_V2_VARIANTS = [("v2", 8, 0), ("v2", 8, 1), ("v2", 4, 0), ("v2", 4, 1), ("v2p"
 # trailing p: the product alone, as mvq80p.
 IQ3_Q8_VARIANTS = [(r, p, gc, sc, False) for r, p in ((4, 0), (8, 0), (4, "p"), (8, "p"), (2, 0), (4, 1))
                    for gc, sc in ((0, 0), (1, 1), (2, 1), (4, 1), (8, 1), (1, 2), (4, 2), (0, 2), (16, 1), (32, 2))]
-# The grouped-layout experiment (matvec_q8_iq3.TIQ3_XXSG over repack_groups' bytes, cols a multiple
+# The grouped-layout experiment (matvec_q8_iq3.TIQ3_XXSG over iq3_groups.repack's bytes, cols a multiple
 # of 1024): labels with g for t, e.g. mvq40g12, mvq40g322 (32 grid copies: conflict-free lookups).
 IQ3_Q8_VARIANTS += [(r, p, gc, sc, True) for r, p in ((4, 0), (8, 0), (2, 0), (4, 1), (4, "p"))
                     for gc, sc in ((1, 2), (0, 2), (32, 2), (0, 0))]
@@ -172,7 +172,7 @@ def _iq3_q8(dev, only):
     quant_name = mq.quantize_name("IQ3_XXS")
     mod = mq._module(dev, "IQ3_XXS", (quant_name,) + tuple(t[-1] for t in todo), pdl.source_head())
     quant = mod.get_function(quant_name)
-    packed = {}   # id(raw weights) -> (raw, the same repacked by repack_groups): made on a first call, outside capture
+    packed = {}   # id(raw weights) -> (raw, the same repacked by iq3_groups.repack): made on a first call, outside capture
     for label, r, p, grouped, name in todo:
         f = mod.get_function(name)
         cap = ms.prepare(f, 0, dev) if p == "p" else None
@@ -183,7 +183,7 @@ def _iq3_q8(dev, only):
         def product(w, x, o, rows, cols, f=f, r=r, cap=cap, xq=xq, grouped=grouped):
             if grouped:
                 if id(w) not in packed:   # (not setdefault: its default, the repack, runs on every call)
-                    packed[id(w)] = (w, miq3.repack_groups(w, rows, cols))
+                    packed[id(w)] = (w, iq3_groups.repack(w, rows, cols))
                 w = packed[id(w)][1]
             grid = min(-(-rows // r), cap) if cap else -(-rows // r)
             pdl.call(f, (grid,), (128,), (w, xq[id(x)][1], o, np.int32(rows), np.int32(cols)))

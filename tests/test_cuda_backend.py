@@ -214,3 +214,20 @@ def test_folded_norms_match_the_separate_launches(tmp_path, monkeypatch, arch, q
     engines = _on_off_agree(path, lambda on: monkeypatch.setenv("LITE_FOLD_NORM", "1" if on else "0"),
                             split)
     assert all(b.ops.fold_norm == on for on, e in engines.items() for b in e.stages)
+
+
+def test_regrouped_iq3xxs_weights_match_cpu_and_the_file_layout(tmp_path, monkeypatch):
+    """LITE_IQ3_REGROUP (default on: lite/backends/cuda.py _regroup_iq3, kernels/iq3_groups.py): the
+    IQ3_XXS matrices (q/k/v stacked, gate/up, o, down: every row whole groups at this shape) stored
+    regrouped, read by the decode products (TIQ3_XXSG) and the prefill's dequantize: against the
+    CPU, and against the file's layout (the same integer sums: the logits agree to _on_off_agree's
+    tolerance)."""
+    from lite.backends import cuda as cuda_backend
+    path = str(tmp_path / "m.gguf")
+    synth("llama", "small", "IQ3_XXS", path, seed=4)
+    kinds = {w.qtype for w in Engine(path, device="cuda", max_context=64).stages[0].ops.w.values()}
+    assert "IQ3_XXS_G4" in kinds and "IQ3_XXS" not in kinds, kinds
+    got, want = compare(path, list(range(5, 45)), 12)
+    assert got[0] == want[0]
+    assert sum(a == b for a, b in zip(got, want)) >= len(want) // 2
+    _on_off_agree(path, lambda on: monkeypatch.setattr(cuda_backend, "IQ3_REGROUP", on))

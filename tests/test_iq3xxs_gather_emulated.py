@@ -1,4 +1,5 @@
-"""IQ3_XXS's gathered dequantize for the MoE prefill (kernels/dequant_iq.py iq3xxs_gather_f16, taken
+"""IQ3_XXS's CUDA C dequantize (kernels/dequant_iq3_cuda.py), run on the host: the whole-tensor kernels
+in both layouts (the file's, and IQ3_XXS_G4, kernels/iq3_groups.py), and the gathered dequantize for the MoE prefill (kernels/dequant_iq3_cuda.py iq3xxs_gather_f16, taken
 by kernels/moe_cuda.gather_dequant_kernel): its CUDA C run on the host through
 tests/cuda_c_emulator.py, against gguf-py's dequantize rounded to fp16.
 
@@ -13,7 +14,7 @@ import cuda_c_emulator as emu
 from kernel_blocks import random_blocks, reference
 from test_kernels_matvec_emulated import HOST_SHIMS
 
-from lite.kernels import dequant_iq
+from lite.kernels import dequant_iq, dequant_iq3_cuda
 
 pytestmark = pytest.mark.skipif(not emu.available(), reason="needs g++ (C++20)")
 
@@ -26,7 +27,7 @@ E, ELEMS = 5, 3 * 256 * 4                      # experts; values an expert (not 
 @pytest.fixture(scope="module")
 def lib():
     return emu.compile_kernels(HOST_SHIMS + SHIMS + dequant_iq.c_grid_array("IQ3XXS_GRID", "IQ3_XXS")
-                               + dequant_iq.C_IQ3_XXS_DEQUANT)
+                               + dequant_iq3_cuda.C_IQ3_XXS_DEQUANT)
 
 
 @pytest.mark.parametrize("slots", [False, True])
@@ -43,10 +44,29 @@ def test_gathered_rows_are_the_selected_experts(lib, slots):
     else:
         src, slot_of = blocks, None
     out = np.full((len(sel), ELEMS), 7, np.float16)                 # 7: rows never written
-    grid = (-(-ELEMS // dequant_iq.GATHER_TILE), len(sel))
+    grid = (-(-ELEMS // dequant_iq3_cuda.GATHER_TILE), len(sel))
     lib.launch("iq3xxs_gather_f16", grid, (256,), src, np.int64(ebytes), out, np.int64(ELEMS), sel,
                slot_of)
     for y, e in enumerate(sel):
         written = e >= 0 and (slot_of is None or slot_of[e] >= 0)
         expect = want[e] if written else np.full(ELEMS, 7, np.float16)
         assert np.array_equal(out[y].view(np.uint16), expect.view(np.uint16)), (y, e)
+
+
+@pytest.mark.parametrize("grouped", [False, True])
+def test_whole_tensor_kernels_both_layouts(lib, grouped):
+    """iq3xxs_deq_f16 / _f32 over the file's blocks and iq3xxs_g4_deq_* over the same regrouped:
+    gguf-py's values, exactly in fp32, rounded to fp16 (a grid-stride loop: fewer threads than groups)."""
+    from lite.kernels import iq3_groups
+    rows, cols = 3, 2048
+    blocks = random_blocks("IQ3_XXS", rows * cols // 256, np.random.default_rng(11 + grouped))
+    src = iq3_groups.repack(blocks, rows, cols) if grouped else blocks
+    want = reference(blocks, "IQ3_XXS")
+    n_groups = np.int64(rows * cols // 8)
+    name = "iq3xxs_g4_deq" if grouped else "iq3xxs_deq"
+    out16 = np.zeros(rows * cols, np.float16)
+    lib.launch(f"{name}_f16", (2,), (256,), src, out16, n_groups)
+    assert np.array_equal(out16.view(np.uint16), want.astype(np.float16).view(np.uint16))
+    out32 = np.zeros(rows * cols, np.float32)
+    lib.launch(f"{name}_f32", (2,), (256,), src, out32, n_groups)
+    assert np.array_equal(out32, want)

@@ -125,3 +125,42 @@ def test_iq3_xxs_cuda_c_kernels_match_float64(config):
         matvec_iq.launch_cuda("IQ3_XXS", cupy.asarray(blocks), cupy.asarray(x[:n]), out, rows, cols, None,
                               config=config)
         assert np.all(np.abs(out.get() - expect[:n]) <= 1e-5 * scale[:n] + 1e-4 * np.abs(expect[:n]))
+
+
+def test_regrouped_iq3xxs_dequantizes_as_the_file_layout():
+    """IQ3_XXS_G4 (kernels/iq3_groups.py: a row's blocks by fours, each field together): the same
+    values as the file's blocks, whole rows and a row range (the embedding's lookups), exactly in
+    fp32 and fp16. In CI the Numba kernel (dequant_iq._p_iq3_xxs_g4), on a GPU the CUDA C one."""
+    from lite.kernels import iq3_groups
+    rng = np.random.default_rng(41)
+    rows, cols = 3, 2048
+    blocks = random_blocks("IQ3_XXS", rows * cols // 256, rng)
+    grouped = iq3_groups.repack(blocks, rows, cols)
+    dev = _to_device(grouped)
+    out32 = _to_host(K.dequantize(dev, iq3_groups.NAME, np.float32))
+    np.testing.assert_array_equal(out32, reference(blocks, "IQ3_XXS"))
+    out16 = _to_host(K.dequantize(dev, iq3_groups.NAME, np.float16))
+    np.testing.assert_array_equal(out16.view(np.uint16), reference_f16(blocks, "IQ3_XXS").view(np.uint16))
+    rb = grouped.size // rows                              # row 1 alone
+    one = _to_host(K.dequantize(dev[rb:2 * rb], iq3_groups.NAME, np.float32))
+    np.testing.assert_array_equal(one, reference(blocks, "IQ3_XXS")[cols:2 * cols])
+
+
+def test_regrouped_iq3xxs_matvec_matches_float64_or_refuses():
+    """The decode product of IQ3_XXS_G4 weights (qx + mv_iq2<TIQ3_XXSG>) on the GPU, within the
+    bound of the raw layout's; without the GPU kernels (CI) a clear error, never wrong numbers."""
+    from lite.kernels import iq3_groups
+    rng = np.random.default_rng(43)
+    rows, cols = 5, 3072
+    blocks = random_blocks("IQ3_XXS", rows * cols // 256, rng)
+    x = rng.standard_normal((2, cols)).astype(np.float32)
+    dev, xd = _to_device(iq3_groups.repack(blocks, rows, cols)), _to_device(x)
+    if not iq3_groups.applies():
+        with pytest.raises(ValueError, match="integer-dot"):
+            K.matvec(dev, iq3_groups.NAME, xd, rows, cols)
+        return
+    w = reference(blocks, "IQ3_XXS").astype(np.float64).reshape(rows, cols)
+    expect = x.astype(np.float64) @ w.T
+    got = _to_host(K.matvec(dev, iq3_groups.NAME, xd, rows, cols))
+    scale = np.abs(x.astype(np.float64)) @ np.abs(w).T + 1e-30
+    assert np.all(np.abs(got - expect) <= 1e-3 * scale)

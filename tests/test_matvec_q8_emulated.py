@@ -10,7 +10,7 @@ import cuda_c_emulator as emu
 from kernel_blocks import random_blocks, reference
 from test_kernels_matvec_emulated import HOST_SHIMS
 
-from lite.kernels import matvec_cuda, matvec_q8, quant_info
+from lite.kernels import iq3_groups, matvec_cuda, matvec_q8, quant_info
 
 pytestmark = pytest.mark.skipif(not emu.available(), reason="needs g++ (C++20)")
 
@@ -264,15 +264,18 @@ def test_q8_switch_routes_the_decode_products(monkeypatch):
 
 def test_kernel_names_tell_which_modules_need_the_integer_structs(monkeypatch):
     """matvec_epilogue's and moe_mvw's kernel caches build a module's source from the kernel's name:
-    every integer struct's name, IQ3_XXS's included, must ask for structs(); float names must not."""
+    every integer struct's name, IQ3_XXS's included, must ask for structs(); float names must not.
+    (IQ3_XXS_G4, the regrouped layout, has dense products only: experts keep the file's layout.)"""
     from lite.kernels import matvec_epilogue, moe_mvw
-    monkeypatch.setattr(matvec_q8, "ENABLED", tuple(matvec_q8.TYPES))
+    monkeypatch.setattr(matvec_q8, "ENABLED", matvec_q8.DEFAULT_TYPES)
     monkeypatch.setattr(matvec_q8, "MOE", True)
-    for qt in matvec_q8.TYPES:
+    for qt in matvec_q8.DEFAULT_TYPES:
         assert matvec_q8.in_name(moe_mvw.name(qt, 768)) and matvec_q8.in_name(moe_mvw.name(qt, 2048, "silu"))
     assert matvec_q8.in_name(matvec_epilogue.kernel_name("Q4_K", 1, 2, 0, 1))
+    assert matvec_q8.in_name(matvec_q8.kernel_name("IQ3_XXS_G4", 1, 4, 0))
+    assert "TIQ3_XXSG<" in matvec_q8.kernel_name("IQ3_XXS_G4", 1, 4, 0)
     monkeypatch.setattr(matvec_q8, "ENABLED", ())
-    for qt in matvec_q8.TYPES:
+    for qt in matvec_q8.DEFAULT_TYPES:
         assert not matvec_q8.in_name(moe_mvw.name(qt, 768))
     assert not matvec_q8.in_name(matvec_epilogue.kernel_name("Q4_K", 1, 8, 0, 1))
 
@@ -353,7 +356,7 @@ IQ3_KERNELS = [(1, 4, 0, (0, 0)), (1, 8, 0, (0, 0)), (2, 4, 0, (0, 0)), (1, 2, 1
                (1, 4, 0, (4, 2)), (2, 4, 0, (8, 2)), (1, 4, 0, (0, 2)), (1, 8, 1, (16, 1)), (1, 4, "mvp", (2, 2)), (2, 2, 0, (1, 2)), (2, 4, 1, (1, 2))]
 
 
-# The grouped-layout experiment (matvec_q8_iq3.TIQ3_XXSG over repack_groups' bytes; sweep only).
+# The grouped-layout experiment (matvec_q8_iq3.TIQ3_XXSG over iq3_groups.repack's bytes; sweep only).
 IQ3_GROUPED = [(1, 4, 0, (1, 2)), (2, 4, 0, (0, 0)), (1, 8, 1, (32, 2))]
 
 
@@ -407,13 +410,12 @@ def test_iq3xxs_mvq_matches_float64(iq3_lib, k, shape):
 def test_iq3xxs_grouped_layout_matches_float64(iq3_lib, k, shape):
     """TIQ3_XXSG over the repacked bytes computes what the raw layout does: float64 of gguf-py's
     dequantize of the raw blocks, within the same bound."""
-    from lite.kernels import matvec_q8_iq3
     n, r, _, _ = IQ3_GROUPED[k]
     rows, cols = shape
     rng = np.random.default_rng(rows * 5 + n)
     blocks = random_blocks("IQ3_XXS", rows * cols // 256, rng)
     w = reference(blocks, "IQ3_XXS").astype(np.float64).reshape(rows, cols)
-    packed = matvec_q8_iq3.repack_groups(blocks, rows, cols)
+    packed = iq3_groups.repack(blocks, rows, cols)
     assert packed.nbytes == blocks.nbytes and not np.array_equal(packed, blocks.reshape(-1))
     x = _x(n, cols, rng)
     ref, scale = x.astype(np.float64) @ w.T, np.abs(x).astype(np.float64) @ np.abs(w).T
@@ -424,10 +426,11 @@ def test_iq3xxs_grouped_layout_matches_float64(iq3_lib, k, shape):
     assert np.all(err <= 1e-3 * np.abs(ref) + 1e-5 * scale + quant_bound("IQ3_XXS", x, w)), np.max(err / (np.abs(ref) + 1e-30))
 
 
-def test_repack_groups_needs_whole_groups():
-    from lite.kernels import matvec_q8_iq3
+def test_regroup_needs_whole_groups_and_unpacks():
     with pytest.raises(ValueError, match="1024"):
-        matvec_q8_iq3.repack_groups(np.zeros(3 * 98, np.uint8), 1, 768)
+        iq3_groups.repack(np.zeros(3 * 98, np.uint8), 1, 768)
+    blocks = random_blocks("IQ3_XXS", 3 * 8, np.random.default_rng(3))
+    assert np.array_equal(iq3_groups.unpack(iq3_groups.repack(blocks, 3, 2048), 3, 2048), blocks.reshape(-1))
 
 
 @pytest.mark.skipif(not _gpu(), reason="needs a CUDA GPU (the CUDA C text runs above under the emulator)")

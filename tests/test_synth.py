@@ -184,7 +184,7 @@ def test_lite_cpu_forward_gives_finite_spread_logits(tiny, arch):
 def test_bad_arguments_raise_clear_errors(tmp_path):
     with pytest.raises(SynthError, match="unknown architecture"):
         plan("gpt5", "tiny", "Q4_K")
-    with pytest.raises(SynthError, match="unknown preset 'huge' for llama; choose one of tiny, 8b"):
+    with pytest.raises(SynthError, match="unknown preset 'huge' for llama; choose one of tiny, small, 8b"):
         plan("llama", "huge", "Q4_K")
     with pytest.raises(SynthError, match="unsupported quant type 'Q9_K'"):
         plan("llama", "tiny", "Q9_K")
