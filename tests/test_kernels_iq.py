@@ -90,10 +90,11 @@ def test_cuda_c_matches_numba_on_gpu(name, monkeypatch):
     rows, cols = 37, 2048                      # rows not a multiple of the 4 a CUDA block takes
     blocks = cupy.asarray(random_blocks(name, rows * cols // 256, rng))
     x = cupy.asarray(rng.standard_normal((5, cols)).astype(np.float32))
-    from lite.kernels import matvec_staged
-    used = []
-    real = matvec_staged.launch
+    from lite.kernels import matvec_q8, matvec_staged
+    used, q8 = [], []
+    real, real_q8 = matvec_staged.launch, matvec_q8.launch
     monkeypatch.setattr(matvec_staged, "launch", lambda *a, **k: used.append(1) or real(*a, **k))
+    monkeypatch.setattr(matvec_q8, "launch", lambda *a, **k: q8.append(1) or real_q8(*a, **k))
     results = {}
     for impl in ("cuda", "numba"):
         monkeypatch.setenv("LITE_MATVEC_IMPL", impl)
@@ -103,8 +104,11 @@ def test_cuda_c_matches_numba_on_gpu(name, monkeypatch):
     np.testing.assert_allclose(results["cuda"][0], results["numba"][0], rtol=1e-4,
                                atol=1e-4 * np.abs(results["numba"][0]).max())
     np.testing.assert_array_equal(results["cuda"][1].view(np.uint16), results["numba"][1].view(np.uint16))
-    # IQ3_XXS rows here are 784 bytes (16-aligned): a staged or persistent default must have run
-    assert bool(used) == (matvec_iq.DEFAULT.get(name, ("reg",))[0] != "reg"), used
+    # IQ3_XXS: the integer-dot kernel (kernels/matvec_q8.py, the default since session 8) must have
+    # run; else (LITE_MATVEC_Q8 without it) its rows here are 784 bytes (16-aligned): a staged or
+    # persistent default must have (this test asserted only the latter until session 9's GPU run)
+    assert bool(q8) == matvec_q8.applies(name), q8
+    assert bool(used) == (not q8 and matvec_iq.DEFAULT.get(name, ("reg",))[0] != "reg"), used
 
 
 @pytest.mark.skipif(K.SIMULATOR, reason="the CUDA C kernels run only on a GPU")
