@@ -15,9 +15,7 @@ C_Q8_IQ3 = r"""
 IQ3XXS_SMASK2_ARRAY
 // GC: copies of the grid in shared memory, interleaved (lane l reads copy l % GC; 0: the grid read
 // through L1); SC: the sign masks read through L1 (0), from shared memory (1) or computed (2: parity
-// by __popc, 4 sign bits to 4 byte masks by one multiply; 3: no masks, GC 0: one 16 KB table of every
-// grid entry under every 4 signs, IQ3XXS_SGRID, indexed by entry << 4 | signs: a lookup applies a
-// word's signs; session 9 experiment, sweep only). Why (session 8): a warp's 32 random
+// by __popc, 4 sign bits to 4 byte masks by one multiply). Why (session 8): a warp's 32 random
 // lookups through L1 touch most of a 1 KB table's 8 lines, about a cycle of L1 each, 12 lookups a
 // row and chunk: at 4096x14336 that alone is ~20 us of L1 time, what mvq took with (0, 0). Also
 // tried in session 8 and deleted: one 16 KB shared table of every grid entry under every 4 signs as
@@ -25,19 +23,19 @@ IQ3XXS_SMASK2_ARRAY
 // conflicts); the masks through PRMT's sign-replicate mode and one LOP3 (call 7: 562 SASS
 // instructions in the 4-row loop against 610, 16.4 against 16.5 us, decode even). Nsight Compute on
 // (1, 2) (call 8): L1/TEX 76% busy (the 16-bit block loads use 10 of a sector's 32 bytes; the grid
-// lookups meet 3.1-way bank conflicts), issue 54%.
+// lookups meet 3.1-way bank conflicts), issue 54%. Session 9 (call 9, on the regrouped layout):
+// one 16 KB shared table of every grid entry under every 4 signs, filled from a global copy (a lookup
+// applies a word's signs: 437 SASS instructions in the 4-row loop against 556) lost again: 15.7 /
+// 19.1 us at 4096x14336 / 14336x4096 against 15.0 / 14.9, 8B decode 328.7 / 324.7 against 359.5 /
+// 358.4 tok/s; deleted.
 template <int GC, int SC>
 struct TIQ3_XXSQV : TIQ3_XXS {   // TIQ3_XXS's block layout, Raw and loads; x as qx<TIQ3_XXS, 20>'s records
     __device__ static __forceinline__ unsigned* tables() {
-        __shared__ uint4 t[(GC > 0 ? 64 * GC : 0) + (SC == 1 ? 64 : 0) + (SC == 3 ? 1024 : 0) + 1];   // uint4: 16-byte aligned
+        __shared__ uint4 t[(GC > 0 ? 64 * GC : 0) + (SC == 1 ? 64 : 0) + 1];   // uint4: 16-byte aligned
         return (unsigned*)t;
     }
     __device__ static __forceinline__ void init() {
-        if constexpr (SC == 3) {
-            uint4* t = (uint4*)tables();
-            for (int i = threadIdx.x; i < 1024; i += blockDim.x) t[i] = IQ3XXS_SGRID[i];
-            __syncthreads();
-        } else if constexpr (GC > 0 || SC == 1) {
+        if constexpr (GC > 0 || SC == 1) {
             unsigned* t = tables();
             for (int i = threadIdx.x; i < 256 * GC; i += blockDim.x) t[i] = IQ3XXS_GRID64[i / (GC > 0 ? GC : 1)];
             if constexpr (SC == 1)
@@ -67,19 +65,10 @@ struct TIQ3_XXSQV : TIQ3_XXS {   // TIQ3_XXS's block layout, Raw and loads; x as
         for (int l = 0; l < 4; l++) {   // sign group l: grid entries 2l, 2l+1, values 8l..8l+7 (run l / 2)
             const unsigned qq = (l < 2 ? r.q0 : r.q1) >> (16 * (l & 1));
             const unsigned e = (r.aux >> (7 * l)) & 127u;
-            unsigned u0, u1;
-            if constexpr (SC == 3) {     // the signed table: entry << 4 | the word's 4 signs
-                const unsigned s = e | ((__popc(e) & 1u) << 7);
-                const unsigned* t = tables();
-                u0 = t[((qq & 255u) << 4) | (s & 15u)];
-                u1 = t[(((qq >> 8) & 255u) << 4) | (s >> 4)];
-            } else {
-                u0 = grid(qq & 255u);
-                u1 = grid((qq >> 8) & 255u);
-                const uint2 m = masks(e);
-                u0 -= 2u * (u0 & m.x);
-                u1 -= 2u * (u1 & m.y);
-            }
+            unsigned u0 = grid(qq & 255u), u1 = grid((qq >> 8) & 255u);
+            const uint2 m = masks(e);
+            u0 -= 2u * (u0 & m.x);
+            u1 -= 2u * (u1 & m.y);
             const int h = l >> 1;
             const unsigned h0 = (l & 1) ? hx[h].z : hx[h].x, h1 = (l & 1) ? hx[h].w : hx[h].y;
             const unsigned l0 = (l & 1) ? lx[h].z : lx[h].x, l1 = (l & 1) ? lx[h].w : lx[h].y;
@@ -118,10 +107,9 @@ def parse_tables(text):
         gc, sc = (int(v) for v in text.split(","))
     except ValueError:
         gc = sc = -1
-    if gc not in (0, 1, 2, 4, 8, 16, 32) or sc not in (0, 1, 2, 3) or (sc == 3 and gc):
+    if gc not in (0, 1, 2, 4, 8, 16, 32) or sc not in (0, 1, 2):
         raise SettingError(f"LITE_IQ3_Q8={text!r}: expected GC,SC with GC in 0,1,2,4,8,16,32 (grid copies in "
-                         "shared memory; 0: through L1) and SC 0 (sign masks through L1), 1 (shared) or 2 "
-                         "(computed), or 0,3 (one table of signed grid words)")
+                         "shared memory; 0: through L1) and SC 0 (sign masks through L1), 1 (shared) or 2 (computed)")
     return gc, sc
 
 
@@ -140,22 +128,9 @@ def struct_name(tables=None, grouped=False):
 
 
 def c_text():
-    """C_Q8_IQ3 with its sign-mask table (matvec_iq_v2's masks as uint2, one load a group) and the
-    signed grid (signed_grid(), as uint4)."""
+    """C_Q8_IQ3 with its sign-mask table (matvec_iq_v2's masks as uint2, one load a group)."""
     from lite.kernels import matvec_iq_v2
     m = matvec_iq_v2.sign_masks()
     body = ", ".join(f"{{{int(a):#x}u, {int(b):#x}u}}" for a, b in m)
-    sg = ", ".join("{" + ", ".join(f"{int(v):#x}u" for v in q) + "}" for q in signed_grid().reshape(1024, 4))
-    return C_Q8_IQ3.replace("IQ3XXS_SMASK2_ARRAY", f"__device__ const uint2 IQ3XXS_SMASK2[128] = {{{body}}};\n"
-                            f"__device__ const uint4 IQ3XXS_SGRID[1024] = {{{sg}}};")
-
-
-def signed_grid():
-    """(4096,) uint32: entry (g << 4) | s is matvec_iq_v2.grid64()'s word g (bytes 64 + v) with byte j
-    as 64 - v where bit j of s is set (TIQ3_XXSQV<0, 3>'s table)."""
-    import numpy as np
-    from lite.kernels import matvec_iq_v2
-    b = matvec_iq_v2.grid64().view(np.uint8).reshape(256, 1, 4).astype(np.int32)
-    neg = (np.arange(16)[:, None] >> np.arange(4)[None, :]) & 1            # (16 sign nibbles, 4 bytes)
-    return np.where(neg[None], 128 - b, b).astype(np.uint8).reshape(4096, 4).view(np.uint32).reshape(-1)
+    return C_Q8_IQ3.replace("IQ3XXS_SMASK2_ARRAY", f"__device__ const uint2 IQ3XXS_SMASK2[128] = {{{body}}};")
 

@@ -64,9 +64,7 @@ IQ3_Q8_VARIANTS = [(r, p, gc, sc, False) for r, p in ((4, 0), (8, 0), (4, "p"), 
 # The regrouped layout (matvec_q8_iq3.TIQ3_XXSG over iq3_groups.repack's bytes, cols a multiple of
 # 1024; the GPU backend's since session 9): labels with g for t, e.g. mvq40g12 (the default), mvq40g322.
 IQ3_Q8_VARIANTS += [(r, p, gc, sc, True) for r, p in ((4, 0), (8, 0), (2, 0), (4, 1), (4, "p"))
-                    for gc, sc in ((1, 2), (0, 2), (32, 2), (0, 0), (0, 3))]
-# Session 9: (0, 3), one 16 KB table of signed grid words (a lookup applies a word's 4 signs), on both layouts.
-IQ3_Q8_VARIANTS += [(r, p, 0, 3, False) for r, p in ((4, 0), (8, 0), (4, "p"))]
+                    for gc, sc in ((1, 2), (0, 2), (32, 2), (0, 0))]
 L2_ROTATE_BYTES = 256 << 20
 
 

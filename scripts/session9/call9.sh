@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# (session 9: TIQ3_XXSQV<0, 3>, the signed 16 KB table, was deleted after this call: it lost)
 # Session 9, call 9 (carry .whl): IQ3_XXS's mvq with one 16 KB shared table of signed grid words
 # (TIQ3_XXSQV<0, 3> / TIQ3_XXSG<0, 3>, LITE_IQ3_Q8=0,3: 437 SASS instructions in the 4-row loop
 # against 556 for the default <1, 2>): GPU tests, the sweep, and decode A/B on the IQ3_XXS files.
