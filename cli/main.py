@@ -253,7 +253,12 @@ def bench(target, n_prompt, n_gen, repetitions, as_json, timeline, show_counters
     """Measure prefill and decode speed of MODEL (or `lite bench kernels`: GPU kernel bandwidth)."""
     import json
     if target == "kernels":
+        from lite.backends import cuda_unavailable_reason
+        from lite.errors import DeviceError
         from lite.kernels.bench import bench_kernels, format_table
+        why = cuda_unavailable_reason()
+        if why is not None:
+            raise DeviceError(f"`lite bench kernels` times the GPU kernels and needs a CUDA GPU: {why}")
         rows = bench_kernels()
         click.echo(json.dumps(rows, indent=1) if as_json else format_table(rows))
         return

@@ -96,6 +96,16 @@ def test_bench_takes_a_list_of_prefill_chunks(tmp_path):
                                                        ("pp48", 32), ("tg2 @ 48", 32)]
 
 
+def test_bench_kernels_without_a_gpu_is_one_line():
+    """`lite bench kernels` where no GPU is usable (CI; NUMBA_ENABLE_CUDASIM set counts too): one line
+    saying why, not an internal error (it was `ModuleNotFoundError: cupy` before session 9)."""
+    from lite.backends import cuda_unavailable_reason
+    if cuda_unavailable_reason() is None:
+        pytest.skip("a GPU is usable here: the benchmark would run")
+    rc, _, err = lite("bench", "kernels")
+    assert_one_line_error(rc, err, "needs a CUDA GPU")
+
+
 def test_layer_split_must_cover_the_model(smollm2):
     rc, _, err = lite("run", "-m", smollm2, "-p", "hi", "--layer-split", "10,10", "--device", "cpu")
     assert_one_line_error(rc, err, "30 layers")
