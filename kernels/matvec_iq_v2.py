@@ -131,7 +131,7 @@ struct TIQ3_XXS2 : TIQ3_XXS {   // TIQ3_XXS's block layout, Raw and loads; anoth
 // next trip's weights) with the tables' fill first (`mv` has no T::init). RR, not R: matvec_iq.py
 // #defines R.
 template <class T, int N, int RR, int P>
-__global__ void __launch_bounds__(128, P ? 8 : 1) mv_iq2(const unsigned char* __restrict__ w, const float* __restrict__ x,
+__global__ void __launch_bounds__(128) mv_iq2(const unsigned char* __restrict__ w, const float* __restrict__ x,
                                               float* __restrict__ out, int rows, int cols) {
     T::init();
     mv_body<T, N, RR, P>(w, x, out, rows, cols);

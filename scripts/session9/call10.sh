@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# (session 9: the launch bounds were put back after this call: with (128, P ? 8 : 1) the P = 0 kernels took 79-101 registers, against 56-62 with (128) alone; P = 1 at 64 was mixed)
 # Session 9, call 10 (carry .whl): mv_iq2 with prefetch (P = 1) held to 64 registers
 # (__launch_bounds__(128, 8): 8 CTAs an SM, so 1,024 CTAs stay one wave; at 66 registers call 3's
 # mvq41g12 needed a second partial wave), beside the default P = 0, both layouts.
