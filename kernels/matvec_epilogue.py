@@ -120,6 +120,7 @@ __global__ void __launch_bounds__(128) mve(const unsigned char* __restrict__ w, 
     const int F = E >= 2 ? rows / 2 : rows;               // output width
     const int u0 = blockIdx.x * H, nb = cols / T::BE, chunks = nb * T::CPB;
     const long long rb = (long long)nb * T::TS;
+    T::init();                    // per-type tables in shared memory (IQ3_XXS's grid; K types: none)
     const unsigned char* rowp[R];
     #pragma unroll
     for (int r = 0; r < R; r++)   // units past the end re-read the last one and are not written
@@ -136,9 +137,12 @@ __global__ void __launch_bounds__(128) mve(const unsigned char* __restrict__ w, 
 """
 
 
-def c_source(head="", q8=False):
+def c_source(head="", q8=False, iq3=False):
     """head: pdl.source_head() (programmatic dependent launch, kernels/pdl.py, LITE_PDL); q8: with
-    matvec_q8's integer structs (only where used: the default kernels keep their text)."""
+    matvec_q8's integer structs (only where used: the default kernels keep their text); iq3: on
+    IQ3_XXS's mvq module instead (matvec_q8.c_source: the IQ3 structs, their tables, mv_rows)."""
+    if iq3:
+        return head + matvec_q8.c_source("IQ3_XXS") + "#undef R\n" + C_LAST_OF_COLUMN + C_EPI   # (matvec_iq's R)
     return (head + mc.C_HEAD + mc.C_TYPES + mc.C_KERNEL + (matvec_q8.structs("Q4_K") if q8 else "")
             + C_LAST_OF_COLUMN + C_EPI)
 
@@ -180,12 +184,21 @@ def norm_parts(qtype, n, rows):
 @functools.lru_cache(maxsize=None)
 def _kernel(device, name, head=""):
     import cupy
-    return cupy.RawModule(code=c_source(head, q8=matvec_q8.in_name(name)), options=("--std=c++17",),
-                          name_expressions=[name]).get_function(name)
+    return cupy.RawModule(code=c_source(head, q8=matvec_q8.in_name(name), iq3="<TIQ3_XXS" in name),
+                          options=("--std=c++17",), name_expressions=[name]).get_function(name)
+
+
+# IQ3_XXS (session 9) on its mvq structs only: the file's layout (2-byte aligned blocks) or
+# regrouped (kernels/iq3_groups.py: 8-byte).
+_IQ3_ALIGN = {"IQ3_XXS": 2, "IQ3_XXS_G4": 8}
 
 
 def supports(qtype, blocks, x):
-    """True when mve can take these device arrays (matvec_cuda's types and alignment)."""
+    """True when mve can take these device arrays (matvec_cuda's types and alignment; IQ3_XXS where
+    its decode products run on mvq)."""
+    if qtype in _IQ3_ALIGN:
+        return (matvec_q8.applies(qtype) and mc._ptr(blocks) % _IQ3_ALIGN[qtype] == 0
+                and mc._ptr(x) % 16 == 0)
     return mc.qualifies(qtype, blocks, x)
 
 

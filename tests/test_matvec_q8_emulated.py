@@ -367,21 +367,26 @@ def _iq3_name(n, r, p, tables):
     return matvec_q8.kernel_name("IQ3_XXS", n, r, p, tables)
 
 
+def _iq3_source():
+    """IQ3_XXS's mvq module text for the emulator (matvec_q8.c_source without the asm helpers)."""
+    from lite.kernels import dequant_iq, matvec_iq, matvec_iq_v2 as v2, matvec_staged
+    return ("#define GCOPIES 0\n" + HOST_SHIMS + Q8_SHIMS
+            + "inline uint2 make_uint2(unsigned a, unsigned b) { return {a, b}; }\n"
+            + dequant_iq.c_grid_array("IQ3XXS_GRID", "IQ3_XXS") + v2.c_tables()
+            + matvec_cuda.C_HEAD + matvec_cuda.C_KERNEL + matvec_staged.C_PERSISTENT + matvec_iq.C_COMMON
+            + matvec_iq.C_IQ3_XXS + matvec_iq.C_IQ3_XXS_STAGED + v2.C_IQ3_XXS_V2 + matvec_q8.structs("IQ3_XXS"))
+
+
 @pytest.fixture(scope="module")
 def iq3_lib():
-    from lite.kernels import dequant_iq, matvec_iq, matvec_iq_v2 as v2, matvec_q8_iq3, matvec_staged
+    from lite.kernels import matvec_q8_iq3
     wraps = "".join(f'extern "C" __global__ void iq3q_{i}({ARGS}) {{ {_iq3_name(*k)}(w, x, out, rows, cols); }}\n'
                     for i, k in enumerate(IQ3_KERNELS))
     wraps += "".join(f'extern "C" __global__ void iq3g_{i}({ARGS}) {{ mv_iq2<{matvec_q8_iq3.struct_name(t, True)}, '
                      f'{n}, {r}, {p}>(w, x, out, rows, cols); }}\n' for i, (n, r, p, t) in enumerate(IQ3_GROUPED))
     wraps += ('extern "C" __global__ void emu_qx_IQ3_XXS(const float* x, float* xq, int cols) '
               f'{{ {matvec_q8.quantize_name("IQ3_XXS")}(x, xq, cols); }}\n')
-    source = ("#define GCOPIES 0\n" + HOST_SHIMS + Q8_SHIMS
-              + "inline uint2 make_uint2(unsigned a, unsigned b) { return {a, b}; }\n"
-              + dequant_iq.c_grid_array("IQ3XXS_GRID", "IQ3_XXS") + v2.c_tables()
-              + matvec_cuda.C_HEAD + matvec_cuda.C_KERNEL + matvec_staged.C_PERSISTENT + matvec_iq.C_COMMON
-              + matvec_iq.C_IQ3_XXS + matvec_iq.C_IQ3_XXS_STAGED + v2.C_IQ3_XXS_V2 + matvec_q8.structs("IQ3_XXS") + wraps)
-    return emu.compile_kernels(source)
+    return emu.compile_kernels(_iq3_source() + wraps)
 
 
 @pytest.mark.parametrize("shape", [(37, 768), (11, 256 * 17)], ids=lambda s: f"{s[0]}x{s[1]}")
@@ -451,3 +456,62 @@ def test_gpu_iq3xxs_mvq_full_size(monkeypatch):
             matvec_iq.launch_cuda("IQ3_XXS", cupy.asarray(blocks), cupy.asarray(x), out, rows, cols, None)
             err = np.abs(out.get().astype(np.float64) - ref)
             assert np.all(err <= 1e-3 * np.abs(ref) + 1e-5 * scale + quant_bound("IQ3_XXS", x, w))
+
+
+# mve over IQ3_XXS (session 9): the epilogue kernels on the IQ3 mvq structs, the file's layout and the
+# regrouped one (kernels/iq3_groups.py), interleaved [gate; up] rows too.
+IQ3_EPI_CASES = [(qt, n, e, nm, il) for qt in ("IQ3_XXS", "IQ3_XXS_G4") for n in (1, 3)
+                 for e, nm, il in ((1, 0, False), (2, 0, False), (0, 2, False), (2, 2, False), (2, 0, True))]
+
+
+@pytest.fixture(scope="module")
+def iq3_epi_lib():
+    from lite.kernels import matvec_epilogue
+    from lite.kernels.cupy_decode_src import C_LAST_OF_COLUMN
+    wraps = "".join(f'extern "C" __global__ void iepi_{qt}_{n}_{e}_{nm}_{int(il)}({EPI_ARGS}) {{ '
+                    f'{matvec_epilogue.kernel_name(qt, n, *matvec_epilogue.config(qt, n, q8=True), e, nm, il, q8=True)}'
+                    '(w, x, out, rows, cols, res, g, xg, part, scale, counter, eps); }\n'
+                    for qt, n, e, nm, il in IQ3_EPI_CASES)
+    wraps += ('extern "C" __global__ void emu_qx_IQ3_XXS(const float* x, float* xq, int cols) '
+              f'{{ {matvec_q8.quantize_name("IQ3_XXS")}(x, xq, cols); }}\n')
+    assert "TIQ3_XXSG<" in wraps and "TIQ3_XXSQV<" in wraps
+    return emu.compile_kernels(_iq3_source() + "#undef R\n" + C_LAST_OF_COLUMN + matvec_epilogue.C_EPI + wraps)
+
+
+@pytest.mark.parametrize("case", IQ3_EPI_CASES, ids=lambda c: f"{c[0]}-n{c[1]}-e{c[2]}-nm{c[3]}" + ("-il" if c[4] else ""))
+def test_mve_iq3xxs_matches_float64(iq3_epi_lib, case):
+    """The residual add, the gated activations (plain and interleaved rows) and the norm's scale in,
+    at the end of IQ3_XXS's mvq product (both layouts): float64 of gguf-py's values, within the
+    fp32 tolerance plus the x quantization's bound."""
+    from lite.kernels import matvec_epilogue
+    qt, n, e, nm, il = case
+    units, cols = 19, 2048
+    rows = units if e <= 1 else 2 * units
+    rng = np.random.default_rng(300 + 10 * e + n + nm + il)
+    blocks = random_blocks("IQ3_XXS", rows * cols // 256, rng)
+    w = reference(blocks, "IQ3_XXS").astype(np.float64).reshape(rows, cols)
+    order = matvec_epilogue.interleave_rows(units) if il else np.arange(rows)
+    stored = blocks.reshape(rows, -1)[order].reshape(-1)            # the backend's row order
+    if qt == "IQ3_XXS_G4":
+        stored = iq3_groups.repack(stored, rows, cols)
+    x = (rng.standard_normal((n, cols)) * 4 / np.sqrt((w * w).sum(1).max())).astype(np.float32)
+    sc = (rng.random(n) + 0.5).astype(np.float32)
+    k = sc[:, None] if nm == 2 else 1.0
+    y, mag, bound = (x.astype(np.float64) @ w.T) * k, (np.abs(x).astype(np.float64) @ np.abs(w).T) * k, \
+        quant_bound("IQ3_XXS", x.astype(np.float64), w) * k
+    res = rng.standard_normal((n, rows)).astype(np.float32)
+    width = rows if e <= 1 else units
+    out = np.full((n, width), np.nan, np.float32)
+    r = matvec_epilogue.config(qt, n, q8=True)[0]
+    iq3_epi_lib.launch(f"iepi_{qt}_{n}_{e}_{nm}_{int(il)}", (-(-width // (r if e <= 1 else r // 2)),), (128,),
+                       stored, _quantize(iq3_epi_lib, "IQ3_XXS", x), out, np.int32(rows), np.int32(cols), res,
+                       None, None, None, sc, None, np.float32(0))
+    if e <= 1:
+        ref, tol = y + (res if e == 1 else 0), 1e-3 * mag + 1e-6 + bound
+    else:
+        g, u = y[:, :units], y[:, units:]
+        act = g / (1 + np.exp(-g))
+        ref = act * u
+        tol = 2e-3 * (mag[:, :units] * np.abs(u) + np.abs(act) * mag[:, units:]) + 1e-6 \
+            + 2 * (bound[:, :units] * np.abs(u) + np.abs(act) * bound[:, units:])
+    assert np.all(np.abs(out - ref) <= tol), np.max(np.abs(out - ref) / tol)
