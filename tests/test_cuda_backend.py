@@ -142,7 +142,7 @@ def q8_atol(path):
 
 
 @pytest.mark.parametrize("arch,quant", [("llama", "Q4_K"), ("qwen3", "Q6_K"), ("llama", "Q8_0"),
-                                        ("gemma3", "Q4_K")])
+                                        ("gemma3", "Q4_K"), ("llama", "IQ3_XXS")])
 def test_matvec_epilogues_equal_the_separate_launches(tmp_path, monkeypatch, arch, quant):
     """Decode with the residual add and the FFN activation folded into the products
     (kernels/matvec_epilogue.py, the default) against the separate launches (LITE_MATVEC_EPILOGUE=0):
@@ -202,7 +202,8 @@ def test_iq3_moe_grid_copies_change_nothing(tmp_path, monkeypatch, copies):
 
 
 @pytest.mark.parametrize("arch,quant,split", [("llama", "Q4_K", None), ("llama", "Q8_0", 2),
-                                              ("qwen3", "Q6_K", None), ("qwen3moe", "Q4_K", None)])
+                                              ("qwen3", "Q6_K", None), ("qwen3moe", "Q4_K", None),
+                                              ("llama", "IQ3_XXS", None)])
 def test_folded_norms_match_the_separate_launches(tmp_path, monkeypatch, arch, quant, split):
     """LITE_FOLD_NORM=1 (lite/backends/cuda_norm.py: the decode RMSNorms split across the residual
     add's product and the products that read the norm, kernels/matvec_epilogue.py's norm out and
@@ -231,3 +232,7 @@ def test_regrouped_iq3xxs_weights_match_cpu_and_the_file_layout(tmp_path, monkey
     assert got[0] == want[0]
     assert sum(a == b for a, b in zip(got, want)) >= len(want) // 2
     _on_off_agree(path, lambda on: monkeypatch.setattr(cuda_backend, "IQ3_REGROUP", on))
+    # the epilogue kernels (residual add, gated activation over interleaved rows) on the regrouped
+    # weights against the separate launches (session 9: IQ3_XXS joined the epilogue types)
+    import lite.backends.cuda_linear as cuda_linear
+    _on_off_agree(path, lambda on: monkeypatch.setattr(cuda_linear, "EPILOGUES", on))

@@ -173,10 +173,10 @@ class CUDABackend(CUDALinear, CUDAFoldNorm, CUDAHandoff, CUDADecodeAttention, CU
         in_groups = set()
         for members, (gw, _, interleaved) in self.fused.items():
             in_groups.update(members)
-            if interleaved or not iq3_groups.regroupable(gw.qtype, gw.shape):
+            if not iq3_groups.regroupable(gw.qtype, gw.shape):
                 continue
             gw.data, gw.qtype, off = iq3_groups.repack(gw.data, *gw.shape), iq3_groups.NAME, 0
-            for m in members:
+            for m in members if not interleaved else ():     # (interleaved: the members are gone)
                 w = self.w[m]
                 w.data, w.qtype = gw.data[off:off + w.data.size], iq3_groups.NAME
                 off += w.data.size
@@ -190,9 +190,11 @@ class CUDABackend(CUDALinear, CUDAFoldNorm, CUDAHandoff, CUDADecodeAttention, CU
         gated product takes 30.2 instead of 33.5 us (Q4_K), 39.1 instead of 40.5 (Q6_K), when a
         CTA's gate and up rows are neighbours rather than 33 MB apart (measured with rows in pairs,
         gate u, u+1, up u, u+1; alternating rows keep a CTA's rows contiguous the same way and let
-        prefill split the product by strided views). LITE_GATE_UP_INTERLEAVE=0: halves."""
-        return (len(ws) == 2 and ws[0].name.endswith("ffn_gate.weight")
-                and ws[0].qtype in matvec_cuda.CONFIG and GATE_UP_INTERLEAVE)
+        prefill split the product by strided views). LITE_GATE_UP_INTERLEAVE=0: halves. IQ3_XXS too
+        where its products run on mvq (session 9: the gated epilogue on its structs)."""
+        from lite.kernels import matvec_q8
+        return (len(ws) == 2 and ws[0].name.endswith("ffn_gate.weight") and GATE_UP_INTERLEAVE
+                and (ws[0].qtype in matvec_cuda.CONFIG or (ws[0].qtype == "IQ3_XXS" and matvec_q8.applies("IQ3_XXS"))))
 
     def activate(self):
         """Enter this backend's device and stream (CuPy ops then run on the stream)."""
