@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # GPU checks by step (on the device, after `source scripts/device_setup.sh`, carry .whl). Results in
 # ${OUT:-/tmp/lite-checks}. Session 5 ran gemma, real, pdl, iq3 and ncu with its code, session 6
-# matvec, iq3moe and multigpu's tests, session 7 session 6's next, session 8 session 7's (figures in BENCHMARKS; the calls: scripts/session*/call*.sh).
+# matvec, iq3moe and multigpu's tests, session 7 session 6's next, session 8 session 7's, session 9 session 8's (figures in BENCHMARKS; the calls: scripts/session*/call*.sh).
 # Re-run a step after changing what it covers.
-#   bash scripts/gpu_first_checks.sh next            # first next session (issue 3), ~6 min
+#   bash scripts/gpu_first_checks.sh next            # first next session (issue 3), ~4 min
 #   bash scripts/gpu_first_checks.sh multigpu        # on nvidia-h200-x2
 # Steps: gemma, real (needs the real models carried first), pdl, iq3, ncu, matvec, iq3moe, next, multigpu (2 GPUs).
 set -u
@@ -89,23 +89,19 @@ step_iq3moe() {
   done
 }
 
-# Session 7's `next` ran as session 8's call 1 (docs/bench/session8/call1; its script: git history).
-# Next (issue 3, ~6 min): the host-expert GPU tests with session 8's defaults, then what binds IQ3_XXS's mvq (TIQ3_XXSQV<1, 2>, 16 us at 4096x14336, 34% of
-# copy; session 8's ncu: L1/TEX 76% busy) and Q4_K's: Nsight Compute on both (shared-memory bank
-# conflicts and wavefronts, pipe use, stall reasons; scripts/ncu_matvec.sh); then the grouped-layout
-# experiment (matvec_q8_iq3.TIQ3_XXSG over repacked blocks: a lane's chunk in two coalesced loads,
-# emulator-tested only; g labels) and 32 grid copies (conflict-free lookups) beside the default, in
-# both x record layouts. If a g variant wins clearly, repacking IQ3_XXS at load time is the next step.
+# Session 8's `next` ran as session 9's call 1 (docs/bench/session9/call1; its script: git history).
+# Next (~4 min): where the 30B-A3B IQ3_XXS decode step goes now (session 9 traced only the dense
+# 8B; its MoE experts keep the file's layout, 768-column down experts are not whole groups of four):
+# each kernel's GPU time in one replayed step, for the choice between regrouping the gate/up experts
+# (2048 columns: whole groups) and other work; then the kernel table (IQ3_XXS_G4 beside IQ3_XXS).
 step_next() {
-  # the host-expert paths with session 8's defaults (the experts' products on mvq): not run in session 8
-  t python3 -m pytest -q tests/test_experts.py tests/test_expert_residency.py tests/test_expert_devcache.py \
-      tests/test_experts_iq.py
-  TAIL=200 t bash scripts/ncu_matvec.sh IQ3_XXS Q4_K
-  for lay in 0 1; do
-    TAIL=8 t env LITE_Q8_LAYOUT=$lay python3 tests/gpu_sweep_matvec.py --types IQ3_XXS \
-        --variants mvq40t12,mvq40t322,mvq40g12,mvq40g02,mvq40g322,mvq40g00,mvq80g12,mvq20g12,mvq41g12,mvqp4g12 \
-        --shapes 4096x14336,14336x4096,4096x4096
-  done
+  local f=/tmp/30i.gguf
+  [ -f $f ] || $L synth --arch qwen3moe --preset 30b-a3b --quant IQ3_XXS $f >/dev/null 2>&1
+  local NCU; NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+  timeout 240 $NCU --profile-from-start off --graph-profiling node --clock-control none --cache-control none \
+      --metrics gpu__time_duration.sum --csv python3 scripts/trace_decode.py $f 2048 1 > "$out/k_30i.csv" 2>/dev/null
+  TAIL=20 t python3 scripts/trace_decode.py --summary "$out/k_30i.csv" 1
+  TAIL=40 t python3 -m lite.kernels.bench --no-numba IQ3_XXS IQ3_XXS_G4
 }
 
 # Two GPUs (nvidia-h200-x2): the stage's KV cache / experts on its own GPU (fixed in session 2,
