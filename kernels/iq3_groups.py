@@ -15,7 +15,8 @@ cols a multiple of 1024.
 
 Who reads it: the GPU backend regroups its 2-D IQ3_XXS weights after loading (lite/backends/cuda.py,
 LITE_IQ3_REGROUP) and names them IQ3_XXS_G4 (registry.GPU_LAYOUTS); the decode products take
-mv_iq2<TIQ3_XXSG> (matvec_q8), the prefill's and the embedding rows' dequantize
+mv_iq2<TIQ3_XXSG> (matvec_q8) or, with an epilogue, mve<TIQ3_XXSG> (matvec_epilogue), the
+prefill's and the embedding rows' dequantize
 kernels/dequant_iq3_cuda.py's g4 kernels (Numba: dequant_iq's _p_iq3_xxs_g4). MoE experts stay in
 the file's layout (768-column experts are not whole groups; the expert streaming copies file bytes).
 """

@@ -1,6 +1,7 @@
 """Decode matvec with the next op folded into its end: one launch instead of two, a use (issue 4's
 decode step: 10 launches a layer -> 8). CUDA C on kernels/matvec_cuda.py's register kernel (its
-loop `mv_rows`, CONFIG's rows a CTA and prefetch), only the end differs:
+loop `mv_rows`, CONFIG's rows a CTA and prefetch; over quantized x, matvec_q8's structs and CTA
+shapes, IQ3_XXS's included since session 9), only the end differs:
 
   add        out = x @ W.T + res: the residual add after the attention-output and down products,
              so the next norm is a plain rms_norm and the separate add is gone.
