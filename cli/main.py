@@ -248,20 +248,31 @@ def info(model, tensors):
               help="Print the stage timeline of the last prefill and write it as a Chrome trace.")
 @click.option("--verbose", "show_counters", is_flag=True,
               help="Also print the expert cache's counters (experts off the GPU).")
+@click.option("--types", default=None, metavar="T1,T2",
+              help="With `kernels`: the quant types to time, e.g. Q4_K,IQ3_XXS,IQ3_XXS_G4 (default: all).")
 @model_options
-def bench(target, n_prompt, n_gen, repetitions, as_json, timeline, show_counters, **engine_opts):
+def bench(target, n_prompt, n_gen, repetitions, as_json, timeline, show_counters, types, **engine_opts):
     """Measure prefill and decode speed of MODEL (or `lite bench kernels`: GPU kernel bandwidth)."""
     import json
     if target == "kernels":
         from lite.backends import cuda_unavailable_reason
         from lite.errors import DeviceError
+        from lite.kernels import quant_info
         from lite.kernels.bench import bench_kernels, format_table
+        from lite.kernels import dequant_types
+        from lite.errors import UnsupportedQuantError
+        names = None if types is None else [quant_info(t.strip()).name for t in types.split(",") if t.strip()]
+        missing = [n for n in names or () if n not in dequant_types()]
+        if missing:
+            raise UnsupportedQuantError(f"no GPU kernels for {', '.join(missing)} (have {', '.join(dequant_types())})")
         why = cuda_unavailable_reason()
         if why is not None:
             raise DeviceError(f"`lite bench kernels` times the GPU kernels and needs a CUDA GPU: {why}")
-        rows = bench_kernels()
+        rows = bench_kernels(names)
         click.echo(json.dumps(rows, indent=1) if as_json else format_table(rows))
         return
+    if types is not None:
+        raise click.BadParameter("--types goes with `lite bench kernels`", param_hint="--types")
     from lite.bench import bench_model, format_table
     from lite.hub import resolve_model
     try:

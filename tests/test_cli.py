@@ -104,6 +104,16 @@ def test_bench_kernels_without_a_gpu_is_one_line():
         pytest.skip("a GPU is usable here: the benchmark would run")
     rc, _, err = lite("bench", "kernels")
     assert_one_line_error(rc, err, "needs a CUDA GPU")
+    rc, _, err = lite("bench", "kernels", "--types", "Q4_K,IQ3_XXS_G4")    # known types: on to the GPU check
+    assert_one_line_error(rc, err, "needs a CUDA GPU")
+
+
+@pytest.mark.parametrize("args,needle", [(("kernels", "--types", "Q9_K"), "unknown GGUF quant type 'Q9_K'"),
+                                         (("kernels", "--types", "Q4_K,TQ1_0"), "no GPU kernels for TQ1_0"),
+                                         (("model.gguf", "--types", "Q4_K"), "--types goes with")])
+def test_bench_kernel_types_are_checked(args, needle):
+    rc, _, err = lite("bench", *args)
+    assert_one_line_error(rc, err, needle)
 
 
 def test_layer_split_must_cover_the_model(smollm2):
