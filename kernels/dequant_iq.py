@@ -322,6 +322,9 @@ def _ptr(a):
 def _register(name):
     @register_dequant(name)
     def launch(blocks, out, stream):
+        if name == "IQ3_XXS_G4" and blocks.size % (4 * 98):
+            raise ValueError(f"IQ3_XXS_G4 blocks come in groups of four (392 bytes; kernels/iq3_groups.py), "
+                             f"got {blocks.size} bytes")
         if name.startswith("IQ3_XXS") and impl() == "cuda" and _ptr(blocks) % 2 == 0 and _ptr(out) % 16 == 0:
             from lite.kernels import dequant_iq3_cuda      # (imports this module)
             return dequant_iq3_cuda.launch(blocks, out, stream, grouped=name == "IQ3_XXS_G4")

@@ -148,6 +148,8 @@ def test_regrouped_iq3xxs_dequantizes_as_the_file_layout():
     rb = grouped.size // rows                              # row 1 alone
     one = _to_host(K.dequantize(dev[rb:2 * rb], iq3_groups.NAME, np.float32))
     np.testing.assert_array_equal(one, reference(blocks, "IQ3_XXS")[cols:2 * cols])
+    with pytest.raises(ValueError, match="groups of four"):              # not whole groups: refused
+        K.dequantize(dev[:3 * 98], iq3_groups.NAME, np.float32)
 
 
 def test_regrouped_iq3xxs_matvec_matches_float64_or_refuses():
