@@ -256,11 +256,9 @@ def bench(target, n_prompt, n_gen, repetitions, as_json, timeline, show_counters
     import json
     if target == "kernels":
         from lite.backends import cuda_unavailable_reason
-        from lite.errors import DeviceError
-        from lite.kernels import quant_info
+        from lite.errors import DeviceError, UnsupportedQuantError
+        from lite.kernels import dequant_types, quant_info
         from lite.kernels.bench import bench_kernels, format_table
-        from lite.kernels import dequant_types
-        from lite.errors import UnsupportedQuantError
         names = None if types is None else [quant_info(t.strip()).name for t in types.split(",") if t.strip()]
         missing = [n for n in names or () if n not in dequant_types()]
         if missing:

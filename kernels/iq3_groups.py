@@ -62,15 +62,13 @@ def unpack(grouped, rows, cols):
 def launch(blocks, x, out, rows, cols, stream):
     """The decode product of IQ3_XXS_G4 weights: qx + mv_iq2<TIQ3_XXSG> (kernels/matvec_q8.py), the
     only kernel that reads this layout (the backend regroups only where it runs: applies() below)."""
-    from lite.kernels import matvec_iq
+    from lite.kernels import matvec_iq, matvec_q8
     if not applies():
         raise ValueError("IQ3_XXS_G4 weights need the integer-dot decode kernels (LITE_MATVEC_Q8 naming "
                          "IQ3_XXS, the CUDA implementation on a GPU)")
-    if cols % GROUP_COLS or x.ndim != 2 or x.dtype != np.float32 or not x.flags.c_contiguous:
-        raise ValueError(f"IQ3_XXS_G4 matvec: cols={cols} must be a multiple of {GROUP_COLS} and x a "
-                         f"C-contiguous (n, {cols}) float32 array")
-    if matvec_iq._ptr(blocks) % 8 or matvec_iq._ptr(x) % 16:
-        raise ValueError("IQ3_XXS_G4 matvec: blocks must be 8-byte and x 16-byte aligned")
+    matvec_iq.check_args(NAME, x, out, rows, cols, GROUP_COLS)
+    if not matvec_q8.qualifies(NAME, blocks, x):
+        raise ValueError(f"IQ3_XXS_G4 matvec: blocks must be {matvec_q8.ALIGN[NAME]}-byte and x 16-byte aligned")
     matvec_iq.launch_cuda(NAME, blocks, x, out, rows, cols, stream)
 
 

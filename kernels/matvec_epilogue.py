@@ -189,17 +189,11 @@ def _kernel(device, name, head=""):
                           options=("--std=c++17",), name_expressions=[name]).get_function(name)
 
 
-# IQ3_XXS (session 9) on its mvq structs only: the file's layout (2-byte aligned blocks) or
-# regrouped (kernels/iq3_groups.py: 8-byte).
-_IQ3_ALIGN = {"IQ3_XXS": 2, "IQ3_XXS_G4": 8}
-
-
 def supports(qtype, blocks, x):
-    """True when mve can take these device arrays (matvec_cuda's types and alignment; IQ3_XXS where
-    its decode products run on mvq)."""
-    if qtype in _IQ3_ALIGN:
-        return (matvec_q8.applies(qtype) and mc._ptr(blocks) % _IQ3_ALIGN[qtype] == 0
-                and mc._ptr(x) % 16 == 0)
+    """True when mve can take these device arrays (matvec_cuda's types and alignment; IQ3_XXS, in
+    either layout, only on its mvq structs: session 9)."""
+    if qtype.startswith("IQ3_XXS"):
+        return matvec_q8.qualifies(qtype, blocks, x)
     return mc.qualifies(qtype, blocks, x)
 
 

@@ -378,17 +378,23 @@ def impl():
     return "numba" if SIMULATOR else choice
 
 
+def check_args(name, x, out, rows, cols, col_multiple):
+    """The launchers' input checks (kernels/iq3_groups.py's too): cols a multiple of col_multiple
+    (a block's values, or a group's), C-contiguous float32 x (n, cols) and out (n, rows)."""
+    if cols % col_multiple:
+        raise ValueError(f"{name} matvec: cols={cols} is not a multiple of {col_multiple}")
+    if x.ndim != 2 or x.dtype != np.float32 or not x.flags.c_contiguous:
+        raise ValueError(f"{name} matvec: x must be a C-contiguous (n, {cols}) float32 array")
+    if out.shape != (x.shape[0], rows) or out.dtype != np.float32 or not out.flags.c_contiguous:
+        raise ValueError(f"{name} matvec: out must be a C-contiguous ({x.shape[0]}, {rows}) float32 array")
+
+
 def _register(name):
     info = quant_info(name)
 
     @register_matvec(name)
     def launch(blocks, x, out, rows, cols, stream):
-        if cols % info.block_elems:
-            raise ValueError(f"{name} matvec: cols={cols} is not a multiple of {info.block_elems}")
-        if x.ndim != 2 or x.dtype != np.float32 or not x.flags.c_contiguous:
-            raise ValueError(f"{name} matvec: x must be a C-contiguous (n, {cols}) float32 array")
-        if out.shape != (x.shape[0], rows) or out.dtype != np.float32 or not out.flags.c_contiguous:
-            raise ValueError(f"{name} matvec: out must be a C-contiguous ({x.shape[0]}, {rows}) float32 array")
+        check_args(name, x, out, rows, cols, info.block_elems)
         aligned = _ptr(blocks) % (2 if name == "IQ3_XXS" else 8) == 0 and _ptr(x) % 16 == 0
         if impl() == "cuda" and aligned:
             return launch_cuda(name, blocks, x, out, rows, cols, stream)

@@ -242,6 +242,16 @@ def applies(qtype):
 MOE = os.environ.get("LITE_MOE_Q8", "1") == "1"
 
 
+# Block alignment the integer structs' loads need: the K types' as matvec_cuda.ALIGN; IQ3_XXS's
+# 98-byte blocks are read in 16-bit halves, IQ3_XXS_G4's groups (kernels/iq3_groups.py) in 8-byte words.
+ALIGN = {"Q4_K": matvec_cuda.ALIGN["Q4_K"], "Q6_K": matvec_cuda.ALIGN["Q6_K"], "IQ3_XXS": 2, "IQ3_XXS_G4": 8}
+
+
+def qualifies(qtype, blocks, x):
+    """True when qtype's products take mvq here and these device arrays are aligned for it."""
+    return applies(qtype) and matvec_cuda._ptr(blocks) % ALIGN[qtype] == 0 and matvec_cuda._ptr(x) % 16 == 0
+
+
 def applies_moe(qtype):
     return MOE and applies(qtype)
 
