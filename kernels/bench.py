@@ -14,6 +14,8 @@ sizes (shared device notes). Bandwidths:
            to device, a CuPy elementwise copy, and a copy kernel of 16-byte loads and stores
            (copy-vec16, session 7: the first two measured ~2.7 TB/s on the H200 while the F16
            dequant kernel, itself a copy, moved ~4.06); every % of copy is against the fastest
+A GPU layout of a GGUF type (registry.GPU_LAYOUTS: IQ3_XXS_G4 stores 4% more bytes than IQ3_XXS)
+counts its GGUF type's bytes: the bandwidth of the weights the file holds.
 """
 import itertools
 import logging
@@ -21,7 +23,7 @@ import statistics
 
 import numpy as np
 
-from lite.kernels.registry import dequant_types, get_dequant, get_matvec, quant_info
+from lite.kernels.registry import GPU_LAYOUTS, dequant_types, get_dequant, get_matvec, quant_info
 
 log = logging.getLogger(__name__)
 
@@ -141,6 +143,8 @@ def bench_kernels(types=None, shapes=None, numba_variants=True):
             if c % info.block_elems:
                 continue
             nb = n // info.block_elems * info.type_size
+            # a GPU layout (registry.GPU_LAYOUTS, e.g. IQ3_XXS_G4's 4% more bytes): its GGUF type's bytes count
+            counted = n // info.block_elems * quant_info(GPU_LAYOUTS.get(qtype, (qtype,))[0]).type_size
             with stream:
                 blocks = rng.integers(0, 256, nb, dtype=np.uint8)
                 if info.block_elems == 1:          # float types: finite values (f16 1.0 pattern)
@@ -156,7 +160,7 @@ def bench_kernels(types=None, shapes=None, numba_variants=True):
                 except Exception as e:  # noqa: BLE001 - one broken kernel must not hide the others
                     log.warning("%s %s %s failed: %s", qtype, shape, label, e)
                     continue
-                g = (nb + 2 * n) / t / 1e9
+                g = (counted + 2 * n) / t / 1e9
                 rows.append({"type": qtype, "shape": shape, "kernel": label, "us": t * 1e6,
                              "gbps": g, "pct_copy": 100 * g / copy})
             mv = get_matvec(qtype)
@@ -172,7 +176,7 @@ def bench_kernels(types=None, shapes=None, numba_variants=True):
                 except Exception as e:  # noqa: BLE001
                     log.warning("%s %s matvec failed: %s", qtype, shape, e)
                     continue
-                g = nb / t / 1e9
+                g = counted / t / 1e9
                 rows.append({"type": qtype, "shape": shape, "kernel": "matvec", "us": t * 1e6,
                              "gbps": g, "pct_copy": 100 * g / copy})
                 del rot, weights

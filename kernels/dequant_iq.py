@@ -137,15 +137,22 @@ def _p_iq3_xxs(u8, w16, h16, tab, blk, g):
 
 @cuda.jit(device=True, inline=True)
 def _p_iq3_xxs_g4(u8, w16, h16, tab, blk, g):
-    # IQ3_XXS_G4 (kernels/iq3_groups.py): 4 blocks as 392 bytes, [4 x 64 index bytes][4 x 32
-    # sign/scale bytes][4 d]; block blk is number blk & 3 of its four
-    base = (blk >> 2) * 392
-    j = blk & 3
-    aux = _u32(w16, (base + 256 + 32 * j + 4 * (g >> 2)) >> 1)
-    db = float32(h16[(base + 384 + 2 * j) >> 1]) * (float32(0.5) + float32(aux >> uint32(28))) * float32(0.5)
-    q = base + 64 * j + 2 * g
+    # IQ3_XXS_G4 (kernels/iq3_groups.py): 4 blocks as 408 bytes, [4 x 64 index bytes][32 sign
+    # words: chunk c's weight 4w + i at bit 8i + w][4 scale words: chunk 8k + c at bits 4c][4 d];
+    # block blk is number blk & 3 of its four
+    base = (blk >> 2) * 408
+    k = blk & 3
+    ib = g >> 2
+    s32 = _u32(w16, (base + 256 + 4 * (8 * k + ib)) >> 1)
+    l = g & 3
+    sb = uint32(0)
+    for j in range(8):
+        sb |= ((s32 >> uint32(8 * (j & 3) + 2 * l + (j >> 2))) & uint32(1)) << uint32(j)
+    scale = (_u32(w16, (base + 384 + 4 * k) >> 1) >> uint32(4 * ib)) & uint32(15)
+    db = float32(h16[(base + 400 + 2 * k) >> 1]) * (float32(0.5) + float32(scale)) * float32(0.5)
+    q = base + 64 * k + 2 * g
     gv = uint64(tab[u8[q]]) | (uint64(tab[u8[q + 1]]) << uint64(32))
-    return db, gv, _ksign((aux >> uint32(7 * (g & 3))) & uint32(127))
+    return db, gv, sb
 
 
 @cuda.jit(device=True, inline=True)
@@ -322,8 +329,8 @@ def _ptr(a):
 def _register(name):
     @register_dequant(name)
     def launch(blocks, out, stream):
-        if name == "IQ3_XXS_G4" and blocks.size % (4 * 98):
-            raise ValueError(f"IQ3_XXS_G4 blocks come in groups of four (392 bytes; kernels/iq3_groups.py), "
+        if name == "IQ3_XXS_G4" and blocks.size % 408:
+            raise ValueError(f"IQ3_XXS_G4 blocks come in groups of four (408 bytes; kernels/iq3_groups.py), "
                              f"got {blocks.size} bytes")
         if name.startswith("IQ3_XXS") and impl() == "cuda" and _ptr(blocks) % 2 == 0 and _ptr(out) % 16 == 0:
             from lite.kernels import dequant_iq3_cuda      # (imports this module)

@@ -19,17 +19,29 @@ from lite.kernels.dequant_iq import C_HELPERS, c_grid_array, impl
 C_IQ3_XXS_DEQUANT = r"""
 // 8 values of group g (0..31) of block blk of w16: same float ops as gguf-py. G4 = 0: a block is 49
 // 16-bit words (d, 32 words of grid indices, 16 of signs and scales); G4 = 1 (IQ3_XXS_G4): four
-// blocks are 196 words, their 4 x 32 index words, 4 x 16 sign/scale words, then their 4 d.
+// blocks are 204 words, their 4 x 32 index words, 32 sign words (32-bit: chunk c's signs, weight
+// 4w + i at bit 8i + w), 4 scale words (32-bit: chunk 8k + c's scale at bits 4c), then their 4 d.
 template <int G4>
 __device__ __forceinline__ void iq3xxs_group(const unsigned short* __restrict__ w16, long long blk, int g,
                                              const unsigned* gs, float v[8]) {
     const int ib = g >> 2, k = G4 ? (int)(blk & 3) : 0;   // k: the block's place in its four
-    const unsigned short* b = G4 ? w16 + (blk >> 2) * 196 : w16 + blk * 49;
-    const unsigned short *qs = G4 ? b + 32 * k : b + 1, *ax = G4 ? b + 128 + 16 * k : b + 33;
-    const unsigned q = __ldg(qs + g);
-    const unsigned aux = __ldg(ax + 2 * ib) | ((unsigned)__ldg(ax + 2 * ib + 1) << 16);
-    const float db = __fmul_rn(__fmul_rn(h2f(__ldg(G4 ? b + 192 + k : b)), __fadd_rn(0.5f, (float)(aux >> 28))), 0.5f);
-    const unsigned sb = ksign((aux >> (7 * (g & 3))) & 127u);
+    const unsigned short* b = G4 ? w16 + (blk >> 2) * 204 : w16 + blk * 49;
+    const unsigned q = __ldg((G4 ? b + 32 * k : b + 1) + g);
+    unsigned sb, scale;                                    // sb: the 8 values' signs (bit j: value j)
+    if (G4) {
+        const unsigned short* sw = b + 128 + 2 * (8 * k + ib);
+        const unsigned s32 = __ldg(sw) | ((unsigned)__ldg(sw + 1) << 16), l = g & 3;
+        // value j < 4 is bit 8j + 2l, value j + 4 bit 8j + 2l + 1: a byte's bit 0 each, gathered
+        // into 4 bits by one multiply (bit 8i lands at 24 + i; no two products meet)
+        sb = ((((s32 >> (2 * l)) & 0x01010101u) * 0x01020408u) >> 24)
+           | (((((s32 >> (2 * l + 1)) & 0x01010101u) * 0x01020408u) >> 24) << 4);
+        scale = ((__ldg(b + 192 + 2 * k) | ((unsigned)__ldg(b + 193 + 2 * k) << 16)) >> (4 * ib)) & 15u;
+    } else {
+        const unsigned aux = __ldg(b + 33 + 2 * ib) | ((unsigned)__ldg(b + 34 + 2 * ib) << 16);
+        sb = ksign((aux >> (7 * (g & 3))) & 127u);
+        scale = aux >> 28;
+    }
+    const float db = __fmul_rn(__fmul_rn(h2f(__ldg(G4 ? b + 200 + k : b)), __fadd_rn(0.5f, (float)scale)), 0.5f);
     const unsigned g0 = gs[q & 255u], g1 = gs[q >> 8];
     #pragma unroll
     for (int j = 0; j < 4; j++) {
@@ -139,7 +151,7 @@ def launch(blocks, out, stream, grouped=False):
     2-aligned blocks and a 16-aligned out."""
     import cupy
     mod, sms = _module(cupy.cuda.runtime.getDevice())
-    n_groups = blocks.size // 98 * 32
+    n_groups = blocks.size // (102 if grouped else 98) * 32
     grid = max(1, min(-(-n_groups // 256), sms * 8))
     name = f"iq3xxs{'_g4' if grouped else ''}_deq_{'f16' if out.dtype == np.float16 else 'f32'}"
     with stream if stream is not None else contextlib.nullcontext():

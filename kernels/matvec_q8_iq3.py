@@ -80,23 +80,71 @@ struct TIQ3_XXSQV : TIQ3_XXS {   // TIQ3_XXS's block layout, Raw and loads; x as
         return h2f(r.d) * (0.5f + (float)(r.aux >> 28)) * 0.5f * (ra + rb);
     }
 };
-// The same decode over IQ3_XXS_G4 weights (kernels/iq3_groups.py; written in session 8, the GPU
-// backend's since session 9): per row, groups of 4 blocks (a warp's 32 chunks) as [64 x 4 bytes of
-// grid indices][32 x 4 bytes of sign/scale words][4 scales d], 392 bytes as 4 raw blocks. A lane's
-// chunk is then one 8-byte and one 4-byte load, each coalesced across the warp (~4 L1 wavefronts a
-// row, against ~21 for the seven 16-bit loads of the raw layout). Rows must be 8-aligned: cols a
-// multiple of 1024. H200, session 9 (call 3): 4096x14336 13.7 us (the product alone) against 16.9.
+// The same decode over IQ3_XXS_G4 weights (kernels/iq3_groups.py; the GPU backend's since session
+// 9, its signs placed in session 10): per row, groups of 4 blocks (a warp's 32 chunks) as [64 x 4
+// bytes of grid indices][32 sign words][4 scale words][4 d], 408 bytes. A lane's chunk is one
+// 8-byte and one 4-byte load, each coalesced across the warp, and two broadcast ones; its sign
+// word holds word w's 4 signs at bits w, w+8, w+16, w+24, so one shift brings them to the byte tops
+// where PRMT's sign-replicate mode makes the byte mask (2 instructions a word against ~6 computing
+// masks from the file's 7-bit fields; sign and offset in one LOP3 and one IMAD). Rows must be
+// 8-aligned: cols a multiple of 1024. H200 (tests/gpu_sweep_matvec.py), 4096x14336 with the quantizer:
+// session 9's layout (the file's fields regrouped, 392 bytes, masks computed: 571 SASS instructions
+// in the 4-row loop) 14.9 us; this one (448 instructions) 13.7-13.8 (session 10, calls 2, 5, 7);
+// the product alone even (13.6 / 13.7: Nsight Compute, call 4, finds it waiting on the weights'
+// loads, not issuing).
+__device__ __forceinline__ unsigned lt_topmask(unsigned v) {   // byte i: 0xFF if bit 8i+7 of v is set
+#ifdef __CUDA_ARCH__
+    unsigned m;
+    asm("prmt.b32 %0, %1, 0, 0xBA98;" : "=r"(m) : "r"(v));
+    return m;
+#else   // the host emulator (tests/cuda_c_emulator.py)
+    unsigned m = 0;
+    for (int i = 0; i < 4; i++) m |= ((v >> (8 * i + 7)) & 1u) * (0xFFu << (8 * i));
+    return m;
+#endif
+}
+__device__ __forceinline__ unsigned lt_and3(unsigned a, unsigned b, unsigned c) {   // one LOP3
+#ifdef __CUDA_ARCH__
+    unsigned t;
+    asm("lop3.b32 %0, %1, %2, %3, 0x80;" : "=r"(t) : "r"(a), "r"(b), "r"(c));
+    return t;
+#else
+    return a & b & c;
+#endif
+}
 template <int GC, int SC>
-struct TIQ3_XXSG : TIQ3_XXSQV<GC, SC> {
-    using Raw = typename TIQ3_XXS::Raw;
+struct TIQ3_XXSG : TIQ3_XXSQV<GC, SC> {   // SC: unused (the masks come from PRMT)
+    static constexpr int BE = 256, TS = 102, CPB = 8;
+    struct Raw { unsigned q0, q1, s, sc; unsigned short d; };
     template <bool SH = false> __device__ static __forceinline__ void load(Raw& r, const unsigned char* row, int c) {
-        const unsigned char* g = row + (c >> 5) * 392;
+        const unsigned char* g = row + (c >> 5) * 408;   // SH: row is in shared memory (matvec_staged's mvs)
         const int j = c & 31;
-        const uint2 q = __ldg((const uint2*)(g + 8 * j));
+        const uint2 q = SH ? *(const uint2*)(g + 8 * j) : __ldg((const uint2*)(g + 8 * j));
         r.q0 = q.x;
         r.q1 = q.y;
-        r.aux = __ldg((const unsigned*)(g + 256 + 4 * j));
-        r.d = __ldg((const unsigned short*)(g + 384 + 2 * (j >> 3)));
+        r.s = SH ? *(const unsigned*)(g + 256 + 4 * j) : __ldg((const unsigned*)(g + 256 + 4 * j));
+        r.sc = SH ? *(const unsigned*)(g + 384 + 4 * (j >> 3)) : __ldg((const unsigned*)(g + 384 + 4 * (j >> 3)));
+        r.d = SH ? *(const unsigned short*)(g + 400 + 2 * (j >> 3)) : __ldg((const unsigned short*)(g + 400 + 2 * (j >> 3)));
+    }
+    __device__ static __forceinline__ float dot(const Raw& r, int c, const float4 (&xv)[8], float, float) {
+        const uint4 f = lt_u4(xv[4]);
+        const uint4 hx[2] = {lt_u4(xv[0]), lt_u4(xv[1])}, lx[2] = {lt_u4(xv[2]), lt_u4(xv[3])};
+        int sh[2] = {0, 0}, sl[2] = {0, 0};
+        #pragma unroll
+        for (int w = 0; w < 8; w++) {   // grid word w: weights 4w..4w+3, run w / 4
+            const unsigned qq = w < 4 ? r.q0 : r.q1;
+            unsigned u = TIQ3_XXSQV<GC, SC>::grid((qq >> (8 * (w & 3))) & 255u);
+            const unsigned m = lt_topmask(r.s << (7 - w));
+            u -= 2u * lt_and3(u, m, 0x3F3F3F3Fu);   // one LOP3 (nvcc otherwise splits this step into four)
+            const int h = w >> 2, k = w & 3;
+            const unsigned hv = k == 0 ? hx[h].x : k == 1 ? hx[h].y : k == 2 ? hx[h].z : hx[h].w;
+            const unsigned lv = k == 0 ? lx[h].x : k == 1 ? lx[h].y : k == 2 ? lx[h].z : lx[h].w;
+            sh[h] = __dp4a((int)u, (int)hv, sh[h]);
+            sl[h] = __dp4a((int)u, (int)lv, sl[h]);
+        }
+        const float ra = fmaf(__uint_as_float(f.x), fmaf(254.f, (float)sh[0], (float)sl[0]), -64.f * __uint_as_float(f.y));
+        const float rb = fmaf(__uint_as_float(f.z), fmaf(254.f, (float)sh[1], (float)sl[1]), -64.f * __uint_as_float(f.w));
+        return h2f(r.d) * (0.5f + (float)((r.sc >> (4 * (c & 7))) & 15u)) * 0.5f * (ra + rb);
     }
 };
 """

@@ -23,17 +23,18 @@ class QuantInfo:
 
 
 # Layouts of a GGUF type's blocks that only the GPU backend makes, by a name of their own so that
-# the kernels that read them are found by it: the same bytes regrouped, the same size a block.
-# IQ3_XXS_G4 (kernels/iq3_groups.py): a row's IQ3_XXS blocks by fours, each field together.
-GPU_LAYOUTS = {"IQ3_XXS_G4": "IQ3_XXS"}
+# the kernels that read them are found by it: name -> (the GGUF type, bytes a block).
+# IQ3_XXS_G4 (kernels/iq3_groups.py): a row's IQ3_XXS blocks by fours, each field together, the
+# signs placed for the decode kernels (408 bytes a group of 4 blocks).
+GPU_LAYOUTS = {"IQ3_XXS_G4": ("IQ3_XXS", 102)}
 
 
 def quant_info(qtype) -> QuantInfo:
     """QuantInfo for a type given by name ("Q4_K"), GGMLQuantizationType, or its integer id; also
     the GPU_LAYOUTS names (their GGUF type's sizes)."""
     if isinstance(qtype, str) and qtype.upper() in GPU_LAYOUTS:
-        base = quant_info(GPU_LAYOUTS[qtype.upper()])
-        return QuantInfo(qtype.upper(), base.block_elems, base.type_size)
+        base_type, type_size = GPU_LAYOUTS[qtype.upper()]
+        return QuantInfo(qtype.upper(), quant_info(base_type).block_elems, type_size)
     try:
         if isinstance(qtype, str):
             t = GGMLQuantizationType[qtype.upper()]

@@ -65,7 +65,39 @@ IQ3_Q8_VARIANTS = [(r, p, gc, sc, False) for r, p in ((4, 0), (8, 0), (4, "p"), 
 # 1024; the GPU backend's since session 9): labels with g for t, e.g. mvq40g12 (the default), mvq40g322.
 IQ3_Q8_VARIANTS += [(r, p, gc, sc, True) for r, p in ((4, 0), (8, 0), (2, 0), (4, 1), (4, "p"))
                     for gc, sc in ((1, 2), (0, 2), (32, 2), (0, 0))]
+# Session 10 (calls 2-6): the regrouped layout's signs placed for PRMT (labels mvq..s.. then, now the
+# g labels' layout).
+# And matvec_staged's mvs (cp.async stages in shared memory) over the signed layout: (rows, stages),
+# labels e.g. mvqs43 (TIQ3_XXSG<1, 2>).
+IQ3_STAGED_VARIANTS = [(4, 3), (4, 4), (8, 3), (2, 4), (4, 6), (8, 2)]
+# Session 10 also timed, and deleted after losing (BENCHMARKS, session 10): mv_iq3t (teams of 128
+# threads sharing a CTA's 32 grid copies; labels mvqt...) and mv_body with balanced trips (mvqb...).
 L2_ROTATE_BYTES = 256 << 20
+
+
+# "read": a plain read of the same weight bytes (16-byte loads, 4 in flight a thread, one wave of
+# CTAs), timed the same way: what a product of these bytes could take at best at this size (the
+# launch, ramp and tail included), beside the large copy's bandwidth.
+C_READ = r"""
+extern "C" __global__ void __launch_bounds__(256) read16(const uint4* __restrict__ p, long long n, unsigned* out) {
+    unsigned acc = 0;
+    const long long step = (long long)gridDim.x * 256;
+    long long i = blockIdx.x * 256LL + threadIdx.x;
+    for (; i + 3 * step < n; i += 4 * step) {
+        const uint4 a = __ldg(p + i), b = __ldg(p + i + step), c = __ldg(p + i + 2 * step), d = __ldg(p + i + 3 * step);
+        acc ^= a.x ^ b.y ^ c.z ^ d.w;
+    }
+    for (; i < n; i += step) acc ^= __ldg(p + i).x;
+    if (acc == 0x9e3779b9u) out[0] = acc;     // (keeps the loads; almost never true)
+}
+"""
+
+
+def read_launcher(dev):
+    k = cp.RawKernel(C_READ, "read16")
+    sms = cp.cuda.runtime.getDeviceProperties(dev)["multiProcessorCount"]
+    sink = cp.zeros(1, cp.uint32)
+    return lambda w, x, o, rows, cols: k((sms * 8,), (256,), (w, np.int64(w.size // 16), sink))
 
 
 def copy_bandwidth():
@@ -146,6 +178,8 @@ def launchers(qt, dev, only=None):
             out[label + "p"] = product
     if qt == "IQ3_XXS":
         out.update(_iq3_q8(dev, only))
+    if only is not None and "read" in only:
+        out["read"] = read_launcher(dev)
     for v, name in zip(variants, names[1:]):
         f = get(name)
         smem = ms.smem_bytes(info.type_size, cpb, *v[1:]) if v[0] == "mvs" else 0
@@ -167,6 +201,10 @@ def _iq3_q8(dev, only):
         if only is None or label in only or label + "p" in only:
             todo.append((label, r, p, grouped, ms.persistent_name(st, 1, r) if p == "p"
                          else f"mv_iq2<{st}, 1, {r}, {p}>"))
+    for r, stages in IQ3_STAGED_VARIANTS:
+        label = f"mvqs{r}{stages}"
+        if only is None or label in only or label + "p" in only:
+            todo.append((label, r, ("s", stages), True, f"mvs<{miq3.struct_name((1, 2), True)}, 1, {r}, {stages}>"))
     if not todo:
         return out
     quant_name = mq.quantize_name("IQ3_XXS")
@@ -176,17 +214,24 @@ def _iq3_q8(dev, only):
     for label, r, p, grouped, name in todo:
         f = mod.get_function(name)
         cap = ms.prepare(f, 0, dev) if p == "p" else None
+        smem = 0
+        if isinstance(p, tuple) and p[0] == "s":   # mvs: its stages in dynamic shared memory
+            smem = ms.smem_bytes(iq3_groups.GROUP_BYTES // 4, 8, r, p[1])
+            cap = ms.prepare(f, smem, dev)
         print(f"  IQ3_XXS {label}: regs {getattr(f, 'num_regs', '?')}, smem {getattr(f, 'shared_size_bytes', '?')}"
               + (f", grid cap {cap}" if cap else ""), flush=True)
         xq = {}
 
-        def product(w, x, o, rows, cols, f=f, r=r, cap=cap, xq=xq, grouped=grouped):
+        def product(w, x, o, rows, cols, f=f, r=r, p=p, cap=cap, xq=xq, grouped=grouped, smem=smem):
             if grouped:
                 if id(w) not in packed:   # (not setdefault: its default, the repack, runs on every call)
                     packed[id(w)] = (w, iq3_groups.repack(w, rows, cols))
                 w = packed[id(w)][1]
             grid = min(-(-rows // r), cap) if cap else -(-rows // r)
-            pdl.call(f, (grid,), (128,), (w, xq[id(x)][1], o, np.int32(rows), np.int32(cols)))
+            if smem:
+                f((grid,), (128,), (w, xq[id(x)][1], o, np.int32(rows), np.int32(cols)), shared_mem=smem)
+            else:
+                pdl.call(f, (grid,), (128,), (w, xq[id(x)][1], o, np.int32(rows), np.int32(cols)))
 
         def both(w, x, o, rows, cols, quant=quant, xq=xq, product=product):
             buf = xq.setdefault(id(x), (x, cp.empty_like(x)))[1]
@@ -213,6 +258,9 @@ def main():
     dev = cp.cuda.runtime.getDevice()
     copy_bw = copy_bandwidth()
     print(f"copy {copy_bw:.0f} GB/s", flush=True)
+    if args.variants and "read" in args.variants.split(","):   # the kernel table's copy (lite bench kernels)
+        from lite.kernels import bench as kb
+        print(f"copy-vec16 {kb.copy16_bandwidth(stream):.0f} GB/s", flush=True)
     rng = np.random.default_rng(0)
     res = {"copy_GBs": copy_bw, "rows": []}
     bad = 0
@@ -229,6 +277,8 @@ def main():
             ref = ref.get().astype(np.float64)
             scale = np.abs(ref).max() + 1e-30
             for label, f in fns.items():
+                if label == "read":
+                    continue
                 o = cp.full((1, rows), np.nan, cp.float32)
                 f(w, x, o, rows, cols)
                 d = float(np.max(np.abs(o.get() - ref)) / scale)

@@ -132,9 +132,10 @@ def test_iq3_xxs_cuda_c_kernels_match_float64(config):
 
 
 def test_regrouped_iq3xxs_dequantizes_as_the_file_layout():
-    """IQ3_XXS_G4 (kernels/iq3_groups.py: a row's blocks by fours, each field together): the same
-    values as the file's blocks, whole rows and a row range (the embedding's lookups), exactly in
-    fp32 and fp16. In CI the Numba kernel (dequant_iq._p_iq3_xxs_g4), on a GPU the CUDA C one."""
+    """IQ3_XXS_G4 (kernels/iq3_groups.py: a row's blocks by fours, each field together, the signs
+    placed): the same values as the file's blocks, whole rows and a row range (the embedding's
+    lookups), exactly in fp32 and fp16. In CI the Numba kernel (dequant_iq._p_iq3_xxs_g4), on a GPU
+    the CUDA C one."""
     from lite.kernels import iq3_groups
     rng = np.random.default_rng(41)
     rows, cols = 3, 2048
@@ -149,7 +150,7 @@ def test_regrouped_iq3xxs_dequantizes_as_the_file_layout():
     one = _to_host(K.dequantize(dev[rb:2 * rb], iq3_groups.NAME, np.float32))
     np.testing.assert_array_equal(one, reference(blocks, "IQ3_XXS")[cols:2 * cols])
     with pytest.raises(ValueError, match="groups of four"):              # not whole groups: refused
-        K.dequantize(dev[:3 * 98], iq3_groups.NAME, np.float32)
+        K.dequantize(dev[:3 * 102], iq3_groups.NAME, np.float32)
 
 
 def test_regrouped_iq3xxs_matvec_matches_float64_or_refuses():
