@@ -332,9 +332,11 @@ def _register(name):
         if name == "IQ3_XXS_G4" and blocks.size % 408:
             raise ValueError(f"IQ3_XXS_G4 blocks come in groups of four (408 bytes; kernels/iq3_groups.py), "
                              f"got {blocks.size} bytes")
-        if name.startswith("IQ3_XXS") and impl() == "cuda" and _ptr(blocks) % 2 == 0 and _ptr(out) % 16 == 0:
+        if name.startswith("IQ3_XXS") and impl() == "cuda" and _ptr(out) % 16 == 0:
             from lite.kernels import dequant_iq3_cuda      # (imports this module)
-            return dequant_iq3_cuda.launch(blocks, out, stream, grouped=name == "IQ3_XXS_G4")
+            grouped = name == "IQ3_XXS_G4"
+            if _ptr(blocks) % dequant_iq3_cuda.ALIGN[grouped] == 0:
+                return dequant_iq3_cuda.launch(blocks, out, stream, grouped=grouped)
         return launch_numba(name, blocks, out, stream)
     return launch
 

@@ -29,13 +29,13 @@ __device__ __forceinline__ void iq3xxs_group(const unsigned short* __restrict__ 
     const unsigned q = __ldg((G4 ? b + 32 * k : b + 1) + g);
     unsigned sb, scale;                                    // sb: the 8 values' signs (bit j: value j)
     if (G4) {
-        const unsigned short* sw = b + 128 + 2 * (8 * k + ib);
-        const unsigned s32 = __ldg(sw) | ((unsigned)__ldg(sw + 1) << 16), l = g & 3;
+        const unsigned* b32 = (const unsigned*)b;          // (IQ3_XXS_G4 blocks are 4-aligned: launch())
+        const unsigned s32 = __ldg(b32 + 64 + 8 * k + ib), l = g & 3;
         // value j < 4 is bit 8j + 2l, value j + 4 bit 8j + 2l + 1: a byte's bit 0 each, gathered
         // into 4 bits by one multiply (bit 8i lands at 24 + i; no two products meet)
         sb = ((((s32 >> (2 * l)) & 0x01010101u) * 0x01020408u) >> 24)
            | (((((s32 >> (2 * l + 1)) & 0x01010101u) * 0x01020408u) >> 24) << 4);
-        scale = ((__ldg(b + 192 + 2 * k) | ((unsigned)__ldg(b + 193 + 2 * k) << 16)) >> (4 * ib)) & 15u;
+        scale = (__ldg(b32 + 96 + k) >> (4 * ib)) & 15u;
     } else {
         const unsigned aux = __ldg(b + 33 + 2 * ib) | ((unsigned)__ldg(b + 34 + 2 * ib) << 16);
         sb = ksign((aux >> (7 * (g & 3))) & 127u);
@@ -138,6 +138,7 @@ def _module(device):
 
 
 GATHER_TILE = 2048      # values a block of iq3xxs_gather_f16
+ALIGN = {False: 2, True: 4}     # the blocks' alignment launch() needs: the file's layout, IQ3_XXS_G4
 
 
 def gather_kernel(device):
@@ -148,7 +149,7 @@ def gather_kernel(device):
 
 def launch(blocks, out, stream, grouped=False):
     """The CUDA C IQ3_XXS dequant (grouped: of IQ3_XXS_G4 blocks, whole groups of four); needs
-    2-aligned blocks and a 16-aligned out."""
+    2-aligned blocks (grouped: 4-aligned, ALIGN) and a 16-aligned out."""
     import cupy
     mod, sms = _module(cupy.cuda.runtime.getDevice())
     n_groups = blocks.size // (102 if grouped else 98) * 32
