@@ -71,7 +71,8 @@ IQ3_Q8_VARIANTS += [(r, p, gc, sc, True) for r, p in ((4, 0), (8, 0), (2, 0), (4
 # labels e.g. mvqs43 (TIQ3_XXSG<1, 2>).
 IQ3_STAGED_VARIANTS = [(4, 3), (4, 4), (8, 3), (2, 4), (4, 6), (8, 2)]
 # Session 10 also timed, and deleted after losing (BENCHMARKS, session 10): mv_iq3t (teams of 128
-# threads sharing a CTA's 32 grid copies; labels mvqt...) and mv_body with balanced trips (mvqb...).
+# threads sharing a CTA's 32 grid copies; labels mvqt...), mv_body with balanced trips (mvqb40s...)
+# and mv_iq2 held to 9 CTAs an SM so that prefetch fits 56 registers (mvqb419: call 14).
 L2_ROTATE_BYTES = 256 << 20
 
 
