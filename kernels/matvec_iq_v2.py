@@ -136,15 +136,6 @@ __global__ void __launch_bounds__(128) mv_iq2(const unsigned char* __restrict__ 
     T::init();
     mv_body<T, N, RR, P>(w, x, out, rows, cols);
 }
-// Experiment (session 10): mv_iq2 held to MINB CTAs an SM (mv_iq2<IQ3_XXS_G4's struct, 1, 4, 1>,
-// the next trip prefetched, fits 56 registers at MINB = 9 without spilling, as <.., 0> does).
-// (`__launch_bounds__(128, 1)` is not mv_iq2's `(128)`: it lets ptxas take more registers.)
-template <class T, int N, int RR, int P, int MINB>
-__global__ void __launch_bounds__(128, MINB) mv_iq2b(const unsigned char* __restrict__ w, const float* __restrict__ x,
-                                                     float* __restrict__ out, int rows, int cols) {
-    T::init();
-    mv_body<T, N, RR, P>(w, x, out, rows, cols);
-}
 """
 
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPU checks by step (on the device, after `source scripts/device_setup.sh`, carry .whl). Results in
 # ${OUT:-/tmp/lite-checks}. Session 5 ran gemma, real, pdl, iq3 and ncu with its code, session 6
-# matvec, iq3moe and multigpu's tests, session 7 session 6's next, session 8 session 7's, session 9 session 8's (figures in BENCHMARKS; the calls: scripts/session*/call*.sh).
+# matvec, iq3moe and multigpu's tests, session 7 session 6's next, session 8 session 7's, session 9 session 8's
+# (figures in BENCHMARKS; the calls: scripts/session*/call*.sh); session 10 left session 9's next for later.
 # Re-run a step after changing what it covers.
 #   bash scripts/gpu_first_checks.sh next            # first next session (issue 3), ~4 min
 #   bash scripts/gpu_first_checks.sh multigpu        # on nvidia-h200-x2
@@ -93,7 +94,8 @@ step_iq3moe() {
 # Next (~4 min): where the 30B-A3B IQ3_XXS decode step goes now (session 9 traced only the dense
 # 8B; its MoE experts keep the file's layout, 768-column down experts are not whole groups of four):
 # each kernel's GPU time in one replayed step, for the choice between regrouping the gate/up experts
-# (2048 columns: whole groups) and other work; then the kernel table (IQ3_XXS_G4 beside IQ3_XXS).
+# (2048 columns: whole groups) and other work; then the kernel table (IQ3_XXS_G4 beside IQ3_XXS;
+# session 10 ran the table, calls 9 and 13: 41% / 34% at 4096x14336).
 step_next() {
   local f=/tmp/30i.gguf
   [ -f $f ] || $L synth --arch qwen3moe --preset 30b-a3b --quant IQ3_XXS $f >/dev/null 2>&1
