@@ -329,8 +329,9 @@ def _ptr(a):
 def _register(name):
     @register_dequant(name)
     def launch(blocks, out, stream):
-        if name == "IQ3_XXS_G4" and blocks.size % 408:
-            raise ValueError(f"IQ3_XXS_G4 blocks come in groups of four (408 bytes; kernels/iq3_groups.py), "
+        if name == "IQ3_XXS_G4" and blocks.size % (4 * quant_info(name).type_size):
+            raise ValueError(f"IQ3_XXS_G4 blocks come in groups of four ({4 * quant_info(name).type_size} bytes; "
+                             "kernels/iq3_groups.py), "
                              f"got {blocks.size} bytes")
         if name.startswith("IQ3_XXS") and impl() == "cuda" and _ptr(out) % 16 == 0:
             from lite.kernels import dequant_iq3_cuda      # (imports this module)

@@ -4,9 +4,10 @@ us. The same float operations as gguf-py, so fp32 output equals it and fp16 outp
 round-to-nearest cast; dequant_iq's Numba kernels are the reference CI checks under the simulator
 (and tests/test_iq3xxs_gather_emulated.py runs this text on the host).
 
-Two layouts of the same blocks: IQ3_XXS as the file has it, and IQ3_XXS_G4 (kernels/iq3_groups.py:
-a row's blocks by fours, each field together), which the decode products of the GPU backend read
-faster; the prefill's dequantize then reads that layout too. The MoE prefill's gathered dequantize
+Two layouts: IQ3_XXS as the file has it, and IQ3_XXS_G4 (kernels/iq3_groups.py: a row's blocks by
+fours, each field together, the signs re-encoded whole and the scales in words of their own, 408
+bytes a group of 4 blocks), which the decode products of the GPU backend read faster; the
+prefill's dequantize then reads that layout too. The MoE prefill's gathered dequantize
 (iq3xxs_gather_f16) reads the file's layout only (experts are never regrouped).
 """
 import contextlib
@@ -15,6 +16,7 @@ import functools
 import numpy as np
 
 from lite.kernels.dequant_iq import C_HELPERS, c_grid_array, impl
+from lite.kernels.registry import quant_info
 
 C_IQ3_XXS_DEQUANT = r"""
 // 8 values of group g (0..31) of block blk of w16: same float ops as gguf-py. G4 = 0: a block is 49
@@ -152,7 +154,7 @@ def launch(blocks, out, stream, grouped=False):
     2-aligned blocks (grouped: 4-aligned, ALIGN) and a 16-aligned out."""
     import cupy
     mod, sms = _module(cupy.cuda.runtime.getDevice())
-    n_groups = blocks.size // (102 if grouped else 98) * 32
+    n_groups = blocks.size // quant_info("IQ3_XXS_G4" if grouped else "IQ3_XXS").type_size * 32
     grid = max(1, min(-(-n_groups // 256), sms * 8))
     name = f"iq3xxs{'_g4' if grouped else ''}_deq_{'f16' if out.dtype == np.float16 else 'f32'}"
     with stream if stream is not None else contextlib.nullcontext():

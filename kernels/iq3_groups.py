@@ -101,7 +101,7 @@ def unpack(grouped, rows, cols):
             aux |= ((signs >> np.uint32(_sign_bit(l, b))) & np.uint32(1)) << np.uint32(7 * l + b)
     out = xp.empty((rows, ng, 4, 98), np.uint8)
     out[..., 2:66] = g[..., 0:256].reshape(rows, ng, 4, 64)
-    out[..., 66:98] = xp.ascontiguousarray(aux.astype(xp.uint32)).view(xp.uint8).reshape(rows, ng, 4, 32)
+    out[..., 66:98] = xp.ascontiguousarray(aux).view(xp.uint8).reshape(rows, ng, 4, 32)
     out[..., 0:2] = g[..., 400:408].reshape(rows, ng, 4, 2)
     return out.reshape(-1)
 

@@ -192,7 +192,8 @@ TYPES = {"Q4_K": ("TQ4_K", "TQ4_KQ", 20), "Q6_K": ("TQ6_K", "TQ6_KQ", 24), "IQ3_
 # 20.3, 128256x4096 (the 8B's output head) 129.0 / 158.5; in layout 1 (the default) 2 rows (session
 # 8, calls 2-3: 4096x14336 18.1 us against 22.9 at 4 rows, the head 125.0 / 145.1, 4096x4096 7.4 /
 # 8.4). IQ3_XXS: 4 rows (call 3, TIQ3_XXSQV<1, 2>: 15.9 us at 4096x14336, 18.8 at 2 rows, 21.3 at 8);
-# IQ3_XXS_G4 4 rows too (session 9, call 3: 15.0 us at 4096x14336, 16.8 at 2 rows, 19.7 at 8).
+# IQ3_XXS_G4 4 rows too (session 9, call 3: 15.0 us at 4096x14336, 16.8 at 2 rows, 19.7 at 8;
+# session 10, call 2, its signs placed: 13.8, 15.9 at 2 rows, 18.9 at 8).
 CONFIGS = {"Q4_K": (2, 0), "Q6_K": (2, 0) if LAYOUTS[24] else (4, 0), "IQ3_XXS": (4, 0), "IQ3_XXS_G4": (4, 0)}
 # The types whose dense decode products (matvec_cuda.launch without a config, matvec_epilogue's mve,
 # matvec_iq.launch_cuda for IQ3_XXS) quantize x and take mvq, and the MoE experts' (LITE_MOE_Q8

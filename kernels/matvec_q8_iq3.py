@@ -113,7 +113,7 @@ __device__ __forceinline__ unsigned lt_and3(unsigned a, unsigned b, unsigned c) 
 #endif
 }
 template <int GC, int SC>
-struct TIQ3_XXSG : TIQ3_XXSQV<GC, SC> {   // SC: unused (the masks come from PRMT)
+struct TIQ3_XXSG : TIQ3_XXSQV<GC, 2> {    // SC: unused (the masks come from PRMT; no mask table to fill)
     static constexpr int BE = 256, TS = 102, CPB = 8;
     struct Raw { unsigned q0, q1, s, sc; unsigned short d; };
     template <bool SH = false> __device__ static __forceinline__ void load(Raw& r, const unsigned char* row, int c) {
@@ -133,7 +133,7 @@ struct TIQ3_XXSG : TIQ3_XXSQV<GC, SC> {   // SC: unused (the masks come from PRM
         #pragma unroll
         for (int w = 0; w < 8; w++) {   // grid word w: weights 4w..4w+3, run w / 4
             const unsigned qq = w < 4 ? r.q0 : r.q1;
-            unsigned u = TIQ3_XXSQV<GC, SC>::grid((qq >> (8 * (w & 3))) & 255u);
+            unsigned u = TIQ3_XXSQV<GC, 2>::grid((qq >> (8 * (w & 3))) & 255u);
             const unsigned m = lt_topmask(r.s << (7 - w));
             u -= 2u * lt_and3(u, m, 0x3F3F3F3Fu);   // one LOP3 (nvcc otherwise splits this step into four)
             const int h = w >> 2, k = w & 3;

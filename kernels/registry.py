@@ -31,7 +31,7 @@ GPU_LAYOUTS = {"IQ3_XXS_G4": ("IQ3_XXS", 102)}
 
 def quant_info(qtype) -> QuantInfo:
     """QuantInfo for a type given by name ("Q4_K"), GGMLQuantizationType, or its integer id; also
-    the GPU_LAYOUTS names (their GGUF type's sizes)."""
+    the GPU_LAYOUTS names (their GGUF type's values a block, their own bytes a block)."""
     if isinstance(qtype, str) and qtype.upper() in GPU_LAYOUTS:
         base_type, type_size = GPU_LAYOUTS[qtype.upper()]
         return QuantInfo(qtype.upper(), quant_info(base_type).block_elems, type_size)

@@ -72,7 +72,8 @@ IQ3_Q8_VARIANTS += [(r, p, gc, sc, True) for r, p in ((4, 0), (8, 0), (2, 0), (4
 IQ3_STAGED_VARIANTS = [(4, 3), (4, 4), (8, 3), (2, 4), (4, 6), (8, 2)]
 # Session 10 also timed, and deleted after losing (BENCHMARKS, session 10): mv_iq3t (teams of 128
 # threads sharing a CTA's 32 grid copies; labels mvqt...), mv_body with balanced trips (mvqb40s...)
-# and mv_iq2 held to 9 CTAs an SM so that prefetch fits 56 registers (mvqb419: call 14).
+# mv_iq2 held to 9 CTAs an SM so that prefetch fits 56 registers (mvqb419: call 14), and the first
+# trip's weights loaded before the PDL wait (mvqe4, mvqe2: call 15).
 L2_ROTATE_BYTES = 256 << 20
 
 
@@ -230,6 +231,8 @@ def _iq3_q8(dev, only):
                 w = packed[id(w)][1]
             grid = min(-(-rows // r), cap) if cap else -(-rows // r)
             if smem:
+                if iq3_groups.nbytes(1, cols) % 16:   # mvs copies 16-byte pieces of whole rows
+                    raise ValueError(f"mvs needs 16-aligned rows: cols={cols} is not a multiple of 2048")
                 f((grid,), (128,), (w, xq[id(x)][1], o, np.int32(rows), np.int32(cols)), shared_mem=smem)
             else:
                 pdl.call(f, (grid,), (128,), (w, xq[id(x)][1], o, np.int32(rows), np.int32(cols)))

@@ -151,6 +151,10 @@ def test_regrouped_iq3xxs_dequantizes_as_the_file_layout():
     np.testing.assert_array_equal(one, reference(blocks, "IQ3_XXS")[cols:2 * cols])
     with pytest.raises(ValueError, match="groups of four"):              # not whole groups: refused
         K.dequantize(dev[:3 * 102], iq3_groups.NAME, np.float32)
+    # blocks only 2-aligned (the CUDA C kernel reads 32-bit words): the Numba kernel, the same values
+    shifted = _to_device(np.concatenate([np.zeros(2, np.uint8), grouped]))[2:]
+    np.testing.assert_array_equal(_to_host(K.dequantize(shifted, iq3_groups.NAME, np.float32)),
+                                  reference(blocks, "IQ3_XXS"))
 
 
 def test_regrouped_iq3xxs_matvec_matches_float64_or_refuses():

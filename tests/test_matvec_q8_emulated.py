@@ -436,6 +436,20 @@ def test_regroup_needs_whole_groups_and_unpacks():
         iq3_groups.repack(np.zeros(3 * 98, np.uint8), 1, 768)
     blocks = random_blocks("IQ3_XXS", 3 * 8, np.random.default_rng(3))
     assert np.array_equal(iq3_groups.unpack(iq3_groups.repack(blocks, 3, 2048), 3, 2048), blocks.reshape(-1))
+    # the layout's sizes agree where they are written down (registry's bytes a block, the module's group)
+    assert quant_info(iq3_groups.NAME).type_size * 4 == iq3_groups.GROUP_BYTES == iq3_groups.nbytes(1, 1024)
+
+
+def test_regrouped_rows_stay_whole_so_fused_members_slice_by_nbytes():
+    """lite/backends/cuda.py _regroup_iq3 repacks a fused [q; k; v] buffer whole and slices its
+    members iq3_groups.nbytes apart: those slices are each member's own repack."""
+    rng = np.random.default_rng(5)
+    a, b = random_blocks("IQ3_XXS", 3 * 8, rng), random_blocks("IQ3_XXS", 2 * 8, rng)
+    whole = iq3_groups.repack(np.concatenate([a.reshape(-1), b.reshape(-1)]), 5, 2048)
+    cut = iq3_groups.nbytes(3, 2048)
+    assert whole.size == iq3_groups.nbytes(5, 2048)
+    assert np.array_equal(whole[:cut], iq3_groups.repack(a, 3, 2048))
+    assert np.array_equal(whole[cut:], iq3_groups.repack(b, 2, 2048))
 
 
 @pytest.mark.skipif(not _gpu(), reason="needs a CUDA GPU (the CUDA C text runs above under the emulator)")
@@ -515,4 +529,3 @@ def test_mve_iq3xxs_matches_float64(iq3_epi_lib, case):
         tol = 2e-3 * (mag[:, :units] * np.abs(u) + np.abs(act) * mag[:, units:]) + 1e-6 \
             + 2 * (bound[:, :units] * np.abs(u) + np.abs(act) * bound[:, units:])
     assert np.all(np.abs(out - ref) <= tol), np.max(np.abs(out - ref) / tol)
-

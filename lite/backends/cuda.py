@@ -166,7 +166,7 @@ class CUDABackend(CUDALinear, CUDAFoldNorm, CUDAHandoff, CUDADecodeAttention, CU
     def _regroup_iq3(self):
         """IQ3_XXS matrices regrouped for the decode products (kernels/iq3_groups.py: 4096x14336 16.9
         -> 13.8 us on the H200, 4% more bytes), named IQ3_XXS_G4; LITE_IQ3_REGROUP=0 keeps the file's
-        layout. Rows keep their byte ranges, so the members of a fused group stay views of its new buffer."""
+        layout. Rows stay contiguous, so a fused group's members are views of its new buffer (nbytes apart)."""
         from lite.kernels import iq3_groups
         if not (IQ3_REGROUP and iq3_groups.applies()):
             return

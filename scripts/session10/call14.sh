@@ -2,6 +2,7 @@
 # Session 10, call 14 (carry .whl): mv_iq2 over IQ3_XXS_G4 held to MINB CTAs an SM (matvec_iq_v2's
 # mv_iq2b), so that prefetching the next trip fits the 56 registers of no prefetch (call 2: prefetch
 # at 64 registers, 12.6 us alone at 4096x14336 against 13.7, lost its overlap with the quantizer).
+# (As run: the variants and symbols it names that lost were deleted afterwards; see BENCHMARKS, session 10.)
 set -u
 source scripts/device_setup.sh >/dev/null 2>&1
 O=${OUT:-/tmp}

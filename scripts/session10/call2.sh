@@ -3,6 +3,7 @@
 # matvec_q8_iq3.TIQ3_XXSS: the signs stored whole, placed for PRMT's sign-replicate mode; 448 SASS
 # instructions in mv_iq2's 4-row loop against TIQ3_XXSG's 571) against the default grouped layout.
 # (Its first run, the same call, shared the repacked copies between the g and s labels: fixed.)
+# (As run: the variants and symbols it names that lost were deleted afterwards; see BENCHMARKS, session 10.)
 set -u
 source scripts/device_setup.sh
 O=${OUT:-/tmp}

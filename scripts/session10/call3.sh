@@ -2,6 +2,7 @@
 # Session 10, call 3 (warm or carry .whl): mv_iq3t, teams of 128 threads sharing one CTA's 32 grid
 # copies (conflict-free lookups), over both grouped layouts, against mv_iq2 (call 2: the signed
 # layout's 22% fewer instructions left the product alone even, 13.7 against 13.6 us: not issue-bound).
+# (As run: the variants and symbols it names that lost were deleted afterwards; see BENCHMARKS, session 10.)
 set -u
 source scripts/device_setup.sh >/dev/null 2>&1
 O=${OUT:-/tmp}

@@ -4,6 +4,7 @@
 # global loads (long scoreboard), issue 44%, DRAM 32%: latency-bound with one trip of loads in flight.
 # Here matvec_staged's mvs (cp.async stages in shared memory) and mvp (persistent, the next item's
 # loads in registers) over TIQ3_XXSS.
+# (As run: the variants and symbols it names that lost were deleted afterwards; see BENCHMARKS, session 10.)
 set -u
 source scripts/device_setup.sh >/dev/null 2>&1
 O=${OUT:-/tmp}

@@ -3,6 +3,7 @@
 # 448 chunks as 4 trips of 112, not 3.5 of 128). Call 4: SM active 23.6K of 30.1K elapsed cycles,
 # the CTAs' warps 2-3 done a trip before warps 0-1; calls 2-5: fewer instructions, conflict-free
 # lookups, staged / persistent loads all even or worse.
+# (As run: the variants and symbols it names that lost were deleted afterwards; see BENCHMARKS, session 10.)
 set -u
 source scripts/device_setup.sh >/dev/null 2>&1
 O=${OUT:-/tmp}
