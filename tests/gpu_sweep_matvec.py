@@ -69,6 +69,10 @@ IQ3_Q8_VARIANTS += [(r, p, gc, sc, True) for r, p in ((4, 0), (8, 0), (2, 0), (4
 # g labels' layout).
 # And matvec_staged's mvs (cp.async stages in shared memory) over the signed layout: (rows, stages),
 # labels e.g. mvqs43 (TIQ3_XXSG<1, 2>).
+# matvec_q8_iq3's mv_iq2m (rows in shared memory by bulk copies, every trip requested before the PDL
+# wait; session 10, not yet run on a GPU): (rows a CTA, bytes a row at most), labels mvqm4x5712 (for
+# 14336 columns), mvqm4x1632 (4096); a shape whose rows exceed the label's bytes is refused.
+IQ3_SMEM_ROWS = [(4, 5712), (2, 5712), (8, 5712), (4, 1632), (8, 1632), (16, 1632)]
 IQ3_STAGED_VARIANTS = [(4, 3), (4, 4), (8, 3), (2, 4), (4, 6), (8, 2)]
 # Session 10 also timed, and deleted after losing (BENCHMARKS, session 10): mv_iq3t (teams of 128
 # threads sharing a CTA's 32 grid copies; labels mvqt...), mv_body with balanced trips (mvqb40s...)
@@ -203,6 +207,10 @@ def _iq3_q8(dev, only):
         if only is None or label in only or label + "p" in only:
             todo.append((label, r, p, grouped, ms.persistent_name(st, 1, r) if p == "p"
                          else f"mv_iq2<{st}, 1, {r}, {p}>"))
+    for r, maxb in IQ3_SMEM_ROWS:
+        label = f"mvqm{r}x{maxb}"
+        if only is None or label in only or label + "p" in only:
+            todo.append((label, r, ("m", maxb), True, f"mv_iq2m<{miq3.struct_name((1, 2), True)}, 1, {r}, {maxb}>"))
     for r, stages in IQ3_STAGED_VARIANTS:
         label = f"mvqs{r}{stages}"
         if only is None or label in only or label + "p" in only:
@@ -217,6 +225,8 @@ def _iq3_q8(dev, only):
         f = mod.get_function(name)
         cap = ms.prepare(f, 0, dev) if p == "p" else None
         smem = 0
+        if isinstance(p, tuple) and p[0] == "m":   # mv_iq2m: ~24 KB of static shared memory a CTA, 8 an SM
+            f.preferred_shared_memory_carveout = 100
         if isinstance(p, tuple) and p[0] == "s":   # mvs: its stages in dynamic shared memory
             smem = ms.smem_bytes(iq3_groups.GROUP_BYTES // 4, 8, r, p[1])
             cap = ms.prepare(f, smem, dev)
@@ -230,6 +240,8 @@ def _iq3_q8(dev, only):
                     packed[id(w)] = (w, iq3_groups.repack(w, rows, cols))
                 w = packed[id(w)][1]
             grid = min(-(-rows // r), cap) if cap else -(-rows // r)
+            if isinstance(p, tuple) and p[0] == "m" and not (iq3_groups.nbytes(1, cols) <= p[1] and cols % 2048 == 0):
+                raise ValueError(f"mv_iq2m<.., {p[1]}>: rows of {cols} columns do not fit or are not 16-byte multiples")
             if smem:
                 if iq3_groups.nbytes(1, cols) % 16:   # mvs copies 16-byte pieces of whole rows
                     raise ValueError(f"mvs needs 16-aligned rows: cols={cols} is not a multiple of 2048")

@@ -1,0 +1,224 @@
+"""IQ3_XXS's decode matvec on dp4a over quantized x (kernels/matvec_q8_iq3.py: TIQ3_XXSQV over the
+file's blocks, TIQ3_XXSG over IQ3_XXS_G4's, kernels/iq3_groups.py), its CUDA C on the host through
+tests/cuda_c_emulator.py against float64 products of gguf-py's dequantize, as the K types' in
+tests/test_matvec_q8_emulated.py (whose helpers these share); the epilogue kernels (mve) over them;
+the layout's repack; on a GPU the product at full size. Split from that file in session 10."""
+import numpy as np
+import pytest
+
+import cuda_c_emulator as emu
+from kernel_blocks import random_blocks, reference
+from test_kernels_matvec_emulated import HOST_SHIMS
+from test_matvec_q8_emulated import ARGS, EPI_ARGS, Q8_SHIMS, _gpu, _quantize, _x, quant_bound
+
+from lite.kernels import iq3_groups, matvec_cuda, matvec_q8, quant_info
+
+pytestmark = pytest.mark.skipif(not emu.available(), reason="needs g++ (C++20)")
+
+
+# IQ3_XXS (opt-in: LITE_MATVEC_Q8 naming it): TIQ3_XXSQV on the register loop (matvec_iq_v2's mv_iq2:
+# mv with the table fill) over quantized x, its tables (grid copies, sign masks) through L1, in shared
+# memory or (the masks) computed; one on the persistent loop (mvp). (n, rows a CTA, prefetch, tables).
+IQ3_KERNELS = [(1, 4, 0, (0, 0)), (1, 8, 0, (0, 0)), (2, 4, 0, (0, 0)), (1, 2, 1, (0, 0)), (1, 4, 0, (1, 1)),
+               (1, 4, 0, (4, 2)), (2, 4, 0, (8, 2)), (1, 4, 0, (0, 2)), (1, 8, 1, (16, 1)), (1, 4, "mvp", (2, 2)), (2, 2, 0, (1, 2)), (2, 4, 1, (1, 2))]
+
+
+# The grouped layout (matvec_q8_iq3.TIQ3_XXSG over iq3_groups.repack's bytes: the GPU backend's).
+IQ3_GROUPED = [(1, 4, 0, (1, 2)), (2, 4, 0, (0, 0)), (1, 8, 1, (32, 2))]
+
+
+# Session 10's mv_iq2m (matvec_q8_iq3: rows in shared memory by bulk copies; sweep only, not yet run
+# on a GPU): (n, rows a CTA, bytes a row at most).
+IQ3_STAGED_ROWS = [(1, 4, 5712), (2, 2, 5712)]
+
+
+def _iq3_name(n, r, p, tables):
+    from lite.kernels import matvec_q8_iq3, matvec_staged
+    if p == "mvp":
+        return matvec_staged.persistent_name(matvec_q8_iq3.struct_name(tables), n, r)
+    return matvec_q8.kernel_name("IQ3_XXS", n, r, p, tables)
+
+
+def _iq3_source():
+    """IQ3_XXS's mvq module text for the emulator (matvec_q8.c_source without the asm helpers)."""
+    from lite.kernels import dequant_iq, matvec_iq, matvec_iq_v2 as v2, matvec_staged
+    return ("#define GCOPIES 0\n" + HOST_SHIMS + Q8_SHIMS
+            + "inline uint2 make_uint2(unsigned a, unsigned b) { return {a, b}; }\n"
+            + dequant_iq.c_grid_array("IQ3XXS_GRID", "IQ3_XXS") + v2.c_tables()
+            + matvec_cuda.C_HEAD + matvec_cuda.C_KERNEL + matvec_staged.C_PERSISTENT + matvec_iq.C_COMMON
+            + matvec_iq.C_IQ3_XXS + matvec_iq.C_IQ3_XXS_STAGED + v2.C_IQ3_XXS_V2 + matvec_q8.structs("IQ3_XXS"))
+
+
+@pytest.fixture(scope="module")
+def iq3_lib():
+    from lite.kernels import matvec_q8_iq3
+    wraps = "".join(f'extern "C" __global__ void iq3q_{i}({ARGS}) {{ {_iq3_name(*k)}(w, x, out, rows, cols); }}\n'
+                    for i, k in enumerate(IQ3_KERNELS))
+    wraps += "".join(f'extern "C" __global__ void iq3g_{i}({ARGS}) {{ mv_iq2<{matvec_q8_iq3.struct_name(t, True)}, '
+                     f'{n}, {r}, {p}>(w, x, out, rows, cols); }}\n' for i, (n, r, p, t) in enumerate(IQ3_GROUPED))
+    wraps += "".join(f'extern "C" __global__ void iq3m_{i}({ARGS}) {{ mv_iq2m<{matvec_q8_iq3.struct_name((1, 2), True)}, '
+                     f'{n}, {r}, {b}>(w, x, out, rows, cols); }}\n' for i, (n, r, b) in enumerate(IQ3_STAGED_ROWS))
+    wraps += ('extern "C" __global__ void emu_qx_IQ3_XXS(const float* x, float* xq, int cols) '
+              f'{{ {matvec_q8.quantize_name("IQ3_XXS")}(x, xq, cols); }}\n')
+    return emu.compile_kernels(_iq3_source() + wraps)
+
+
+@pytest.mark.parametrize("shape", [(37, 768), (11, 256 * 17)], ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("k", range(len(IQ3_KERNELS)), ids=lambda i: "n{}_{}_{}_t{}{}".format(*IQ3_KERNELS[i][:3], *IQ3_KERNELS[i][3]))
+def test_iq3xxs_mvq_matches_float64(iq3_lib, k, shape):
+    """IQ3_XXS blocks (98 bytes: rows 2 bytes off a word for odd block counts) against float64 of
+    gguf-py's dequantize, within the fp32 tolerance plus the x quantization's bound."""
+    n, r, p, _ = IQ3_KERNELS[k]
+    rows, cols = shape
+    rng = np.random.default_rng(rows * 3 + n)
+    blocks = random_blocks("IQ3_XXS", rows * cols // 256, rng)
+    w = reference(blocks, "IQ3_XXS").astype(np.float64).reshape(rows, cols)
+    x = _x(n, cols, rng)
+    ref, scale = x.astype(np.float64) @ w.T, np.abs(x).astype(np.float64) @ np.abs(w).T
+    out = np.full((n, rows), np.nan, np.float32)
+    grid = (3,) if p == "mvp" else (-(-rows // r),)      # mvp: fewer CTAs than row groups, each walks several
+    iq3_lib.launch(f"iq3q_{k}", grid, (128,), blocks, _quantize(iq3_lib, "IQ3_XXS", x),
+                   out, np.int32(rows), np.int32(cols))
+    err = np.abs(out.astype(np.float64) - ref)
+    bound = quant_bound("IQ3_XXS", x, w)
+    assert np.all(err <= 1e-3 * np.abs(ref) + 1e-5 * scale + bound), np.max(err / (np.abs(ref) + 1e-30))
+
+
+@pytest.mark.parametrize("shape", [(37, 1024), (11, 2048)], ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("k", range(len(IQ3_GROUPED)), ids=lambda i: "n{}_{}_{}_t{}{}".format(*IQ3_GROUPED[i][:3], *IQ3_GROUPED[i][3]))
+def test_iq3xxs_grouped_layout_matches_float64(iq3_lib, k, shape):
+    """TIQ3_XXSG over the repacked bytes computes what the raw layout does: float64 of gguf-py's
+    dequantize of the raw blocks, within the same bound."""
+    n, r, _, _ = IQ3_GROUPED[k]
+    rows, cols = shape
+    rng = np.random.default_rng(rows * 5 + n)
+    blocks = random_blocks("IQ3_XXS", rows * cols // 256, rng)
+    w = reference(blocks, "IQ3_XXS").astype(np.float64).reshape(rows, cols)
+    packed = iq3_groups.repack(blocks, rows, cols)
+    assert packed.nbytes == iq3_groups.nbytes(rows, cols) == blocks.nbytes * 408 // 392
+    x = _x(n, cols, rng)
+    ref, scale = x.astype(np.float64) @ w.T, np.abs(x).astype(np.float64) @ np.abs(w).T
+    out = np.full((n, rows), np.nan, np.float32)
+    iq3_lib.launch(f"iq3g_{k}", (-(-rows // r),), (128,), packed, _quantize(iq3_lib, "IQ3_XXS", x),
+                   out, np.int32(rows), np.int32(cols))
+    err = np.abs(out.astype(np.float64) - ref)
+    assert np.all(err <= 1e-3 * np.abs(ref) + 1e-5 * scale + quant_bound("IQ3_XXS", x, w)), np.max(err / (np.abs(ref) + 1e-30))
+
+
+def test_regroup_needs_whole_groups_and_unpacks():
+    with pytest.raises(ValueError, match="1024"):
+        iq3_groups.repack(np.zeros(3 * 98, np.uint8), 1, 768)
+    blocks = random_blocks("IQ3_XXS", 3 * 8, np.random.default_rng(3))
+    assert np.array_equal(iq3_groups.unpack(iq3_groups.repack(blocks, 3, 2048), 3, 2048), blocks.reshape(-1))
+    # the layout's sizes agree where they are written down (registry's bytes a block, the module's group)
+    assert quant_info(iq3_groups.NAME).type_size * 4 == iq3_groups.GROUP_BYTES == iq3_groups.nbytes(1, 1024)
+
+
+def test_regrouped_rows_stay_whole_so_fused_members_slice_by_nbytes():
+    """lite/backends/cuda.py _regroup_iq3 repacks a fused [q; k; v] buffer whole and slices its
+    members iq3_groups.nbytes apart: those slices are each member's own repack."""
+    rng = np.random.default_rng(5)
+    a, b = random_blocks("IQ3_XXS", 3 * 8, rng), random_blocks("IQ3_XXS", 2 * 8, rng)
+    whole = iq3_groups.repack(np.concatenate([a.reshape(-1), b.reshape(-1)]), 5, 2048)
+    cut = iq3_groups.nbytes(3, 2048)
+    assert whole.size == iq3_groups.nbytes(5, 2048)
+    assert np.array_equal(whole[:cut], iq3_groups.repack(a, 3, 2048))
+    assert np.array_equal(whole[cut:], iq3_groups.repack(b, 2, 2048))
+
+
+@pytest.mark.skipif(not _gpu(), reason="needs a CUDA GPU (the CUDA C text runs above under the emulator)")
+def test_gpu_iq3xxs_mvq_full_size(monkeypatch):
+    """4096x14336 and a ragged 37x2048 through matvec_iq.launch_cuda with LITE_MATVEC_Q8 naming
+    IQ3_XXS: within 1e-3 of float64 plus the x quantization's bound."""
+    import cupy
+    from lite.kernels import matvec_iq
+    monkeypatch.setattr(matvec_q8, "ENABLED", ("Q4_K", "IQ3_XXS"))
+    for rows, cols in ((4096, 14336), (37, 2048)):
+        rng = np.random.default_rng(rows + 1)
+        blocks = random_blocks("IQ3_XXS", rows * cols // 256, rng)
+        w = reference(blocks, "IQ3_XXS").astype(np.float64).reshape(rows, cols)
+        for n in (1, 3):
+            x = _x(n, cols, rng)
+            ref, scale = x.astype(np.float64) @ w.T, np.abs(x).astype(np.float64) @ np.abs(w).T
+            out = cupy.full((n, rows), np.nan, cupy.float32)
+            matvec_iq.launch_cuda("IQ3_XXS", cupy.asarray(blocks), cupy.asarray(x), out, rows, cols, None)
+            err = np.abs(out.get().astype(np.float64) - ref)
+            assert np.all(err <= 1e-3 * np.abs(ref) + 1e-5 * scale + quant_bound("IQ3_XXS", x, w))
+
+
+# mve over IQ3_XXS (session 9): the epilogue kernels on the IQ3 mvq structs, the file's layout and the
+# regrouped one (kernels/iq3_groups.py), interleaved [gate; up] rows too.
+IQ3_EPI_CASES = [(qt, n, e, nm, il) for qt in ("IQ3_XXS", "IQ3_XXS_G4") for n in (1, 3)
+                 for e, nm, il in ((1, 0, False), (2, 0, False), (0, 2, False), (2, 2, False), (2, 0, True))]
+
+
+@pytest.fixture(scope="module")
+def iq3_epi_lib():
+    from lite.kernels import matvec_epilogue
+    from lite.kernels.cupy_decode_src import C_LAST_OF_COLUMN
+    wraps = "".join(f'extern "C" __global__ void iepi_{qt}_{n}_{e}_{nm}_{int(il)}({EPI_ARGS}) {{ '
+                    f'{matvec_epilogue.kernel_name(qt, n, *matvec_epilogue.config(qt, n, q8=True), e, nm, il, q8=True)}'
+                    '(w, x, out, rows, cols, res, g, xg, part, scale, counter, eps); }\n'
+                    for qt, n, e, nm, il in IQ3_EPI_CASES)
+    wraps += ('extern "C" __global__ void emu_qx_IQ3_XXS(const float* x, float* xq, int cols) '
+              f'{{ {matvec_q8.quantize_name("IQ3_XXS")}(x, xq, cols); }}\n')
+    assert "TIQ3_XXSG<" in wraps and "TIQ3_XXSQV<" in wraps
+    return emu.compile_kernels(_iq3_source() + "#undef R\n" + C_LAST_OF_COLUMN + matvec_epilogue.C_EPI + wraps)
+
+
+@pytest.mark.parametrize("case", IQ3_EPI_CASES, ids=lambda c: f"{c[0]}-n{c[1]}-e{c[2]}-nm{c[3]}" + ("-il" if c[4] else ""))
+def test_mve_iq3xxs_matches_float64(iq3_epi_lib, case):
+    """The residual add, the gated activations (plain and interleaved rows) and the norm's scale in,
+    at the end of IQ3_XXS's mvq product (both layouts): float64 of gguf-py's values, within the
+    fp32 tolerance plus the x quantization's bound."""
+    from lite.kernels import matvec_epilogue
+    qt, n, e, nm, il = case
+    units, cols = 19, 2048
+    rows = units if e <= 1 else 2 * units
+    rng = np.random.default_rng(300 + 10 * e + n + nm + il)
+    blocks = random_blocks("IQ3_XXS", rows * cols // 256, rng)
+    w = reference(blocks, "IQ3_XXS").astype(np.float64).reshape(rows, cols)
+    order = matvec_epilogue.interleave_rows(units) if il else np.arange(rows)
+    stored = blocks.reshape(rows, -1)[order].reshape(-1)            # the backend's row order
+    if qt == "IQ3_XXS_G4":
+        stored = iq3_groups.repack(stored, rows, cols)
+    x = (rng.standard_normal((n, cols)) * 4 / np.sqrt((w * w).sum(1).max())).astype(np.float32)
+    sc = (rng.random(n) + 0.5).astype(np.float32)
+    k = sc[:, None] if nm == 2 else 1.0
+    y, mag, bound = (x.astype(np.float64) @ w.T) * k, (np.abs(x).astype(np.float64) @ np.abs(w).T) * k, \
+        quant_bound("IQ3_XXS", x.astype(np.float64), w) * k
+    res = rng.standard_normal((n, rows)).astype(np.float32)
+    width = rows if e <= 1 else units
+    out = np.full((n, width), np.nan, np.float32)
+    r = matvec_epilogue.config(qt, n, q8=True)[0]
+    iq3_epi_lib.launch(f"iepi_{qt}_{n}_{e}_{nm}_{int(il)}", (-(-width // (r if e <= 1 else r // 2)),), (128,),
+                       stored, _quantize(iq3_epi_lib, "IQ3_XXS", x), out, np.int32(rows), np.int32(cols), res,
+                       None, None, None, sc, None, np.float32(0))
+    if e <= 1:
+        ref, tol = y + (res if e == 1 else 0), 1e-3 * mag + 1e-6 + bound
+    else:
+        g, u = y[:, :units], y[:, units:]
+        act = g / (1 + np.exp(-g))
+        ref = act * u
+        tol = 2e-3 * (mag[:, :units] * np.abs(u) + np.abs(act) * mag[:, units:]) + 1e-6 \
+            + 2 * (bound[:, :units] * np.abs(u) + np.abs(act) * bound[:, units:])
+    assert np.all(np.abs(out - ref) <= tol), np.max(np.abs(out - ref) / tol)
+
+
+@pytest.mark.parametrize("shape", [(37, 2048), (6, 14336)], ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("k", range(len(IQ3_STAGED_ROWS)), ids=lambda i: "n{}_{}_{}".format(*IQ3_STAGED_ROWS[i]))
+def test_iq3xxs_rows_in_shared_memory_match_float64(iq3_lib, k, shape):
+    """mv_iq2m (its rows copied whole into shared memory, a barrier a trip: the host emulator copies at
+    once) computes what mv_iq2 does: 2 groups a row, and 14 (4 trips, the last half full)."""
+    n, r, _ = IQ3_STAGED_ROWS[k]
+    rows, cols = shape
+    rng = np.random.default_rng(rows + cols + k)
+    blocks = random_blocks("IQ3_XXS", rows * cols // 256, rng)
+    w = reference(blocks, "IQ3_XXS").astype(np.float64).reshape(rows, cols)
+    x = _x(n, cols, rng)
+    ref, scale = x.astype(np.float64) @ w.T, np.abs(x).astype(np.float64) @ np.abs(w).T
+    out = np.full((n, rows), np.nan, np.float32)
+    iq3_lib.launch(f"iq3m_{k}", (-(-rows // r),), (128,), iq3_groups.repack(blocks, rows, cols),
+                   _quantize(iq3_lib, "IQ3_XXS", x), out, np.int32(rows), np.int32(cols))
+    err = np.abs(out.astype(np.float64) - ref)
+    assert np.all(err <= 1e-3 * np.abs(ref) + 1e-5 * scale + quant_bound("IQ3_XXS", x, w)), np.max(err / (np.abs(ref) + 1e-30))
