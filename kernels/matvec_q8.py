@@ -312,7 +312,9 @@ def kernel_name(qtype, n, rows=8, prefetch=0, tables=None):
 @functools.lru_cache(maxsize=None)
 def _module(device, qtype, names, head=""):
     import cupy
-    return cupy.RawModule(code=head + c_source(qtype), options=("--std=c++17",), name_expressions=list(names))
+    from lite.kernels import matvec_tma          # (the shared-memory rows experiment: only where named)
+    text = head + c_source(qtype) + (matvec_tma.C_TMA if matvec_tma.wanted(names) else "")
+    return cupy.RawModule(code=text, options=("--std=c++17",), name_expressions=list(names))
 
 
 def functions(device, qtype, n, rows=8, prefetch=0):

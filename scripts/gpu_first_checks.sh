@@ -91,12 +91,13 @@ step_iq3moe() {
 }
 
 # Session 8's `next` ran as session 9's call 1 (docs/bench/session9/call1; its script: git history).
-# Next (~5 min): first session 10's mv_iq2m (kernels/matvec_q8_iq3.py, written after its device
-# time, never run on a GPU: IQ3_XXS_G4 rows in shared memory, every trip's weights requested at once
-# by bulk copies before the PDL wait), against mv_iq2 (13.7-13.8 us with the quantizer at
-# 4096x14336, 14.6-14.8 at 14336x4096, 6.1 at 4096x4096; a plain read of the 22.5 MB takes 6.8):
-# a mismatch or a launch error means its PTX (mbarrier, cp.async.bulk) needs looking at; faster at
-# 4096x14336 means it is worth the epilogue kernels (mve) too. Then where the 30B-A3B IQ3_XXS decode step goes now (session 9 traced only the dense
+# Next (~6 min): first session 10's mvm (kernels/matvec_tma.py, written after its device time, never
+# run on a GPU: a CTA's rows in shared memory, every trip's weights requested at once by bulk copies
+# before the PDL wait) over IQ3_XXS_G4 against mv_iq2 (13.7-13.8 us with the quantizer at
+# 4096x14336, 14.6-14.8 at 14336x4096, 6.1 at 4096x4096; a plain read of the 22.5 MB takes 6.8),
+# and over Q4_K against mvq20 (13.4 / 12.9 / 6.1; its read 9.4 at 4096x14336): a mismatch or a
+# launch error means its PTX (mbarrier, cp.async.bulk) needs looking at; faster means it is worth
+# the epilogue kernels (mve) too. Then where the 30B-A3B IQ3_XXS decode step goes now (session 9 traced only the dense
 # 8B; its MoE experts keep the file's layout, 768-column down experts are not whole groups of four):
 # each kernel's GPU time in one replayed step, for the choice between regrouping the gate/up experts
 # (2048 columns: whole groups) and other work; then the kernel table (IQ3_XXS_G4 beside IQ3_XXS;
@@ -104,6 +105,8 @@ step_iq3moe() {
 step_next() {
   TAIL=8 t timeout 150 python3 tests/gpu_sweep_matvec.py --types IQ3_XXS --variants mvq40g12,mvqm4x5712,mvqm2x5712,mvqm8x5712 --shapes 4096x14336
   TAIL=8 t timeout 150 python3 tests/gpu_sweep_matvec.py --types IQ3_XXS --variants mvq40g12,mvqm4x1632,mvqm8x1632,mvqm16x1632 --shapes 14336x4096,4096x4096
+  TAIL=8 t timeout 150 python3 tests/gpu_sweep_matvec.py --types Q4_K --variants mvq20,mvqm2x8064,mvqm4x8064 --shapes 4096x14336
+  TAIL=8 t timeout 150 python3 tests/gpu_sweep_matvec.py --types Q4_K --variants mvq20,mvqm2x2304,mvqm4x2304,mvqm8x2304 --shapes 14336x4096,4096x4096
   local f=/tmp/30i.gguf
   [ -f $f ] || $L synth --arch qwen3moe --preset 30b-a3b --quant IQ3_XXS $f >/dev/null 2>&1
   local NCU; NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)

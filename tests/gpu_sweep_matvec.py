@@ -69,10 +69,12 @@ IQ3_Q8_VARIANTS += [(r, p, gc, sc, True) for r, p in ((4, 0), (8, 0), (2, 0), (4
 # g labels' layout).
 # And matvec_staged's mvs (cp.async stages in shared memory) over the signed layout: (rows, stages),
 # labels e.g. mvqs43 (TIQ3_XXSG<1, 2>).
-# matvec_q8_iq3's mv_iq2m (rows in shared memory by bulk copies, every trip requested before the PDL
-# wait; session 10, not yet run on a GPU): (rows a CTA, bytes a row at most), labels mvqm4x5712 (for
-# 14336 columns), mvqm4x1632 (4096); a shape whose rows exceed the label's bytes is refused.
+# kernels/matvec_tma.py's mvm (rows in shared memory by bulk copies, every trip requested before the
+# PDL wait; session 10, not yet run on a GPU) over IQ3_XXS_G4: (rows a CTA, bytes a row at most),
+# labels mvqm4x5712 (for 14336 columns), mvqm4x1632 (4096); rows that exceed the label's bytes are
+# refused. Q4_K: labels mvqm2x8064 (14336 columns), mvqm2x2304 (4096), MVM_K below.
 IQ3_SMEM_ROWS = [(4, 5712), (2, 5712), (8, 5712), (4, 1632), (8, 1632), (16, 1632)]
+MVM_K = [(2, 8064), (4, 8064), (2, 2304), (4, 2304), (8, 2304)]
 IQ3_STAGED_VARIANTS = [(4, 3), (4, 4), (8, 3), (2, 4), (4, 6), (8, 2)]
 # Session 10 also timed, and deleted after losing (BENCHMARKS, session 10): mv_iq3t (teams of 128
 # threads sharing a CTA's 32 grid copies; labels mvqt...), mv_body with balanced trips (mvqb40s...)
@@ -184,6 +186,8 @@ def launchers(qt, dev, only=None):
             out[label + "p"] = product
     if qt == "IQ3_XXS":
         out.update(_iq3_q8(dev, only))
+    if qt == "Q4_K":
+        out.update(_mvm_k(dev, qt, only))
     if only is not None and "read" in only:
         out["read"] = read_launcher(dev)
     for v, name in zip(variants, names[1:]):
@@ -210,7 +214,7 @@ def _iq3_q8(dev, only):
     for r, maxb in IQ3_SMEM_ROWS:
         label = f"mvqm{r}x{maxb}"
         if only is None or label in only or label + "p" in only:
-            todo.append((label, r, ("m", maxb), True, f"mv_iq2m<{miq3.struct_name((1, 2), True)}, 1, {r}, {maxb}>"))
+            todo.append((label, r, ("m", maxb), True, f"mvm<{miq3.struct_name((1, 2), True)}, 1, {r}, {maxb}>"))
     for r, stages in IQ3_STAGED_VARIANTS:
         label = f"mvqs{r}{stages}"
         if only is None or label in only or label + "p" in only:
@@ -225,7 +229,7 @@ def _iq3_q8(dev, only):
         f = mod.get_function(name)
         cap = ms.prepare(f, 0, dev) if p == "p" else None
         smem = 0
-        if isinstance(p, tuple) and p[0] == "m":   # mv_iq2m: ~24 KB of static shared memory a CTA, 8 an SM
+        if isinstance(p, tuple) and p[0] == "m":   # mvm: ~24 KB of static shared memory a CTA, 8 an SM
             f.preferred_shared_memory_carveout = 100
         if isinstance(p, tuple) and p[0] == "s":   # mvs: its stages in dynamic shared memory
             smem = ms.smem_bytes(iq3_groups.GROUP_BYTES // 4, 8, r, p[1])
@@ -241,7 +245,7 @@ def _iq3_q8(dev, only):
                 w = packed[id(w)][1]
             grid = min(-(-rows // r), cap) if cap else -(-rows // r)
             if isinstance(p, tuple) and p[0] == "m" and not (iq3_groups.nbytes(1, cols) <= p[1] and cols % 2048 == 0):
-                raise ValueError(f"mv_iq2m<.., {p[1]}>: rows of {cols} columns do not fit or are not 16-byte multiples")
+                raise ValueError(f"mvm<.., {p[1]}>: rows of {cols} columns do not fit or are not 16-byte multiples")
             if smem:
                 if iq3_groups.nbytes(1, cols) % 16:   # mvs copies 16-byte pieces of whole rows
                     raise ValueError(f"mvs needs 16-aligned rows: cols={cols} is not a multiple of 2048")
@@ -258,6 +262,38 @@ def _iq3_q8(dev, only):
             (product if id(x) in xq else both)(w, x, o, rows, cols)
         out[label] = both
         out[label + "p"] = alone
+    return out
+
+
+def _mvm_k(dev, qt, only):
+    """{label: launch} for MVM_K's labels named in `only`: qx then mvm<TQ4_KQ> (trailing p: alone)."""
+    from lite.kernels import pdl
+    todo = [(f"mvqm{r}x{b}", r, b) for r, b in MVM_K if only is not None and (f"mvqm{r}x{b}" in only or f"mvqm{r}x{b}p" in only)]
+    if not todo:
+        return {}
+    names = (mq.quantize_name(qt),) + tuple(f"mvm<{mq.TYPES[qt][1]}, 1, {r}, {b}>" for _, r, b in todo)
+    mod = mq._module(dev, qt, names, pdl.source_head())
+    quant, out = mod.get_function(names[0]), {}
+    for (label, r, b), name in zip(todo, names[1:]):
+        f = mod.get_function(name)
+        f.preferred_shared_memory_carveout = 100
+        print(f"  {qt} {label}: regs {getattr(f, 'num_regs', '?')}, smem {getattr(f, 'shared_size_bytes', '?')}", flush=True)
+        xq = {}
+
+        def product(w, x, o, rows, cols, f=f, r=r, b=b, xq=xq):
+            rb = cols // 256 * quant_info(qt).type_size
+            if rb > b or rb % 16:
+                raise ValueError(f"mvm<.., {b}>: rows of {cols} columns do not fit or are not 16-byte multiples")
+            pdl.call(f, (-(-rows // r),), (128,), (w, xq[id(x)][1], o, np.int32(rows), np.int32(cols)))
+
+        def both(w, x, o, rows, cols, xq=xq, product=product):
+            buf = xq.setdefault(id(x), (x, cp.empty_like(x)))[1]
+            pdl.call(quant, mq.quantize_grid(*x.shape), (128,), (x, buf, np.int32(x.shape[1])))
+            product(w, x, o, rows, cols)
+
+        def alone(w, x, o, rows, cols, both=both, product=product, xq=xq):
+            (product if id(x) in xq else both)(w, x, o, rows, cols)
+        out[label], out[label + "p"] = both, alone
     return out
 
 

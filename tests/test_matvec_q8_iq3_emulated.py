@@ -11,7 +11,7 @@ from kernel_blocks import random_blocks, reference
 from test_kernels_matvec_emulated import HOST_SHIMS
 from test_matvec_q8_emulated import ARGS, EPI_ARGS, Q8_SHIMS, _gpu, _quantize, _x, quant_bound
 
-from lite.kernels import iq3_groups, matvec_cuda, matvec_q8, quant_info
+from lite.kernels import iq3_groups, matvec_cuda, matvec_q8, matvec_tma, quant_info
 
 pytestmark = pytest.mark.skipif(not emu.available(), reason="needs g++ (C++20)")
 
@@ -27,8 +27,8 @@ IQ3_KERNELS = [(1, 4, 0, (0, 0)), (1, 8, 0, (0, 0)), (2, 4, 0, (0, 0)), (1, 2, 1
 IQ3_GROUPED = [(1, 4, 0, (1, 2)), (2, 4, 0, (0, 0)), (1, 8, 1, (32, 2))]
 
 
-# Session 10's mv_iq2m (matvec_q8_iq3: rows in shared memory by bulk copies; sweep only, not yet run
-# on a GPU): (n, rows a CTA, bytes a row at most).
+# Session 10's mvm (kernels/matvec_tma.py: rows in shared memory by bulk copies; sweep only, not yet
+# run on a GPU) over IQ3_XXS_G4: (n, rows a CTA, bytes a row at most).
 IQ3_STAGED_ROWS = [(1, 4, 5712), (2, 2, 5712)]
 
 
@@ -56,11 +56,11 @@ def iq3_lib():
                     for i, k in enumerate(IQ3_KERNELS))
     wraps += "".join(f'extern "C" __global__ void iq3g_{i}({ARGS}) {{ mv_iq2<{matvec_q8_iq3.struct_name(t, True)}, '
                      f'{n}, {r}, {p}>(w, x, out, rows, cols); }}\n' for i, (n, r, p, t) in enumerate(IQ3_GROUPED))
-    wraps += "".join(f'extern "C" __global__ void iq3m_{i}({ARGS}) {{ mv_iq2m<{matvec_q8_iq3.struct_name((1, 2), True)}, '
+    wraps += "".join(f'extern "C" __global__ void iq3m_{i}({ARGS}) {{ mvm<{matvec_q8_iq3.struct_name((1, 2), True)}, '
                      f'{n}, {r}, {b}>(w, x, out, rows, cols); }}\n' for i, (n, r, b) in enumerate(IQ3_STAGED_ROWS))
     wraps += ('extern "C" __global__ void emu_qx_IQ3_XXS(const float* x, float* xq, int cols) '
               f'{{ {matvec_q8.quantize_name("IQ3_XXS")}(x, xq, cols); }}\n')
-    return emu.compile_kernels(_iq3_source() + wraps)
+    return emu.compile_kernels(_iq3_source() + matvec_tma.C_TMA + wraps)
 
 
 @pytest.mark.parametrize("shape", [(37, 768), (11, 256 * 17)], ids=lambda s: f"{s[0]}x{s[1]}")
@@ -208,7 +208,7 @@ def test_mve_iq3xxs_matches_float64(iq3_epi_lib, case):
 @pytest.mark.parametrize("shape", [(37, 2048), (6, 14336)], ids=lambda s: f"{s[0]}x{s[1]}")
 @pytest.mark.parametrize("k", range(len(IQ3_STAGED_ROWS)), ids=lambda i: "n{}_{}_{}".format(*IQ3_STAGED_ROWS[i]))
 def test_iq3xxs_rows_in_shared_memory_match_float64(iq3_lib, k, shape):
-    """mv_iq2m (its rows copied whole into shared memory, a barrier a trip: the host emulator copies at
+    """mvm (its rows copied whole into shared memory, a barrier a trip: the host emulator copies at
     once) computes what mv_iq2 does: 2 groups a row, and 14 (4 trips, the last half full)."""
     n, r, _ = IQ3_STAGED_ROWS[k]
     rows, cols = shape
