@@ -92,6 +92,18 @@ def quant_bound(qt, x, w):
     return e @ np.abs(w).T
 
 
+def assert_product_matches(lib, name, grid, stored, blocks, qt, x, rows, cols, threads=128):
+    """Launch kernel `name` over `stored` (blocks, or their regrouped bytes) and qt's quantized x;
+    its product within 1e-3 of float64 (gguf-py's dequantize of `blocks`) plus the fp32 tolerance
+    and the x quantization's bound."""
+    w = reference(blocks, qt).astype(np.float64).reshape(rows, cols)
+    ref, scale = x.astype(np.float64) @ w.T, np.abs(x).astype(np.float64) @ np.abs(w).T
+    out = np.full((x.shape[0], rows), np.nan, np.float32)
+    lib.launch(name, grid, (threads,), stored, _quantize(lib, qt, x), out, np.int32(rows), np.int32(cols))
+    err = np.abs(out.astype(np.float64) - ref)
+    assert np.all(err <= 1e-3 * np.abs(ref) + 1e-5 * scale + quant_bound(qt, x, w)), np.max(err / (np.abs(ref) + 1e-30))
+
+
 @pytest.mark.parametrize("qt", Q8_TYPES)
 def test_quantized_x_records(lib, qt):
     rng = np.random.default_rng(3)
@@ -134,13 +146,7 @@ def test_mvq_matches_float64(lib, kernel, shape):
     rows, cols = shape
     rng = np.random.default_rng(rows + n)
     blocks = random_blocks(qt, rows * cols // quant_info(qt).block_elems, rng)
-    x = _x(n, cols, rng)
-    w = reference(blocks, qt).astype(np.float64).reshape(rows, cols)
-    ref, scale = x.astype(np.float64) @ w.T, np.abs(x).astype(np.float64) @ np.abs(w).T
-    out = np.full((n, rows), np.nan, np.float32)
-    lib.launch(name, (-(-rows // rows_per_cta),), (128,), blocks, _quantize(lib, qt, x), out, np.int32(rows), np.int32(cols))
-    err = np.abs(out.astype(np.float64) - ref)
-    assert np.all(err <= 1e-3 * np.abs(ref) + 1e-5 * scale + quant_bound(qt, x, w)), np.max(err / (np.abs(ref) + 1e-30))
+    assert_product_matches(lib, name, (-(-rows // rows_per_cta),), blocks, blocks, qt, _x(n, cols, rng), rows, cols)
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s[0]}x{s[1]}")
@@ -152,14 +158,8 @@ def test_mvm_rows_in_shared_memory_match_float64(lib, k, shape):
     rows, cols = shape
     rng = np.random.default_rng(rows + 7 * n)
     blocks = random_blocks("Q4_K", rows * cols // 256, rng)
-    x = _x(n, cols, rng)
-    w = reference(blocks, "Q4_K").astype(np.float64).reshape(rows, cols)
-    ref, scale = x.astype(np.float64) @ w.T, np.abs(x).astype(np.float64) @ np.abs(w).T
-    out = np.full((n, rows), np.nan, np.float32)
-    lib.launch(f"emu_mvm_{n}_{rows_per_cta}", (-(-rows // rows_per_cta),), (128,), blocks, _quantize(lib, "Q4_K", x),
-               out, np.int32(rows), np.int32(cols))
-    err = np.abs(out.astype(np.float64) - ref)
-    assert np.all(err <= 1e-3 * np.abs(ref) + 1e-5 * scale + quant_bound("Q4_K", x, w)), np.max(err / (np.abs(ref) + 1e-30))
+    assert_product_matches(lib, f"emu_mvm_{n}_{rows_per_cta}", (-(-rows // rows_per_cta),), blocks, blocks, "Q4_K",
+                           _x(n, cols, rng), rows, cols)
 
 
 def test_unknown_type_is_a_clear_error():

@@ -9,7 +9,7 @@ import pytest
 import cuda_c_emulator as emu
 from kernel_blocks import random_blocks, reference
 from test_kernels_matvec_emulated import HOST_SHIMS
-from test_matvec_q8_emulated import ARGS, EPI_ARGS, Q8_SHIMS, _gpu, _quantize, _x, quant_bound
+from test_matvec_q8_emulated import ARGS, EPI_ARGS, Q8_SHIMS, _gpu, _quantize, _x, assert_product_matches, quant_bound
 
 from lite.kernels import iq3_groups, matvec_cuda, matvec_q8, matvec_tma, quant_info
 
@@ -72,16 +72,8 @@ def test_iq3xxs_mvq_matches_float64(iq3_lib, k, shape):
     rows, cols = shape
     rng = np.random.default_rng(rows * 3 + n)
     blocks = random_blocks("IQ3_XXS", rows * cols // 256, rng)
-    w = reference(blocks, "IQ3_XXS").astype(np.float64).reshape(rows, cols)
-    x = _x(n, cols, rng)
-    ref, scale = x.astype(np.float64) @ w.T, np.abs(x).astype(np.float64) @ np.abs(w).T
-    out = np.full((n, rows), np.nan, np.float32)
     grid = (3,) if p == "mvp" else (-(-rows // r),)      # mvp: fewer CTAs than row groups, each walks several
-    iq3_lib.launch(f"iq3q_{k}", grid, (128,), blocks, _quantize(iq3_lib, "IQ3_XXS", x),
-                   out, np.int32(rows), np.int32(cols))
-    err = np.abs(out.astype(np.float64) - ref)
-    bound = quant_bound("IQ3_XXS", x, w)
-    assert np.all(err <= 1e-3 * np.abs(ref) + 1e-5 * scale + bound), np.max(err / (np.abs(ref) + 1e-30))
+    assert_product_matches(iq3_lib, f"iq3q_{k}", grid, blocks, blocks, "IQ3_XXS", _x(n, cols, rng), rows, cols)
 
 
 @pytest.mark.parametrize("shape", [(37, 1024), (11, 2048)], ids=lambda s: f"{s[0]}x{s[1]}")
@@ -93,16 +85,9 @@ def test_iq3xxs_grouped_layout_matches_float64(iq3_lib, k, shape):
     rows, cols = shape
     rng = np.random.default_rng(rows * 5 + n)
     blocks = random_blocks("IQ3_XXS", rows * cols // 256, rng)
-    w = reference(blocks, "IQ3_XXS").astype(np.float64).reshape(rows, cols)
     packed = iq3_groups.repack(blocks, rows, cols)
     assert packed.nbytes == iq3_groups.nbytes(rows, cols) == blocks.nbytes * 408 // 392
-    x = _x(n, cols, rng)
-    ref, scale = x.astype(np.float64) @ w.T, np.abs(x).astype(np.float64) @ np.abs(w).T
-    out = np.full((n, rows), np.nan, np.float32)
-    iq3_lib.launch(f"iq3g_{k}", (-(-rows // r),), (128,), packed, _quantize(iq3_lib, "IQ3_XXS", x),
-                   out, np.int32(rows), np.int32(cols))
-    err = np.abs(out.astype(np.float64) - ref)
-    assert np.all(err <= 1e-3 * np.abs(ref) + 1e-5 * scale + quant_bound("IQ3_XXS", x, w)), np.max(err / (np.abs(ref) + 1e-30))
+    assert_product_matches(iq3_lib, f"iq3g_{k}", (-(-rows // r),), packed, blocks, "IQ3_XXS", _x(n, cols, rng), rows, cols)
 
 
 def test_regroup_needs_whole_groups_and_unpacks():
@@ -214,11 +199,5 @@ def test_iq3xxs_rows_in_shared_memory_match_float64(iq3_lib, k, shape):
     rows, cols = shape
     rng = np.random.default_rng(rows + cols + k)
     blocks = random_blocks("IQ3_XXS", rows * cols // 256, rng)
-    w = reference(blocks, "IQ3_XXS").astype(np.float64).reshape(rows, cols)
-    x = _x(n, cols, rng)
-    ref, scale = x.astype(np.float64) @ w.T, np.abs(x).astype(np.float64) @ np.abs(w).T
-    out = np.full((n, rows), np.nan, np.float32)
-    iq3_lib.launch(f"iq3m_{k}", (-(-rows // r),), (128,), iq3_groups.repack(blocks, rows, cols),
-                   _quantize(iq3_lib, "IQ3_XXS", x), out, np.int32(rows), np.int32(cols))
-    err = np.abs(out.astype(np.float64) - ref)
-    assert np.all(err <= 1e-3 * np.abs(ref) + 1e-5 * scale + quant_bound("IQ3_XXS", x, w)), np.max(err / (np.abs(ref) + 1e-30))
+    assert_product_matches(iq3_lib, f"iq3m_{k}", (-(-rows // r),), iq3_groups.repack(blocks, rows, cols), blocks,
+                           "IQ3_XXS", _x(n, cols, rng), rows, cols)
