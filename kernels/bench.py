@@ -23,7 +23,7 @@ import statistics
 
 import numpy as np
 
-from lite.kernels.registry import GPU_LAYOUTS, dequant_types, get_dequant, get_matvec, quant_info
+from lite.kernels.registry import dequant_types, get_dequant, get_matvec, gguf_type, quant_info
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +144,7 @@ def bench_kernels(types=None, shapes=None, numba_variants=True):
                 continue
             nb = n // info.block_elems * info.type_size
             # a GPU layout (registry.GPU_LAYOUTS, e.g. IQ3_XXS_G4's 4% more bytes): its GGUF type's bytes count
-            counted = n // info.block_elems * quant_info(GPU_LAYOUTS.get(qtype, (qtype,))[0]).type_size
+            counted = n // info.block_elems * quant_info(gguf_type(qtype)).type_size
             with stream:
                 blocks = rng.integers(0, 256, nb, dtype=np.uint8)
                 if info.block_elems == 1:          # float types: finite values (f16 1.0 pattern)

@@ -267,11 +267,13 @@ def make_numba_kernels(tb, be, decode):
 
 
 # ---------------------------------------------------------------- launchers
-def _impl():
-    impl = os.environ.get("LITE_DEQUANT_IMPL", "cuda").lower()
-    if impl not in ("cuda", "numba"):
-        raise SettingError(f"LITE_DEQUANT_IMPL must be 'cuda' or 'numba', got {impl!r}")
-    return "numba" if SIMULATOR else impl
+def impl_choice():
+    """'cuda' (default on a GPU) or 'numba', from LITE_DEQUANT_IMPL; always 'numba' in the simulator.
+    (Every dequantize module's choice: dequant_iq's too.)"""
+    choice = os.environ.get("LITE_DEQUANT_IMPL", "cuda").lower()
+    if choice not in ("cuda", "numba"):
+        raise SettingError(f"LITE_DEQUANT_IMPL must be 'cuda' or 'numba', got {choice!r}")
+    return "numba" if SIMULATOR else choice
 
 
 class DequantKernel:
@@ -302,7 +304,7 @@ class DequantKernel:
         return THREADS * EPT * _groups(self.tb, self.be)
 
     def __call__(self, blocks, out, stream, impl=None):
-        self.launch(blocks, out, stream, impl or _impl())
+        self.launch(blocks, out, stream, impl or impl_choice())
 
     def launch(self, blocks, out, stream, impl):
         if blocks.dtype != np.uint8 or blocks.ndim != 1 or blocks.size % self.tb:

@@ -18,16 +18,14 @@ of Numba's 30-200 us). Its Numba twin is what CI checks under the simulator; the
 checks the CUDA C kernel against the Numba one.
 """
 import contextlib
-import functools
-import os
 
 import numpy as np
 from numba import cuda, float32, uint32, uint64
 
-from lite.errors import SettingError
+from lite.kernels.dequant_common import _ptr, impl_choice as impl  # noqa: F401  (impl: dequant_iq3_cuda's too)
 from lite.kernels.iq_tables import device_tables, grid_packed
 from lite.kernels.registry import quant_info, register_dequant
-from lite.kernels.util import SIMULATOR, numba_stream
+from lite.kernels.util import numba_stream
 
 _TPB = 256
 
@@ -314,24 +312,11 @@ __device__ __forceinline__ unsigned ksign(unsigned s7) { return s7 | ((__popc(s7
 """
 
 
-def impl():
-    """'cuda' (default on a GPU) or 'numba', from LITE_DEQUANT_IMPL; always 'numba' in the simulator."""
-    choice = os.environ.get("LITE_DEQUANT_IMPL", "cuda").lower()
-    if choice not in ("cuda", "numba"):
-        raise SettingError(f"LITE_DEQUANT_IMPL must be 'cuda' or 'numba', got {choice!r}")
-    return "numba" if SIMULATOR else choice
-
-
-def _ptr(a):
-    return a.ctypes.data if isinstance(a, np.ndarray) else a.data.ptr
-
-
 def _register(name):
     @register_dequant(name)
     def launch(blocks, out, stream):
-        if name == "IQ3_XXS_G4" and blocks.size % (4 * quant_info(name).type_size):
-            raise ValueError(f"IQ3_XXS_G4 blocks come in groups of four ({4 * quant_info(name).type_size} bytes; "
-                             "kernels/iq3_groups.py), "
+        if name == "IQ3_XXS_G4" and blocks.size % (group := 4 * quant_info(name).type_size):
+            raise ValueError(f"IQ3_XXS_G4 blocks come in groups of four ({group} bytes; kernels/iq3_groups.py), "
                              f"got {blocks.size} bytes")
         if name.startswith("IQ3_XXS") and impl() == "cuda" and _ptr(out) % 16 == 0:
             from lite.kernels import dequant_iq3_cuda      # (imports this module)

@@ -22,7 +22,7 @@ import numpy as np
 from gguf import quants as gq
 
 from lite.errors import UnsupportedQuantError
-from lite.kernels.registry import GPU_LAYOUTS
+from lite.kernels.registry import gguf_type
 from lite.kernels.util import SIMULATOR
 
 _GRID_CLASS = {
@@ -94,7 +94,7 @@ def device_tables(name):
     """The table a kernel of type `name` reads (grid, or the IQ4 levels), on the current device."""
     if name in ("IQ4_NL", "IQ4_XS"):
         return _upload("IQ4", _device_key())
-    return _upload(GPU_LAYOUTS.get(name, (name,))[0], _device_key())   # a regrouped layout: its GGUF type's table
+    return _upload(gguf_type(name), _device_key())   # a regrouped layout: its GGUF type's table
 
 
 __all__ = ["KVALUES_IQ4", "ksigns", "ksigns_formula", "grid_values", "grid_packed", "device_tables"]

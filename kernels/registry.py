@@ -29,6 +29,11 @@ class QuantInfo:
 GPU_LAYOUTS = {"IQ3_XXS_G4": ("IQ3_XXS", 102)}
 
 
+def gguf_type(name):
+    """The GGUF type a GPU layout name stands for (GPU_LAYOUTS), else the name itself."""
+    return GPU_LAYOUTS.get(name, (name,))[0]
+
+
 def quant_info(qtype) -> QuantInfo:
     """QuantInfo for a type given by name ("Q4_K"), GGMLQuantizationType, or its integer id; also
     the GPU_LAYOUTS names (their GGUF type's values a block, their own bytes a block)."""
