@@ -168,7 +168,7 @@ __device__ __forceinline__ void mv_rows(const unsigned char* const (&rowp)[R], c
     // P = 1: the next trip's weights are loaded before this trip's are used (software pipelining:
     // loads stay in flight while the thread computes, at the cost of R more Raw in registers).
     typename T::Raw cur[R];
-    if (P) {
+    if (P == 1) {
         #pragma unroll
         for (int r = 0; r < R; r++) T::load(cur[r], rowp[r], min((int)threadIdx.x, chunks - 1));
     }
@@ -176,7 +176,7 @@ __device__ __forceinline__ void mv_rows(const unsigned char* const (&rowp)[R], c
         typename T::Raw nxt[R];
         #pragma unroll
         for (int r = 0; r < R; r++) {
-            if (P) T::load(nxt[r], rowp[r], min(c + 128, chunks - 1));
+            if (P == 1) T::load(nxt[r], rowp[r], min(c + 128, chunks - 1));
             else T::load(cur[r], rowp[r], c);
         }
         #pragma unroll
@@ -187,9 +187,43 @@ __device__ __forceinline__ void mv_rows(const unsigned char* const (&rowp)[R], c
             #pragma unroll
             for (int r = 0; r < R; r++) acc[r][n] += T::dot(cur[r], c, xv, xa, xb);
         }
-        if (P) {
+        if (P == 1) {
             #pragma unroll
             for (int r = 0; r < R; r++) cur[r] = nxt[r];
+        }
+    }
+}
+// P = 2 (session 11): mv_rows<P = 0>, but where a row's chunks end in half a trip (448: 14336
+// columns) that half goes to all 128 threads with half the rows each, so that the warps reach the
+// closing barrier together (else warps 0-1 do one trip more than 2-3; session 10's Nsight put ~12%
+// of IQ3_XXS's stall samples on that barrier). The P = 0 loop is called as it is: folding the half
+// into its loop changed its code (session 11, call 13: 13.7 -> 14.0 us, and 14.7 -> 15.4 at 4096
+// columns, where there is no half trip).
+template <class T, int N, int R, int P>
+__device__ __forceinline__ void mv_rows_any(const unsigned char* const (&rowp)[R], const float* __restrict__ x,
+                                            int cols, int chunks, float (&acc)[R][N]) {
+    if constexpr (P != 2) {
+        mv_rows<T, N, R, P>(rowp, x, cols, chunks, acc);
+    } else {
+        const bool halves = R % 2 == 0 && (chunks & 127) == 64;
+        mv_rows<T, N, R, 0>(rowp, x, cols, halves ? chunks - 64 : chunks, acc);
+        if (halves) {
+            const int c = chunks - 64 + (threadIdx.x & 63), h = threadIdx.x >> 6;   // (h: the same across a warp)
+            typename T::Raw raw[R / 2];
+            #pragma unroll
+            for (int q = 0; q < R / 2; q++) T::load(raw[q], h ? rowp[q + R / 2] : rowp[q], c);
+            #pragma unroll
+            for (int n = 0; n < N; n++) {
+                float4 xv[8];
+                float xa, xb;
+                load_x<T>(x + (long long)n * cols, c, xv, xa, xb);
+                #pragma unroll
+                for (int q = 0; q < R / 2; q++) {
+                    const float v = T::dot(raw[q], c, xv, xa, xb);
+                    acc[q][n] += h ? 0.f : v;
+                    acc[q + R / 2][n] += h ? v : 0.f;
+                }
+            }
         }
     }
 }
@@ -205,7 +239,7 @@ __device__ __forceinline__ void mv_body(const unsigned char* __restrict__ w, con
         rowp[r] = w + (long long)min(row0 + r, rows - 1) * rb;
     PDL_PROLOGUE();               // (LITE_PDL, kernels/pdl.py)
     float acc[R][N];
-    mv_rows<T, N, R, P>(rowp, x, cols, chunks, acc);
+    mv_rows_any<T, N, R, P>(rowp, x, cols, chunks, acc);
     __shared__ float red[4][R * N];
     const float total = block_sum<R, N>(acc, red);       // thread r*N+n writes row r, x n
     if (threadIdx.x < R * N) {

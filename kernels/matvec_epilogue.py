@@ -129,7 +129,7 @@ __global__ void __launch_bounds__(128) mve(const unsigned char* __restrict__ w, 
                           : (long long)min(u0 + r % H, F - 1) + (r >= H ? F : 0)) * rb;
     PDL_PROLOGUE();               // (LITE_PDL, kernels/pdl.py)
     float acc[R][N];
-    mv_rows<T, N, R, P>(rowp, x, cols, chunks, acc);
+    mv_rows_any<T, N, R, P>(rowp, x, cols, chunks, acc);
     __shared__ float red[4][R * N];
     float total = block_sum<R, N>(acc, red);
     if constexpr (NM == 2) total *= __ldg(scale + threadIdx.x % N);

@@ -64,14 +64,11 @@ __device__ __forceinline__ unsigned lt_pack4(int a, int b, int c, int d) {
 // meets. Words 0-15: hi of run a, hi of run b, lo of run a, lo of run b; then RW = 20 (Q4_K):
 // d_a, sum_a, d_b, sum_b; RW = 24 (Q6_K, whose scales go by 8 values): d_a, d_b, the sums of
 // the four 8-value halves (float4 pairs 0-1, 2-3, 4-5, 6-7), 2 unused.
+// qx_one: float4 k of chunk c of the row x (its record into the row o, global or shared memory);
+// all 8 lanes of a chunk call it together (shuffles), `live` false past the row's end.
 template <class T, int RW>
-__global__ void __launch_bounds__(128) qx(const float* __restrict__ x, float* __restrict__ xq, int cols) {
-    const int chunks = cols / T::BE * T::CPB, t = blockIdx.x * 128 + threadIdx.x;
-    const int c = t >> 3, k = t & 7;
-    const bool live = c < chunks;             // no early return: the run's lanes shuffle together
-    const long long row = (long long)blockIdx.y * cols;
-    PDL_PROLOGUE();               // x is the previous kernel's output (LITE_PDL, kernels/pdl.py)
-    const float4 v = live ? __ldg((const float4*)(x + row + T::xoff(c, k))) : make_float4(0.f, 0.f, 0.f, 0.f);
+__device__ __forceinline__ void qx_one(const float* __restrict__ x, unsigned* o, int c, int k, bool live) {
+    const float4 v = live ? __ldg((const float4*)(x + T::xoff(c, k))) : make_float4(0.f, 0.f, 0.f, 0.f);
     float a = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
     a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, 1));
     a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, 2));
@@ -89,7 +86,6 @@ __global__ void __launch_bounds__(128) qx(const float* __restrict__ x, float* __
     const int i8 = i4 + __shfl_xor_sync(0xffffffffu, i4, 1);
     const int i16 = i8 + __shfl_xor_sync(0xffffffffu, i8, 2);
     if (!live) return;
-    unsigned* o = (unsigned*)(xq + row);
     const int run = k >> 2, w = k & 3;
     o[lt_q8w<RW>(c, 4 * run + w)] = lt_pack4(qh[0], qh[1], qh[2], qh[3]);
     o[lt_q8w<RW>(c, 8 + 4 * run + w)] = lt_pack4(ql[0], ql[1], ql[2], ql[3]);
@@ -100,6 +96,26 @@ __global__ void __launch_bounds__(128) qx(const float* __restrict__ x, float* __
         if (w == 0) o[lt_q8w<RW>(c, 16 + run)] = __float_as_uint(d);
         if ((k & 1) == 0) o[lt_q8w<RW>(c, 18 + (k >> 1))] = __float_as_uint(s8);
     }
+}
+template <class T, int RW>
+__global__ void __launch_bounds__(128) qx(const float* __restrict__ x, float* __restrict__ xq, int cols) {
+    const int chunks = cols / T::BE * T::CPB, t = blockIdx.x * 128 + threadIdx.x;
+    const long long row = (long long)blockIdx.y * cols;
+    PDL_PROLOGUE();               // x is the previous kernel's output (LITE_PDL, kernels/pdl.py)
+    qx_one<T, RW>(x + row, (unsigned*)(xq + row), t >> 3, t & 7, (t >> 3) < chunks);   // (no early return)
+}
+// qxe (session 11's experiment, the sweep's LITE_SWEEP_QXE=1 only): qx that lets the next kernel launch
+// before it waits for the previous one, so that a product whose CTAs need a whole SM (mvt) is already
+// queued when the product before qx ends.
+template <class T, int RW>
+__global__ void __launch_bounds__(128) qxe(const float* __restrict__ x, float* __restrict__ xq, int cols) {
+    const int chunks = cols / T::BE * T::CPB, t = blockIdx.x * 128 + threadIdx.x;
+    const long long row = (long long)blockIdx.y * cols;
+#ifdef LT_PDL
+    asm volatile("griddepcontrol.launch_dependents;");
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+    qx_one<T, RW>(x + row, (unsigned*)(xq + row), t >> 3, t & 7, (t >> 3) < chunks);
 }
 __device__ __forceinline__ uint4 lt_u4(float4 v) {
     return make_uint4(__float_as_uint(v.x), __float_as_uint(v.y), __float_as_uint(v.z), __float_as_uint(v.w));
@@ -193,8 +209,11 @@ TYPES = {"Q4_K": ("TQ4_K", "TQ4_KQ", 20), "Q6_K": ("TQ6_K", "TQ6_KQ", 24), "IQ3_
 # 8, calls 2-3: 4096x14336 18.1 us against 22.9 at 4 rows, the head 125.0 / 145.1, 4096x4096 7.4 /
 # 8.4). IQ3_XXS: 4 rows (call 3, TIQ3_XXSQV<1, 2>: 15.9 us at 4096x14336, 18.8 at 2 rows, 21.3 at 8);
 # IQ3_XXS_G4 4 rows too (session 9, call 3: 15.0 us at 4096x14336, 16.8 at 2 rows, 19.7 at 8;
-# session 10, call 2, its signs placed: 13.8, 15.9 at 2 rows, 18.9 at 8).
-CONFIGS = {"Q4_K": (2, 0), "Q6_K": (2, 0) if LAYOUTS[24] else (4, 0), "IQ3_XXS": (4, 0), "IQ3_XXS_G4": (4, 0)}
+# session 10, call 2, its signs placed: 13.8, 15.9 at 2 rows, 18.9 at 8), and prefetch 2 (session
+# 11, matvec_cuda.mv_rows: a row's last half trip spread over all 128 threads; call 12, 4096x14336
+# with the quantizer 13.2 us against 13.8, three runs each; LITE_IQ3_HALVES=0 for prefetch 0).
+IQ3_G4_PREFETCH = 0 if os.environ.get("LITE_IQ3_HALVES", "1") == "0" else 2
+CONFIGS = {"Q4_K": (2, 0), "Q6_K": (2, 0) if LAYOUTS[24] else (4, 0), "IQ3_XXS": (4, 0), "IQ3_XXS_G4": (4, IQ3_G4_PREFETCH)}
 # The types whose dense decode products (matvec_cuda.launch without a config, matvec_epilogue's mve,
 # matvec_iq.launch_cuda for IQ3_XXS) quantize x and take mvq, and the MoE experts' (LITE_MOE_Q8
 # below). LITE_MATVEC_Q8: 1 (default) all three, 0 none, or a list ("Q4_K,Q6_K").

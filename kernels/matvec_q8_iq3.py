@@ -147,6 +147,72 @@ struct TIQ3_XXSG : TIQ3_XXSQV<GC, 2> {    // SC: unused (the masks come from PRM
         return h2f(r.d) * (0.5f + (float)((r.sc >> (4 * (c & 7))) & 15u)) * 0.5f * (ra + rb);
     }
 };
+// Session 11's experiment (the sweep's mvt only): iq3_groups.repack12's layout, a chunk's 8 grid words
+// as 12-bit fields (index | 4 signs << 8) in 3 words, read through a 4096-word table of signed grid
+// words in shared memory (16 KB, filled once a CTA: mvt runs one CTA an SM): a word's address is
+// one shift and one mask (a funnel shift for the 2 fields that cross words), against 6 instructions
+// for TIQ3_XXSG's index, mask and sign.
+__device__ __forceinline__ unsigned lt_funnel_r(unsigned lo, unsigned hi, unsigned n) {   // (hi:lo) >> n
+#ifdef __CUDA_ARCH__
+    return __funnelshift_r(lo, hi, n);
+#else
+    return (unsigned)((((unsigned long long)hi << 32) | lo) >> n);
+#endif
+}
+struct TIQ3_XXSW : TIQ3_XXSQV<0, 2> {
+    static constexpr int BE = 256, TS = 102, CPB = 8;
+    struct Raw { unsigned a, b, c, sc; unsigned short d; };
+    __device__ static __forceinline__ unsigned* wtab() {
+        __shared__ uint4 t[1024];
+        return (unsigned*)t;
+    }
+    __device__ static __forceinline__ void init() {   // (the loads first: a load-store loop took ~1 us)
+        unsigned* t = wtab();
+        unsigned g[8];
+        #pragma unroll
+        for (int k = 0; k < 8; k++) g[k] = __ldg(IQ3XXS_GRID64 + ((threadIdx.x + k * blockDim.x) & 255));
+        #pragma unroll
+        for (int k = 0; k < 8; k++) {
+            const unsigned i = threadIdx.x + k * blockDim.x, u = g[k], m = (((i >> 8) * 0x204081u) & 0x01010101u) * 0xFFu;
+            if (i < 4096) t[i] = u - 2u * (u & m & 0x3F3F3F3Fu);
+        }
+        for (unsigned i = threadIdx.x + 8 * blockDim.x; i < 4096; i += blockDim.x) {   // (blocks under 512 threads)
+            const unsigned u = __ldg(IQ3XXS_GRID64 + (i & 255)), m = (((i >> 8) * 0x204081u) & 0x01010101u) * 0xFFu;
+            t[i] = u - 2u * (u & m & 0x3F3F3F3Fu);
+        }
+        __syncthreads();
+    }
+    template <bool SH = false> __device__ static __forceinline__ void load(Raw& r, const unsigned char* row, int c) {
+        const unsigned char* g = row + (c >> 5) * 408;
+        const int j = c & 31;
+        r.a = SH ? *(const unsigned*)(g + 4 * j) : __ldg((const unsigned*)(g + 4 * j));
+        r.b = SH ? *(const unsigned*)(g + 128 + 4 * j) : __ldg((const unsigned*)(g + 128 + 4 * j));
+        r.c = SH ? *(const unsigned*)(g + 256 + 4 * j) : __ldg((const unsigned*)(g + 256 + 4 * j));
+        r.sc = SH ? *(const unsigned*)(g + 384 + 4 * (j >> 3)) : __ldg((const unsigned*)(g + 384 + 4 * (j >> 3)));
+        r.d = SH ? *(const unsigned short*)(g + 400 + 2 * (j >> 3)) : __ldg((const unsigned short*)(g + 400 + 2 * (j >> 3)));
+    }
+    __device__ static __forceinline__ float dot(const Raw& r, int c, const float4 (&xv)[8], float, float) {
+        const unsigned char* t = (const unsigned char*)wtab();
+        const unsigned off[8] = {(r.a << 2) & 0x3FFCu, (r.a >> 10) & 0x3FFCu, lt_funnel_r(r.a, r.b, 22) & 0x3FFCu,
+                                 (r.b >> 2) & 0x3FFCu, (r.b >> 14) & 0x3FFCu, lt_funnel_r(r.b, r.c, 26) & 0x3FFCu,
+                                 (r.c >> 6) & 0x3FFCu, (r.c >> 18) & 0x3FFCu};
+        const uint4 f = lt_u4(xv[4]);
+        const uint4 hx[2] = {lt_u4(xv[0]), lt_u4(xv[1])}, lx[2] = {lt_u4(xv[2]), lt_u4(xv[3])};
+        int sh[2] = {0, 0}, sl[2] = {0, 0};
+        #pragma unroll
+        for (int w = 0; w < 8; w++) {   // grid word w: weights 4w..4w+3, run w / 4
+            const unsigned u = *(const unsigned*)(t + off[w]);
+            const int h = w >> 2, k = w & 3;
+            const unsigned hv = k == 0 ? hx[h].x : k == 1 ? hx[h].y : k == 2 ? hx[h].z : hx[h].w;
+            const unsigned lv = k == 0 ? lx[h].x : k == 1 ? lx[h].y : k == 2 ? lx[h].z : lx[h].w;
+            sh[h] = __dp4a((int)u, (int)hv, sh[h]);
+            sl[h] = __dp4a((int)u, (int)lv, sl[h]);
+        }
+        const float ra = fmaf(__uint_as_float(f.x), fmaf(254.f, (float)sh[0], (float)sl[0]), -64.f * __uint_as_float(f.y));
+        const float rb = fmaf(__uint_as_float(f.z), fmaf(254.f, (float)sh[1], (float)sl[1]), -64.f * __uint_as_float(f.w));
+        return h2f(r.d) * (0.5f + (float)((r.sc >> (4 * (c & 7))) & 15u)) * 0.5f * (ra + rb);
+    }
+};
 """
 
 

@@ -1,22 +1,31 @@
-"""`mvm` (session 10, written after its device time; never run on a GPU yet: session 11's
-`scripts/gpu_first_checks.sh next` times it first): the decode matvec with a CTA's rows copied whole
-into shared memory by bulk copies (TMA `cp.async.bulk`, an mbarrier a trip of 128 chunks), every
-trip requested at once before the PDL wait, then matvec_cuda's loop over them (T::load<true>).
+"""The decode matvec with a CTA's rows copied whole into shared memory by bulk copies (TMA
+`cp.async.bulk`, an mbarrier a trip of 128 chunks), every trip requested at once before the PDL
+wait, then matvec_cuda's loop over them (T::load<true>): `mvt` (session 11; sweep and tests only).
 
-Why: Nsight Compute (session 10, calls 4 and 8) found IQ3_XXS's product waiting on one trip of
-weight loads a thread at a time (48% of a warp's cycles on global loads; the first uses of the
-weight words ~28% of the stall samples), and every way of keeping more loads in flight in
-registers (prefetch, persistence) cost occupancy or the quantizer's overlap; a plain read of the
-same bytes takes half the product's time (Q4_K's: 70%). Here no register holds a load in flight.
+Why it was tried: Nsight Compute (session 10) found IQ3_XXS's product (mv_iq2) waiting on one trip
+of weight loads at a time; here no register holds a load in flight. What it found (H200, session 11,
+BENCHMARKS "Session 11"; 4096x14336 IQ3_XXS_G4, us with the quantizer / alone):
+- It loses where it counts: 15.3-17.7 / 12.5-15.3 against mv_iq2's 13.7 / 13.7 (session 10's mvm,
+  RR rows in static shared memory, 8 rows: 15.8 / 12.6; deleted, mvt covers it). The quantizer
+  before it costs its whole time (the CTAs cannot sit beside the previous kernel's).
+- Its compute alone (D=1: no copies) takes ~10 us at 16 warps an SM, above the 60% bar (9.6):
+  Nsight Compute finds it issue- and dependency-bound (59% issue, math-pipe throttle, the closing
+  barrier's imbalance: 3.5 trips), not bound by shared memory (short scoreboard 0.3 a issue; more
+  grid copies, 16 or 32, conflict-free, only slower).
+- x's records in shared memory (X=1) or made by the CTA (X=2, no qx launch: 4096x4096 5.0 us against
+  mv_iq2's 6.1 with qx) change the compute little at 14336 columns.
+- iq3_groups.repack12 (TIQ3_XXSW: 535 against 781 SASS instructions in the 8-row loop) runs faster
+  under Nsight Compute (11.2 against 12.4 us, compute alone) but not in the captured graph (11.6
+  against 10.3): unexplained.
 
-Only in modules that name an `mvm<` kernel (matvec_q8._module, the sweep, the emulator tests): the
+Only in modules that name an `mvt<` kernel (matvec_q8._module, the sweep, the emulator tests): the
 default modules' text is unchanged.
 """
 
 C_TMA = r"""
-// mv over any struct with a shared-memory load (T::load<true>: matvec_q8's integer structs, IQ3_XXS_G4's,
-// the K types'), its RR rows of up to MAXB bytes each (static shared memory: RR * MAXB) copied whole,
-// in 16-byte multiples (IQ3_XXS_G4: an even number of groups; Q4_K: any): see the module's text.
+#define LT_MAX_TRIPS 16   // mvt: trips of 128 chunks a row (cols up to 65536 for 256-value blocks)
+// Over any struct with a shared-memory load (T::load<true>: matvec_q8's integer structs, IQ3_XXS_G4's,
+// the K types'); a row's bytes a multiple of 16 (IQ3_XXS_G4: an even number of groups; Q4_K: any).
 #ifdef __CUDA_ARCH__
 __device__ __forceinline__ unsigned lt_sa(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
 __device__ __forceinline__ void lt_mbar_init(unsigned long long* b, unsigned n) {
@@ -36,6 +45,11 @@ __device__ __forceinline__ void lt_mbar_wait(unsigned long long* b, unsigned pha
     asm volatile("{\n\t.reg .pred p;\n\tLT_WAIT%=:\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n\t"
                  "@!p bra LT_WAIT%=;\n\t}" :: "r"(lt_sa(b)), "r"(phase) : "memory");
 }
+__device__ __forceinline__ unsigned lt_clock_lo() {   // the GPU's nanosecond timer, low 32 bits
+    unsigned t;
+    asm volatile("mov.u32 %0, %%globaltimer_lo;" : "=r"(t));
+    return t;
+}
 #else   // the host emulator: the copy done at once, the barriers empty
 #define __align__(n)     // (x86 reads the misaligned words the device would not meet)
 inline void lt_mbar_init(unsigned long long*, unsigned) {}
@@ -43,59 +57,144 @@ inline void lt_mbar_fence_init() {}
 inline void lt_mbar_expect(unsigned long long*, unsigned) {}
 inline void lt_bulk_load(void* dst, const void* src, unsigned bytes, unsigned long long*) { std::memcpy(dst, src, bytes); }
 inline void lt_mbar_wait(unsigned long long*, unsigned) {}
+inline unsigned lt_clock_lo() { return 0; }
 #endif
-template <class T, int N, int RR, int MAXB>
-__global__ void __launch_bounds__(128) mvm(const unsigned char* __restrict__ w, const float* __restrict__ x,
-                                           float* __restrict__ out, int rows, int cols) {
-    constexpr int TRIP = 128 / T::CPB * T::TS, MAXT = (MAXB + TRIP - 1) / TRIP;   // bytes a row and trip
-    __shared__ __align__(16) unsigned char rs[RR * MAXB];
-    __shared__ __align__(8) unsigned long long bar[MAXT];
+// D = 3 (scripts/mvt_timeline.py): thread 0 of each team stamps event k (0 entry, 6 the copies issued,
+// 1 past the PDL wait, 2 + t trip t's data there (after trip t - 1's compute), 7 the compute done) into out as words (CTA b, team m: 32 b + 8 m + k),
+// the product after them (out must hold 32 words a CTA more).
+#define LT_STAMP(k) do { if (D == 3 && (threadIdx.x & 127) == 0) \
+    ((unsigned*)out)[blockIdx.x * 32 + (threadIdx.x >> 7) * 8 + (k)] = lt_clock_lo(); } while (0)
+// mvt<T, N, RR, TR, D, X, Q, RW>: TR teams of 128 threads a CTA, team t on rows t*RR..t*RR+RR-1 of the
+// CTA's RR*TR, the rows in dynamic shared memory (the launcher passes RR*TR*rb bytes), so that one CTA can
+// hold an SM's whole share of the matrix and fill the struct's tables (T::init: e.g. IQ3_XXS_G4's 16
+// grid copies, 16 KB) once an SM; x's records are read once a team. Warp 0's lanes issue the copies
+// (lane l: rows l, l+32, ...), trip by trip. D (diagnostics, the sweep only): 1 = no copies and no
+// waits (the compute over whatever shared memory holds: what the compute alone takes); 2 = the copies
+// and the waits, no compute (what the bulk copies alone take).
+#ifdef __CUDA_ARCH__
+#define LT_DYN_SMEM(name) extern __shared__ __align__(16) unsigned char name[]
+#else   // the emulator runs one block at a time
+#define LT_DYN_SMEM(name) static unsigned char name[1 << 18]
+#endif
+// X: where x's records come from: 0 read from x (qx's output) as they are needed; 1 copied whole into
+// shared memory after the rows (then read from there); 2 quantized by the CTA itself from x's floats
+// into shared memory (x is then the float vector; Q, RW: qx's struct and record words), so that no qx
+// launch comes before it. The launcher adds N * cols / 32 * RW * 4 bytes for X > 0.
+template <class T>
+__device__ __forceinline__ void load_x_sh(const float* xr, int c, float4 (&xv)[8]) {
+    #pragma unroll
+    for (int k = 0; k < 8; k++) xv[k] = *(const float4*)(xr + T::xoff(c, k));
+}
+template <class T, int N, int RR, int TR, int D, int X = 0, class Q = T, int RW = 20>
+__global__ void __launch_bounds__(128 * TR) mvt(const unsigned char* __restrict__ w, const float* __restrict__ x,
+                                                float* __restrict__ out, int rows, int cols) {
+    constexpr int TRIP = 128 / T::CPB * T::TS, CR = RR * TR;   // bytes a row and trip; rows a CTA
+    static_assert(D != 3 || TR <= 4, "D = 3 stamps 4 teams at most");
+    LT_STAMP(0);
+    LT_DYN_SMEM(rs);
+    __shared__ __align__(8) unsigned long long bar[LT_MAX_TRIPS * TR];   // trip t, team m: bar[t * TR + m]
     T::init();
-    const int row0 = blockIdx.x * RR, nb = cols / T::BE, chunks = nb * T::CPB, rb = nb * T::TS;
-    if (threadIdx.x == 0) {       // (the launcher keeps rb <= MAXB and a multiple of 16)
-        const int trips = (chunks + 127) >> 7;
-        for (int t = 0; t < trips; t++) lt_mbar_init(bar + t, 1);
-        lt_mbar_fence_init();
-        for (int t = 0; t < trips; t++) {   // weights do not depend on the previous kernel: before its wait
+    const int row0 = blockIdx.x * CR, nb = cols / T::BE, chunks = nb * T::CPB, rb = nb * T::TS;
+    const int trips = (chunks + 127) >> 7;           // (the launcher keeps trips <= LT_MAX_TRIPS)
+    if (D != 1 && threadIdx.x < 32) {
+        if (threadIdx.x == 0) {
+            for (int i = 0; i < trips * TR; i++) lt_mbar_init(bar + i, 1);
+            lt_mbar_fence_init();
+            for (int i = 0; i < trips * TR; i++) lt_mbar_expect(bar + i, RR * min(TRIP, rb - i / TR * TRIP));
+        }
+        __syncwarp();
+        for (int t = 0; t < trips; t++) {            // weights do not depend on the previous kernel
             const int off = t * TRIP, bytes = min(TRIP, rb - off);
-            lt_mbar_expect(bar + t, RR * bytes);
-            #pragma unroll
-            for (int r = 0; r < RR; r++)   // rows past the end copy the last row; never written
-                lt_bulk_load(rs + r * rb + off, w + (long long)min(row0 + r, rows - 1) * rb + off, bytes, bar + t);
+            for (int r = threadIdx.x; r < CR; r += 32)   // rows past the end copy the last row; never written
+                lt_bulk_load(rs + r * rb + off, w + (long long)min(row0 + r, rows - 1) * rb + off, bytes, bar + t * TR + r / RR);
         }
     }
-    __syncthreads();              // the barriers are initialized before anyone waits on them
+    __syncthreads();
+    LT_STAMP(6);
     PDL_PROLOGUE();
+    LT_STAMP(1);
+    float* const xs = (float*)(rs + CR * rb);        // X > 0: x's records, row n at n * chunks * RW
+    if constexpr (X == 1) {
+        for (int n = 0; n < N; n++)
+            for (int i = threadIdx.x; i < chunks * RW / 4; i += 128 * TR)
+                ((float4*)(xs + n * chunks * RW))[i] = __ldg((const float4*)(x + (long long)n * cols) + i);
+        __syncthreads();
+    } else if constexpr (X == 2) {
+        for (int n = 0; n < N; n++)                  // (every lane of a warp the same trips: shuffles)
+            for (int t = threadIdx.x; t < (chunks * 8 + 128 * TR - 1) / (128 * TR) * (128 * TR); t += 128 * TR)
+                qx_one<Q, RW>(x + (long long)n * cols, (unsigned*)(xs + n * chunks * RW), t >> 3, t & 7, (t >> 3) < chunks);
+        __syncthreads();
+    }
+    const int team = threadIdx.x >> 7, tt = threadIdx.x & 127;
+    const unsigned char* mine = rs + team * RR * rb;
     float acc[RR][N];
     #pragma unroll
     for (int r = 0; r < RR; r++)
         #pragma unroll
         for (int n = 0; n < N; n++) acc[r][n] = 0.f;
-    for (int c = threadIdx.x, t = 0; c < chunks; c += 128, t++) {
-        lt_mbar_wait(bar + t, 0);
+    // A last half trip (rows of 448 chunks: 14336 columns) goes to all 128 threads, half the rows each:
+    // else warps 0-1 do 4 trips and 2-3 do 3, and wait at the closing barrier (Nsight: ~16% of issue).
+    const bool halves = RR % 2 == 0 && (chunks & 127) == 64;
+    const int whole = halves ? chunks - 64 : chunks;
+    for (int c = tt, t = 0; c < whole; c += 128, t++) {
+        if (D != 1) lt_mbar_wait(bar + t * TR + team, 0);
+        if (t < 5) LT_STAMP(2 + t);
+        if (D == 2) continue;
         #pragma unroll
         for (int n = 0; n < N; n++) {
             float4 xv[8];
-            float xa, xb;
-            load_x<T>(x + (long long)n * cols, c, xv, xa, xb);
+            float xa = 0.f, xb = 0.f;
+            if constexpr (X == 0) load_x<T>(x + (long long)n * cols, c, xv, xa, xb);
+            else load_x_sh<T>(xs + n * chunks * RW, c, xv);   // (xa, xb: the float structs' only)
             #pragma unroll
             for (int r = 0; r < RR; r++) {
                 typename T::Raw raw;
-                T::template load<true>(raw, rs + r * rb, c);
+                T::template load<true>(raw, mine + r * rb, c);
                 acc[r][n] += T::dot(raw, c, xv, xa, xb);
             }
         }
     }
-    __shared__ float red[4][RR * N];
-    const float total = block_sum<RR, N>(acc, red);
-    if (threadIdx.x < RR * N) {
-        const int r = threadIdx.x / N, n = threadIdx.x % N;
-        if (row0 + r < rows) out[(long long)n * rows + row0 + r] = total;
+    if (halves) {
+        const int c = whole + (tt & 63), h = tt >> 6;   // (h: the same across a warp)
+        if (D != 1) lt_mbar_wait(bar + (whole >> 7) * TR + team, 0);
+        if ((whole >> 7) < 5) LT_STAMP(2 + (whole >> 7));
+        #pragma unroll
+        for (int n = 0; n < (D == 2 ? 0 : N); n++) {
+            float4 xv[8];
+            float xa = 0.f, xb = 0.f;
+            if constexpr (X == 0) load_x<T>(x + (long long)n * cols, c, xv, xa, xb);
+            else load_x_sh<T>(xs + n * chunks * RW, c, xv);
+            #pragma unroll
+            for (int q = 0; q < RR / 2; q++) {
+                typename T::Raw raw;
+                T::template load<true>(raw, mine + (h * (RR / 2) + q) * rb, c);
+                const float v = T::dot(raw, c, xv, xa, xb);
+                acc[q][n] += h ? 0.f : v;
+                acc[q + RR / 2][n] += h ? v : 0.f;
+            }
+        }
+    }
+    LT_STAMP(7);
+    __shared__ float red[4 * TR][RR * N];            // a team's 4 warps' sums
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    #pragma unroll
+    for (int r = 0; r < RR; r++)
+        #pragma unroll
+        for (int n = 0; n < N; n++) {
+            float v = acc[r][n];
+            #pragma unroll
+            for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+            if (lane == 0) red[warp][r * N + n] = v;
+        }
+    __syncthreads();
+    if (tt < RR * N) {
+        const int r = tt / N, n = tt % N, row = row0 + team * RR + r, w4 = 4 * team;
+        if (row < rows) (D == 3 ? out + 32 * gridDim.x : out)[(long long)n * rows + row] = (red[w4][tt] + red[w4 + 1][tt]) + (red[w4 + 2][tt] + red[w4 + 3][tt]);
     }
 }
 """
 
 
 def wanted(names):
-    """True when a module's kernel names include an mvm kernel (then its text needs C_TMA)."""
-    return any(n.startswith("mvm<") for n in names)
+    """True when a module's kernel names include an mvt kernel (then its text needs C_TMA)."""
+    return any(n.startswith("mvt<") for n in names)

@@ -65,16 +65,25 @@ IQ3_Q8_VARIANTS = [(r, p, gc, sc, False) for r, p in ((4, 0), (8, 0), (4, "p"), 
 # 1024; the GPU backend's since session 9): labels with g for t, e.g. mvq40g12 (the default), mvq40g322.
 IQ3_Q8_VARIANTS += [(r, p, gc, sc, True) for r, p in ((4, 0), (8, 0), (2, 0), (4, 1), (4, "p"))
                     for gc, sc in ((1, 2), (0, 2), (32, 2), (0, 0))]
+# Session 11: mv_iq2 with P = 2 (matvec_cuda.mv_rows: the last half trip spread over all threads, half
+# the rows each): labels mvq42g12 (the default since call 13).
+IQ3_Q8_VARIANTS += [(r, 2, 1, 2, True) for r in (2, 4, 8)]
 # Session 10 (calls 2-6): the regrouped layout's signs placed for PRMT (labels mvq..s.. then, now the
 # g labels' layout).
 # And matvec_staged's mvs (cp.async stages in shared memory) over the signed layout: (rows, stages),
 # labels e.g. mvqs43 (TIQ3_XXSG<1, 2>).
-# kernels/matvec_tma.py's mvm (rows in shared memory by bulk copies, every trip requested before the
-# PDL wait; session 10, not yet run on a GPU) over IQ3_XXS_G4: (rows a CTA, bytes a row at most),
-# labels mvqm4x5712 (for 14336 columns), mvqm4x1632 (4096); rows that exceed the label's bytes are
-# refused. Q4_K: labels mvqm2x8064 (14336 columns), mvqm2x2304 (4096), MVM_K below.
-IQ3_SMEM_ROWS = [(4, 5712), (2, 5712), (8, 5712), (4, 1632), (8, 1632), (16, 1632)]
-MVM_K = [(2, 8064), (4, 8064), (2, 2304), (4, 2304), (8, 2304)]
+# Session 10's mvm (rows in static shared memory by bulk copies: labels mvqm..) lost in session 11
+# (calls 1-2) and is deleted: mvt below covers it.
+# Session 11: kernels/matvec_tma.py's mvt (teams of 128 threads, rows in dynamic shared memory, the grid
+# tables filled once a CTA) over IQ3_XXS_G4: (rows a team, teams, grid copies, D, X), labels mvqw8x4g1;
+# D = 1 the compute alone (no copies: mvqw8x4g1d1), D = 2 the copies alone (..d2); X = 1 x's records
+# copied into shared memory (..x1), X = 2 made there by the CTA, no qx launch (..x2). Figures in
+# BENCHMARKS, session 11 (16 and 32 grid copies, 2 teams or 16 rows a team: slower, and out of the list).
+IQ3_TEAMS = [(rr, tr, 1, d, xm) for rr, tr in ((8, 4), (4, 8)) for d in (0, 1, 2) for xm in (0, 1, 2)]
+# mvt<TIQ3_XXSW> over iq3_groups.repack12's layout (12-bit fields through a 4096-word table): (rows a
+# team, teams, D, X), labels mvqv8x4, mvqv8x4d1, ... (X > 0 does not fit at 14336 columns: 32 rows, x's
+# records and the 16 KB table pass 227 KB).
+IQ3_W12 = [(rr, tr, d, xm) for rr, tr in ((8, 4), (4, 8)) for d in (0, 1, 2) for xm in (0, 1, 2)]
 IQ3_STAGED_VARIANTS = [(4, 3), (4, 4), (8, 3), (2, 4), (4, 6), (8, 2)]
 # Session 10 also timed, and deleted after losing (BENCHMARKS, session 10): mv_iq3t (teams of 128
 # threads sharing a CTA's 32 grid copies; labels mvqt...), mv_body with balanced trips (mvqb40s...)
@@ -186,8 +195,6 @@ def launchers(qt, dev, only=None):
             out[label + "p"] = product
     if qt == "IQ3_XXS":
         out.update(_iq3_q8(dev, only))
-    if qt == "Q4_K":
-        out.update(_mvm_k(dev, qt, only))
     if only is not None and "read" in only:
         out["read"] = read_launcher(dev)
     for v, name in zip(variants, names[1:]):
@@ -211,10 +218,15 @@ def _iq3_q8(dev, only):
         if only is None or label in only or label + "p" in only:
             todo.append((label, r, p, grouped, ms.persistent_name(st, 1, r) if p == "p"
                          else f"mv_iq2<{st}, 1, {r}, {p}>"))
-    for r, maxb in IQ3_SMEM_ROWS:
-        label = f"mvqm{r}x{maxb}"
+    for rr, tr, gc, d, xm in IQ3_TEAMS:
+        label = f"mvqw{rr}x{tr}g{gc}" + (f"d{d}" if d else "") + (f"x{xm}" if xm else "")
         if only is None or label in only or label + "p" in only:
-            todo.append((label, r, ("m", maxb), True, f"mvm<{miq3.struct_name((1, 2), True)}, 1, {r}, {maxb}>"))
+            todo.append((label, rr * tr, ("w", tr, xm), True,
+                         f"mvt<{miq3.struct_name((gc, 2), True)}, 1, {rr}, {tr}, {d}, {xm}, TIQ3_XXS, 20>"))
+    for rr, tr, d, xm in IQ3_W12:
+        label = f"mvqv{rr}x{tr}" + (f"d{d}" if d else "") + (f"x{xm}" if xm else "")
+        if only is None or label in only or label + "p" in only:
+            todo.append((label, rr * tr, ("w", tr, xm), "w12", f"mvt<TIQ3_XXSW, 1, {rr}, {tr}, {d}, {xm}, TIQ3_XXS, 20>"))
     for r, stages in IQ3_STAGED_VARIANTS:
         label = f"mvqs{r}{stages}"
         if only is None or label in only or label + "p" in only:
@@ -222,6 +234,8 @@ def _iq3_q8(dev, only):
     if not todo:
         return out
     quant_name = mq.quantize_name("IQ3_XXS")
+    if os.environ.get("LITE_SWEEP_QXE"):   # session 11: qxe, the quantizer that lets the product launch first
+        quant_name = quant_name.replace("qx<", "qxe<")
     mod = mq._module(dev, "IQ3_XXS", (quant_name,) + tuple(t[-1] for t in todo), pdl.source_head())
     quant = mod.get_function(quant_name)
     packed = {}   # id(raw weights) -> (raw, the same repacked by iq3_groups.repack): made on a first call, outside capture
@@ -229,8 +243,6 @@ def _iq3_q8(dev, only):
         f = mod.get_function(name)
         cap = ms.prepare(f, 0, dev) if p == "p" else None
         smem = 0
-        if isinstance(p, tuple) and p[0] == "m":   # mvm: ~24 KB of static shared memory a CTA, 8 an SM
-            f.preferred_shared_memory_carveout = 100
         if isinstance(p, tuple) and p[0] == "s":   # mvs: its stages in dynamic shared memory
             smem = ms.smem_bytes(iq3_groups.GROUP_BYTES // 4, 8, r, p[1])
             cap = ms.prepare(f, smem, dev)
@@ -240,60 +252,38 @@ def _iq3_q8(dev, only):
 
         def product(w, x, o, rows, cols, f=f, r=r, p=p, cap=cap, xq=xq, grouped=grouped, smem=smem):
             if grouped:
-                if id(w) not in packed:   # (not setdefault: its default, the repack, runs on every call)
-                    packed[id(w)] = (w, iq3_groups.repack(w, rows, cols))
-                w = packed[id(w)][1]
+                key = (id(w), grouped == "w12")
+                if key not in packed:   # (not setdefault: its default, the repack, runs on every call)
+                    packed[key] = (w, (iq3_groups.repack12 if grouped == "w12" else iq3_groups.repack)(w, rows, cols))
+                w = packed[key][1]
             grid = min(-(-rows // r), cap) if cap else -(-rows // r)
-            if isinstance(p, tuple) and p[0] == "m" and not (iq3_groups.nbytes(1, cols) <= p[1] and cols % 2048 == 0):
-                raise ValueError(f"mvm<.., {p[1]}>: rows of {cols} columns do not fit or are not 16-byte multiples")
-            if smem:
+            if isinstance(p, tuple) and p[0] == "w":   # mvt: r rows a CTA in dynamic shared memory
+                rb = iq3_groups.nbytes(1, cols)
+                if rb % 16 or -(-cols // 4096) > 16:
+                    raise ValueError(f"mvt needs 16-aligned rows of at most 16 trips: cols={cols}")
+                nbytes = r * rb + (cols // 32 * 80 if p[2] else 0)   # X > 0: x's records too (n = 1)
+                if f.max_dynamic_shared_size_bytes < nbytes:   # (past 48 KB with the static tables: opt in)
+                    f.max_dynamic_shared_size_bytes = nbytes
+                    f.preferred_shared_memory_carveout = 100
+                pdl.call(f, (grid,), (128 * p[1],), (w, x if p[2] == 2 else xq[id(x)][1], o, np.int32(rows), np.int32(cols)),
+                         shared_mem=nbytes)
+            elif smem:
                 if iq3_groups.nbytes(1, cols) % 16:   # mvs copies 16-byte pieces of whole rows
                     raise ValueError(f"mvs needs 16-aligned rows: cols={cols} is not a multiple of 2048")
                 f((grid,), (128,), (w, xq[id(x)][1], o, np.int32(rows), np.int32(cols)), shared_mem=smem)
             else:
                 pdl.call(f, (grid,), (128,), (w, xq[id(x)][1], o, np.int32(rows), np.int32(cols)))
 
-        def both(w, x, o, rows, cols, quant=quant, xq=xq, product=product):
+        def both(w, x, o, rows, cols, quant=quant, xq=xq, product=product, p=p):
             buf = xq.setdefault(id(x), (x, cp.empty_like(x)))[1]
-            pdl.call(quant, mq.quantize_grid(*x.shape), (128,), (x, buf, np.int32(x.shape[1])))
+            if not (isinstance(p, tuple) and p[0] == "w" and p[2] == 2):   # (mvt X=2 quantizes x itself)
+                pdl.call(quant, mq.quantize_grid(*x.shape), (128,), (x, buf, np.int32(x.shape[1])))
             product(w, x, o, rows, cols)
 
         def alone(w, x, o, rows, cols, both=both, product=product, xq=xq):
             (product if id(x) in xq else both)(w, x, o, rows, cols)
         out[label] = both
         out[label + "p"] = alone
-    return out
-
-
-def _mvm_k(dev, qt, only):
-    """{label: launch} for MVM_K's labels named in `only`: qx then mvm<TQ4_KQ> (trailing p: alone)."""
-    from lite.kernels import pdl
-    todo = [(f"mvqm{r}x{b}", r, b) for r, b in MVM_K if only is not None and (f"mvqm{r}x{b}" in only or f"mvqm{r}x{b}p" in only)]
-    if not todo:
-        return {}
-    names = (mq.quantize_name(qt),) + tuple(f"mvm<{mq.TYPES[qt][1]}, 1, {r}, {b}>" for _, r, b in todo)
-    mod = mq._module(dev, qt, names, pdl.source_head())
-    quant, out = mod.get_function(names[0]), {}
-    for (label, r, b), name in zip(todo, names[1:]):
-        f = mod.get_function(name)
-        f.preferred_shared_memory_carveout = 100
-        print(f"  {qt} {label}: regs {getattr(f, 'num_regs', '?')}, smem {getattr(f, 'shared_size_bytes', '?')}", flush=True)
-        xq = {}
-
-        def product(w, x, o, rows, cols, f=f, r=r, b=b, xq=xq):
-            rb = cols // 256 * quant_info(qt).type_size
-            if rb > b or rb % 16:
-                raise ValueError(f"mvm<.., {b}>: rows of {cols} columns do not fit or are not 16-byte multiples")
-            pdl.call(f, (-(-rows // r),), (128,), (w, xq[id(x)][1], o, np.int32(rows), np.int32(cols)))
-
-        def both(w, x, o, rows, cols, xq=xq, product=product):
-            buf = xq.setdefault(id(x), (x, cp.empty_like(x)))[1]
-            pdl.call(quant, mq.quantize_grid(*x.shape), (128,), (x, buf, np.int32(x.shape[1])))
-            product(w, x, o, rows, cols)
-
-        def alone(w, x, o, rows, cols, both=both, product=product, xq=xq):
-            (product if id(x) in xq else both)(w, x, o, rows, cols)
-        out[label], out[label + "p"] = both, alone
     return out
 
 

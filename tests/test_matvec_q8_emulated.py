@@ -30,9 +30,9 @@ Q8_TYPES = ["Q4_K", "Q6_K"]          # on matvec_cuda's structs; IQ3_XXS below, 
 KERNELS = [(qt, f"emu_q8_{qt}_{n}_{r}_{p}", n, r, p) for qt in Q8_TYPES
            for n, r, p in ((1, 8, 0), (2, 8, 0), (1, 4, 1), (2, 4, 0), (1, 2, 0), (3, 2, 0))]
 SHAPES = [(37, 768), (11, 256 * 17)]   # ragged row groups; 136 chunks: a second trip with idle threads
-# kernels/matvec_tma.py's mvm (rows in shared memory by bulk copies; session 10, not yet run on a
-# GPU) over TQ4_KQ: (n, rows a CTA); rows of up to 17 blocks (2,448 bytes, a 16-byte multiple).
-MVM_K = [(1, 2), (2, 4)]
+# kernels/matvec_tma.py's mvt (rows in dynamic shared memory by bulk copies; session 11, sweep only)
+# over TQ4_KQ: (n, rows a team, teams); rows of 3 and 17 blocks (16-byte multiples).
+MVT_K = [(1, 2, 1), (2, 4, 2)]
 
 
 @pytest.fixture(scope="module", params=[0, 1], ids=["layout0", "layout1"])
@@ -43,8 +43,8 @@ def lib(request):
                     for qt, name, n, r, p in KERNELS)
     wraps += "".join(f'extern "C" __global__ void emu_qx_{qt}(const float* x, float* xq, int cols) '
                      f'{{ {matvec_q8.quantize_name(qt)}(x, xq, cols); }}\n' for qt in Q8_TYPES)
-    wraps += "".join(f'extern "C" __global__ void emu_mvm_{n}_{r}({ARGS}) {{ mvm<TQ4_KQ, {n}, {r}, 2448>'
-                     '(w, x, out, rows, cols); }\n' for n, r in MVM_K)
+    wraps += "".join(f'extern "C" __global__ void emu_mvt_{n}_{r}_{tr}({ARGS}) {{ mvt<TQ4_KQ, {n}, {r}, {tr}, 0>'
+                     '(w, x, out, rows, cols); }\n' for n, r, tr in MVT_K)
     source = (HOST_SHIMS + Q8_SHIMS + matvec_cuda.C_HEAD + matvec_cuda.C_TYPES + matvec_cuda.C_KERNEL
               + f"#define LT_Q8_LAYOUT20 {request.param}\n#define LT_Q8_LAYOUT24 {request.param}\n"
               + matvec_q8.C_Q8 + matvec_tma.C_TMA + wraps)
@@ -92,14 +92,14 @@ def quant_bound(qt, x, w):
     return e @ np.abs(w).T
 
 
-def assert_product_matches(lib, name, grid, stored, blocks, qt, x, rows, cols, threads=128):
-    """Launch kernel `name` over `stored` (blocks, or their regrouped bytes) and qt's quantized x;
-    its product within 1e-3 of float64 (gguf-py's dequantize of `blocks`) plus the fp32 tolerance
-    and the x quantization's bound."""
+def assert_product_matches(lib, name, grid, stored, blocks, qt, x, rows, cols, threads=128, raw_x=False):
+    """Launch kernel `name` over `stored` (blocks, or their regrouped bytes) and qt's quantized x (x
+    itself if raw_x: the kernel quantizes it); its product within 1e-3 of float64 (gguf-py's
+    dequantize of `blocks`) plus the fp32 tolerance and the x quantization's bound."""
     w = reference(blocks, qt).astype(np.float64).reshape(rows, cols)
     ref, scale = x.astype(np.float64) @ w.T, np.abs(x).astype(np.float64) @ np.abs(w).T
     out = np.full((x.shape[0], rows), np.nan, np.float32)
-    lib.launch(name, grid, (threads,), stored, _quantize(lib, qt, x), out, np.int32(rows), np.int32(cols))
+    lib.launch(name, grid, (threads,), stored, x if raw_x else _quantize(lib, qt, x), out, np.int32(rows), np.int32(cols))
     err = np.abs(out.astype(np.float64) - ref)
     assert np.all(err <= 1e-3 * np.abs(ref) + 1e-5 * scale + quant_bound(qt, x, w)), np.max(err / (np.abs(ref) + 1e-30))
 
@@ -150,16 +150,16 @@ def test_mvq_matches_float64(lib, kernel, shape):
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s[0]}x{s[1]}")
-@pytest.mark.parametrize("k", MVM_K, ids=lambda k: "n{}_{}".format(*k))
-def test_mvm_rows_in_shared_memory_match_float64(lib, k, shape):
-    """mvm (its rows copied whole into shared memory, a barrier a trip; the host emulator copies at
-    once) over Q4_K computes what mv does."""
-    n, rows_per_cta = k
+@pytest.mark.parametrize("k", MVT_K, ids=lambda k: "n{}_{}x{}".format(*k))
+def test_mvt_rows_in_shared_memory_match_float64(lib, k, shape):
+    """mvt (its rows copied whole into shared memory, a barrier a trip; the host emulator copies at
+    once) over Q4_K computes what mv does, one team a CTA and two."""
+    n, r, tr = k
     rows, cols = shape
     rng = np.random.default_rng(rows + 7 * n)
     blocks = random_blocks("Q4_K", rows * cols // 256, rng)
-    assert_product_matches(lib, f"emu_mvm_{n}_{rows_per_cta}", (-(-rows // rows_per_cta),), blocks, blocks, "Q4_K",
-                           _x(n, cols, rng), rows, cols)
+    assert_product_matches(lib, f"emu_mvt_{n}_{r}_{tr}", (-(-rows // (r * tr)),), blocks, blocks, "Q4_K",
+                           _x(n, cols, rng), rows, cols, threads=128 * tr)
 
 
 def test_unknown_type_is_a_clear_error():

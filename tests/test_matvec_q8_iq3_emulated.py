@@ -24,12 +24,17 @@ IQ3_KERNELS = [(1, 4, 0, (0, 0)), (1, 8, 0, (0, 0)), (2, 4, 0, (0, 0)), (1, 2, 1
 
 
 # The grouped layout (matvec_q8_iq3.TIQ3_XXSG over iq3_groups.repack's bytes: the GPU backend's).
-IQ3_GROUPED = [(1, 4, 0, (1, 2)), (2, 4, 0, (0, 0)), (1, 8, 1, (32, 2))]
+IQ3_GROUPED = [(1, 4, 0, (1, 2)), (2, 4, 0, (0, 0)), (1, 8, 1, (32, 2)), (1, 4, 2, (1, 2)), (2, 2, 2, (1, 2))]
 
 
-# Session 10's mvm (kernels/matvec_tma.py: rows in shared memory by bulk copies; sweep only, not yet
-# run on a GPU) over IQ3_XXS_G4: (n, rows a CTA, bytes a row at most).
-IQ3_STAGED_ROWS = [(1, 4, 5712), (2, 2, 5712)]
+# Session 11's mvt (kernels/matvec_tma.py: teams of 128 threads, the rows in dynamic shared memory by
+# bulk copies; sweep only): (n, rows a team,
+# teams, grid tables, X: x's records read as needed (0), copied into shared memory (1), quantized there
+# by the CTA from x's floats (2)).
+IQ3_TEAMS = [(1, 4, 2, (16, 2), 0), (2, 2, 3, (1, 2), 1), (2, 4, 2, (1, 2), 2), (1, 2, 2, (1, 2), 2)]
+# and over iq3_groups.repack12's layout (TIQ3_XXSW, 12-bit fields through a 4096-word table): (n, rows a
+# team, teams, X).
+IQ3_W12 = [(1, 4, 2, 0), (2, 2, 3, 1), (1, 2, 2, 2)]
 
 
 def _iq3_name(n, r, p, tables):
@@ -56,8 +61,11 @@ def iq3_lib():
                     for i, k in enumerate(IQ3_KERNELS))
     wraps += "".join(f'extern "C" __global__ void iq3g_{i}({ARGS}) {{ mv_iq2<{matvec_q8_iq3.struct_name(t, True)}, '
                      f'{n}, {r}, {p}>(w, x, out, rows, cols); }}\n' for i, (n, r, p, t) in enumerate(IQ3_GROUPED))
-    wraps += "".join(f'extern "C" __global__ void iq3m_{i}({ARGS}) {{ mvm<{matvec_q8_iq3.struct_name((1, 2), True)}, '
-                     f'{n}, {r}, {b}>(w, x, out, rows, cols); }}\n' for i, (n, r, b) in enumerate(IQ3_STAGED_ROWS))
+    wraps += "".join(f'extern "C" __global__ void iq3w_{i}({ARGS}) {{ mvt<{matvec_q8_iq3.struct_name(t, True)}, '
+                     f'{n}, {r}, {tr}, 0, {xm}, TIQ3_XXS, 20>(w, x, out, rows, cols); }}\n'
+                     for i, (n, r, tr, t, xm) in enumerate(IQ3_TEAMS))
+    wraps += "".join(f'extern "C" __global__ void iq3v_{i}({ARGS}) {{ mvt<TIQ3_XXSW, {n}, {r}, {tr}, 0, {xm}, TIQ3_XXS, 20>'
+                     f'(w, x, out, rows, cols); }}\n' for i, (n, r, tr, xm) in enumerate(IQ3_W12))
     wraps += ('extern "C" __global__ void emu_qx_IQ3_XXS(const float* x, float* xq, int cols) '
               f'{{ {matvec_q8.quantize_name("IQ3_XXS")}(x, xq, cols); }}\n')
     return emu.compile_kernels(_iq3_source() + matvec_tma.C_TMA + wraps)
@@ -76,7 +84,7 @@ def test_iq3xxs_mvq_matches_float64(iq3_lib, k, shape):
     assert_product_matches(iq3_lib, f"iq3q_{k}", grid, blocks, blocks, "IQ3_XXS", _x(n, cols, rng), rows, cols)
 
 
-@pytest.mark.parametrize("shape", [(37, 1024), (11, 2048)], ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("shape", [(37, 1024), (11, 2048), (5, 14336)], ids=lambda s: f"{s[0]}x{s[1]}")
 @pytest.mark.parametrize("k", range(len(IQ3_GROUPED)), ids=lambda i: "n{}_{}_{}_t{}{}".format(*IQ3_GROUPED[i][:3], *IQ3_GROUPED[i][3]))
 def test_iq3xxs_grouped_layout_matches_float64(iq3_lib, k, shape):
     """TIQ3_XXSG over the repacked bytes computes what the raw layout does: float64 of gguf-py's
@@ -191,13 +199,30 @@ def test_mve_iq3xxs_matches_float64(iq3_epi_lib, case):
 
 
 @pytest.mark.parametrize("shape", [(37, 2048), (6, 14336)], ids=lambda s: f"{s[0]}x{s[1]}")
-@pytest.mark.parametrize("k", range(len(IQ3_STAGED_ROWS)), ids=lambda i: "n{}_{}_{}".format(*IQ3_STAGED_ROWS[i]))
-def test_iq3xxs_rows_in_shared_memory_match_float64(iq3_lib, k, shape):
-    """mvm (its rows copied whole into shared memory, a barrier a trip: the host emulator copies at
-    once) computes what mv_iq2 does: 2 groups a row, and 14 (4 trips, the last half full)."""
-    n, r, _ = IQ3_STAGED_ROWS[k]
+@pytest.mark.parametrize("k", range(len(IQ3_TEAMS)), ids=lambda i: "n{}_{}x{}_t{}{}_x{}".format(*IQ3_TEAMS[i][:3], *IQ3_TEAMS[i][3], IQ3_TEAMS[i][4]))
+def test_iq3xxs_teams_over_shared_rows_match_float64(iq3_lib, k, shape):
+    """mvt (teams of 128 threads, each on its own rows of the CTA's, all of them in dynamic shared
+    memory; a CTA's last team past the end) computes what mv_iq2 does, x's records read from qx's
+    output, copied into shared memory, or made there from x's floats (the 8 lanes of a chunk
+    together, the last trip's past the end)."""
+    n, r, tr, _, xm = IQ3_TEAMS[k]
     rows, cols = shape
-    rng = np.random.default_rng(rows + cols + k)
+    rng = np.random.default_rng(rows + cols + 7 * k)
     blocks = random_blocks("IQ3_XXS", rows * cols // 256, rng)
-    assert_product_matches(iq3_lib, f"iq3m_{k}", (-(-rows // r),), iq3_groups.repack(blocks, rows, cols), blocks,
-                           "IQ3_XXS", _x(n, cols, rng), rows, cols)
+    assert_product_matches(iq3_lib, f"iq3w_{k}", (-(-rows // (r * tr)),), iq3_groups.repack(blocks, rows, cols), blocks,
+                           "IQ3_XXS", _x(n, cols, rng), rows, cols, threads=128 * tr, raw_x=xm == 2)
+
+
+@pytest.mark.parametrize("shape", [(37, 2048), (6, 14336)], ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("k", range(len(IQ3_W12)), ids=lambda i: "n{}_{}x{}_x{}".format(*IQ3_W12[i]))
+def test_iq3xxs_twelve_bit_fields_match_float64(iq3_lib, k, shape):
+    """TIQ3_XXSW over repack12's bytes (each grid word's index and 4 signs as one 12-bit field, two of
+    the 8 across a word boundary) under mvt computes what the file's blocks hold."""
+    n, r, tr, xm = IQ3_W12[k]
+    rows, cols = shape
+    rng = np.random.default_rng(rows + cols + 11 * k)
+    blocks = random_blocks("IQ3_XXS", rows * cols // 256, rng)
+    packed = iq3_groups.repack12(blocks, rows, cols)
+    assert packed.nbytes == iq3_groups.nbytes(rows, cols)
+    assert_product_matches(iq3_lib, f"iq3v_{k}", (-(-rows // (r * tr)),), packed, blocks,
+                           "IQ3_XXS", _x(n, cols, rng), rows, cols, threads=128 * tr, raw_x=xm == 2)
