@@ -207,7 +207,7 @@ __device__ __forceinline__ void mv_rows_any(const unsigned char* const (&rowp)[R
     } else {
         const bool halves = R % 2 == 0 && (chunks & 127) == 64;
         mv_rows<T, N, R, 0>(rowp, x, cols, halves ? chunks - 64 : chunks, acc);
-        if (halves) {
+        if constexpr (R % 2 == 0) if (halves) {   // (R odd: no halves, and raw[R / 2] would be empty)
             const int c = chunks - 64 + (threadIdx.x & 63), h = threadIdx.x >> 6;   // (h: the same across a warp)
             typename T::Raw raw[R / 2];
             #pragma unroll

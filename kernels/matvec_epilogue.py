@@ -1,6 +1,6 @@
 """Decode matvec with the next op folded into its end: one launch instead of two, a use (issue 4's
 decode step: 10 launches a layer -> 8). CUDA C on kernels/matvec_cuda.py's register kernel (its
-loop `mv_rows`, CONFIG's rows a CTA and prefetch; over quantized x, matvec_q8's structs and CTA
+loop `mv_rows_any`, CONFIG's rows a CTA and prefetch; over quantized x, matvec_q8's structs and CTA
 shapes, IQ3_XXS's included since session 9), only the end differs:
 
   add        out = x @ W.T + res: the residual add after the attention-output and down products,
@@ -141,7 +141,7 @@ __global__ void __launch_bounds__(128) mve(const unsigned char* __restrict__ w, 
 def c_source(head="", q8=False, iq3=False):
     """head: pdl.source_head() (programmatic dependent launch, kernels/pdl.py, LITE_PDL); q8: with
     matvec_q8's integer structs (only where used: the default kernels keep their text); iq3: on
-    IQ3_XXS's mvq module instead (matvec_q8.c_source: the IQ3 structs, their tables, mv_rows)."""
+    IQ3_XXS's mvq module instead (matvec_q8.c_source: the IQ3 structs, their tables, mv_rows_any)."""
     if iq3:
         return head + matvec_q8.c_source("IQ3_XXS") + "#undef R\n" + C_LAST_OF_COLUMN + C_EPI   # (matvec_iq's R)
     return (head + mc.C_HEAD + mc.C_TYPES + mc.C_KERNEL + (matvec_q8.structs("Q4_K") if q8 else "")

@@ -210,8 +210,8 @@ TYPES = {"Q4_K": ("TQ4_K", "TQ4_KQ", 20), "Q6_K": ("TQ6_K", "TQ6_KQ", 24), "IQ3_
 # 8.4). IQ3_XXS: 4 rows (call 3, TIQ3_XXSQV<1, 2>: 15.9 us at 4096x14336, 18.8 at 2 rows, 21.3 at 8);
 # IQ3_XXS_G4 4 rows too (session 9, call 3: 15.0 us at 4096x14336, 16.8 at 2 rows, 19.7 at 8;
 # session 10, call 2, its signs placed: 13.8, 15.9 at 2 rows, 18.9 at 8), and prefetch 2 (session
-# 11, matvec_cuda.mv_rows: a row's last half trip spread over all 128 threads; call 12, 4096x14336
-# with the quantizer 13.2 us against 13.8, three runs each; LITE_IQ3_HALVES=0 for prefetch 0).
+# 11, matvec_cuda.mv_rows_any: a row's last half trip spread over all 128 threads; call 14, 4096x14336
+# with the quantizer 13.2 us against 13.7, 14336x4096 14.2 / 14.7; LITE_IQ3_HALVES=0 for prefetch 0).
 IQ3_G4_PREFETCH = 0 if os.environ.get("LITE_IQ3_HALVES", "1") == "0" else 2
 CONFIGS = {"Q4_K": (2, 0), "Q6_K": (2, 0) if LAYOUTS[24] else (4, 0), "IQ3_XXS": (4, 0), "IQ3_XXS_G4": (4, IQ3_G4_PREFETCH)}
 # The types whose dense decode products (matvec_cuda.launch without a config, matvec_epilogue's mve,

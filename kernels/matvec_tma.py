@@ -1,22 +1,23 @@
 """The decode matvec with a CTA's rows copied whole into shared memory by bulk copies (TMA
-`cp.async.bulk`, an mbarrier a trip of 128 chunks), every trip requested at once before the PDL
-wait, then matvec_cuda's loop over them (T::load<true>): `mvt` (session 11; sweep and tests only).
+`cp.async.bulk`, an mbarrier a trip of 128 chunks and team), every trip requested at once before the
+PDL wait, then matvec_cuda's loop over them (T::load<true>): `mvt` (session 11; sweep and tests only).
 
 Why it was tried: Nsight Compute (session 10) found IQ3_XXS's product (mv_iq2) waiting on one trip
 of weight loads at a time; here no register holds a load in flight. What it found (H200, session 11,
 BENCHMARKS "Session 11"; 4096x14336 IQ3_XXS_G4, us with the quantizer / alone):
-- It loses where it counts: 15.3-17.7 / 12.5-15.3 against mv_iq2's 13.7 / 13.7 (session 10's mvm,
-  RR rows in static shared memory, 8 rows: 15.8 / 12.6; deleted, mvt covers it). The quantizer
-  before it costs its whole time (the CTAs cannot sit beside the previous kernel's).
-- Its compute alone (D=1: no copies) takes ~10 us at 16 warps an SM, above the 60% bar (9.6):
-  Nsight Compute finds it issue- and dependency-bound (59% issue, math-pipe throttle, the closing
-  barrier's imbalance: 3.5 trips), not bound by shared memory (short scoreboard 0.3 a issue; more
-  grid copies, 16 or 32, conflict-free, only slower).
-- x's records in shared memory (X=1) or made by the CTA (X=2, no qx launch: 4096x4096 5.0 us against
-  mv_iq2's 6.1 with qx) change the compute little at 14336 columns.
-- iq3_groups.repack12 (TIQ3_XXSW: 535 against 781 SASS instructions in the 8-row loop) runs faster
-  under Nsight Compute (11.2 against 12.4 us, compute alone) but not in the captured graph (11.6
-  against 10.3): unexplained.
+- It loses: 16.7 / 14.3 against mv_iq2's 13.2 / 13.0 (session 10's mvm, the rows in static shared
+  memory, several CTAs an SM: 15.8 / 12.6; deleted, mvt covers it).
+- Its loads are hidden completely (scripts/mvt_timeline.py, D = 3): the CTAs issue every copy within
+  0.6 us of entering, wait ~4 us at the PDL wait (the previous kernel's tail, qx, its flush), and
+  find each trip landed before they reach it; the ~9 us after the wait are compute. Its compute
+  alone (D = 1) takes 9.6-9.8 us: above the 60% bar (9.6) by itself. Nsight Compute: issue 59%,
+  fixed-latency waits and the math pipe (dp4a, IMAD) bind, not shared memory (more grid copies,
+  conflict-free, are only slower).
+- x's records in shared memory (X = 1) change the compute little; made by the CTA (X = 2, no qx
+  launch) they cost ~2.4 us at 14336 columns but win at 4096x4096 (5.0 against mv_iq2's 6.1).
+- Over iq3_groups.repack12 (TIQ3_XXSW: 535 against 781 SASS instructions in the 8-row loop) it runs
+  faster under Nsight Compute (11.2 against 12.4 us, compute alone) but not in the captured graph
+  (11.3 against 9.6): unexplained.
 
 Only in modules that name an `mvt<` kernel (matvec_q8._module, the sweep, the emulator tests): the
 default modules' text is unchanged.
@@ -50,18 +51,34 @@ __device__ __forceinline__ unsigned lt_clock_lo() {   // the GPU's nanosecond ti
     asm volatile("mov.u32 %0, %%globaltimer_lo;" : "=r"(t));
     return t;
 }
-#else   // the host emulator: the copy done at once, the barriers empty
+#else   // the host emulator: the copy done at once; a barrier keeps the bytes expected less those copied
 #define __align__(n)     // (x86 reads the misaligned words the device would not meet)
-inline void lt_mbar_init(unsigned long long*, unsigned) {}
+// Bit 62: initialized, bit 61: bytes expected, the low 40 bits (signed): bytes expected - bytes copied.
+// A wait on a barrier that is not initialized, never expected bytes, or is owed bytes (a copy sent to
+// the wrong barrier, a wrong count) counts in lt_emu_barrier_errors (the tests read it: the device
+// would hang or read stale shared memory). mvt issues every copy before the barrier its waiters pass.
+extern "C" { int lt_emu_barrier_errors = 0; }
+inline void lt_mbar_init(unsigned long long* b, unsigned) { __atomic_store_n(b, 1ULL << 62, __ATOMIC_SEQ_CST); }
 inline void lt_mbar_fence_init() {}
-inline void lt_mbar_expect(unsigned long long*, unsigned) {}
-inline void lt_bulk_load(void* dst, const void* src, unsigned bytes, unsigned long long*) { std::memcpy(dst, src, bytes); }
-inline void lt_mbar_wait(unsigned long long*, unsigned) {}
+inline void lt_mbar_expect(unsigned long long* b, unsigned bytes) {
+    __atomic_fetch_or(b, 1ULL << 61, __ATOMIC_SEQ_CST);
+    __atomic_fetch_add(b, (unsigned long long)bytes, __ATOMIC_SEQ_CST);
+}
+inline void lt_bulk_load(void* dst, const void* src, unsigned bytes, unsigned long long* b) {
+    std::memcpy(dst, src, bytes);
+    __atomic_fetch_sub(b, (unsigned long long)bytes, __ATOMIC_SEQ_CST);
+}
+inline void lt_mbar_wait(unsigned long long* b, unsigned) {
+    const unsigned long long v = __atomic_load_n(b, __ATOMIC_SEQ_CST);
+    if (!(v & (1ULL << 62)) || !(v & (1ULL << 61)) || (v & ((1ULL << 40) - 1)) != 0)
+        __atomic_fetch_add(&lt_emu_barrier_errors, 1, __ATOMIC_SEQ_CST);
+}
 inline unsigned lt_clock_lo() { return 0; }
 #endif
 // D = 3 (scripts/mvt_timeline.py): thread 0 of each team stamps event k (0 entry, 6 the copies issued,
-// 1 past the PDL wait, 2 + t trip t's data there (after trip t - 1's compute), 7 the compute done) into out as words (CTA b, team m: 32 b + 8 m + k),
-// the product after them (out must hold 32 words a CTA more).
+// 1 past the PDL wait, 2 + t trip t's data there (after trip t - 1's compute; trips 0-3), 7 the
+// compute done) into out as words (CTA b, team m: 32 b + 8 m + k), the product after them (out must
+// hold 32 words a CTA more; the stamps before the PDL wait: out must not be the previous kernel's).
 #define LT_STAMP(k) do { if (D == 3 && (threadIdx.x & 127) == 0) \
     ((unsigned*)out)[blockIdx.x * 32 + (threadIdx.x >> 7) * 8 + (k)] = lt_clock_lo(); } while (0)
 // mvt<T, N, RR, TR, D, X, Q, RW>: TR teams of 128 threads a CTA, team t on rows t*RR..t*RR+RR-1 of the
@@ -79,7 +96,8 @@ inline unsigned lt_clock_lo() { return 0; }
 // X: where x's records come from: 0 read from x (qx's output) as they are needed; 1 copied whole into
 // shared memory after the rows (then read from there); 2 quantized by the CTA itself from x's floats
 // into shared memory (x is then the float vector; Q, RW: qx's struct and record words), so that no qx
-// launch comes before it. The launcher adds N * cols / 32 * RW * 4 bytes for X > 0.
+// launch comes before it. The launcher adds N * cols / 32 * RW * 4 bytes for X > 0. X > 0 serves the
+// integer structs only (xa, xb are 0: the float structs' dots need them).
 template <class T>
 __device__ __forceinline__ void load_x_sh(const float* xr, int c, float4 (&xv)[8]) {
     #pragma unroll
@@ -138,7 +156,7 @@ __global__ void __launch_bounds__(128 * TR) mvt(const unsigned char* __restrict_
     const int whole = halves ? chunks - 64 : chunks;
     for (int c = tt, t = 0; c < whole; c += 128, t++) {
         if (D != 1) lt_mbar_wait(bar + t * TR + team, 0);
-        if (t < 5) LT_STAMP(2 + t);
+        if (t < 4) LT_STAMP(2 + t);
         if (D == 2) continue;
         #pragma unroll
         for (int n = 0; n < N; n++) {
@@ -157,7 +175,7 @@ __global__ void __launch_bounds__(128 * TR) mvt(const unsigned char* __restrict_
     if (halves) {
         const int c = whole + (tt & 63), h = tt >> 6;   // (h: the same across a warp)
         if (D != 1) lt_mbar_wait(bar + (whole >> 7) * TR + team, 0);
-        if ((whole >> 7) < 5) LT_STAMP(2 + (whole >> 7));
+        if ((whole >> 7) < 4) LT_STAMP(2 + (whole >> 7));
         #pragma unroll
         for (int n = 0; n < (D == 2 ? 0 : N); n++) {
             float4 xv[8];

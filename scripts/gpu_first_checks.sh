@@ -2,9 +2,10 @@
 # GPU checks by step (on the device, after `source scripts/device_setup.sh`, carry .whl). Results in
 # ${OUT:-/tmp/lite-checks}. Session 5 ran gemma, real, pdl, iq3 and ncu with its code, session 6
 # matvec, iq3moe and multigpu's tests, session 7 session 6's next, session 8 session 7's, session 9 session 8's
-# (figures in BENCHMARKS; the calls: scripts/session*/call*.sh); session 10 left session 9's next for later.
+# (figures in BENCHMARKS; the calls: scripts/session*/call*.sh); session 10 left session 9's next for later;
+# session 11 ran session 10's.
 # Re-run a step after changing what it covers.
-#   bash scripts/gpu_first_checks.sh next            # first next session (issue 3), ~4 min
+#   bash scripts/gpu_first_checks.sh next            # first next session (issue 3), ~3 min
 #   bash scripts/gpu_first_checks.sh multigpu        # on nvidia-h200-x2
 # Steps: gemma, real (needs the real models carried first), pdl, iq3, ncu, matvec, iq3moe, next, multigpu (2 GPUs).
 set -u
@@ -90,30 +91,22 @@ step_iq3moe() {
   done
 }
 
-# Session 8's `next` ran as session 9's call 1 (docs/bench/session9/call1; its script: git history).
-# Next (~6 min): first session 10's mvm (kernels/matvec_tma.py, written after its device time, never
-# run on a GPU: a CTA's rows in shared memory, every trip's weights requested at once by bulk copies
-# before the PDL wait) over IQ3_XXS_G4 against mv_iq2 (13.7-13.8 us with the quantizer at
-# 4096x14336, 14.6-14.8 at 14336x4096, 6.1 at 4096x4096; a plain read of the 22.5 MB takes 6.8),
-# and over Q4_K against mvq20 (13.4 / 12.9 / 6.1; its read 9.4 at 4096x14336): a mismatch or a
-# launch error means its PTX (mbarrier, cp.async.bulk) needs looking at; faster means it is worth
-# the epilogue kernels (mve) too. Then where the 30B-A3B IQ3_XXS decode step goes now (session 9 traced only the dense
-# 8B; its MoE experts keep the file's layout, 768-column down experts are not whole groups of four):
-# each kernel's GPU time in one replayed step, for the choice between regrouping the gate/up experts
-# (2048 columns: whole groups) and other work; then the kernel table (IQ3_XXS_G4 beside IQ3_XXS;
-# session 10 ran the table, calls 9 and 13: 41% / 34% at 4096x14336).
+# Session 10's `next` ran as session 11's call 1 (docs/bench/session11/call1; its script: git history).
+# Next (~3 min): where the IQ3_XXS_G4 product's compute stalls, per SASS instruction (Nsight Compute
+# source counters, warp stall samples): mvt's compute alone (D = 1: no copies, 9.6-9.8 us at
+# 4096x14336, above the 60% bar by itself; Nsight's summary in session 11 call 8: fixed-latency waits
+# and the dp4a/IMAD pipe, issue 59%) and the default mv_iq2<.., 4, 2>; then the same for repack12's
+# TIQ3_XXSW (31% fewer instructions, yet slower in the graph). Read the stalls' top SASS lines
+# (scripts/session10/call8.sh did this for mv_iq2 in session 10).
 step_next() {
-  TAIL=8 t timeout 150 python3 tests/gpu_sweep_matvec.py --types IQ3_XXS --variants mvq40g12,mvqm4x5712,mvqm2x5712,mvqm8x5712 --shapes 4096x14336
-  TAIL=8 t timeout 150 python3 tests/gpu_sweep_matvec.py --types IQ3_XXS --variants mvq40g12,mvqm4x1632,mvqm8x1632,mvqm16x1632 --shapes 14336x4096,4096x4096
-  TAIL=8 t timeout 150 python3 tests/gpu_sweep_matvec.py --types Q4_K --variants mvq20,mvqm2x8064,mvqm4x8064 --shapes 4096x14336
-  TAIL=8 t timeout 150 python3 tests/gpu_sweep_matvec.py --types Q4_K --variants mvq20,mvqm2x2304,mvqm4x2304,mvqm8x2304 --shapes 14336x4096,4096x4096
-  local f=/tmp/30i.gguf
-  [ -f $f ] || $L synth --arch qwen3moe --preset 30b-a3b --quant IQ3_XXS $f >/dev/null 2>&1
   local NCU; NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
-  timeout 240 $NCU --profile-from-start off --graph-profiling node --clock-control none --cache-control none \
-      --metrics gpu__time_duration.sum --csv python3 scripts/trace_decode.py $f 2048 1 > "$out/k_30i.csv" 2>/dev/null
-  TAIL=20 t python3 scripts/trace_decode.py --summary "$out/k_30i.csv" 1
-  TAIL=40 t python3 -m lite.kernels.bench --no-numba IQ3_XXS IQ3_XXS_G4
+  local S="python3 tests/gpu_sweep_matvec.py --types IQ3_XXS --shapes 4096x14336"
+  for v in "mvqw8x4g1d1 mvt" "mvq42g12 mv_iq2" "mvqv8x4d1 mvt"; do
+    set -- $v
+    timeout 200 "$NCU" --clock-control none -k regex:$2 --launch-skip 3 --launch-count 1 --section SourceCounters \
+        --section WarpStateStats --page source --print-source sass --csv $S --variants $1 > "$out/src_$1.csv" 2> "$out/ncu_$1.err"
+    echo "$1: rc $?, $(wc -l < "$out/src_$1.csv") lines" | tee -a "$out/checks.log"
+  done
 }
 
 # Two GPUs (nvidia-h200-x2): the stage's KV cache / experts on its own GPU (fixed in session 2,

@@ -34,6 +34,8 @@ def main():
     from lite.kernels import iq3_groups, matvec_q8 as mq, pdl
     rows, cols = args.shape
     rr, tr = (int(v) for v in args.teams.split("x"))
+    if tr > 4 or -(-(cols // 32) // 128) > 16:
+        raise SystemExit("mvt_timeline: 4 teams at most, and rows of at most 16 trips (65536 columns)")
     name = f"mvt<{args.struct}, 1, {rr}, {tr}, 3, 0, TIQ3_XXS, 20>"
     qname = mq.quantize_name("IQ3_XXS")
     mod = mq._module(cp.cuda.runtime.getDevice(), "IQ3_XXS", (qname, name), pdl.source_head())

@@ -173,7 +173,16 @@ class Kernels:
         ptrs = (ctypes.c_void_p * len(keep))(*[
             ctypes.addressof(k) if isinstance(k, ctypes.c_void_p) else k.ctypes.data for k in keep])
         fn = getattr(self._lib, f"launch_{name}")
+        try:                                        # the bulk-copy barriers' bookkeeping (kernels/matvec_tma.py)
+            errors = ctypes.c_int.in_dll(self._lib, "lt_emu_barrier_errors")
+        except ValueError:
+            errors = None
+        if errors is not None:
+            errors.value = 0
         fn(ctypes.c_uint(grid[0]), ctypes.c_uint(grid[1]), ctypes.c_uint(block[0]), ptrs)
+        if errors is not None and errors.value:
+            raise AssertionError(f"{name}: {errors.value} waits on a barrier not initialized, never expecting "
+                                 "bytes, or owed bytes (a bulk copy counted on the wrong barrier?)")
 
 
 def compile_kernels(source):

@@ -65,8 +65,8 @@ IQ3_Q8_VARIANTS = [(r, p, gc, sc, False) for r, p in ((4, 0), (8, 0), (4, "p"), 
 # 1024; the GPU backend's since session 9): labels with g for t, e.g. mvq40g12 (the default), mvq40g322.
 IQ3_Q8_VARIANTS += [(r, p, gc, sc, True) for r, p in ((4, 0), (8, 0), (2, 0), (4, 1), (4, "p"))
                     for gc, sc in ((1, 2), (0, 2), (32, 2), (0, 0))]
-# Session 11: mv_iq2 with P = 2 (matvec_cuda.mv_rows: the last half trip spread over all threads, half
-# the rows each): labels mvq42g12 (the default since call 13).
+# Session 11: mv_iq2 with P = 2 (matvec_cuda.mv_rows_any: the last half trip spread over all threads,
+# half the rows each): labels mvq42g12 (the default since call 14).
 IQ3_Q8_VARIANTS += [(r, 2, 1, 2, True) for r in (2, 4, 8)]
 # Session 10 (calls 2-6): the regrouped layout's signs placed for PRMT (labels mvq..s.. then, now the
 # g labels' layout).
@@ -84,6 +84,7 @@ IQ3_TEAMS = [(rr, tr, 1, d, xm) for rr, tr in ((8, 4), (4, 8)) for d in (0, 1, 2
 # team, teams, D, X), labels mvqv8x4, mvqv8x4d1, ... (X > 0 does not fit at 14336 columns: 32 rows, x's
 # records and the 16 KB table pass 227 KB).
 IQ3_W12 = [(rr, tr, d, xm) for rr, tr in ((8, 4), (4, 8)) for d in (0, 1, 2) for xm in (0, 1, 2)]
+DIAGNOSTIC = set()   # labels whose results are not the product (mvt's D > 0): timed, not checked
 IQ3_STAGED_VARIANTS = [(4, 3), (4, 4), (8, 3), (2, 4), (4, 6), (8, 2)]
 # Session 10 also timed, and deleted after losing (BENCHMARKS, session 10): mv_iq3t (teams of 128
 # threads sharing a CTA's 32 grid copies; labels mvqt...), mv_body with balanced trips (mvqb40s...)
@@ -220,11 +221,15 @@ def _iq3_q8(dev, only):
                          else f"mv_iq2<{st}, 1, {r}, {p}>"))
     for rr, tr, gc, d, xm in IQ3_TEAMS:
         label = f"mvqw{rr}x{tr}g{gc}" + (f"d{d}" if d else "") + (f"x{xm}" if xm else "")
+        if d:
+            DIAGNOSTIC.update((label, label + "p"))
         if only is None or label in only or label + "p" in only:
             todo.append((label, rr * tr, ("w", tr, xm), True,
                          f"mvt<{miq3.struct_name((gc, 2), True)}, 1, {rr}, {tr}, {d}, {xm}, TIQ3_XXS, 20>"))
     for rr, tr, d, xm in IQ3_W12:
         label = f"mvqv{rr}x{tr}" + (f"d{d}" if d else "") + (f"x{xm}" if xm else "")
+        if d:
+            DIAGNOSTIC.update((label, label + "p"))
         if only is None or label in only or label + "p" in only:
             todo.append((label, rr * tr, ("w", tr, xm), "w12", f"mvt<TIQ3_XXSW, 1, {rr}, {tr}, {d}, {xm}, TIQ3_XXS, 20>"))
     for r, stages in IQ3_STAGED_VARIANTS:
@@ -318,11 +323,19 @@ def main():
             fns["register"](w, x, ref, rows, cols)
             ref = ref.get().astype(np.float64)
             scale = np.abs(ref).max() + 1e-30
+            skip = set()
             for label, f in fns.items():
                 if label == "read":
                     continue
                 o = cp.full((1, rows), np.nan, cp.float32)
-                f(w, x, o, rows, cols)
+                try:
+                    f(w, x, o, rows, cols)
+                except (ValueError, RuntimeError, cp.cuda.driver.CUDADriverError) as e:   # e.g. mvt's rows do not fit
+                    print(f"skip {qt} {rows}x{cols} {label}: {e}", flush=True)
+                    skip.add(label)
+                    continue
+                if label in DIAGNOSTIC:
+                    continue
                 d = float(np.max(np.abs(o.get() - ref)) / scale)
                 if not d < (HALF_TOL if label.startswith("mvh") else Q8_TOL if label.startswith("mvq") else 1e-5):
                     bad += 1
@@ -331,6 +344,8 @@ def main():
             o = cp.empty((1, rows), cp.float32)
             line = []
             for label, f in fns.items():
+                if label in skip:
+                    continue
                 for w_ in copies:   # first calls outside capture (the grouped labels repack a copy then)
                     f(w_, x, o, rows, cols)
                 t = gtime([lambda w=w_, f=f: f(w, x, o, rows, cols) for w_ in copies], reps=8)
