@@ -112,8 +112,36 @@ __device__ __forceinline__ unsigned lt_and3(unsigned a, unsigned b, unsigned c) 
     return a & b & c;
 #endif
 }
+// The dp4a sums to floats (session 11, after its device time: to be swept first in session 12). SC = 2:
+// four I2F a chunk and one for the scale nibble. I2F runs 16 a clock an SM on sm_90 (FADD 128, IMAD
+// 64), and a chunk's five come together at its end: the "math pipe throttle" stalls Nsight found (mvt's
+// compute, session 11 call 8) may be these. SC = 3: the accumulators start at LT_MAGIC, the int whose
+// bits are the float 1.5 * 2^23, so that while |sum| < 2^22 (here <= 16 * 126 * 127) the bits read as
+// 12582912 + sum and one FADD gives the float: no I2F; the scale's 2s + 1 the same way. SC = 4: hi and
+// lo combined as integers first (254 sh + sl < 2^26, as Q4_K's lt_dot8q), two I2F a chunk.
+#define LT_MAGIC 0x4B400000
+__device__ __forceinline__ float lt_magic_f(int acc) { return __int_as_float(acc) - 12582912.f; }
+// A chunk's value from its runs' dp4a sums (sh: x's hi parts, sl: lo; started at LT_MAGIC for SC = 3),
+// x's record words f (d_a, sum_a, d_b, sum_b), the block's d and the chunk's scale nibble.
+template <int SC>
+__device__ __forceinline__ float lt_iq3_chunk(const int (&sh)[2], const int (&sl)[2], uint4 f, unsigned short d, unsigned sc) {
+    static_assert(SC == 3 || SC == 4, "SC = 2 stays written out in the structs (the code measured)");
+    float ta, tb;   // 254 (w . hi) + (w . lo), runs a and b
+    if constexpr (SC == 3) {
+        ta = fmaf(254.f, lt_magic_f(sh[0]), lt_magic_f(sl[0]));
+        tb = fmaf(254.f, lt_magic_f(sh[1]), lt_magic_f(sl[1]));
+    } else {
+        ta = (float)(254 * sh[0] + sl[0]);
+        tb = (float)(254 * sh[1] + sl[1]);
+    }
+    const float ra = fmaf(__uint_as_float(f.x), ta, -64.f * __uint_as_float(f.y));
+    const float rb = fmaf(__uint_as_float(f.z), tb, -64.f * __uint_as_float(f.w));
+    if constexpr (SC == 3)   // 2 sc + 1 exactly, and (0.5 + sc) * 0.5 = (2 sc + 1) * 0.25
+        return h2f(d) * (__int_as_float(0x4B000001u | (sc << 1)) - 8388608.f) * 0.25f * (ra + rb);
+    return h2f(d) * (0.5f + (float)sc) * 0.5f * (ra + rb);
+}
 template <int GC, int SC>
-struct TIQ3_XXSG : TIQ3_XXSQV<GC, 2> {    // SC: unused (the masks come from PRMT; no mask table to fill)
+struct TIQ3_XXSG : TIQ3_XXSQV<GC, 2> {    // SC: how the sums become floats (above); the masks come from PRMT
     static constexpr int BE = 256, TS = 102, CPB = 8;
     struct Raw { unsigned q0, q1, s, sc; unsigned short d; };
     template <bool SH = false> __device__ static __forceinline__ void load(Raw& r, const unsigned char* row, int c) {
@@ -129,7 +157,7 @@ struct TIQ3_XXSG : TIQ3_XXSQV<GC, 2> {    // SC: unused (the masks come from PRM
     __device__ static __forceinline__ float dot(const Raw& r, int c, const float4 (&xv)[8], float, float) {
         const uint4 f = lt_u4(xv[4]);
         const uint4 hx[2] = {lt_u4(xv[0]), lt_u4(xv[1])}, lx[2] = {lt_u4(xv[2]), lt_u4(xv[3])};
-        int sh[2] = {0, 0}, sl[2] = {0, 0};
+        int sh[2] = {SC == 3 ? LT_MAGIC : 0, SC == 3 ? LT_MAGIC : 0}, sl[2] = {sh[0], sh[1]};
         #pragma unroll
         for (int w = 0; w < 8; w++) {   // grid word w: weights 4w..4w+3, run w / 4
             const unsigned qq = w < 4 ? r.q0 : r.q1;
@@ -142,6 +170,9 @@ struct TIQ3_XXSG : TIQ3_XXSQV<GC, 2> {    // SC: unused (the masks come from PRM
             sh[h] = __dp4a((int)u, (int)hv, sh[h]);
             sl[h] = __dp4a((int)u, (int)lv, sl[h]);
         }
+        if constexpr (SC == 3 || SC == 4) return lt_iq3_chunk<SC>(sh, sl, f, r.d, (r.sc >> (4 * (c & 7))) & 15u);
+        // SC = 2 (the default) as written and measured before lt_iq3_chunk (the same arithmetic there
+        // compiles to other registers and order: keep the measured code until a sweep says otherwise)
         const float ra = fmaf(__uint_as_float(f.x), fmaf(254.f, (float)sh[0], (float)sl[0]), -64.f * __uint_as_float(f.y));
         const float rb = fmaf(__uint_as_float(f.z), fmaf(254.f, (float)sh[1], (float)sl[1]), -64.f * __uint_as_float(f.w));
         return h2f(r.d) * (0.5f + (float)((r.sc >> (4 * (c & 7))) & 15u)) * 0.5f * (ra + rb);
@@ -159,6 +190,7 @@ __device__ __forceinline__ unsigned lt_funnel_r(unsigned lo, unsigned hi, unsign
     return (unsigned)((((unsigned long long)hi << 32) | lo) >> n);
 #endif
 }
+template <int SC = 2>   // SC: how the sums become floats (lt_iq3_chunk)
 struct TIQ3_XXSW : TIQ3_XXSQV<0, 2> {
     static constexpr int BE = 256, TS = 102, CPB = 8;
     struct Raw { unsigned a, b, c, sc; unsigned short d; };
@@ -198,7 +230,7 @@ struct TIQ3_XXSW : TIQ3_XXSQV<0, 2> {
                                  (r.c >> 6) & 0x3FFCu, (r.c >> 18) & 0x3FFCu};
         const uint4 f = lt_u4(xv[4]);
         const uint4 hx[2] = {lt_u4(xv[0]), lt_u4(xv[1])}, lx[2] = {lt_u4(xv[2]), lt_u4(xv[3])};
-        int sh[2] = {0, 0}, sl[2] = {0, 0};
+        int sh[2] = {SC == 3 ? LT_MAGIC : 0, SC == 3 ? LT_MAGIC : 0}, sl[2] = {sh[0], sh[1]};
         #pragma unroll
         for (int w = 0; w < 8; w++) {   // grid word w: weights 4w..4w+3, run w / 4
             const unsigned u = *(const unsigned*)(t + off[w]);
@@ -208,9 +240,10 @@ struct TIQ3_XXSW : TIQ3_XXSQV<0, 2> {
             sh[h] = __dp4a((int)u, (int)hv, sh[h]);
             sl[h] = __dp4a((int)u, (int)lv, sl[h]);
         }
+        if constexpr (SC == 3 || SC == 4) return lt_iq3_chunk<SC>(sh, sl, f, r.d, (r.sc >> (4 * (c & 7))) & 15u);
         const float ra = fmaf(__uint_as_float(f.x), fmaf(254.f, (float)sh[0], (float)sl[0]), -64.f * __uint_as_float(f.y));
         const float rb = fmaf(__uint_as_float(f.z), fmaf(254.f, (float)sh[1], (float)sl[1]), -64.f * __uint_as_float(f.w));
-        return h2f(r.d) * (0.5f + (float)((r.sc >> (4 * (c & 7))) & 15u)) * 0.5f * (ra + rb);
+        return h2f(r.d) * (0.5f + (float)((r.sc >> (4 * (c & 7))) & 15u)) * 0.5f * (ra + rb);   // (as measured)
     }
 };
 """
@@ -221,9 +254,10 @@ def parse_tables(text):
         gc, sc = (int(v) for v in text.split(","))
     except ValueError:
         gc = sc = -1
-    if gc not in (0, 1, 2, 4, 8, 16, 32) or sc not in (0, 1, 2):
+    if gc not in (0, 1, 2, 4, 8, 16, 32) or sc not in (0, 1, 2, 3, 4):
         raise SettingError(f"LITE_IQ3_Q8={text!r}: expected GC,SC with GC in 0,1,2,4,8,16,32 (grid copies in "
-                         "shared memory; 0: through L1) and SC 0 (sign masks through L1), 1 (shared) or 2 (computed)")
+                         "shared memory; 0: through L1) and SC 0 (sign masks through L1), 1 (shared) or 2 (computed); "
+                         "IQ3_XXS_G4's structs also 3 (sums to floats without I2F) or 4 (combined as integers)")
     return gc, sc
 
 

@@ -5,7 +5,7 @@
 # (figures in BENCHMARKS; the calls: scripts/session*/call*.sh); session 10 left session 9's next for later;
 # session 11 ran session 10's.
 # Re-run a step after changing what it covers.
-#   bash scripts/gpu_first_checks.sh next            # first next session (issue 3), ~3 min
+#   bash scripts/gpu_first_checks.sh next            # first next session (issue 3), ~4 min
 #   bash scripts/gpu_first_checks.sh multigpu        # on nvidia-h200-x2
 # Steps: gemma, real (needs the real models carried first), pdl, iq3, ncu, matvec, iq3moe, next, multigpu (2 GPUs).
 set -u
@@ -92,13 +92,19 @@ step_iq3moe() {
 }
 
 # Session 10's `next` ran as session 11's call 1 (docs/bench/session11/call1; its script: git history).
-# Next (~3 min): where the IQ3_XXS_G4 product's compute stalls, per SASS instruction (Nsight Compute
-# source counters, warp stall samples): mvt's compute alone (D = 1: no copies, 9.6-9.8 us at
-# 4096x14336, above the 60% bar by itself; Nsight's summary in session 11 call 8: fixed-latency waits
-# and the dp4a/IMAD pipe, issue 59%) and the default mv_iq2<.., 4, 2>; then the same for repack12's
-# TIQ3_XXSW (31% fewer instructions, yet slower in the graph). Read the stalls' top SASS lines
-# (scripts/session10/call8.sh did this for mv_iq2 in session 10).
+# Next (~4 min): first the IQ3_XXS_G4 products with the sums turned into floats without I2F (SC = 3:
+# 16 I2F a clock an SM on sm_90 and five at every chunk's end, a candidate for the math-pipe stalls
+# Nsight found; SC = 4: hi and lo combined as integers, 2 I2F; both written after session 11's device
+# time, the default SC = 2's SASS unchanged) against the default mvq42g12 (13.2 us at 4096x14336), and
+# mvt's compute alone with them (9.4-9.8 us with SC = 2); if one wins, LITE_IQ3_Q8=1,3 is the switch to
+# A/B the decode with (8B IQ3_XXS, tg128 after 512). Then where the compute stalls, per SASS
+# instruction (Nsight Compute source counters, warp stall samples) for mvt's compute alone, the
+# default mv_iq2<.., 4, 2> and repack12's TIQ3_XXSW<2> (31% fewer instructions, yet slower in the graph).
 step_next() {
+  TAIL=12 t timeout 150 python3 tests/gpu_sweep_matvec.py --types IQ3_XXS --variants mvq42g12,mvq42g13,mvq42g14,mvq40g13 \
+      --shapes 4096x14336,14336x4096,4096x4096
+  TAIL=12 t timeout 150 python3 tests/gpu_sweep_matvec.py --types IQ3_XXS --variants mvqw8x4g1d1,mvqw8x4g1d1s3,mvqv8x4d1,mvqv8x4d1s3,mvqw8x4g1s3 \
+      --shapes 4096x14336
   local NCU; NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
   local S="python3 tests/gpu_sweep_matvec.py --types IQ3_XXS --shapes 4096x14336"
   for v in "mvqw8x4g1d1 mvt" "mvq42g12 mv_iq2" "mvqv8x4d1 mvt"; do

@@ -26,7 +26,7 @@ ORDER = [0, 6, 1, 2, 3, 4, 5, 7]
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("shape", nargs="*", type=int, default=[4096, 14336])
-    ap.add_argument("--struct", default="TIQ3_XXSG<1, 2>")
+    ap.add_argument("--struct", default="TIQ3_XXSG<1, 2>", help="e.g. 'TIQ3_XXSW<2>' (repack12's layout)")
     ap.add_argument("--teams", default="8x4", help="rows a team x teams (4 teams at most)")
     ap.add_argument("--no-qx", action="store_true", help="mvt after mvt, not after the quantizer")
     args = ap.parse_args()

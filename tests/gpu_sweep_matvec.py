@@ -68,6 +68,9 @@ IQ3_Q8_VARIANTS += [(r, p, gc, sc, True) for r, p in ((4, 0), (8, 0), (2, 0), (4
 # Session 11: mv_iq2 with P = 2 (matvec_cuda.mv_rows_any: the last half trip spread over all threads,
 # half the rows each): labels mvq42g12 (the default since call 14).
 IQ3_Q8_VARIANTS += [(r, 2, 1, 2, True) for r in (2, 4, 8)]
+# Session 11, after its device time: the sums to floats without I2F (SC = 3) or combined as integers
+# first (SC = 4): labels mvq42g13, mvq42g14, mvq40g13, mvq40g14.
+IQ3_Q8_VARIANTS += [(4, p, 1, sc, True) for p in (0, 2) for sc in (3, 4)]
 # Session 10 (calls 2-6): the regrouped layout's signs placed for PRMT (labels mvq..s.. then, now the
 # g labels' layout).
 # And matvec_staged's mvs (cp.async stages in shared memory) over the signed layout: (rows, stages),
@@ -80,10 +83,13 @@ IQ3_Q8_VARIANTS += [(r, 2, 1, 2, True) for r in (2, 4, 8)]
 # copied into shared memory (..x1), X = 2 made there by the CTA, no qx launch (..x2). Figures in
 # BENCHMARKS, session 11 (16 and 32 grid copies, 2 teams or 16 rows a team: slower, and out of the list).
 IQ3_TEAMS = [(rr, tr, 1, d, xm) for rr, tr in ((8, 4), (4, 8)) for d in (0, 1, 2) for xm in (0, 1, 2)]
-# mvt<TIQ3_XXSW> over iq3_groups.repack12's layout (12-bit fields through a 4096-word table): (rows a
+# mvt<TIQ3_XXSW<SC>> over iq3_groups.repack12's layout (12-bit fields through a 4096-word table): (rows a
 # team, teams, D, X), labels mvqv8x4, mvqv8x4d1, ... (X > 0 does not fit at 14336 columns: 32 rows, x's
 # records and the 16 KB table pass 227 KB).
-IQ3_W12 = [(rr, tr, d, xm) for rr, tr in ((8, 4), (4, 8)) for d in (0, 1, 2) for xm in (0, 1, 2)]
+IQ3_W12 = [(rr, tr, d, xm, 2) for rr, tr in ((8, 4), (4, 8)) for d in (0, 1, 2) for xm in (0, 1, 2)]
+# and both over SC = 3 (the sums to floats without I2F): labels mvqw8x4g1s3, mvqw8x4g1d1s3, mvqv8x4s3, ...
+IQ3_TEAMS_SC3 = [(8, 4, 1, d, 0) for d in (0, 1)]
+IQ3_W12 += [(8, 4, d, 0, 3) for d in (0, 1)]
 DIAGNOSTIC = set()   # labels whose results are not the product (mvt's D > 0): timed, not checked
 IQ3_STAGED_VARIANTS = [(4, 3), (4, 4), (8, 3), (2, 4), (4, 6), (8, 2)]
 # Session 10 also timed, and deleted after losing (BENCHMARKS, session 10): mv_iq3t (teams of 128
@@ -219,19 +225,19 @@ def _iq3_q8(dev, only):
         if only is None or label in only or label + "p" in only:
             todo.append((label, r, p, grouped, ms.persistent_name(st, 1, r) if p == "p"
                          else f"mv_iq2<{st}, 1, {r}, {p}>"))
-    for rr, tr, gc, d, xm in IQ3_TEAMS:
-        label = f"mvqw{rr}x{tr}g{gc}" + (f"d{d}" if d else "") + (f"x{xm}" if xm else "")
+    for (rr, tr, gc, d, xm), sc in [(t, 2) for t in IQ3_TEAMS] + [(t, 3) for t in IQ3_TEAMS_SC3]:
+        label = f"mvqw{rr}x{tr}g{gc}" + (f"d{d}" if d else "") + (f"x{xm}" if xm else "") + (f"s{sc}" if sc != 2 else "")
         if d:
             DIAGNOSTIC.update((label, label + "p"))
         if only is None or label in only or label + "p" in only:
             todo.append((label, rr * tr, ("w", tr, xm), True,
-                         f"mvt<{miq3.struct_name((gc, 2), True)}, 1, {rr}, {tr}, {d}, {xm}, TIQ3_XXS, 20>"))
-    for rr, tr, d, xm in IQ3_W12:
-        label = f"mvqv{rr}x{tr}" + (f"d{d}" if d else "") + (f"x{xm}" if xm else "")
+                         f"mvt<{miq3.struct_name((gc, sc), True)}, 1, {rr}, {tr}, {d}, {xm}, TIQ3_XXS, 20>"))
+    for rr, tr, d, xm, sc in IQ3_W12:
+        label = f"mvqv{rr}x{tr}" + (f"d{d}" if d else "") + (f"x{xm}" if xm else "") + (f"s{sc}" if sc != 2 else "")
         if d:
             DIAGNOSTIC.update((label, label + "p"))
         if only is None or label in only or label + "p" in only:
-            todo.append((label, rr * tr, ("w", tr, xm), "w12", f"mvt<TIQ3_XXSW, 1, {rr}, {tr}, {d}, {xm}, TIQ3_XXS, 20>"))
+            todo.append((label, rr * tr, ("w", tr, xm), "w12", f"mvt<TIQ3_XXSW<{sc}>, 1, {rr}, {tr}, {d}, {xm}, TIQ3_XXS, 20>"))
     for r, stages in IQ3_STAGED_VARIANTS:
         label = f"mvqs{r}{stages}"
         if only is None or label in only or label + "p" in only:

@@ -179,7 +179,8 @@ def test_switch_parsing():
         matvec_q8.layouts_from_env("2")
     from lite.kernels import matvec_q8_iq3
     assert matvec_q8_iq3.parse_tables("1,2") == (1, 2) and matvec_q8_iq3.parse_tables("0, 0") == (0, 0)
-    for bad in ("3,2", "1,4", "1", "a,b"):
+    assert matvec_q8_iq3.parse_tables("1,3") == (1, 3)        # (IQ3_XXS_G4: the sums to floats without I2F)
+    for bad in ("3,2", "1,5", "1", "a,b"):
         with pytest.raises(ValueError, match="LITE_IQ3_Q8"):
             matvec_q8_iq3.parse_tables(bad)
 

@@ -24,7 +24,8 @@ IQ3_KERNELS = [(1, 4, 0, (0, 0)), (1, 8, 0, (0, 0)), (2, 4, 0, (0, 0)), (1, 2, 1
 
 
 # The grouped layout (matvec_q8_iq3.TIQ3_XXSG over iq3_groups.repack's bytes: the GPU backend's).
-IQ3_GROUPED = [(1, 4, 0, (1, 2)), (2, 4, 0, (0, 0)), (1, 8, 1, (32, 2)), (1, 4, 2, (1, 2)), (2, 2, 2, (1, 2))]
+IQ3_GROUPED = [(1, 4, 0, (1, 2)), (2, 4, 0, (0, 0)), (1, 8, 1, (32, 2)), (1, 4, 2, (1, 2)), (2, 2, 2, (1, 2)),
+               (1, 4, 2, (1, 3)), (2, 4, 0, (1, 4))]
 
 
 # Session 11's mvt (kernels/matvec_tma.py: teams of 128 threads, the rows in dynamic shared memory by
@@ -33,8 +34,8 @@ IQ3_GROUPED = [(1, 4, 0, (1, 2)), (2, 4, 0, (0, 0)), (1, 8, 1, (32, 2)), (1, 4, 
 # by the CTA from x's floats (2)).
 IQ3_TEAMS = [(1, 4, 2, (16, 2), 0), (2, 2, 3, (1, 2), 1), (2, 4, 2, (1, 2), 2), (1, 2, 2, (1, 2), 2)]
 # and over iq3_groups.repack12's layout (TIQ3_XXSW, 12-bit fields through a 4096-word table): (n, rows a
-# team, teams, X).
-IQ3_W12 = [(1, 4, 2, 0), (2, 2, 3, 1), (1, 2, 2, 2)]
+# team, teams, X, SC: how the sums become floats, matvec_q8_iq3.lt_iq3_chunk).
+IQ3_W12 = [(1, 4, 2, 0, 2), (2, 2, 3, 1, 3), (1, 2, 2, 2, 4)]
 
 
 def _iq3_name(n, r, p, tables):
@@ -64,8 +65,8 @@ def iq3_lib():
     wraps += "".join(f'extern "C" __global__ void iq3w_{i}({ARGS}) {{ mvt<{matvec_q8_iq3.struct_name(t, True)}, '
                      f'{n}, {r}, {tr}, 0, {xm}, TIQ3_XXS, 20>(w, x, out, rows, cols); }}\n'
                      for i, (n, r, tr, t, xm) in enumerate(IQ3_TEAMS))
-    wraps += "".join(f'extern "C" __global__ void iq3v_{i}({ARGS}) {{ mvt<TIQ3_XXSW, {n}, {r}, {tr}, 0, {xm}, TIQ3_XXS, 20>'
-                     f'(w, x, out, rows, cols); }}\n' for i, (n, r, tr, xm) in enumerate(IQ3_W12))
+    wraps += "".join(f'extern "C" __global__ void iq3v_{i}({ARGS}) {{ mvt<TIQ3_XXSW<{sc}>, {n}, {r}, {tr}, 0, {xm}, TIQ3_XXS, 20>'
+                     f'(w, x, out, rows, cols); }}\n' for i, (n, r, tr, xm, sc) in enumerate(IQ3_W12))
     wraps += ('extern "C" __global__ void emu_qx_IQ3_XXS(const float* x, float* xq, int cols) '
               f'{{ {matvec_q8.quantize_name("IQ3_XXS")}(x, xq, cols); }}\n')
     return emu.compile_kernels(_iq3_source() + matvec_tma.C_TMA + wraps)
@@ -214,11 +215,11 @@ def test_iq3xxs_teams_over_shared_rows_match_float64(iq3_lib, k, shape):
 
 
 @pytest.mark.parametrize("shape", [(37, 2048), (6, 14336)], ids=lambda s: f"{s[0]}x{s[1]}")
-@pytest.mark.parametrize("k", range(len(IQ3_W12)), ids=lambda i: "n{}_{}x{}_x{}".format(*IQ3_W12[i]))
+@pytest.mark.parametrize("k", range(len(IQ3_W12)), ids=lambda i: "n{}_{}x{}_x{}_s{}".format(*IQ3_W12[i]))
 def test_iq3xxs_twelve_bit_fields_match_float64(iq3_lib, k, shape):
     """TIQ3_XXSW over repack12's bytes (each grid word's index and 4 signs as one 12-bit field, two of
     the 8 across a word boundary) under mvt computes what the file's blocks hold."""
-    n, r, tr, xm = IQ3_W12[k]
+    n, r, tr, xm, _ = IQ3_W12[k]
     rows, cols = shape
     rng = np.random.default_rng(rows + cols + 11 * k)
     blocks = random_blocks("IQ3_XXS", rows * cols // 256, rng)
