@@ -121,27 +121,44 @@ __device__ __forceinline__ unsigned lt_and3(unsigned a, unsigned b, unsigned c) 
 // lo combined as integers first (254 sh + sl < 2^26, as Q4_K's lt_dot8q), two I2F a chunk.
 #define LT_MAGIC 0x4B400000
 __device__ __forceinline__ float lt_magic_f(int acc) { return __int_as_float(acc) - 12582912.f; }
-// A chunk's value from its runs' dp4a sums (sh: x's hi parts, sl: lo; started at LT_MAGIC for SC = 3),
-// x's record words f (d_a, sum_a, d_b, sum_b), the block's d and the chunk's scale nibble.
-template <int SC>
-__device__ __forceinline__ float lt_iq3_chunk(const int (&sh)[2], const int (&sl)[2], uint4 f, unsigned short d, unsigned sc) {
-    static_assert(SC == 3 || SC == 4, "SC = 2 stays written out in the structs (the code measured)");
-    float ta, tb;   // 254 (w . hi) + (w . lo), runs a and b
-    if constexpr (SC == 3) {
-        ta = fmaf(254.f, lt_magic_f(sh[0]), lt_magic_f(sl[0]));
-        tb = fmaf(254.f, lt_magic_f(sh[1]), lt_magic_f(sl[1]));
-    } else {
-        ta = (float)(254 * sh[0] + sl[0]);
-        tb = (float)(254 * sh[1] + sl[1]);
+// A chunk's value from its 8 signed grid words (word(w): weights 4w..4w+3 as bytes 64 +- g), x's
+// record (qx<TIQ3_XXS, 20>: hi and lo parts, then d_a, sum_a, d_b, sum_b), the block's d and the
+// chunk's scale nibble: TIQ3_XXSG's and TIQ3_XXSW's dot, which differ only in where the words come from.
+template <int SC, class Word>
+__device__ __forceinline__ float lt_iq3_dot(Word word, const float4 (&xv)[8], unsigned short d, unsigned sc) {
+    const uint4 f = lt_u4(xv[4]);
+    const uint4 hx[2] = {lt_u4(xv[0]), lt_u4(xv[1])}, lx[2] = {lt_u4(xv[2]), lt_u4(xv[3])};
+    int sh[2] = {SC == 3 ? LT_MAGIC : 0, SC == 3 ? LT_MAGIC : 0}, sl[2] = {sh[0], sh[1]};
+    #pragma unroll
+    for (int w = 0; w < 8; w++) {   // grid word w: weights 4w..4w+3, run w / 4
+        const unsigned u = word(w);
+        const int h = w >> 2, k = w & 3;
+        const unsigned hv = k == 0 ? hx[h].x : k == 1 ? hx[h].y : k == 2 ? hx[h].z : hx[h].w;
+        const unsigned lv = k == 0 ? lx[h].x : k == 1 ? lx[h].y : k == 2 ? lx[h].z : lx[h].w;
+        sh[h] = __dp4a((int)u, (int)hv, sh[h]);
+        sl[h] = __dp4a((int)u, (int)lv, sl[h]);
     }
-    const float ra = fmaf(__uint_as_float(f.x), ta, -64.f * __uint_as_float(f.y));
-    const float rb = fmaf(__uint_as_float(f.z), tb, -64.f * __uint_as_float(f.w));
-    if constexpr (SC == 3)   // 2 sc + 1 exactly, and (0.5 + sc) * 0.5 = (2 sc + 1) * 0.25
-        return h2f(d) * (__int_as_float(0x4B000001u | (sc << 1)) - 8388608.f) * 0.25f * (ra + rb);
+    if constexpr (SC == 3 || SC == 4) {
+        float ta, tb;   // 254 (w . hi) + (w . lo), runs a and b
+        if constexpr (SC == 3) {
+            ta = fmaf(254.f, lt_magic_f(sh[0]), lt_magic_f(sl[0]));
+            tb = fmaf(254.f, lt_magic_f(sh[1]), lt_magic_f(sl[1]));
+        } else {
+            ta = (float)(254 * sh[0] + sl[0]);
+            tb = (float)(254 * sh[1] + sl[1]);
+        }
+        const float ra = fmaf(__uint_as_float(f.x), ta, -64.f * __uint_as_float(f.y));
+        const float rb = fmaf(__uint_as_float(f.z), tb, -64.f * __uint_as_float(f.w));
+        if constexpr (SC == 3)   // 2 sc + 1 exactly, and (0.5 + sc) * 0.5 = (2 sc + 1) * 0.25
+            return h2f(d) * (__int_as_float(0x4B000001u | (sc << 1)) - 8388608.f) * 0.25f * (ra + rb);
+        return h2f(d) * (0.5f + (float)sc) * 0.5f * (ra + rb);
+    }
+    const float ra = fmaf(__uint_as_float(f.x), fmaf(254.f, (float)sh[0], (float)sl[0]), -64.f * __uint_as_float(f.y));
+    const float rb = fmaf(__uint_as_float(f.z), fmaf(254.f, (float)sh[1], (float)sl[1]), -64.f * __uint_as_float(f.w));
     return h2f(d) * (0.5f + (float)sc) * 0.5f * (ra + rb);
 }
 template <int GC, int SC>
-struct TIQ3_XXSG : TIQ3_XXSQV<GC, 2> {    // SC: how the sums become floats (above); the masks come from PRMT
+struct TIQ3_XXSG : TIQ3_XXSQV<GC, 2> {    // SC: how the sums become floats (lt_iq3_dot); the masks come from PRMT
     static constexpr int BE = 256, TS = 102, CPB = 8;
     struct Raw { unsigned q0, q1, s, sc; unsigned short d; };
     template <bool SH = false> __device__ static __forceinline__ void load(Raw& r, const unsigned char* row, int c) {
@@ -155,24 +172,31 @@ struct TIQ3_XXSG : TIQ3_XXSQV<GC, 2> {    // SC: how the sums become floats (abo
         r.d = SH ? *(const unsigned short*)(g + 400 + 2 * (j >> 3)) : __ldg((const unsigned short*)(g + 400 + 2 * (j >> 3)));
     }
     __device__ static __forceinline__ float dot(const Raw& r, int c, const float4 (&xv)[8], float, float) {
+        auto word = [&](int w) {   // grid word w, its signs in: bytes 64 +- g
+            const unsigned qq = w < 4 ? r.q0 : r.q1;
+            const unsigned u = TIQ3_XXSQV<GC, 2>::grid((qq >> (8 * (w & 3))) & 255u);
+            const unsigned m = lt_topmask(r.s << (7 - w));
+            return u - 2u * lt_and3(u, m, 0x3F3F3F3Fu);   // one LOP3 (nvcc otherwise splits this step into four)
+        };
+        if constexpr (SC != 2) return lt_iq3_dot<SC>(word, xv, r.d, (r.sc >> (4 * (c & 7))) & 15u);
+        // SC = 2, the default, stays written out as measured: the same arithmetic through lt_iq3_dot
+        // compiles to the same instructions in another order and other registers (session 11), and this
+        // session's first prefetch 2 showed such a change can move the time by 3-5%: sweep it first.
         const uint4 f = lt_u4(xv[4]);
         const uint4 hx[2] = {lt_u4(xv[0]), lt_u4(xv[1])}, lx[2] = {lt_u4(xv[2]), lt_u4(xv[3])};
-        int sh[2] = {SC == 3 ? LT_MAGIC : 0, SC == 3 ? LT_MAGIC : 0}, sl[2] = {sh[0], sh[1]};
+        int sh[2] = {0, 0}, sl[2] = {0, 0};
         #pragma unroll
         for (int w = 0; w < 8; w++) {   // grid word w: weights 4w..4w+3, run w / 4
             const unsigned qq = w < 4 ? r.q0 : r.q1;
             unsigned u = TIQ3_XXSQV<GC, 2>::grid((qq >> (8 * (w & 3))) & 255u);
             const unsigned m = lt_topmask(r.s << (7 - w));
-            u -= 2u * lt_and3(u, m, 0x3F3F3F3Fu);   // one LOP3 (nvcc otherwise splits this step into four)
+            u -= 2u * lt_and3(u, m, 0x3F3F3F3Fu);
             const int h = w >> 2, k = w & 3;
             const unsigned hv = k == 0 ? hx[h].x : k == 1 ? hx[h].y : k == 2 ? hx[h].z : hx[h].w;
             const unsigned lv = k == 0 ? lx[h].x : k == 1 ? lx[h].y : k == 2 ? lx[h].z : lx[h].w;
             sh[h] = __dp4a((int)u, (int)hv, sh[h]);
             sl[h] = __dp4a((int)u, (int)lv, sl[h]);
         }
-        if constexpr (SC == 3 || SC == 4) return lt_iq3_chunk<SC>(sh, sl, f, r.d, (r.sc >> (4 * (c & 7))) & 15u);
-        // SC = 2 (the default) as written and measured before lt_iq3_chunk (the same arithmetic there
-        // compiles to other registers and order: keep the measured code until a sweep says otherwise)
         const float ra = fmaf(__uint_as_float(f.x), fmaf(254.f, (float)sh[0], (float)sl[0]), -64.f * __uint_as_float(f.y));
         const float rb = fmaf(__uint_as_float(f.z), fmaf(254.f, (float)sh[1], (float)sl[1]), -64.f * __uint_as_float(f.w));
         return h2f(r.d) * (0.5f + (float)((r.sc >> (4 * (c & 7))) & 15u)) * 0.5f * (ra + rb);
@@ -190,7 +214,7 @@ __device__ __forceinline__ unsigned lt_funnel_r(unsigned lo, unsigned hi, unsign
     return (unsigned)((((unsigned long long)hi << 32) | lo) >> n);
 #endif
 }
-template <int SC = 2>   // SC: how the sums become floats (lt_iq3_chunk)
+template <int SC = 2>   // SC: how the sums become floats (lt_iq3_dot)
 struct TIQ3_XXSW : TIQ3_XXSQV<0, 2> {
     static constexpr int BE = 256, TS = 102, CPB = 8;
     struct Raw { unsigned a, b, c, sc; unsigned short d; };
@@ -228,22 +252,7 @@ struct TIQ3_XXSW : TIQ3_XXSQV<0, 2> {
         const unsigned off[8] = {(r.a << 2) & 0x3FFCu, (r.a >> 10) & 0x3FFCu, lt_funnel_r(r.a, r.b, 22) & 0x3FFCu,
                                  (r.b >> 2) & 0x3FFCu, (r.b >> 14) & 0x3FFCu, lt_funnel_r(r.b, r.c, 26) & 0x3FFCu,
                                  (r.c >> 6) & 0x3FFCu, (r.c >> 18) & 0x3FFCu};
-        const uint4 f = lt_u4(xv[4]);
-        const uint4 hx[2] = {lt_u4(xv[0]), lt_u4(xv[1])}, lx[2] = {lt_u4(xv[2]), lt_u4(xv[3])};
-        int sh[2] = {SC == 3 ? LT_MAGIC : 0, SC == 3 ? LT_MAGIC : 0}, sl[2] = {sh[0], sh[1]};
-        #pragma unroll
-        for (int w = 0; w < 8; w++) {   // grid word w: weights 4w..4w+3, run w / 4
-            const unsigned u = *(const unsigned*)(t + off[w]);
-            const int h = w >> 2, k = w & 3;
-            const unsigned hv = k == 0 ? hx[h].x : k == 1 ? hx[h].y : k == 2 ? hx[h].z : hx[h].w;
-            const unsigned lv = k == 0 ? lx[h].x : k == 1 ? lx[h].y : k == 2 ? lx[h].z : lx[h].w;
-            sh[h] = __dp4a((int)u, (int)hv, sh[h]);
-            sl[h] = __dp4a((int)u, (int)lv, sl[h]);
-        }
-        if constexpr (SC == 3 || SC == 4) return lt_iq3_chunk<SC>(sh, sl, f, r.d, (r.sc >> (4 * (c & 7))) & 15u);
-        const float ra = fmaf(__uint_as_float(f.x), fmaf(254.f, (float)sh[0], (float)sl[0]), -64.f * __uint_as_float(f.y));
-        const float rb = fmaf(__uint_as_float(f.z), fmaf(254.f, (float)sh[1], (float)sl[1]), -64.f * __uint_as_float(f.w));
-        return h2f(r.d) * (0.5f + (float)((r.sc >> (4 * (c & 7))) & 15u)) * 0.5f * (ra + rb);   // (as measured)
+        return lt_iq3_dot<SC>([&](int w) { return *(const unsigned*)(t + off[w]); }, xv, r.d, (r.sc >> (4 * (c & 7))) & 15u);
     }
 };
 """
