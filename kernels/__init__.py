@@ -12,7 +12,7 @@ from lite.kernels.registry import (
     array_module, dequant_types, get_dequant, get_matvec, matvec_types, quant_info,
 )
 # Importing a quant module registers its kernels.
-from lite.kernels import dequant_basic, dequant_k, dequant_iq, iq3_groups, matvec_basic, matvec_iq  # noqa: F401
+from lite.kernels import dequant_basic, dequant_k, dequant_iq, iq3_groups, matvec_basic, matvec_iq, matvec_mma  # noqa: F401
 
 
 def dequantize(blocks, qtype, out_dtype=np.float16, stream=None, out=None):

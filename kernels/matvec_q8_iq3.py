@@ -35,7 +35,29 @@ struct TIQ3_XXSQV : TIQ3_XXS {   // TIQ3_XXS's block layout, Raw and loads; x as
         return (unsigned*)t;
     }
     __device__ static __forceinline__ void init() {
-        if constexpr (GC > 0 || SC == 1) {
+        if constexpr (GC >= 8 && SC != 1) {
+            // Session 12: many copies filled with the loads first (a thread's entries, then its copies as
+            // 16-byte stores, lane l starting at copy group l: 4 wavefronts a warp's store). The loop below
+            // waits a global load per store (GC = 32, 128 threads: 64 in a row); session 11's "16 / 32
+            // copies are slower" (mvt's compute alone 3.9 / 4.9 / 6.1 us for 1 / 16 / 32 copies, each
+            // copy ~1 us more) was that fill, not the lookups. (blockDim.x >= 128: 256 entries in two.)
+            unsigned* t = tables();
+            unsigned g[2];
+            #pragma unroll
+            for (int k = 0; k < 2; k++) {
+                const unsigned e = threadIdx.x + k * blockDim.x;
+                g[k] = e < 256 ? __ldg(IQ3XXS_GRID64 + e) : 0u;
+            }
+            #pragma unroll
+            for (int k = 0; k < 2; k++) {
+                const unsigned e = threadIdx.x + k * blockDim.x;
+                if (e < 256)
+                    #pragma unroll
+                    for (int j = 0; j < GC / 4; j++)
+                        ((uint4*)t)[e * (GC / 4) + ((j + threadIdx.x) & (GC / 4 - 1))] = make_uint4(g[k], g[k], g[k], g[k]);
+            }
+            __syncthreads();
+        } else if constexpr (GC > 0 || SC == 1) {
             unsigned* t = tables();
             for (int i = threadIdx.x; i < 256 * GC; i += blockDim.x) t[i] = IQ3XXS_GRID64[i / (GC > 0 ? GC : 1)];
             if constexpr (SC == 1)

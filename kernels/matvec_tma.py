@@ -13,6 +13,10 @@ BENCHMARKS "Session 11"; 4096x14336 IQ3_XXS_G4, us with the quantizer / alone):
   alone (D = 1) takes 9.6-9.8 us: above the 60% bar (9.6) by itself. Nsight Compute: issue 59%,
   fixed-latency waits and the math pipe (dp4a, IMAD) bind, not shared memory (more grid copies,
   conflict-free, are only slower).
+- Corrected in session 12: D = 1 computes over shared memory nobody wrote, so every grid lookup hits
+  entry 0 (a broadcast, no bank conflicts: Nsight, session 12 call 1): the real compute is slower than
+  9.6 us; and "more grid copies are slower" was their fill (a global load waited for each store),
+  fixed in matvec_q8_iq3's init (32 copies, filled fast: 14.1 us alone against 14.2 with one).
 - x's records in shared memory (X = 1) change the compute little; made by the CTA (X = 2, no qx
   launch) they cost ~2.4 us at 14336 columns but win at 4096x4096 (5.0 against mv_iq2's 6.1).
 - Over iq3_groups.repack12 (TIQ3_XXSW: 535 against 781 SASS instructions in the 8-row loop) it runs

@@ -25,8 +25,9 @@ class QuantInfo:
 # Layouts of a GGUF type's blocks that only the GPU backend makes, by a name of their own so that
 # the kernels that read them are found by it: name -> (the GGUF type, bytes a block).
 # IQ3_XXS_G4 (kernels/iq3_groups.py): a row's IQ3_XXS blocks by fours, each field together, the
-# signs placed for the decode kernels (408 bytes a group of 4 blocks).
-GPU_LAYOUTS = {"IQ3_XXS_G4": ("IQ3_XXS", 102)}
+# signs placed for the decode kernels (408 bytes a group of 4 blocks). IQ3_XXS_B16 (kernels/matvec_mma.py):
+# bands of 16 rows laid out for the int8 mma's fragments (1632 bytes a band and block of 256 columns).
+GPU_LAYOUTS = {"IQ3_XXS_G4": ("IQ3_XXS", 102), "IQ3_XXS_B16": ("IQ3_XXS", 102)}
 
 
 def gguf_type(name):

@@ -3,7 +3,7 @@
 # ${OUT:-/tmp/lite-checks}. Session 5 ran gemma, real, pdl, iq3 and ncu with its code, session 6
 # matvec, iq3moe and multigpu's tests, session 7 session 6's next, session 8 session 7's, session 9 session 8's
 # (figures in BENCHMARKS; the calls: scripts/session*/call*.sh); session 10 left session 9's next for later;
-# session 11 ran session 10's.
+# session 11 ran session 10's, session 12 session 11's.
 # Re-run a step after changing what it covers.
 #   bash scripts/gpu_first_checks.sh next            # first next session (issue 3), ~4 min
 #   bash scripts/gpu_first_checks.sh multigpu        # on nvidia-h200-x2
@@ -91,28 +91,14 @@ step_iq3moe() {
   done
 }
 
-# Session 10's `next` ran as session 11's call 1 (docs/bench/session11/call1; its script: git history).
-# Next (~4 min): first the IQ3_XXS_G4 products with the sums turned into floats without I2F (SC = 3:
-# 16 I2F a clock an SM on sm_90 and five at every chunk's end, a candidate for the math-pipe stalls
-# Nsight found; SC = 4: hi and lo combined as integers, 2 I2F; both written after session 11's device
-# time, the default SC = 2's SASS unchanged) against the default mvq42g12 (13.2 us at 4096x14336), and
-# mvt's compute alone with them (9.4-9.8 us with SC = 2); if one wins, LITE_IQ3_Q8=1,3 is the switch to
-# A/B the decode with (8B IQ3_XXS, tg128 after 512). Then where the compute stalls, per SASS
-# instruction (Nsight Compute source counters, warp stall samples) for mvt's compute alone, the
-# default mv_iq2<.., 4, 2> and repack12's TIQ3_XXSW<2> (31% fewer instructions, yet slower in the graph).
+# Session 11's `next` ran as session 12's call 1 (docs/bench/session12/call1; its script: git history).
+# Next (~2 min): kernels/matvec_mma.py's mvb (IQ3_XXS_B16, session 12) re-measured before changing it: its
+# GPU test, then mvb alone / after qx / after qxe beside mv_iq2 (scripts/session12/mvb_ab.py), then the
+# kernel table's IQ3 rows.
 step_next() {
-  TAIL=12 t timeout 150 python3 tests/gpu_sweep_matvec.py --types IQ3_XXS --variants mvq42g12,mvq42g13,mvq42g14,mvq40g13 \
-      --shapes 4096x14336,14336x4096,4096x4096
-  TAIL=12 t timeout 150 python3 tests/gpu_sweep_matvec.py --types IQ3_XXS --variants mvqw8x4g1d1,mvqw8x4g1d1s3,mvqv8x4d1,mvqv8x4d1s3,mvqw8x4g1s3 \
-      --shapes 4096x14336
-  local NCU; NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
-  local S="python3 tests/gpu_sweep_matvec.py --types IQ3_XXS --shapes 4096x14336"
-  for v in "mvqw8x4g1d1 mvt" "mvq42g12 mv_iq2" "mvqv8x4d1 mvt"; do
-    set -- $v
-    timeout 200 "$NCU" --clock-control none -k regex:$2 --launch-skip 3 --launch-count 1 --section SourceCounters \
-        --section WarpStateStats --page source --print-source sass --csv $S --variants $1 > "$out/src_$1.csv" 2> "$out/ncu_$1.err"
-    echo "$1: rc $?, $(wc -l < "$out/src_$1.csv") lines" | tee -a "$out/checks.log"
-  done
+  t python3 -m pytest -q tests/test_matvec_mma_emulated.py
+  TAIL=4 t timeout 200 python3 scripts/session12/mvb_ab.py
+  TAIL=12 t timeout 200 python3 -m lite.kernels.bench --no-numba IQ3_XXS_B16 IQ3_XXS_G4
 }
 
 # Two GPUs (nvidia-h200-x2): the stage's KV cache / experts on its own GPU (fixed in session 2,

@@ -77,7 +77,7 @@ template <class A> inline A __ldcg(const A* p) { return *p; }
 inline int atomicAdd(int* p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
 inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 
-struct WarpState { std::barrier<>* bar; unsigned long long buf[32]; };
+struct WarpState { std::barrier<>* bar; unsigned long long buf[32]; unsigned mma[32][6]; };   // mma: kernels/matvec_mma.py's fragments
 thread_local std::barrier<>* tl_block_bar;
 thread_local WarpState* tl_warp;
 inline void __syncthreads() { tl_block_bar->arrive_and_wait(); }

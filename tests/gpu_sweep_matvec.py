@@ -71,6 +71,9 @@ IQ3_Q8_VARIANTS += [(r, 2, 1, 2, True) for r in (2, 4, 8)]
 # Session 11, after its device time: the sums to floats without I2F (SC = 3) or combined as integers
 # first (SC = 4): labels mvq42g13, mvq42g14, mvq40g13, mvq40g14.
 IQ3_Q8_VARIANTS += [(4, p, 1, sc, True) for p in (0, 2) for sc in (3, 4)]
+# Session 12: 16 / 32 grid copies with the fill's loads first (matvec_q8_iq3's init; before, the fill
+# waited a load a store): labels mvq42g322, mvq82g322, mvq42g162, ...
+IQ3_Q8_VARIANTS += [(r, p, gc, 2, True) for r in (4, 8) for p in (0, 2) for gc in (16, 32)]
 # Session 10 (calls 2-6): the regrouped layout's signs placed for PRMT (labels mvq..s.. then, now the
 # g labels' layout).
 # And matvec_staged's mvs (cp.async stages in shared memory) over the signed layout: (rows, stages),
@@ -83,10 +86,13 @@ IQ3_Q8_VARIANTS += [(4, p, 1, sc, True) for p in (0, 2) for sc in (3, 4)]
 # copied into shared memory (..x1), X = 2 made there by the CTA, no qx launch (..x2). Figures in
 # BENCHMARKS, session 11 (16 and 32 grid copies, 2 teams or 16 rows a team: slower, and out of the list).
 IQ3_TEAMS = [(rr, tr, 1, d, xm) for rr, tr in ((8, 4), (4, 8)) for d in (0, 1, 2) for xm in (0, 1, 2)]
+IQ3_TEAMS += [(6, 4, 1, d, 0) for d in (0, 1)]   # session 12: 24 rows a CTA (less shared memory, more L1)
+IQ3_TEAMS += [(8, 4, gc, 0, xm) for gc in (16, 32) for xm in (0, 1)]   # session 12: the copies filled fast
 # mvt<TIQ3_XXSW<SC>> over iq3_groups.repack12's layout (12-bit fields through a 4096-word table): (rows a
 # team, teams, D, X), labels mvqv8x4, mvqv8x4d1, ... (X > 0 does not fit at 14336 columns: 32 rows, x's
 # records and the 16 KB table pass 227 KB).
 IQ3_W12 = [(rr, tr, d, xm, 2) for rr, tr in ((8, 4), (4, 8)) for d in (0, 1, 2) for xm in (0, 1, 2)]
+IQ3_W12 += [(6, 4, d, 0, 2) for d in (0, 1)]
 # and both over SC = 3 (the sums to floats without I2F): labels mvqw8x4g1s3, mvqw8x4g1d1s3, mvqv8x4s3, ...
 IQ3_TEAMS_SC3 = [(8, 4, 1, d, 0) for d in (0, 1)]
 IQ3_W12 += [(8, 4, d, 0, 3) for d in (0, 1)]
@@ -275,7 +281,9 @@ def _iq3_q8(dev, only):
                 nbytes = r * rb + (cols // 32 * 80 if p[2] else 0)   # X > 0: x's records too (n = 1)
                 if f.max_dynamic_shared_size_bytes < nbytes:   # (past 48 KB with the static tables: opt in)
                     f.max_dynamic_shared_size_bytes = nbytes
-                    f.preferred_shared_memory_carveout = 100
+                    # session 12: LITE_SWEEP_CARVEOUT=min asks for the least shared memory that fits (more L1)
+                    f.preferred_shared_memory_carveout = (100 if os.environ.get("LITE_SWEEP_CARVEOUT") != "min"
+                                                          else min(100, -(-(nbytes + 17 * 1024) * 100 // (228 * 1024))))
                 pdl.call(f, (grid,), (128 * p[1],), (w, x if p[2] == 2 else xq[id(x)][1], o, np.int32(rows), np.int32(cols)),
                          shared_mem=nbytes)
             elif smem:

@@ -25,14 +25,14 @@ IQ3_KERNELS = [(1, 4, 0, (0, 0)), (1, 8, 0, (0, 0)), (2, 4, 0, (0, 0)), (1, 2, 1
 
 # The grouped layout (matvec_q8_iq3.TIQ3_XXSG over iq3_groups.repack's bytes: the GPU backend's).
 IQ3_GROUPED = [(1, 4, 0, (1, 2)), (2, 4, 0, (0, 0)), (1, 8, 1, (32, 2)), (1, 4, 2, (1, 2)), (2, 2, 2, (1, 2)),
-               (1, 4, 2, (1, 3)), (2, 4, 0, (1, 4))]
+               (1, 4, 2, (1, 3)), (2, 4, 0, (1, 4)), (1, 4, 2, (32, 2))]
 
 
 # Session 11's mvt (kernels/matvec_tma.py: teams of 128 threads, the rows in dynamic shared memory by
 # bulk copies; sweep only): (n, rows a team,
 # teams, grid tables, X: x's records read as needed (0), copied into shared memory (1), quantized there
 # by the CTA from x's floats (2)).
-IQ3_TEAMS = [(1, 4, 2, (16, 2), 0), (2, 2, 3, (1, 2), 1), (2, 4, 2, (1, 2), 2), (1, 2, 2, (1, 2), 2)]
+IQ3_TEAMS = [(1, 4, 2, (16, 2), 0), (2, 2, 3, (1, 2), 1), (2, 4, 2, (1, 2), 2), (1, 2, 2, (1, 2), 2), (1, 4, 2, (32, 2), 1)]
 # and over iq3_groups.repack12's layout (TIQ3_XXSW, 12-bit fields through a 4096-word table): (n, rows a
 # team, teams, X, SC: how the sums become floats, matvec_q8_iq3.lt_iq3_chunk).
 IQ3_W12 = [(1, 4, 2, 0, 2), (2, 2, 3, 1, 3), (1, 2, 2, 2, 4)]

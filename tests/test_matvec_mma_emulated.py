@@ -1,0 +1,115 @@
+"""kernels/matvec_mma.py: IQ3_XXS's decode product on the tensor cores (mvb over IQ3_XXS_B16), its CUDA C
+on the host through tests/cuda_c_emulator.py (the int8 mma emulated from the warp's fragments) against
+float64 products of gguf-py's dequantize, within the x quantization's bound as mv_iq2's; the layout's
+repack against the file's blocks; on a GPU the same at full size and through the registry."""
+import numpy as np
+import pytest
+
+import cuda_c_emulator as emu
+from kernel_blocks import random_blocks, reference
+from test_matvec_q8_emulated import ARGS, _gpu, _x, assert_product_matches
+from test_matvec_q8_iq3_emulated import _iq3_source
+
+from lite.kernels import matvec_mma, matvec_q8
+
+pytestmark = pytest.mark.skipif(not emu.available(), reason="needs g++ (C++20)")
+
+# (warps a CTA, blocks loaded ahead)
+CONFIGS = [(8, 2), (4, 1), (2, 3)]
+
+
+@pytest.fixture(scope="module")
+def mma_lib():
+    wraps = "".join(f'extern "C" __global__ void mvb_{w}_{p}({ARGS}) {{ mvb<{w}, {p}>(w, x, out, rows, cols); }}\n'
+                    for w, p in CONFIGS)
+    wraps += ('extern "C" __global__ void emu_qx_IQ3_XXS(const float* x, float* xq, int cols) '
+              f'{{ {matvec_q8.quantize_name("IQ3_XXS")}(x, xq, cols); }}\n')
+    wraps += ('extern "C" __global__ void emu_qxe(const float* x, float* xq, int cols) '
+              f'{{ {matvec_mma.QUANTIZER}(x, xq, cols); }}\n')
+    return emu.compile_kernels(_iq3_source() + matvec_mma.c_source() + wraps)
+
+
+def _decoded(records, rows, cols):
+    """IQ3_XXS_B16 records read back as the kernel does (fields, scales, d) into float64 weights."""
+    from lite.kernels import iq_tables
+    grid = iq_tables.grid_values("IQ3_XXS").astype(np.float64)
+    bands, nblk = rows // 16, cols // 256
+    r = records.view(np.uint32).reshape(bands, nblk, 408)
+    planes = r[..., :384].reshape(bands, nblk, 3, 32, 4).transpose(0, 1, 3, 2, 4).reshape(bands, nblk, 32, 12)
+    big = sum(planes[..., i].astype(object) << (32 * i) for i in range(12))             # 384 bits a lane
+    out = np.zeros((rows, cols))
+    for b in range(bands):
+        for j in range(nblk):
+            for lane in range(32):
+                g, q = lane >> 2, lane & 3
+                for n in range(32):
+                    c, k = n >> 2, n & 3
+                    f = int(big[b, j, lane] >> (12 * n)) & 0xFFF
+                    row, word = 16 * b + g + 8 * (k & 1), q + 4 * (k >> 1)
+                    sc = (int(r[b, j, 384 + 2 * g + (k & 1)]) >> (4 * c)) & 15
+                    d = np.array([r[b, j, 400 + g] >> (16 * (k & 1)) & 0xFFFF], np.uint16).view(np.float16)[0]
+                    signs = np.where((f >> (8 + np.arange(4))) & 1, -1.0, 1.0)
+                    col = 256 * j + 32 * c + 4 * word
+                    out[row, col:col + 4] = float(d) * (0.5 + sc) / 2 * grid[f & 255] * signs
+    return out
+
+
+def test_repack_holds_the_file_blocks_weights():
+    rows, cols = 32, 512
+    blocks = random_blocks("IQ3_XXS", rows * cols // 256, np.random.default_rng(7))
+    records = matvec_mma.repack(blocks, rows, cols)
+    assert records.nbytes == matvec_mma.nbytes(rows, cols) == blocks.nbytes * 102 // 98
+    w = reference(blocks, "IQ3_XXS").astype(np.float64).reshape(rows, cols)
+    assert np.array_equal(_decoded(records, rows, cols), w)
+
+
+def test_mvb_quantizer_writes_what_qx_does(mma_lib):
+    """launch() quantizes x with matvec_mma.QUANTIZER (qxe: the same records, only its PDL order differs)."""
+    x = _x(1, 1024, np.random.default_rng(2))
+    a, b = np.zeros_like(x), np.zeros_like(x)
+    mma_lib.launch("emu_qx_IQ3_XXS", matvec_q8.quantize_grid(1, 1024), (128,), x, a, np.int32(1024))
+    mma_lib.launch("emu_qxe", matvec_q8.quantize_grid(1, 1024), (128,), x, b, np.int32(1024))
+    assert np.array_equal(a.view(np.uint32), b.view(np.uint32)) and np.any(a != 0)
+
+
+def test_repack_refuses_ragged_shapes():
+    with pytest.raises(ValueError, match="multiple of 16"):
+        matvec_mma.repack(np.zeros(37 * 98, np.uint8), 37, 256)
+
+
+@pytest.mark.parametrize("shape", [(32, 512), (48, 768), (16, 2048)], ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"w{c[0]}p{c[1]}")
+def test_mvb_matches_float64(mma_lib, cfg, shape):
+    """Against float64 of gguf-py's dequantize of the file's blocks, within 1e-3 plus the x
+    quantization's bound; 2 CTAs (fewer than the bands: each walks several, its loads running ahead
+    across them); 768 columns: 3 blocks, warps with none or a last lone one."""
+    w, p = cfg
+    rows, cols = shape
+    rng = np.random.default_rng(rows + cols + w)
+    blocks = random_blocks("IQ3_XXS", rows * cols // 256, rng)
+    records = matvec_mma.repack(blocks, rows, cols)
+    assert_product_matches(mma_lib, f"mvb_{w}_{p}", (2,), records, blocks, "IQ3_XXS", _x(1, cols, rng), rows, cols,
+                           threads=32 * w)
+
+
+@pytest.mark.skipif(not _gpu(), reason="needs a CUDA GPU (the CUDA C text runs above under the emulator)")
+def test_gpu_mvb_full_size():
+    """4096x14336, 14336x4096 and 2 rows of x at 64x2048 through the registry's IQ3_XXS_B16 matvec,
+    the records repacked on the GPU: within 1e-3 of float64 plus the x quantization's bound."""
+    import cupy
+    from test_matvec_q8_emulated import quant_bound
+
+    from lite.kernels.registry import get_matvec
+    mv = get_matvec("IQ3_XXS_B16")
+    for rows, cols, n in ((4096, 14336, 1), (14336, 4096, 1), (64, 2048, 2)):
+        rng = np.random.default_rng(rows + 3)
+        blocks = random_blocks("IQ3_XXS", rows * cols // 256, rng)
+        w = reference(blocks, "IQ3_XXS").astype(np.float64).reshape(rows, cols)
+        x = _x(n, cols, rng)
+        ref, scale = x.astype(np.float64) @ w.T, np.abs(x).astype(np.float64) @ np.abs(w).T
+        records = matvec_mma.repack(cupy.asarray(blocks), rows, cols)
+        assert np.array_equal(records.get(), matvec_mma.repack(blocks, rows, cols))
+        out = cupy.full((n, rows), np.nan, cupy.float32)
+        mv(records, cupy.asarray(x), out, rows, cols)
+        err = np.abs(out.get().astype(np.float64) - ref)
+        assert np.all(err <= 1e-3 * np.abs(ref) + 1e-5 * scale + quant_bound("IQ3_XXS", x, w))
