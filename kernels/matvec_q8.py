@@ -104,9 +104,10 @@ __global__ void __launch_bounds__(128) qx(const float* __restrict__ x, float* __
     PDL_PROLOGUE();               // x is the previous kernel's output (LITE_PDL, kernels/pdl.py)
     qx_one<T, RW>(x + row, (unsigned*)(xq + row), t >> 3, t & 7, (t >> 3) < chunks);   // (no early return)
 }
-// qxe (session 11's experiment, the sweep's LITE_SWEEP_QXE=1 only): qx that lets the next kernel launch
-// before it waits for the previous one, so that a product whose CTAs need a whole SM (mvt) is already
-// queued when the product before qx ends.
+// qxe (session 11; the sweep's LITE_SWEEP_QXE=1, and since session 12 kernels/matvec_mma.py's quantizer):
+// qx that lets the next kernel launch before it waits for the previous one, so that a product whose CTAs
+// need a whole SM (mvt), or that loads weights before its PDL wait (mvb), is already queued when the
+// product before qx ends.
 template <class T, int RW>
 __global__ void __launch_bounds__(128) qxe(const float* __restrict__ x, float* __restrict__ xq, int cols) {
     const int chunks = cols / T::BE * T::CPB, t = blockIdx.x * 128 + threadIdx.x;
