@@ -13,8 +13,8 @@ taken back by a second mma (the table's lookups meet 3.5-way conflicts: Nsight f
 every word went through it). x goes in as qx's records (hi and lo int8 a run of 16: B's columns hi_a,
 lo_a, hi_b, lo_b), the odd chunk's in columns 4-7 of the same accumulators, so that each lane of a
 quad ends with one (chunk, run)'s sums and one float tail serves the pair. H200, session 12
-(BENCHMARKS): kernel table (qxe + mvb) 4096x14336 11.3 us, 50% of copy-vec16, against IQ3_XXS_G4's
-13.4 (43%); 4096x4096 5.1 / 5.6; 14336x4096 14.5 / 14.4. Alone (no quantizer before it) 10.2 us.
+(BENCHMARKS): kernel table (qxe + mvb) 4096x14336 11.1 us, 52% of copy-vec16, against IQ3_XXS_G4's
+13.4 (43%); 4096x4096 5.1 / 5.6; 14336x4096 15.1 / 14.4. Alone (no quantizer before it) 9.8 us (59%).
 
 IQ3_XXS_B16: rows a multiple of 16, cols of 256. Band b (rows 16b..16b+15), block j (columns 256j..)
 is a record of 1632 bytes: [3 planes x 32 lanes x 16 bytes][8 x (scale word of row g, of row g + 8)]
@@ -35,13 +35,11 @@ from lite.kernels.registry import array_module, register_matvec
 
 NAME = "IQ3_XXS_B16"
 RECORD = 1632                 # bytes a band of 16 rows and block of 256 columns
-# mvb<W, P>: warps a CTA and blocks a warp has loaded ahead. Session 12, call 19, the product alone (after
-# qxe): 4096x14336 (256 bands) (8, 2) 10.2 us (11.1), (8, 1) 14.5 (15.7); 4096x4096 4.0 (4.9) / 4.8 (5.7);
-# 14336x4096 (896 bands) 14.2 (15.5) / 13.1 (14.3). P = 1 compiles to 76 registers, so 3 CTAs fit an SM
-# and 256 CTAs land unevenly on 132 SMs; P = 2's 104 keep 2 an SM. So: P = 2 where the bands fill one
-# round of 2 CTAs an SM, else P = 1.
-def config(rows, sms):
-    return (8, 2) if rows // 16 <= 2 * sms else (8, 1)
+# mvb<W, P>: warps a CTA and blocks a warp has loaded ahead. Session 12, call 22 (the ring turned by
+# unrolling), after qxe (alone): 4096x14336 (8, 2) 10.9 us (9.8), (8, 1) 11.1 (10.0); 14336x4096 15.0
+# (13.8) / 14.9 (13.7); 4096x4096 4.8 (3.9) / 4.6 (3.8). So P = 2 for rows of 32 blocks and more.
+def config(cols):
+    return (8, 2) if cols >= 32 * 256 else (8, 1)
 
 C_MMA = r"""
 #ifdef __CUDA_ARCH__
@@ -100,6 +98,43 @@ __device__ __forceinline__ unsigned lt_b16_off(const LtB16& r, int n) {
     if (sh > 20) return __funnelshift_r(lt_b16_word(r, wi), lt_b16_word(r, wi + 1), sh - 2) & 0x3FFCu;
     return (sh >= 2 ? lt_b16_word(r, wi) >> (sh - 2) : lt_b16_word(r, wi) << (2 - sh)) & 0x3FFCu;
 }
+// One block of 256 columns of a band: 4 chunk pairs, each the even chunk's mma through the signed table
+// and the odd chunk's two through the grid's copies, then the pair's tail into acc0 / acc1 (rows g, g + 8).
+__device__ __forceinline__ void lt_b16_block(const LtB16& r, int j, const unsigned char* tb, const unsigned char* gb,
+                                             const unsigned* xw, int xword, int dword, int half, int qh,
+                                             unsigned m0, unsigned m1, unsigned ma, float& acc0, float& acc1) {
+    float blk0 = 0.f, blk1 = 0.f;
+    #pragma unroll
+    for (int cp = 0; cp < 4; cp++) {                      // chunk pairs c, c + 1
+        const int c = 8 * j + 2 * cp;
+        const unsigned v = __ldg(xw + lt_q8w<20>(c + half, xword));
+        const unsigned vn = __vsub4(0u, v);               // -x (|x| <= 127: no wrap)
+        const float dx = __uint_as_float(__ldg(xw + lt_q8w<20>(c + qh, dword)));
+        int cc[4];
+        lt_imma(cc, *(const unsigned*)(tb + lt_b16_off(r, 4 * cp)), *(const unsigned*)(tb + lt_b16_off(r, 4 * cp + 1)),
+                    *(const unsigned*)(tb + lt_b16_off(r, 4 * cp + 2)), *(const unsigned*)(tb + lt_b16_off(r, 4 * cp + 3)),
+                    make_uint2(v & m0 & ma, v & m1 & ma), false);
+        unsigned a[4], m[4];
+        const unsigned iw = lt_b16_word(r, 6 + cp);
+        #pragma unroll
+        for (int k = 0; k < 4; k++) {                     // the odd chunk: grid copy, signs by XOR
+            const int n = 4 * cp + k;
+            const unsigned idx = k == 0 ? (iw & 255u) : k == 3 ? (iw >> 24) : ((iw >> (8 * k)) & 255u);
+            m[k] = lt_topmask(lt_b16_word(r, 10 + (n >> 3)) << (7 - (n & 7)));
+            a[k] = *(const unsigned*)(gb + idx * 128) ^ m[k];
+        }
+        lt_imma(cc, a[0], a[1], a[2], a[3], make_uint2(v & m0 & ~ma, v & m1 & ~ma), true);
+        lt_imma(cc, m[0], m[1], m[2], m[3], make_uint2(vn & m0 & ~ma, vn & m1 & ~ma), true);
+        // 2 sc of this lane's chunk (2 cp + qh of the block) for rows g, g + 8; the tail: d_x (254 hi + lo) (2 sc + 1)
+        const unsigned s0q = r.sc.x >> (4 * qh), s1q = r.sc.y >> (4 * qh);
+        const int s0 = (cp == 0 ? s0q << 1 : s0q >> (8 * cp - 1)) & 0x1E, s1 = (cp == 0 ? s1q << 1 : s1q >> (8 * cp - 1)) & 0x1E;
+        const int t0 = cc[0] * 254 + cc[1], t1 = cc[2] * 254 + cc[3];
+        blk0 = fmaf(dx, (float)(t0 * s0 + t0), blk0);
+        blk1 = fmaf(dx, (float)(t1 * s1 + t1), blk1);
+    }
+    acc0 = fmaf(lt_h2f_lo(r.d), blk0, acc0);
+    acc1 = fmaf(lt_h2f_hi(r.d), blk1, acc1);
+}
 // mvb<W, P>: a CTA of W warps a band; warp w takes blocks w, w + W, ..., P of them loaded ahead (the
 // first before the PDL wait); out = x W^T for one row of x, quantized by qx<TIQ3_XXS, 20> (xq). Of each
 // chunk pair, the even chunk's words come from the signed table (4096 words: 3.5-way bank conflicts,
@@ -149,42 +184,16 @@ __global__ void __launch_bounds__(32 * W, 2) mvb(const unsigned char* __restrict
     const int xword = ((gq & 1) << 3) + (((gq >> 1) & 1) << 2) + q, dword = 16 + 2 * (q & 1);
     const unsigned m0 = (gq & 2) ? 0u : ~0u, m1 = ~m0, ma = half ? 0u : ~0u;
     float acc0 = 0.f, acc1 = 0.f;                         // rows g, g + 8
-    for (int j = warp; j < nblk; j += W) {
-        if (j + P * W < nblk) lt_b16_load(ring[P], base + (long long)(j + P * W) * 1632, lane);
-        const LtB16& r = ring[0];
-        float blk0 = 0.f, blk1 = 0.f;
+    // The ring turns by unrolling P + 1 blocks (slot u's block computed, slot (u + P) % (P + 1) loaded):
+    // with copies between slots (session 12, call 21) each copy waited for the load just issued.
+    for (int j0 = warp; j0 < nblk; j0 += (P + 1) * W) {
         #pragma unroll
-        for (int cp = 0; cp < 4; cp++) {                  // chunk pairs c, c + 1
-            const int c = 8 * j + 2 * cp;
-            const unsigned v = __ldg(xw + lt_q8w<20>(c + half, xword));
-            const unsigned vn = __vsub4(0u, v);           // -x (|x| <= 127: no wrap)
-            const float dx = __uint_as_float(__ldg(xw + lt_q8w<20>(c + qh, dword)));
-            int cc[4];
-            lt_imma(cc, *(const unsigned*)(tb + lt_b16_off(r, 4 * cp)), *(const unsigned*)(tb + lt_b16_off(r, 4 * cp + 1)),
-                        *(const unsigned*)(tb + lt_b16_off(r, 4 * cp + 2)), *(const unsigned*)(tb + lt_b16_off(r, 4 * cp + 3)),
-                        make_uint2(v & m0 & ma, v & m1 & ma), false);
-            unsigned a[4], m[4];
-            const unsigned iw = lt_b16_word(r, 6 + cp);
-            #pragma unroll
-            for (int k = 0; k < 4; k++) {                 // the odd chunk: grid copy, signs by XOR
-                const int n = 4 * cp + k;
-                const unsigned idx = k == 0 ? (iw & 255u) : k == 3 ? (iw >> 24) : ((iw >> (8 * k)) & 255u);
-                m[k] = lt_topmask(lt_b16_word(r, 10 + (n >> 3)) << (7 - (n & 7)));
-                a[k] = *(const unsigned*)(gb + idx * 128) ^ m[k];
-            }
-            lt_imma(cc, a[0], a[1], a[2], a[3], make_uint2(v & m0 & ~ma, v & m1 & ~ma), true);
-            lt_imma(cc, m[0], m[1], m[2], m[3], make_uint2(vn & m0 & ~ma, vn & m1 & ~ma), true);
-            // 2 sc of this lane's chunk (2 cp + qh of the block) for rows g, g + 8; the tail: d_x (254 hi + lo) (2 sc + 1)
-            const unsigned s0q = r.sc.x >> (4 * qh), s1q = r.sc.y >> (4 * qh);
-            const int s0 = (cp == 0 ? s0q << 1 : s0q >> (8 * cp - 1)) & 0x1E, s1 = (cp == 0 ? s1q << 1 : s1q >> (8 * cp - 1)) & 0x1E;
-            const int t0 = cc[0] * 254 + cc[1], t1 = cc[2] * 254 + cc[3];
-            blk0 = fmaf(dx, (float)(t0 * s0 + t0), blk0);
-            blk1 = fmaf(dx, (float)(t1 * s1 + t1), blk1);
+        for (int u = 0; u <= P; u++) {
+            const int j = j0 + u * W;
+            if (j >= nblk) break;
+            if (j + P * W < nblk) lt_b16_load(ring[(u + P) % (P + 1)], base + (long long)(j + P * W) * 1632, lane);
+            lt_b16_block(ring[u], j, tb, gb, xw, xword, dword, half, qh, m0, m1, ma, acc0, acc1);
         }
-        acc0 = fmaf(lt_h2f_lo(r.d), blk0, acc0);
-        acc1 = fmaf(lt_h2f_hi(r.d), blk1, acc1);
-        #pragma unroll
-        for (int k = 0; k < P; k++) ring[k] = ring[k + 1];
     }
     #pragma unroll
     for (int o = 1; o <= 2; o <<= 1) {                    // the quad's (chunk, run) parts
@@ -279,7 +288,8 @@ def kernel_name(warps, prefetch):
 # The quantizer before mvb: qxe (kernels/matvec_q8.py), which lets mvb launch before it waits for the
 # product before it, so that mvb's first loads (before its PDL wait) meet that product's tail as they
 # do back to back. Session 12, 4096x14336, mvb alone / after qx / after qxe (qx + mv_iq2: 13.2 us): the
-# all-table form (calls 14-15) 11.1 / 13.5 / 12.3, the committed one (call 19) 10.2 / 12.3 / 11.1.
+# all-table form (calls 14-15) 11.1 / 13.5 / 12.3, half through the grid's copies (call 19) 10.2 / 12.3 /
+# 11.1, its ring turned by unrolling (call 22) 9.8 / 12.1 / 10.9.
 QUANTIZER = "qxe<TIQ3_XXS, 20>"
 
 
@@ -291,24 +301,18 @@ def _module(device, names, head):
                           name_expressions=list(names))
 
 
-@functools.lru_cache(maxsize=None)
-def _sms(device):
-    import cupy
-    return cupy.cuda.runtime.getDeviceProperties(device)["multiProcessorCount"]
-
-
 def launch(records, x, out, rows, cols, stream=None, cta=None):
     """Enqueue out = x @ W.T for IQ3_XXS_B16 records (what repack made) on `stream` (CuPy; None: the
     current one): per row of x, QUANTIZER into a scratch buffer, then mvb (two launches under PDL, no
     host synchronization; meant to be captured into CUDA graphs). x (n, cols) float32, out (n, rows)
-    float32; cta: (warps, prefetch), default config(rows, the device's SMs)."""
+    float32; cta: (warps, prefetch), default config(cols)."""
     import contextlib
 
     import cupy
     from lite.kernels import matvec_q8
     check_shape(rows, cols)
     device = cupy.cuda.runtime.getDevice()
-    warps, prefetch = cta or config(rows, _sms(device))
+    warps, prefetch = cta or config(cols)
     names = (QUANTIZER, kernel_name(warps, prefetch))
     mod = _module(device, names, pdl.source_head())
     quant, mv = mod.get_function(names[0]), mod.get_function(names[1])
