@@ -41,6 +41,7 @@ def main():
         out = cp.empty((1, rows), cp.float32)
         line = [f"{rows}x{cols}"]
         line.append(f"launch() {time_graph(lambda i: matvec_mma.launch(recs[i % 4], x, out, rows, cols)):.2f}")
+        line.append(f"launch(fused) {time_graph(lambda i: matvec_mma.launch(recs[i % 4], x, out, rows, cols, fused=True)):.2f}")
         from lite.kernels import iq3_groups
         g4 = [iq3_groups.repack(blocks, rows, cols) for _ in range(4)]
         q4, mv4 = matvec_q8.functions(dev, "IQ3_XXS_G4", 1, 4, 2)
@@ -50,7 +51,7 @@ def main():
         line.append(f"qx alone {time_graph(lambda i: pdl.call(q4, qg, (128,), (x, xq4, np.int32(cols)))):.2f}")
         line.append(f"qx+mv_iq2 {time_graph(lambda i: (pdl.call(q4, qg, (128,), (x, xq4, np.int32(cols))), pdl.call(mv4, (rows // 4,), (128,), args(i)))):.2f}")
         line.append(f"mv_iq2 {time_graph(lambda i: pdl.call(mv4, (rows // 4,), (128,), args(i))):.2f}")
-        for w, p, qn in ((8, 1, "qx"), (8, 2, "qx"), (8, 1, "qxe"), (8, 2, "qxe"), (16, 1, "qxe")):
+        for w, p, qn in ((8, 1, "qxe"), (8, 2, "qxe")):
             names = (matvec_q8.quantize_name("IQ3_XXS").replace("qx<", qn + "<"), matvec_mma.kernel_name(w, p))
             mod = matvec_mma._module(dev, names, pdl.source_head())
             quant, mv = mod.get_function(names[0]), mod.get_function(names[1])
