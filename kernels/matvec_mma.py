@@ -100,7 +100,6 @@ __device__ __forceinline__ unsigned lt_b16_off(const LtB16& r, int n) {
 }
 // One block of 256 columns of a band: 4 chunk pairs, each the even chunk's mma through the signed table
 // and the odd chunk's two through the grid's copies, then the pair's tail into acc0 / acc1 (rows g, g + 8).
-template <bool L2>   // L2: x's records read around L1 (mvbq: other CTAs of this kernel wrote them)
 __device__ __forceinline__ void lt_b16_block(const LtB16& r, int j, const unsigned char* tb, const unsigned char* gb,
                                              const unsigned* xw, int xword, int dword, int half, int qh,
                                              unsigned m0, unsigned m1, unsigned ma, float& acc0, float& acc1) {
@@ -108,9 +107,9 @@ __device__ __forceinline__ void lt_b16_block(const LtB16& r, int j, const unsign
     #pragma unroll
     for (int cp = 0; cp < 4; cp++) {                      // chunk pairs c, c + 1
         const int c = 8 * j + 2 * cp;
-        const unsigned v = L2 ? __ldcg(xw + lt_q8w<20>(c + half, xword)) : __ldg(xw + lt_q8w<20>(c + half, xword));
+        const unsigned v = __ldg(xw + lt_q8w<20>(c + half, xword));
         const unsigned vn = __vsub4(0u, v);               // -x (|x| <= 127: no wrap)
-        const float dx = __uint_as_float(L2 ? __ldcg(xw + lt_q8w<20>(c + qh, dword)) : __ldg(xw + lt_q8w<20>(c + qh, dword)));
+        const float dx = __uint_as_float(__ldg(xw + lt_q8w<20>(c + qh, dword)));
         int cc[4];
         lt_imma(cc, *(const unsigned*)(tb + lt_b16_off(r, 4 * cp)), *(const unsigned*)(tb + lt_b16_off(r, 4 * cp + 1)),
                     *(const unsigned*)(tb + lt_b16_off(r, 4 * cp + 2)), *(const unsigned*)(tb + lt_b16_off(r, 4 * cp + 3)),
@@ -136,56 +135,15 @@ __device__ __forceinline__ void lt_b16_block(const LtB16& r, int j, const unsign
     acc0 = fmaf(lt_h2f_lo(r.d), blk0, acc0);
     acc1 = fmaf(lt_h2f_hi(r.d), blk1, acc1);
 }
-// mvbq's quantizer (session 12): x's records made by the product's own CTAs, each its share of the chunks
-// (qx_one: 8 threads a chunk), then a grid-wide barrier (sync[0] arrivals, sync[1] its generation: zero
-// once, reused by every launch) before any CTA reads them; the next kernel may launch only after it
-// (launch_dependents there, not at the start: a CTA of it resident before all of this kernel's would
-// keep one of them out, and the barrier would wait for ever). Every CTA must be resident at once: the
-// launcher takes it only where the bands fit one round. The host emulator runs CTAs one after another:
-// there each CTA quantizes the whole row (the same records) and none waits.
-template <int W>
-__device__ __forceinline__ void lt_mvb_quantize(const float* __restrict__ x, float* xq, int cols, unsigned* sync) {
-    const int chunks = cols >> 5;
-#ifdef __CUDA_ARCH__
-#ifdef LT_PDL
-    asm volatile("griddepcontrol.wait;" ::: "memory");   // x is the previous kernel's output
-#endif
-    const int per = (chunks + gridDim.x - 1) / gridDim.x, c0 = blockIdx.x * per;
-    for (int t = threadIdx.x; t < ((8 * per + 31) & ~31); t += 32 * W)   // whole warps: qx_one shuffles
-        qx_one<TIQ3_XXS, 20>(x, (unsigned*)xq, c0 + (t >> 3), t & 7, (t >> 3) < per && c0 + (t >> 3) < chunks);
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        volatile unsigned* gen = sync + 1;
-        const unsigned g = *gen;
-        if (atomicAdd(sync, 1u) == gridDim.x - 1) {
-            atomicExch(sync, 0u);
-            __threadfence();
-            atomicAdd(sync + 1, 1u);
-        } else {
-            while (*gen == g) { }
-        }
-        __threadfence();
-    }
-    __syncthreads();
-#ifdef LT_PDL
-    asm volatile("griddepcontrol.launch_dependents;");
-#endif
-#else
-    for (int t = threadIdx.x; t < ((8 * chunks + 31) & ~31); t += 32 * W)
-        qx_one<TIQ3_XXS, 20>(x, (unsigned*)xq, t >> 3, t & 7, (t >> 3) < chunks);
-    __syncthreads();
-#endif
-}
 // mvb<W, P>: a CTA of W warps a band; warp w takes blocks w, w + W, ..., P of them loaded ahead (the
 // first before the PDL wait); out = x W^T for one row of x, quantized by qx<TIQ3_XXS, 20> (xq). Of each
 // chunk pair, the even chunk's words come from the signed table (4096 words: 3.5-way bank conflicts,
 // Nsight: L1 the wall), the odd chunk's from the unsigned grid's 32 copies, lane l's in bank l, its
 // signs put on by XOR with byte masks (g ^ m: g or -g - 1) and taken back by a second mma of the masks
 // against -x (session 12, call 18: 4096x14336 10.2 us against 11.1 with every word from the table).
-template <int W, int P, bool QF>
-__device__ __forceinline__ void lt_mvb(const unsigned char* __restrict__ w, const float* __restrict__ x, float* xq,
-                                       float* __restrict__ out, int rows, int cols, unsigned* sync) {
+template <int W, int P>
+__global__ void __launch_bounds__(32 * W, 2) mvb(const unsigned char* __restrict__ w, const float* __restrict__ xq,
+                                                 float* __restrict__ out, int rows, int cols) {
     __shared__ uint4 tab[1024];                           // LT_TAB4096; then (the products done) the warps' sums
     __shared__ uint4 grid32[2048];                        // entry e's copy l at word 32 e + l
     const int nblk = cols >> 8, band = blockIdx.x;
@@ -217,8 +175,7 @@ __device__ __forceinline__ void lt_mvb(const unsigned char* __restrict__ w, cons
         }
     }
     __syncthreads();
-    if constexpr (QF) lt_mvb_quantize<W>(x, xq, cols, sync);
-    else PDL_PROLOGUE();
+    PDL_PROLOGUE();
     const unsigned char* tb = (const unsigned char*)tab;
     const unsigned char* gb = (const unsigned char*)grid32 + 4 * lane;
     const unsigned* xw = (const unsigned*)xq;
@@ -235,7 +192,7 @@ __device__ __forceinline__ void lt_mvb(const unsigned char* __restrict__ w, cons
             const int j = j0 + u * W;
             if (j >= nblk) break;
             if (j + P * W < nblk) lt_b16_load(ring[(u + P) % (P + 1)], base + (long long)(j + P * W) * 1632, lane);
-            lt_b16_block<QF>(ring[u], j, tb, gb, xw, xword, dword, half, qh, m0, m1, ma, acc0, acc1);
+            lt_b16_block(ring[u], j, tb, gb, xw, xword, dword, half, qh, m0, m1, ma, acc0, acc1);
         }
     }
     #pragma unroll
@@ -252,17 +209,6 @@ __device__ __forceinline__ void lt_mvb(const unsigned char* __restrict__ w, cons
         for (int k = 0; k < W; k++) s += red[k * 16 + threadIdx.x];
         out[band * 16 + threadIdx.x] = 0.25f * s;         // (2 sc + 1) / 4 = (0.5 + sc) / 2
     }
-}
-template <int W, int P>
-__global__ void __launch_bounds__(32 * W, 2) mvb(const unsigned char* __restrict__ w, const float* __restrict__ xq,
-                                                 float* __restrict__ out, int rows, int cols) {
-    lt_mvb<W, P, false>(w, nullptr, (float*)xq, out, rows, cols, nullptr);
-}
-// mvbq<W, P>: mvb quantizing x itself (lt_mvb_quantize); x the float row, xq scratch for its records.
-template <int W, int P>
-__global__ void __launch_bounds__(32 * W, 2) mvbq(const unsigned char* __restrict__ w, const float* __restrict__ x,
-                                                  float* xq, float* __restrict__ out, int rows, int cols, unsigned* sync) {
-    lt_mvb<W, P, true>(w, x, xq, out, rows, cols, sync);
 }
 """
 
@@ -343,7 +289,8 @@ def kernel_name(warps, prefetch):
 # product before it, so that mvb's first loads (before its PDL wait) meet that product's tail as they
 # do back to back. Session 12, 4096x14336, mvb alone / after qx / after qxe (qx + mv_iq2: 13.2 us): the
 # all-table form (calls 14-15) 11.1 / 13.5 / 12.3, half through the grid's copies (call 19) 10.2 / 12.3 /
-# 11.1, its ring turned by unrolling (call 22) 9.8 / 12.1 / 10.9.
+# 11.1, its ring turned by unrolling (call 22) 9.8 / 12.1 / 10.9. Quantizing x in mvb itself (each CTA
+# its share, then a grid barrier; call 23, commit 3340ce5) lost: 12.6 us, and 6.3 against 4.5 at 4096x4096.
 QUANTIZER = "qxe<TIQ3_XXS, 20>"
 
 
@@ -355,19 +302,11 @@ def _module(device, names, head):
                           name_expressions=list(names))
 
 
-@functools.lru_cache(maxsize=None)
-def _device_state(device):
-    """(SM count, mvbq's barrier words: zero once, left at zero arrivals by every launch)."""
-    import cupy
-    return cupy.cuda.runtime.getDeviceProperties(device)["multiProcessorCount"], cupy.zeros(2, cupy.uint32)
-
-
-def launch(records, x, out, rows, cols, stream=None, cta=None, fused=False):
+def launch(records, x, out, rows, cols, stream=None, cta=None):
     """Enqueue out = x @ W.T for IQ3_XXS_B16 records (what repack made) on `stream` (CuPy; None: the
     current one): per row of x, QUANTIZER into a scratch buffer, then mvb (two launches under PDL, no
     host synchronization; meant to be captured into CUDA graphs). x (n, cols) float32, out (n, rows)
-    float32; cta: (warps, prefetch), default config(cols). fused: one launch of mvbq (x quantized by
-    the product's CTAs, a grid barrier), where its CTAs all fit the device at once (2 an SM)."""
+    float32; cta: (warps, prefetch), default config(cols)."""
     import contextlib
 
     import cupy
@@ -375,20 +314,16 @@ def launch(records, x, out, rows, cols, stream=None, cta=None, fused=False):
     check_shape(rows, cols)
     device = cupy.cuda.runtime.getDevice()
     warps, prefetch = cta or config(cols)
-    sms, sync = _device_state(device)
-    fused = fused and rows // 16 <= 2 * sms
-    names = (QUANTIZER, kernel_name(warps, prefetch), f"mvbq<{warps}, {prefetch}>")
+    names = (QUANTIZER, kernel_name(warps, prefetch))
     mod = _module(device, names, pdl.source_head())
-    quant, mv, mvq = (mod.get_function(n) for n in names)
+    quant, mv = mod.get_function(names[0]), mod.get_function(names[1])
+    grid = (rows // 16,)
     with stream if stream is not None else contextlib.nullcontext():
         x = cupy.ascontiguousarray(x)
         xq = cupy.empty_like(x)
         for i in range(x.shape[0]):
-            if fused:
-                pdl.call(mvq, (rows // 16,), (32 * warps,), (records, x[i], xq[i], out[i], np.int32(rows), np.int32(cols), sync))
-                continue
             pdl.call(quant, matvec_q8.quantize_grid(1, cols), (128,), (x[i], xq[i], np.int32(cols)))
-            pdl.call(mv, (rows // 16,), (32 * warps,), (records, xq[i], out[i], np.int32(rows), np.int32(cols)))
+            pdl.call(mv, grid, (32 * warps,), (records, xq[i], out[i], np.int32(rows), np.int32(cols)))
 
 
 @register_matvec(NAME)

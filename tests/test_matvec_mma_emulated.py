@@ -24,8 +24,6 @@ def mma_lib():
                     for w, p in CONFIGS)
     wraps += ('extern "C" __global__ void emu_qx_IQ3_XXS(const float* x, float* xq, int cols) '
               f'{{ {matvec_q8.quantize_name("IQ3_XXS")}(x, xq, cols); }}\n')
-    wraps += "".join(f'extern "C" __global__ void mvbq_{w}_{p}(const unsigned char* w, const float* x, float* xq, float* out, '
-                     f'int rows, int cols, unsigned* sync) {{ mvbq<{w}, {p}>(w, x, xq, out, rows, cols, sync); }}\n' for w, p in CONFIGS)
     wraps += ('extern "C" __global__ void emu_qxe(const float* x, float* xq, int cols) '
               f'{{ {matvec_mma.QUANTIZER}(x, xq, cols); }}\n')
     return emu.compile_kernels(_iq3_source() + matvec_mma.c_source() + wraps)
@@ -101,25 +99,6 @@ def test_mvb_matches_float64(mma_lib, cfg, shape):
                            threads=32 * w)
 
 
-@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"w{c[0]}p{c[1]}")
-def test_mvbq_quantizes_x_itself(mma_lib, cfg):
-    """mvbq (x quantized by the product's own CTAs; here each CTA the whole row, the emulator running
-    them one after another): the same bound as mvb's."""
-    from test_matvec_q8_emulated import quant_bound
-    w, p = cfg
-    rows, cols = 48, 768
-    rng = np.random.default_rng(11 + w)
-    blocks = random_blocks("IQ3_XXS", rows * cols // 256, rng)
-    x = _x(1, cols, rng)
-    ref_w = reference(blocks, "IQ3_XXS").astype(np.float64).reshape(rows, cols)
-    ref, scale = x.astype(np.float64) @ ref_w.T, np.abs(x).astype(np.float64) @ np.abs(ref_w).T
-    out = np.full((1, rows), np.nan, np.float32)
-    mma_lib.launch(f"mvbq_{w}_{p}", (rows // 16,), (32 * w,), matvec_mma.repack(blocks, rows, cols), x, np.zeros_like(x),
-                   out, np.int32(rows), np.int32(cols), np.zeros(2, np.uint32))
-    err = np.abs(out.astype(np.float64) - ref)
-    assert np.all(err <= 1e-3 * np.abs(ref) + 1e-5 * scale + quant_bound("IQ3_XXS", x, ref_w))
-
-
 @pytest.mark.skipif(not _gpu(), reason="needs a CUDA GPU (the CUDA C text runs above under the emulator)")
 def test_gpu_mvb_full_size():
     """4096x14336, 14336x4096 and 2 rows of x at 64x2048 through the registry's IQ3_XXS_B16 matvec,
@@ -137,8 +116,7 @@ def test_gpu_mvb_full_size():
         ref, scale = x.astype(np.float64) @ w.T, np.abs(x).astype(np.float64) @ np.abs(w).T
         records = matvec_mma.repack(cupy.asarray(blocks), rows, cols)
         assert np.array_equal(records.get(), matvec_mma.repack(blocks, rows, cols))
-        for fused in (False, True):       # (fused only where the bands fit the device at once: 4096 and 64 rows)
-            out = cupy.full((n, rows), np.nan, cupy.float32)
-            matvec_mma.launch(records, cupy.asarray(x), out, rows, cols, fused=fused) if fused else mv(records, cupy.asarray(x), out, rows, cols)
-            err = np.abs(out.get().astype(np.float64) - ref)
-            assert np.all(err <= 1e-3 * np.abs(ref) + 1e-5 * scale + quant_bound("IQ3_XXS", x, w)), fused
+        out = cupy.full((n, rows), np.nan, cupy.float32)
+        mv(records, cupy.asarray(x), out, rows, cols)
+        err = np.abs(out.get().astype(np.float64) - ref)
+        assert np.all(err <= 1e-3 * np.abs(ref) + 1e-5 * scale + quant_bound("IQ3_XXS", x, w))

@@ -41,7 +41,6 @@ def main():
         out = cp.empty((1, rows), cp.float32)
         line = [f"{rows}x{cols}"]
         line.append(f"launch() {time_graph(lambda i: matvec_mma.launch(recs[i % 4], x, out, rows, cols)):.2f}")
-        line.append(f"launch(fused) {time_graph(lambda i: matvec_mma.launch(recs[i % 4], x, out, rows, cols, fused=True)):.2f}")
         from lite.kernels import iq3_groups
         g4 = [iq3_groups.repack(blocks, rows, cols) for _ in range(4)]
         q4, mv4 = matvec_q8.functions(dev, "IQ3_XXS_G4", 1, 4, 2)
