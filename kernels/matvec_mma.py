@@ -13,8 +13,9 @@ taken back by a second mma (the table's lookups meet 3.5-way conflicts: Nsight f
 every word went through it). x goes in as qx's records (hi and lo int8 a run of 16: B's columns hi_a,
 lo_a, hi_b, lo_b), the odd chunk's in columns 4-7 of the same accumulators, so that each lane of a
 quad ends with one (chunk, run)'s sums and one float tail serves the pair. H200, session 12
-(BENCHMARKS): kernel table (qxe + mvb) 4096x14336 11.1 us, 52% of copy-vec16, against IQ3_XXS_G4's
-13.4 (43%); 4096x4096 5.1 / 5.6; 14336x4096 15.1 / 14.4. Alone (no quantizer before it) 9.8 us (59%).
+(BENCHMARKS): kernel table (qxe + mvb) 4096x14336 11.1-11.3 us, 51-52% of copy-vec16, against
+IQ3_XXS_G4's 13.4-13.5 (43%); 14336x4096 12.8 / 14.5; 4096x4096 4.9 / 5.6. Alone (no quantizer launch
+before it) 9.8 us at 4096x14336 (59%).
 
 IQ3_XXS_B16: rows a multiple of 16, cols of 256. Band b (rows 16b..16b+15), block j (columns 256j..)
 is a record of 1632 bytes: [3 planes x 32 lanes x 16 bytes][8 x (scale word of row g, of row g + 8)]
@@ -35,10 +36,14 @@ from lite.kernels.registry import array_module, register_matvec
 
 NAME = "IQ3_XXS_B16"
 RECORD = 1632                 # bytes a band of 16 rows and block of 256 columns
-# mvb<W, P>: warps a CTA and blocks a warp has loaded ahead. Session 12, call 22 (the ring turned by
-# unrolling), after qxe (alone): 4096x14336 (8, 2) 10.9 us (9.8), (8, 1) 11.1 (10.0); 14336x4096 15.0
-# (13.8) / 14.9 (13.7); 4096x4096 4.8 (3.9) / 4.6 (3.8). So P = 2 for rows of 32 blocks and more.
-def config(cols):
+# mvb<W, P>: warps a CTA and blocks a warp has loaded ahead. Session 12, calls 22 and 24, after qxe:
+# 4096x14336 (256 bands) (8, 2) 10.9-11.0 us, (8, 1) 11.1-11.3, (8, 3) 11.8, (4, 2) 12.8; 4096x4096 (8, 1)
+# 4.6, (8, 2) 4.8, (4, 2) 5.1; 14336x4096 (896 bands) (4, 2) 12.8, (4, 1) 13.7, (8, 1) / (8, 2) 15.0-15.1
+# (mv_iq2 after qx 14.4-14.6). 8 warps keep 2 CTAs an SM (~110 registers); 4 warps 4: where the bands pass
+# 2 an SM, the smaller CTAs fill the rounds.
+def config(rows, cols, sms):
+    if rows // 16 > 2 * sms:
+        return (4, 2)
     return (8, 2) if cols >= 32 * 256 else (8, 1)
 
 C_MMA = r"""
@@ -302,18 +307,24 @@ def _module(device, names, head):
                           name_expressions=list(names))
 
 
+@functools.lru_cache(maxsize=None)
+def _sms(device):
+    import cupy
+    return cupy.cuda.runtime.getDeviceProperties(device)["multiProcessorCount"]
+
+
 def launch(records, x, out, rows, cols, stream=None, cta=None):
     """Enqueue out = x @ W.T for IQ3_XXS_B16 records (what repack made) on `stream` (CuPy; None: the
     current one): per row of x, QUANTIZER into a scratch buffer, then mvb (two launches under PDL, no
     host synchronization; meant to be captured into CUDA graphs). x (n, cols) float32, out (n, rows)
-    float32; cta: (warps, prefetch), default config(cols)."""
+    float32; cta: (warps, prefetch), default config(rows, cols, the device's SMs)."""
     import contextlib
 
     import cupy
     from lite.kernels import matvec_q8
     check_shape(rows, cols)
     device = cupy.cuda.runtime.getDevice()
-    warps, prefetch = cta or config(cols)
+    warps, prefetch = cta or config(rows, cols, _sms(device))
     names = (QUANTIZER, kernel_name(warps, prefetch))
     mod = _module(device, names, pdl.source_head())
     quant, mv = mod.get_function(names[0]), mod.get_function(names[1])

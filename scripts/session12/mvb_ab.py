@@ -50,7 +50,7 @@ def main():
         line.append(f"qx alone {time_graph(lambda i: pdl.call(q4, qg, (128,), (x, xq4, np.int32(cols)))):.2f}")
         line.append(f"qx+mv_iq2 {time_graph(lambda i: (pdl.call(q4, qg, (128,), (x, xq4, np.int32(cols))), pdl.call(mv4, (rows // 4,), (128,), args(i)))):.2f}")
         line.append(f"mv_iq2 {time_graph(lambda i: pdl.call(mv4, (rows // 4,), (128,), args(i))):.2f}")
-        for w, p, qn in ((8, 1, "qxe"), (8, 2, "qxe")):
+        for w, p, qn in ((8, 1, "qxe"), (8, 2, "qxe"), (8, 3, "qxe"), (4, 1, "qxe"), (4, 2, "qxe"), (4, 3, "qxe")):
             names = (matvec_q8.quantize_name("IQ3_XXS").replace("qx<", qn + "<"), matvec_mma.kernel_name(w, p))
             mod = matvec_mma._module(dev, names, pdl.source_head())
             quant, mv = mod.get_function(names[0]), mod.get_function(names[1])
