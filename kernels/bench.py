@@ -121,6 +121,12 @@ def _dequant_impls(qtype):
     return impls
 
 
+def default_types():
+    """Every type with a dequantize kernel, and the GPU layouts with only a matvec (IQ3_XXS_B16)."""
+    from lite.kernels.registry import matvec_types
+    return sorted(set(dequant_types()) | set(matvec_types()))
+
+
 def bench_kernels(types=None, shapes=None, numba_variants=True):
     """One dict per (type, shape, kernel): type, shape, kernel, us, gbps, pct_copy; plus a row
     kernel="copy" with the device copy bandwidth used for pct_copy."""
@@ -134,7 +140,7 @@ def bench_kernels(types=None, shapes=None, numba_variants=True):
     copy = max(copies.values())
     rows = [{"type": "-", "shape": "1 GiB", "kernel": k, "us": None, "gbps": g, "pct_copy": 100 * g / copy}
             for k, g in copies.items()]
-    types = [quant_info(t).name for t in (types or dequant_types())]
+    types = [quant_info(t).name for t in (types or default_types())]
     rng = cupy.random.default_rng(0)
     for qtype in types:
         info = quant_info(qtype)

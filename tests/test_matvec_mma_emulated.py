@@ -80,6 +80,14 @@ def test_mvb_quantizer_writes_what_qx_does(mma_lib):
     assert np.array_equal(a.view(np.uint32), b.view(np.uint32)) and np.any(a != 0)
 
 
+def test_kernel_table_takes_the_layout_by_default():
+    """`lite bench kernels` without types: every dequantize type and IQ3_XXS_B16 (a matvec only)."""
+    from lite.kernels import bench
+    from lite.kernels.registry import dequant_types
+    types = bench.default_types()
+    assert "IQ3_XXS_B16" in types and set(dequant_types()) <= set(types)
+
+
 def test_repack_refuses_ragged_shapes():
     with pytest.raises(ValueError, match="multiple of 16"):
         matvec_mma.repack(np.zeros(37 * 98, np.uint8), 37, 256)
