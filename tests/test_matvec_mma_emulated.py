@@ -128,3 +128,34 @@ def test_gpu_mvb_full_size():
         mv(records, cupy.asarray(x), out, rows, cols)
         err = np.abs(out.get().astype(np.float64) - ref)
         assert np.all(err <= 1e-3 * np.abs(ref) + 1e-5 * scale + quant_bound("IQ3_XXS", x, w))
+
+
+@pytest.fixture(scope="module")
+def dqb_lib():
+    from test_kernels_matvec_emulated import HOST_SHIMS
+    from test_matvec_q8_emulated import Q8_SHIMS
+
+    from lite.kernels import dequant_b16
+    wraps = ('extern "C" __global__ void dqb_f32(const unsigned char* w, float* out, int rows, int cols) '
+             '{ dqb<float>(w, out, rows, cols); }\n'
+             'extern "C" __global__ void dqb_f16(const unsigned char* w, unsigned short* out, int rows, int cols) '
+             '{ dqb<unsigned short>(w, out, rows, cols); }\n')
+    return emu.compile_kernels(HOST_SHIMS + Q8_SHIMS + "inline uint2 make_uint2(unsigned a, unsigned b) { return {a, b}; }\n"
+                               + dequant_b16.c_source() + wraps)
+
+
+@pytest.mark.parametrize("shape", [(16, 256), (32, 1280)], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_b16_dequantize_matches_gguf(dqb_lib, shape):
+    """kernels/dequant_b16.py over the repacked records: gguf-py's dequantize of the file's blocks,
+    exactly in fp32 and to fp16's rounding in fp16 (5 blocks a row: a CTA's last warps idle)."""
+    from lite.kernels import dequant_b16
+    rows, cols = shape
+    blocks = random_blocks("IQ3_XXS", rows * cols // 256, np.random.default_rng(rows + cols))
+    records = matvec_mma.repack(blocks, rows, cols)
+    ref = reference(blocks, "IQ3_XXS").astype(np.float32).reshape(rows, cols)
+    out = np.full((rows, cols), np.nan, np.float32)
+    dqb_lib.launch("dqb_f32", dequant_b16.grid(rows, cols), (128,), records, out, np.int32(rows), np.int32(cols))
+    assert np.array_equal(out, ref)
+    out16 = np.zeros((rows, cols), np.uint16)
+    dqb_lib.launch("dqb_f16", dequant_b16.grid(rows, cols), (128,), records, out16, np.int32(rows), np.int32(cols))
+    assert np.array_equal(out16.view(np.float16), ref.astype(np.float16))
