@@ -12,10 +12,9 @@ import functools
 
 import numpy as np
 
-from lite.kernels import iq_tables, matvec_mma
+from lite.kernels import matvec_mma
 
 C_DQB = r"""
-__device__ const unsigned LT_DQB_GRID[256] = {LT_DQB_GRID_VALUES};
 __device__ __forceinline__ void lt_dqb_store(float* o, float a, float b, float c, float d) {
     *(float4*)o = make_float4(a, b, c, d);
 }
@@ -57,7 +56,7 @@ __global__ void __launch_bounds__(128) dqb(const unsigned char* __restrict__ w, 
                 const float d = h2f((unsigned short)((k & 1) ? dd >> 16 : dd & 0xFFFFu));
                 const unsigned s4 = (((k & 1) ? sc.y : sc.x) >> (4 * c)) & 15u;
                 const float db = d * (0.5f + (float)s4) * 0.5f;
-                const unsigned gw = LT_DQB_GRID[idx];
+                const unsigned gw = IQ3XXS_GRID[idx];
                 float v[4];
                 #pragma unroll
                 for (int i = 0; i < 4; i++) {
@@ -71,9 +70,9 @@ __global__ void __launch_bounds__(128) dqb(const unsigned char* __restrict__ w, 
 
 
 def c_source():
-    g = iq_tables.grid_values("IQ3_XXS").astype(np.uint32)
-    grid = g[:, 0] | g[:, 1] << 8 | g[:, 2] << 16 | g[:, 3] << 24
-    return C_DQB.replace("LT_DQB_GRID_VALUES", ", ".join(f"{int(v)}u" for v in grid))
+    """C_DQB after the unsigned grid it reads (IQ3XXS_GRID, dequant_iq.c_grid_array)."""
+    from lite.kernels import dequant_iq
+    return dequant_iq.c_grid_array("IQ3XXS_GRID", "IQ3_XXS") + C_DQB
 
 
 def grid(rows, cols):

@@ -85,7 +85,6 @@ inline void lt_imma(int (&c)[4], unsigned a0, unsigned a1, unsigned a2, unsigned
 }
 #endif
 __device__ const unsigned LT_TAB4096[4096] __attribute__((aligned(16))) = {LT_TAB4096_VALUES};
-__device__ const unsigned LT_GRID[256] = {LT_GRID_VALUES};   // the unsigned grid words (bytes g)
 struct LtB16 { uint4 f[3]; uint2 sc; unsigned d; };   // a lane's part of a record
 __device__ __forceinline__ void lt_b16_load(LtB16& r, const unsigned char* rec, int lane) {
     #pragma unroll
@@ -124,7 +123,7 @@ __device__ __forceinline__ void lt_b16_block(const LtB16& r, int j, const unsign
         #pragma unroll
         for (int k = 0; k < 4; k++) {                     // the odd chunk: grid copy, signs by XOR
             const int n = 4 * cp + k;
-            const unsigned idx = k == 0 ? (iw & 255u) : k == 3 ? (iw >> 24) : ((iw >> (8 * k)) & 255u);
+            const unsigned idx = (iw >> (8 * k)) & 255u;
             m[k] = lt_topmask(lt_b16_word(r, 10 + (n >> 3)) << (7 - (n & 7)));
             a[k] = *(const unsigned*)(gb + idx * 128) ^ m[k];
         }
@@ -167,7 +166,7 @@ __global__ void __launch_bounds__(32 * W, 2) mvb(const unsigned char* __restrict
         for (int k = 0; k < (1024 + 32 * W - 1) / (32 * W); k++)
             if (threadIdx.x + k * 32 * W < 1024) t[k] = __ldg((const uint4*)LT_TAB4096 + threadIdx.x + k * 32 * W);
         #pragma unroll
-        for (int k = 0; k < GK; k++) g[k] = threadIdx.x + k * 32 * W < 256 ? __ldg(LT_GRID + threadIdx.x + k * 32 * W) : 0u;
+        for (int k = 0; k < GK; k++) g[k] = threadIdx.x + k * 32 * W < 256 ? __ldg(IQ3XXS_GRID + threadIdx.x + k * 32 * W) : 0u;
         #pragma unroll
         for (int k = 0; k < (1024 + 32 * W - 1) / (32 * W); k++)
             if (threadIdx.x + k * 32 * W < 1024) tab[threadIdx.x + k * 32 * W] = t[k];
@@ -232,11 +231,9 @@ def table_words():
 
 
 def c_source():
-    """C_MMA with its tables (after matvec_q8's IQ3_XXS text, which holds qx, lt_q8w and lt_topmask)."""
-    g = iq_tables.grid_values("IQ3_XXS").astype(np.uint32)
-    grid = g[:, 0] | g[:, 1] << 8 | g[:, 2] << 16 | g[:, 3] << 24
-    return C_HALVES + C_MMA.replace("LT_TAB4096_VALUES", ", ".join(f"{int(v)}u" for v in table_words())).replace(
-        "LT_GRID_VALUES", ", ".join(f"{int(v)}u" for v in grid))
+    """C_MMA with its table (after matvec_q8's IQ3_XXS text, which holds qx, lt_q8w, lt_topmask and the
+    unsigned grid IQ3XXS_GRID)."""
+    return C_HALVES + C_MMA.replace("LT_TAB4096_VALUES", ", ".join(f"{int(v)}u" for v in table_words()))
 
 
 def nbytes(rows, cols):
