@@ -92,14 +92,16 @@ def quant_bound(qt, x, w):
     return e @ np.abs(w).T
 
 
-def assert_product_matches(lib, name, grid, stored, blocks, qt, x, rows, cols, threads=128, raw_x=False):
+def assert_product_matches(lib, name, grid, stored, blocks, qt, x, rows, cols, threads=128, raw_x=False, xq=None):
     """Launch kernel `name` over `stored` (blocks, or their regrouped bytes) and qt's quantized x (x
-    itself if raw_x: the kernel quantizes it); its product within 1e-3 of float64 (gguf-py's
-    dequantize of `blocks`) plus the fp32 tolerance and the x quantization's bound."""
+    itself if raw_x: the kernel quantizes it; xq if given: x quantized by the caller); its product within
+    1e-3 of float64 (gguf-py's dequantize of `blocks`) plus the fp32 tolerance and the x quantization's
+    bound."""
     w = reference(blocks, qt).astype(np.float64).reshape(rows, cols)
     ref, scale = x.astype(np.float64) @ w.T, np.abs(x).astype(np.float64) @ np.abs(w).T
     out = np.full((x.shape[0], rows), np.nan, np.float32)
-    lib.launch(name, grid, (threads,), stored, x if raw_x else _quantize(lib, qt, x), out, np.int32(rows), np.int32(cols))
+    xin = xq if xq is not None else x if raw_x else _quantize(lib, qt, x)
+    lib.launch(name, grid, (threads,), stored, xin, out, np.int32(rows), np.int32(cols))
     err = np.abs(out.astype(np.float64) - ref)
     assert np.all(err <= 1e-3 * np.abs(ref) + 1e-5 * scale + quant_bound(qt, x, w)), np.max(err / (np.abs(ref) + 1e-30))
 
