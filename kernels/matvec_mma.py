@@ -36,15 +36,18 @@ from lite.kernels.registry import array_module, register_matvec
 
 NAME = "IQ3_XXS_B16"
 RECORD = 1632                 # bytes a band of 16 rows and block of 256 columns
-# mvb<W, P>: warps a CTA and blocks a warp has loaded ahead. Session 12, calls 22 and 24, after qxe:
-# 4096x14336 (256 bands) (8, 2) 10.9-11.0 us, (8, 1) 11.1-11.3, (8, 3) 11.8, (4, 2) 12.8; 4096x4096 (8, 1)
-# 4.6, (8, 2) 4.8, (4, 2) 5.1; 14336x4096 (896 bands) (4, 2) 12.8, (4, 1) 13.7, (8, 1) / (8, 2) 15.0-15.1
-# (mv_iq2 after qx 14.4-14.6). 8 warps keep 2 CTAs an SM (~110 registers); 4 warps 4: where the bands pass
+# mvb<W, P, S>: warps a CTA, blocks a warp has loaded ahead in registers and blocks it stages in shared
+# memory (both requested before the PDL wait). Session 12, calls 22 and 24, after qxe (S = 0, x in qx's
+# records): 4096x14336 (256 bands) (8, 2) 10.9-11.0 us, (8, 1) 11.1-11.3, (8, 3) 11.8, (4, 2) 12.8; 4096x4096
+# (8, 1) 4.6, (8, 2) 4.8, (4, 2) 5.1; 14336x4096 (896 bands) (4, 2) 12.8, (4, 1) 13.7, (8, *) 15.0-15.1.
+# Session 13 (x in layout 18), call 6: 4096x14336 (8, 1) 9.91, (8, 2) 10.25; 14336x4096 (4, 2) 11.78;
+# 4096x4096 (8, 1) 4.27. 8 warps keep 2 CTAs an SM (~95-115 registers); 4 warps 4: where the bands pass
 # 2 an SM, the smaller CTAs fill the rounds.
 def config(rows, cols, sms):
     if rows // 16 > 2 * sms:
-        return (4, 2)
-    return (8, 2) if cols >= 32 * 256 else (8, 1)
+        return (4, 2, 0)
+    return (8, 1, 0)
+
 
 C_MMA = r"""
 #ifdef __CUDA_ARCH__
@@ -92,6 +95,12 @@ __device__ __forceinline__ void lt_b16_load(LtB16& r, const unsigned char* rec, 
     r.sc = __ldg((const uint2*)(rec + 1536) + (lane >> 2));
     r.d = __ldg((const unsigned*)(rec + 1600) + (lane >> 2));
 }
+__device__ __forceinline__ void lt_b16_load_shared(LtB16& r, const unsigned char* rec, int lane) {   // a staged record
+    #pragma unroll
+    for (int p = 0; p < 3; p++) r.f[p] = ((const uint4*)(rec + 512 * p))[lane];
+    r.sc = ((const uint2*)(rec + 1536))[lane >> 2];
+    r.d = ((const unsigned*)(rec + 1600))[lane >> 2];
+}
 __device__ __forceinline__ unsigned lt_b16_word(const LtB16& r, int i) {
     const uint4 v = r.f[i >> 2];
     return (i & 3) == 0 ? v.x : (i & 3) == 1 ? v.y : (i & 3) == 2 ? v.z : v.w;
@@ -106,20 +115,13 @@ __device__ __forceinline__ unsigned lt_b16_off(const LtB16& r, int n) {
 __shared__ uint4 lt_b16_tab[1024];                        // LT_TAB4096; then (the products done) the warps' sums
 __shared__ uint4 lt_b16_grid32[2048];                     // entry e's copy l at word 32 e + l
 __device__ __forceinline__ unsigned lt_b16_tab_word(unsigned off) { return *(const unsigned*)((const unsigned char*)lt_b16_tab + off); }
-// x's words of chunk pair cp of a block lie at a fixed step from chunk pair 0's in both record layouts
-// (layout 0: 20 words a chunk; layout 1: a word a chunk in each float4 of the block's 8 records).
-#define LT_B16_XSTEP (LT_Q8_LAYOUT20 ? 8 : 40)
 // One block of 256 columns of a band: 4 chunk pairs, each the even chunk's mma through the signed table
 // and the odd chunk's two through the grid's copies, then the pair's tail into acc0 / acc1 (rows g, g + 8).
-// A lane's x for a block: its x word and its run's d in each chunk pair's records (LtX::load from xb / db,
-// the words of chunk pair 0).
+// LtX: a lane's x for the block, its x word and its run's d in each chunk pair (qxe<TIQ3_XXS, 18>'s
+// records, kernels/matvec_q8.py lt_q8w: 144 words a block, a lane's 4 words and 4 d in 16 bytes each).
 struct LtX {
     unsigned v[4], d[4];
-    __device__ __forceinline__ void load(const unsigned* xb, const unsigned* db) {
-        #pragma unroll
-        for (int cp = 0; cp < 4; cp++) { v[cp] = __ldg(xb + LT_B16_XSTEP * cp); d[cp] = __ldg(db + LT_B16_XSTEP * cp); }
-    }
-    __device__ __forceinline__ void load18(const unsigned* xj, int lane) {   // RW = 18: 2 loads of 16 bytes
+    __device__ __forceinline__ void load(const unsigned* xj, int lane) {
         const uint4 a = __ldg((const uint4*)xj + lane), b = __ldg((const uint4*)(xj + 128) + (lane & 3));
         v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; d[0] = b.x; d[1] = b.y; d[2] = b.z; d[3] = b.w;
     }
@@ -157,16 +159,16 @@ __device__ __forceinline__ void lt_b16_block(const LtB16& r, const LtX& x, int l
     acc0 = fmaf(lt_h2f_lo(r.d), blk0, acc0);
     acc1 = fmaf(lt_h2f_hi(r.d), blk1, acc1);
 }
-// mvb<W, P, B>: a CTA of W warps takes B bands (B = 1: a band), their blocks one after another as one
-// sequence of records; warp w takes items w, w + W, ..., P of them loaded ahead (the first before the PDL
-// wait); out = x W^T for one row of x, quantized by qx<TIQ3_XXS, 20> (xq). Of each chunk pair, the even
-// chunk's words come from the signed table (4096 words: 3.5-way bank conflicts, Nsight: L1 the wall),
-// the odd chunk's from the unsigned grid's 32 copies, lane l's in bank l, its signs put on by XOR with
-// byte masks (g ^ m: g or -g - 1) and taken back by a second mma of the masks against -x (session 12,
-// call 18: 4096x14336 10.2 us against 11.1 with every word from the table). B > 1 (session 13): a grid of
-// bands / B CTAs, one CTA an SM, so that the next product's CTAs find room beside this one's and load
-// their tables and first blocks while it runs (B = 1 fills both of an SM's CTA slots).
-#ifdef LT_MVB_STAMPS   // session 13's timeline (scripts/session13/mvb_timeline.py): thread 0's globaltimer
+// mvb<W, P, S>: a CTA of W warps a band; warp w takes blocks w, w + W, ..., its first S staged in shared
+// memory by bulk copies and the rest through a ring of P blocks loaded ahead in registers: all S and the
+// ring's first P requested before the PDL wait, so that the weights stream in while the product before
+// (and the quantizer) end; out = x W^T for one row of x, quantized by qxe<TIQ3_XXS, 18> (xq). Of each
+// chunk pair, the even chunk's words come from the signed table (4096 words: 3.5-way bank conflicts,
+// Nsight: L1 the wall), the odd chunk's from the unsigned grid's 32 copies, lane l's in bank l, its signs
+// put on by XOR with byte masks (g ^ m: g or -g - 1) and taken back by a second mma of the masks against
+// -x (session 12, call 18: 4096x14336 10.2 us against 11.1 with every word from the table). Dynamic
+// shared memory: stage_bytes(W, S) (a barrier a warp, then the warps' S records each).
+#ifdef LT_MVB_STAMPS   // session 13's timeline (scripts/session13/mvb_bands.py): thread 0's globaltimer, its SM
 __device__ unsigned long long lt_mvb_stamps[64][4096][8];     // [launch][CTA][event]
 __device__ unsigned lt_mvb_count[4096];
 #define LT_STAMP(k) do { if (threadIdx.x == 0) { unsigned long long t_; \
@@ -175,58 +177,45 @@ __device__ unsigned lt_mvb_count[4096];
 #else
 #define LT_STAMP(k) do { } while (0)
 #endif
-// Registers: MB CTAs an SM (2: <= 128, 3: <= 80). B > 1 takes <= 120 (LT_MVB_MAXNREG, set by launch()), so
-// that the quantizer's CTA (4 warps of 24) finds room on an SM that holds this product's CTA and the next one's.
-#ifdef LT_MVB_MAXNREG
-#define LT_MVB_BOUNDS __maxnreg__(LT_MVB_MAXNREG)
-#else
-#define LT_MVB_BOUNDS __launch_bounds__(32 * W, MB)
-#endif
-template <int W, int P, int B, int XR = 0, int XL = 20, int MB = (W > 8 ? 1 : 2)>
-__global__ void LT_MVB_BOUNDS mvb(const unsigned char* __restrict__ w, const float* __restrict__ xq,
+template <int W, int P, int S>
+__global__ void __launch_bounds__(32 * W, 2) mvb(const unsigned char* __restrict__ w, const float* __restrict__ xq,
                                                  float* __restrict__ out, int rows, int cols) {
+    LT_DYN_SMEM(lt_b16_dyn);
     uint4* const tab = lt_b16_tab;
     uint4* const grid32 = lt_b16_grid32;
-    const int nblk = cols >> 8, band0 = blockIdx.x * B;
-    const int items = min(B, (rows >> 4) - band0) * nblk;   // this CTA's records
+    const int nblk = cols >> 8, band = blockIdx.x;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, q = lane & 3;
     const int half = lane >> 4, qh = q >> 1;             // half: B's columns 4-7 (chunk c + 1); qh: this lane's chunk
-    const unsigned char* base = w + (long long)band0 * nblk * 1632;
+    const int nk = (nblk - warp + W - 1) / W, ns = min(S, nk);   // this warp's blocks, of them staged
+    const unsigned char* base = w + (long long)band * nblk * 1632;
 #ifdef LT_MVB_STAMPS
     const unsigned stamp_n = threadIdx.x == 0 ? atomicAdd(&lt_mvb_count[blockIdx.x], 1u) : 0u;   // the launch
 #endif
     LT_STAMP(0);
+    unsigned long long* bar = (unsigned long long*)lt_b16_dyn + warp;
+    unsigned char* stage = lt_b16_dyn + (8 * W + 15) / 16 * 16 + warp * S * 1632;
+    if (S > 0 && lane == 0 && ns > 0) {                   // the staged blocks: one barrier a warp
+        lt_mbar_init(bar, 1);
+        lt_mbar_fence_init();
+        lt_mbar_expect(bar, ns * 1632);
+        for (int k = 0; k < ns; k++) lt_bulk_load(stage + k * 1632, base + (long long)(warp + k * W) * 1632, 1632, bar);
+    }
     LtB16 ring[P + 1];
     #pragma unroll
     for (int k = 0; k < P; k++)
-        if (warp + k * W < items) lt_b16_load(ring[k], base + (long long)(warp + k * W) * 1632, lane);
+        if (S + k < nk) lt_b16_load(ring[k], base + (long long)(warp + (S + k) * W) * 1632, lane);
     {   // the loads first (a load-store loop waits a load a store)
         uint4 t[(1024 + 32 * W - 1) / (32 * W)];
         constexpr int GK = (256 + 32 * W - 1) / (32 * W);   // grid entries a thread
         unsigned g[GK];
-#ifndef LT_MVB_TABCALC
         #pragma unroll
         for (int k = 0; k < (1024 + 32 * W - 1) / (32 * W); k++)
             if (threadIdx.x + k * 32 * W < 1024) t[k] = __ldg((const uint4*)LT_TAB4096 + threadIdx.x + k * 32 * W);
-#endif
         #pragma unroll
         for (int k = 0; k < GK; k++) g[k] = threadIdx.x + k * 32 * W < 256 ? __ldg(IQ3XXS_GRID + threadIdx.x + k * 32 * W) : 0u;
-#ifdef LT_MVB_TABCALC   // the signed table made from the grid words (no 16 KB read from L2 a CTA)
-        #pragma unroll
-        for (int k = 0; k < GK; k++) {
-            const unsigned e = threadIdx.x + k * 32 * W, gn = __vsub4(0u, g[k]);
-            if (e < 256)
-                #pragma unroll
-                for (int sg = 0; sg < 16; sg++) {             // entry e | sg << 8: byte i of -g where bit i of sg
-                    const unsigned m = (sg & 1 ? 0xFFu : 0u) | (sg & 2 ? 0xFF00u : 0u) | (sg & 4 ? 0xFF0000u : 0u) | (sg & 8 ? 0xFF000000u : 0u);
-                    ((unsigned*)tab)[sg * 256 + e] = (g[k] & ~m) | (gn & m);
-                }
-        }
-#else
         #pragma unroll
         for (int k = 0; k < (1024 + 32 * W - 1) / (32 * W); k++)
             if (threadIdx.x + k * 32 * W < 1024) tab[threadIdx.x + k * 32 * W] = t[k];
-#endif
         #pragma unroll
         for (int k = 0; k < GK; k++) {                    // 8 stores of 16 bytes an entry, lane l from store l % 8
             const unsigned e = threadIdx.x + k * 32 * W;
@@ -240,75 +229,43 @@ __global__ void LT_MVB_BOUNDS mvb(const unsigned char* __restrict__ w, const flo
     PDL_PROLOGUE();
     LT_STAMP(2);
     const unsigned* xw = (const unsigned*)xq;
-    // this lane's x word in a chunk's record (B's column gq % 4: hi_a, lo_a, hi_b, lo_b: words 0-3, 8-11,
-    // 4-7, 12-15 of the record) and which of b.x / b.y it fills; its run's d (word 16 or 18)
-    const int xword = ((gq & 1) << 3) + (((gq >> 1) & 1) << 2) + q, dword = 16 + 2 * (q & 1);
-    const unsigned m0 = (gq & 2) ? 0u : ~0u, m1 = ~m0, ma = half ? 0u : ~0u;
-    // XR = 1: x's words ride in the ring with the weights (loaded P blocks ahead, the first P after the wait)
-    LtX xr[XR ? P + 1 : 1];
-    auto xload = [&](LtX& t, int item) {
-        const int jb = B > 1 ? item % nblk : item;
-        if (XL == 18) t.load18(xw + 144 * jb, lane);
-        else t.load(xw + lt_q8w<20>(8 * jb + half, xword), xw + lt_q8w<20>(8 * jb + qh, dword));
-    };
-    if (XR) {
-        #pragma unroll
-        for (int k = 0; k < P; k++)
-            if (warp + k * W < items) xload(xr[k], warp + k * W);
+    const unsigned m0 = (gq & 2) ? 0u : ~0u, m1 = ~m0, ma = half ? 0u : ~0u;   // B's column gq % 4: hi_a, lo_a, hi_b, lo_b
+    float acc0 = 0.f, acc1 = 0.f;                         // rows g, g + 8
+    if (S > 0 && ns > 0) lt_mbar_wait(bar, 0);
+    for (int k = 0; k < ns; k++) {                        // the staged blocks
+        LtB16 r;
+        LtX x;
+        lt_b16_load_shared(r, stage + k * 1632, lane);
+        x.load(xw + 144 * (warp + k * W), lane);
+        lt_b16_block(r, x, lane, qh, m0, m1, ma, acc0, acc1);
     }
-    float acc0 = 0.f, acc1 = 0.f;                         // rows g, g + 8 of the band being summed
-    float done0[B], done1[B];                             // the sums of the CTA's bands (B > 1: by band)
-    #pragma unroll
-    for (int b = 0; b < B; b++) done0[b] = done1[b] = 0.f;
-    int cur = 0;                                          // the band acc0 / acc1 belong to
     // The ring turns by unrolling P + 1 blocks (slot u's block computed, slot (u + P) % (P + 1) loaded):
     // with copies between slots (session 12, call 21) each copy waited for the load just issued.
-    for (int j0 = warp; j0 < items; j0 += (P + 1) * W) {
+    for (int k0 = S; k0 < nk; k0 += P + 1) {
         #pragma unroll
         for (int u = 0; u <= P; u++) {
-            const int j = j0 + u * W;
-            if (j >= items) break;
-            if (j + P * W < items) {
-                lt_b16_load(ring[(u + P) % (P + 1)], base + (long long)(j + P * W) * 1632, lane);
-                if (XR) xload(xr[XR ? (u + P) % (P + 1) : 0], j + P * W);
-            }
-            if (B > 1) {                                  // a warp's items go through the bands in order
-                const int bj = j / nblk;
-                if (bj != cur) {
-                    #pragma unroll
-                    for (int b = 0; b < B; b++)
-                        if (b == cur) { done0[b] = acc0; done1[b] = acc1; }
-                    acc0 = acc1 = 0.f;
-                    cur = bj;
-                }
-            }
-            if (!XR) xload(xr[0], j);
-            lt_b16_block(ring[u], xr[XR ? u : 0], lane, qh, m0, m1, ma, acc0, acc1);
+            const int k = k0 + u;
+            if (k >= nk) break;
+            if (k + P < nk) lt_b16_load(ring[(u + P) % (P + 1)], base + (long long)(warp + (k + P) * W) * 1632, lane);
+            LtX x;
+            x.load(xw + 144 * (warp + k * W), lane);
+            lt_b16_block(ring[u], x, lane, qh, m0, m1, ma, acc0, acc1);
         }
     }
-    #pragma unroll
-    for (int b = 0; b < B; b++)
-        if (b == cur) { done0[b] = acc0; done1[b] = acc1; }
     LT_STAMP(3);
     #pragma unroll
-    for (int b = 0; b < B; b++)
-        #pragma unroll
-        for (int o = 1; o <= 2; o <<= 1) {                // the quad's (chunk, run) parts
-            done0[b] += __shfl_xor_sync(0xffffffffu, done0[b], o);
-            done1[b] += __shfl_xor_sync(0xffffffffu, done1[b], o);
-        }
-    __syncthreads();                                      // every lookup done: tab holds the sums now
-    float* red = (float*)tab;                             // [B][W][16]
-    if (q == 0) {
-        #pragma unroll
-        for (int b = 0; b < B; b++) { red[(b * W + warp) * 16 + gq] = done0[b]; red[(b * W + warp) * 16 + gq + 8] = done1[b]; }
+    for (int o = 1; o <= 2; o <<= 1) {                    // the quad's (chunk, run) parts
+        acc0 += __shfl_xor_sync(0xffffffffu, acc0, o);
+        acc1 += __shfl_xor_sync(0xffffffffu, acc1, o);
     }
+    __syncthreads();                                      // every lookup done: tab holds the sums now
+    float* red = (float*)tab;                             // [W][16]
+    if (q == 0) { red[warp * 16 + gq] = acc0; red[warp * 16 + gq + 8] = acc1; }
     __syncthreads();
-    if (threadIdx.x < 16 * B && threadIdx.x < items / nblk * 16) {
-        const int b = threadIdx.x >> 4, r = threadIdx.x & 15;
+    if (threadIdx.x < 16) {
         float s = 0.f;
-        for (int k = 0; k < W; k++) s += red[(b * W + k) * 16 + r];
-        out[(band0 + b) * 16 + r] = 0.25f * s;            // (2 sc + 1) / 4 = (0.5 + sc) / 2
+        for (int k = 0; k < W; k++) s += red[k * 16 + threadIdx.x];
+        out[band * 16 + threadIdx.x] = 0.25f * s;         // (2 sc + 1) / 4 = (0.5 + sc) / 2
     }
     LT_STAMP(4);
 }
@@ -330,8 +287,9 @@ def table_words():
 
 def c_source():
     """C_MMA with its table (after matvec_q8's IQ3_XXS text, which holds qx, lt_q8w, lt_topmask and the
-    unsigned grid IQ3XXS_GRID)."""
-    return C_HALVES + C_MMA.replace("LT_TAB4096_VALUES", ", ".join(f"{int(v)}u" for v in table_words()))
+    unsigned grid IQ3XXS_GRID), and the bulk copies' helpers."""
+    from lite.kernels import matvec_tma
+    return matvec_tma.C_BULK + C_HALVES + C_MMA.replace("LT_TAB4096_VALUES", ", ".join(f"{int(v)}u" for v in table_words()))
 
 
 def nbytes(rows, cols):
@@ -381,31 +339,30 @@ def repack(blocks, rows, cols):
     return xp.ascontiguousarray(xp.concatenate([planes, sc, dd], axis=2)).view(xp.uint8).reshape(-1)
 
 
-def kernel_name(warps, prefetch, bands=1, xring=0, xlayout=20, min_ctas=None):
-    mb = min_ctas or (1 if warps > 8 else 2)
-    return f"mvb<{warps}, {prefetch}, {bands}, {xring}, {xlayout}, {mb}>"
+def kernel_name(warps, prefetch, staged=0):
+    return f"mvb<{warps}, {prefetch}, {staged}>"
 
 
-def quantizer_name(xlayout=20):
-    """qxe with x's records in the layout mvb<.., xlayout> reads (kernels/matvec_q8.py lt_q8w: 20 qx's, 18
-    a block's words a lane)."""
-    return f"qxe<TIQ3_XXS, {xlayout}>"
+def stage_bytes(warps, staged):
+    """mvb<warps, .., staged>'s dynamic shared memory: a barrier a warp (16-byte aligned), then each warp's
+    staged records."""
+    return 0 if staged == 0 else (8 * warps + 15) // 16 * 16 + warps * staged * RECORD
 
 
 # The quantizer before mvb: qxe (kernels/matvec_q8.py), which lets mvb launch before it waits for the
 # product before it, so that mvb's first loads (before its PDL wait) meet that product's tail as they
-# do back to back. Session 12, 4096x14336, mvb alone / after qx / after qxe (qx + mv_iq2: 13.2 us): the
-# all-table form (calls 14-15) 11.1 / 13.5 / 12.3, half through the grid's copies (call 19) 10.2 / 12.3 /
-# 11.1, its ring turned by unrolling (call 22) 9.8 / 12.1 / 10.9. Quantizing x in mvb itself (each CTA
-# its share, then a grid barrier; call 23, commit 3340ce5) lost: 12.6 us, and 6.3 against 4.5 at 4096x4096.
-QUANTIZER = quantizer_name(20)
+# do back to back; its records in layout 18 (a block's words of a lane in 16 bytes: session 13, call 6).
+# Session 12, 4096x14336, mvb alone / after qx / after qxe (qx + mv_iq2: 13.2 us): the all-table form
+# (calls 14-15) 11.1 / 13.5 / 12.3, half through the grid's copies (call 19) 10.2 / 12.3 / 11.1, its ring
+# turned by unrolling (call 22) 9.8 / 12.1 / 10.9. Quantizing x in mvb itself (each CTA its share, then a
+# grid barrier; call 23, commit 3340ce5) lost: 12.6 us, and 6.3 against 4.5 at 4096x4096.
+QUANTIZER = "qxe<TIQ3_XXS, 18>"
 
 
-def module_head(bands, stamps=False, extra=""):
-    """The defines a module of mvb<.., bands> starts with: PDL's, the register cap of B > 1 and the
-    timeline's stamps (scripts/session13/mvb_bands.py), then `extra`."""
-    return (pdl.source_head() + ("#define LT_MVB_MAXNREG 120\n" if bands > 1 else "")
-            + ("#define LT_MVB_STAMPS\n" if stamps else "") + extra)
+def module_head(stamps=False, extra=""):
+    """The defines a module of mvb starts with: PDL's and the timeline's stamps (scripts/session13/), then
+    `extra`."""
+    return pdl.source_head() + ("#define LT_MVB_STAMPS\n" if stamps else "") + extra
 
 
 @functools.lru_cache(maxsize=None)
@@ -414,6 +371,17 @@ def _module(device, names, head):
     from lite.kernels import matvec_q8
     return cupy.RawModule(code=head + matvec_q8.c_source("IQ3_XXS") + c_source(), options=("--std=c++17",),
                           name_expressions=list(names))
+
+
+def function(mod, name):
+    """mod's kernel `name`, allowed the dynamic shared memory its staged blocks take (beside its 48 KB of
+    tables: two CTAs an SM need the largest carveout)."""
+    f = mod.get_function(name)
+    warps, _, staged = (int(v) for v in name[name.index("<") + 1:-1].split(","))
+    if staged and f.max_dynamic_shared_size_bytes < stage_bytes(warps, staged):
+        f.max_dynamic_shared_size_bytes = stage_bytes(warps, staged)
+        f.preferred_shared_memory_carveout = 100
+    return f
 
 
 @functools.lru_cache(maxsize=None)
@@ -426,26 +394,24 @@ def launch(records, x, out, rows, cols, stream=None, cta=None):
     """Enqueue out = x @ W.T for IQ3_XXS_B16 records (what repack made) on `stream` (CuPy; None: the
     current one): per row of x, QUANTIZER into a scratch buffer, then mvb (two launches under PDL, no
     host synchronization; meant to be captured into CUDA graphs). x (n, cols) float32, out (n, rows)
-    float32; cta: (warps, prefetch[, bands a CTA[, x in the ring[, x's layout[, CTAs an SM]]]]), default
-    config(rows, cols, the device's SMs)."""
+    float32; cta: (warps, prefetch, staged), default config(rows, cols, the device's SMs)."""
     import contextlib
 
     import cupy
     from lite.kernels import matvec_q8
     check_shape(rows, cols)
     device = cupy.cuda.runtime.getDevice()
-    cfg = tuple(cta or config(rows, cols, _sms(device)))
-    warps, prefetch, bands, xring, xlayout, min_ctas = cfg + (1, 0, 20, None)[len(cfg) - 2:]
-    names = (quantizer_name(xlayout), kernel_name(warps, prefetch, bands, xring, xlayout, min_ctas))
-    mod = _module(device, names, module_head(bands))
-    quant, mv = mod.get_function(names[0]), mod.get_function(names[1])
-    grid = (-(-rows // 16 // bands),)
+    warps, prefetch, staged = cta or config(rows, cols, _sms(device))
+    names = (QUANTIZER, kernel_name(warps, prefetch, staged))
+    mod = _module(device, names, module_head())
+    quant, mv = mod.get_function(names[0]), function(mod, names[1])
     with stream if stream is not None else contextlib.nullcontext():
         x = cupy.ascontiguousarray(x)
         xq = cupy.empty_like(x)
         for i in range(x.shape[0]):
             pdl.call(quant, matvec_q8.quantize_grid(1, cols), (128,), (x[i], xq[i], np.int32(cols)))
-            pdl.call(mv, grid, (32 * warps,), (records, xq[i], out[i], np.int32(rows), np.int32(cols)))
+            pdl.call(mv, (rows // 16,), (32 * warps,), (records, xq[i], out[i], np.int32(rows), np.int32(cols)),
+                     shared_mem=stage_bytes(warps, staged))
 
 
 @register_matvec(NAME)

@@ -14,21 +14,18 @@ from lite.kernels import matvec_mma, matvec_q8
 
 pytestmark = pytest.mark.skipif(not emu.available(), reason="needs g++ (C++20)")
 
-# (warps a CTA, blocks loaded ahead, bands a CTA, x in the ring, x's record layout)
-CONFIGS = [(8, 1, 1, 0, 20), (4, 2, 1, 0, 20), (2, 3, 1, 0, 20), (4, 2, 2, 0, 20), (2, 1, 3, 0, 20), (16, 2, 2, 0, 20),
-           (8, 1, 1, 1, 20), (4, 2, 2, 1, 20), (2, 3, 1, 1, 20), (8, 2, 1, 1, 18), (4, 1, 2, 0, 18), (2, 3, 3, 1, 18)]
+# (warps a CTA, blocks loaded ahead in registers, blocks staged in shared memory)
+CONFIGS = [(8, 1, 0), (4, 2, 0), (2, 3, 0), (8, 1, 4), (4, 2, 2), (2, 1, 3), (2, 3, 1)]
 
 
 @pytest.fixture(scope="module")
 def mma_lib():
-    wraps = "".join(f'extern "C" __global__ void mvb_{w}_{p}_{b}_{r}_{xl}({ARGS}) {{ mvb<{w}, {p}, {b}, {r}, {xl}>(w, x, out, rows, cols); }}\n'
-                    for w, p, b, r, xl in CONFIGS)
+    wraps = "".join(f'extern "C" __global__ void mvb_{w}_{p}_{s}({ARGS}) {{ mvb<{w}, {p}, {s}>(w, x, out, rows, cols); }}\n'
+                    for w, p, s in CONFIGS)
     wraps += ('extern "C" __global__ void emu_qx_IQ3_XXS(const float* x, float* xq, int cols) '
               f'{{ {matvec_q8.quantize_name("IQ3_XXS")}(x, xq, cols); }}\n')
     wraps += ('extern "C" __global__ void emu_qxe(const float* x, float* xq, int cols) '
               f'{{ {matvec_mma.QUANTIZER}(x, xq, cols); }}\n')
-    wraps += ('extern "C" __global__ void emu_qxe18(const float* x, float* xq, int cols) '
-              f'{{ {matvec_mma.quantizer_name(18)}(x, xq, cols); }}\n')
     return emu.compile_kernels(_iq3_source() + matvec_mma.c_source() + wraps)
 
 
@@ -74,24 +71,16 @@ def test_repack_holds_the_file_blocks_weights():
     assert np.array_equal(_decoded(records, rows, cols), w)
 
 
-def test_mvb_quantizer_writes_what_qx_does(mma_lib):
-    """launch() quantizes x with matvec_mma.QUANTIZER (qxe: the same records, only its PDL order differs)."""
-    x = _x(1, 1024, np.random.default_rng(2))
-    a, b = np.zeros_like(x), np.zeros_like(x)
-    mma_lib.launch("emu_qx_IQ3_XXS", matvec_q8.quantize_grid(1, 1024), (128,), x, a, np.int32(1024))
-    mma_lib.launch("emu_qxe", matvec_q8.quantize_grid(1, 1024), (128,), x, b, np.int32(1024))
-    assert np.array_equal(a.view(np.uint32), b.view(np.uint32)) and np.any(a != 0)
-
-
-def test_layout18_holds_qx_records_words(mma_lib):
-    """qxe<.., 18> (mvb's x a block's words a lane) writes qx's hi / lo words and d, each where mvb's lane
-    reads it: lane L = 4 (4 (c & 1) + 2 run + lo) + w, word 4 L + pair; d at 128 + 4 (2 (c & 1) + run) + pair."""
+def test_mvb_quantizer_writes_qx_records_words(mma_lib):
+    """matvec_mma.QUANTIZER (qxe<.., 18>: x a block's words a lane) writes qx's hi / lo words and d, each
+    where mvb's lane reads it: lane L = 4 (4 (c & 1) + 2 run + lo) + w, word 4 L + pair; d at
+    128 + 4 (2 (c & 1) + run) + pair."""
     cols = 1024
     x = _x(1, cols, np.random.default_rng(4))
     x[0, 32 * 5:32 * 5 + 16] = 0.0                         # a run of zeros (d = 0)
     a, b = np.zeros_like(x), np.zeros_like(x)
     mma_lib.launch("emu_qx_IQ3_XXS", matvec_q8.quantize_grid(1, cols), (128,), x, a, np.int32(cols))
-    mma_lib.launch("emu_qxe18", matvec_q8.quantize_grid(1, cols), (128,), x, b, np.int32(cols))
+    mma_lib.launch("emu_qxe", matvec_q8.quantize_grid(1, cols), (128,), x, b, np.int32(cols))
     rec = a.view(np.uint32).reshape(-1)[matvec_q8.record_words(cols // 32, 20, 0)].reshape(cols // 32, 20)
     got = b.view(np.uint32).reshape(-1)
     for c in range(cols // 32):
@@ -118,30 +107,27 @@ def test_repack_refuses_ragged_shapes():
 
 
 @pytest.mark.parametrize("shape", [(32, 512), (48, 768), (16, 2048), (32, 4096)], ids=lambda s: f"{s[0]}x{s[1]}")
-@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"w{c[0]}p{c[1]}b{c[2]}x{c[3]}l{c[4]}")
+@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"w{c[0]}p{c[1]}s{c[2]}")
 def test_mvb_matches_float64(mma_lib, cfg, shape):
     """Against float64 of gguf-py's dequantize of the file's blocks, within 1e-3 plus the x
-    quantization's bound; a CTA a band or several (a warp's items crossing from band to band, the last
-    CTA's bands fewer), x's words loaded with the block or in the ring, in qx's records or a block's words
-    a lane (layout 18); 768 columns: 3 blocks, warps with none or a last lone one."""
-    w, p, b, r, xl = cfg
+    quantization's bound; a CTA a band; 768 columns: 3 blocks, warps with none or a last lone one; 4096
+    columns: the ring turns."""
+    w, p, st = cfg
     rows, cols = shape
     rng = np.random.default_rng(rows + cols + w)
     blocks = random_blocks("IQ3_XXS", rows * cols // 256, rng)
     records = matvec_mma.repack(blocks, rows, cols)
     x = _x(1, cols, rng)
-    xq = None
-    if xl == 18:
-        xq = np.zeros_like(x)
-        mma_lib.launch("emu_qxe18", matvec_q8.quantize_grid(1, cols), (128,), x, xq, np.int32(cols))
-    assert_product_matches(mma_lib, f"mvb_{w}_{p}_{b}_{r}_{xl}", (-(-rows // 16 // b),), records, blocks, "IQ3_XXS", x, rows,
-                           cols, threads=32 * w, xq=xq)
+    xq = np.zeros_like(x)
+    mma_lib.launch("emu_qxe", matvec_q8.quantize_grid(1, cols), (128,), x, xq, np.int32(cols))
+    assert_product_matches(mma_lib, f"mvb_{w}_{p}_{st}", (rows // 16,), records, blocks, "IQ3_XXS", x, rows, cols,
+                           threads=32 * w, xq=xq)
 
 
 @pytest.mark.skipif(not _gpu(), reason="needs a CUDA GPU (the CUDA C text runs above under the emulator)")
 def test_gpu_mvb_full_size():
     """4096x14336, 14336x4096 and 2 rows of x at 64x2048 through the registry's IQ3_XXS_B16 matvec and
-    with 2 and 7 bands a CTA, the records repacked on the GPU: within 1e-3 of float64 plus the x quantization's bound."""
+    other CTA shapes, the records repacked on the GPU: within 1e-3 of float64 plus the x quantization's bound."""
     import cupy
     from test_matvec_q8_emulated import quant_bound
 
@@ -155,7 +141,7 @@ def test_gpu_mvb_full_size():
         ref, scale = x.astype(np.float64) @ w.T, np.abs(x).astype(np.float64) @ np.abs(w).T
         records = matvec_mma.repack(cupy.asarray(blocks), rows, cols)
         assert np.array_equal(records.get(), matvec_mma.repack(blocks, rows, cols))
-        for cta in (None, (8, 2, 2), (8, 1, 7)):       # the registry's launch; several bands a CTA
+        for cta in (None, (8, 1, 4), (4, 2, 2)):             # the registry's launch; other CTA shapes
             out = cupy.full((n, rows), np.nan, cupy.float32)
             if cta is None:
                 mv(records, cupy.asarray(x), out, rows, cols)
