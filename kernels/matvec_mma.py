@@ -45,8 +45,8 @@ RECORD = 1632                 # bytes a band of 16 rows and block of 256 columns
 # 2 an SM, the smaller CTAs fill the rounds.
 def config(rows, cols, sms):
     if rows // 16 > 2 * sms:
-        return (4, 2, 0)
-    return (8, 1, 0)
+        return (4, 2)
+    return (8, 1)
 
 
 C_MMA = r"""
@@ -95,12 +95,6 @@ __device__ __forceinline__ void lt_b16_load(LtB16& r, const unsigned char* rec, 
     r.sc = __ldg((const uint2*)(rec + 1536) + (lane >> 2));
     r.d = __ldg((const unsigned*)(rec + 1600) + (lane >> 2));
 }
-__device__ __forceinline__ void lt_b16_load_shared(LtB16& r, const unsigned char* rec, int lane) {   // a staged record
-    #pragma unroll
-    for (int p = 0; p < 3; p++) r.f[p] = ((const uint4*)(rec + 512 * p))[lane];
-    r.sc = ((const uint2*)(rec + 1536))[lane >> 2];
-    r.d = ((const unsigned*)(rec + 1600))[lane >> 2];
-}
 __device__ __forceinline__ unsigned lt_b16_word(const LtB16& r, int i) {
     const uint4 v = r.f[i >> 2];
     return (i & 3) == 0 ? v.x : (i & 3) == 1 ? v.y : (i & 3) == 2 ? v.z : v.w;
@@ -111,7 +105,10 @@ __device__ __forceinline__ unsigned lt_b16_off(const LtB16& r, int n) {
     if (sh > 20) return __funnelshift_r(lt_b16_word(r, wi), lt_b16_word(r, wi + 1), sh - 2) & 0x3FFCu;
     return (sh >= 2 ? lt_b16_word(r, wi) >> (sh - 2) : lt_b16_word(r, wi) << (2 - sh)) & 0x3FFCu;
 }
-// The tables (at file scope: lt_b16_block reads them without pointers passed in).
+// The tables, at file scope (through pointers passed in, the compiler added a shared window base to each
+// x address as well). Session 13, call 9: the signed table 16 KB aligned in dynamic shared memory, so that
+// a lookup's address is one LOP3 (255 instructions a block against 272), lost (4096x14336 after qxe 10.32
+// against 9.99 us; 64 KB a CTA: 3 CTAs an SM of 4 warps, 14336x4096 14.2 against 11.6).
 __shared__ uint4 lt_b16_tab[1024];                        // LT_TAB4096; then (the products done) the warps' sums
 __shared__ uint4 lt_b16_grid32[2048];                     // entry e's copy l at word 32 e + l
 __device__ __forceinline__ unsigned lt_b16_tab_word(unsigned off) { return *(const unsigned*)((const unsigned char*)lt_b16_tab + off); }
@@ -159,15 +156,12 @@ __device__ __forceinline__ void lt_b16_block(const LtB16& r, const LtX& x, int l
     acc0 = fmaf(lt_h2f_lo(r.d), blk0, acc0);
     acc1 = fmaf(lt_h2f_hi(r.d), blk1, acc1);
 }
-// mvb<W, P, S>: a CTA of W warps a band; warp w takes blocks w, w + W, ..., its first S staged in shared
-// memory by bulk copies and the rest through a ring of P blocks loaded ahead in registers: all S and the
-// ring's first P requested before the PDL wait, so that the weights stream in while the product before
-// (and the quantizer) end; out = x W^T for one row of x, quantized by qxe<TIQ3_XXS, 18> (xq). Of each
-// chunk pair, the even chunk's words come from the signed table (4096 words: 3.5-way bank conflicts,
-// Nsight: L1 the wall), the odd chunk's from the unsigned grid's 32 copies, lane l's in bank l, its signs
-// put on by XOR with byte masks (g ^ m: g or -g - 1) and taken back by a second mma of the masks against
-// -x (session 12, call 18: 4096x14336 10.2 us against 11.1 with every word from the table). Dynamic
-// shared memory: stage_bytes(W, S) (a barrier a warp, then the warps' S records each).
+// mvb<W, P>: a CTA of W warps a band; warp w takes blocks w, w + W, ..., P of them loaded ahead (the first
+// before the PDL wait); out = x W^T for one row of x, quantized by qxe<TIQ3_XXS, 18> (xq). Of each chunk
+// pair, the even chunk's words come from the signed table (4096 words: 3.5-way bank conflicts, Nsight: L1
+// the wall), the odd chunk's from the unsigned grid's 32 copies, lane l's in bank l, its signs put on by
+// XOR with byte masks (g ^ m: g or -g - 1) and taken back by a second mma of the masks against -x
+// (session 12, call 18: 4096x14336 10.2 us against 11.1 with every word from the table).
 #ifdef LT_MVB_STAMPS   // session 13's timeline (scripts/session13/mvb_bands.py): thread 0's globaltimer, its SM
 __device__ unsigned long long lt_mvb_stamps[64][4096][8];     // [launch][CTA][event]
 __device__ unsigned lt_mvb_count[4096];
@@ -177,33 +171,23 @@ __device__ unsigned lt_mvb_count[4096];
 #else
 #define LT_STAMP(k) do { } while (0)
 #endif
-template <int W, int P, int S>
+template <int W, int P>
 __global__ void __launch_bounds__(32 * W, 2) mvb(const unsigned char* __restrict__ w, const float* __restrict__ xq,
                                                  float* __restrict__ out, int rows, int cols) {
-    LT_DYN_SMEM(lt_b16_dyn);
     uint4* const tab = lt_b16_tab;
     uint4* const grid32 = lt_b16_grid32;
     const int nblk = cols >> 8, band = blockIdx.x;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, q = lane & 3;
     const int half = lane >> 4, qh = q >> 1;             // half: B's columns 4-7 (chunk c + 1); qh: this lane's chunk
-    const int nk = (nblk - warp + W - 1) / W, ns = min(S, nk);   // this warp's blocks, of them staged
     const unsigned char* base = w + (long long)band * nblk * 1632;
 #ifdef LT_MVB_STAMPS
     const unsigned stamp_n = threadIdx.x == 0 ? atomicAdd(&lt_mvb_count[blockIdx.x], 1u) : 0u;   // the launch
 #endif
     LT_STAMP(0);
-    unsigned long long* bar = (unsigned long long*)lt_b16_dyn + warp;
-    unsigned char* stage = lt_b16_dyn + (8 * W + 15) / 16 * 16 + warp * S * 1632;
-    if (S > 0 && lane == 0 && ns > 0) {                   // the staged blocks: one barrier a warp
-        lt_mbar_init(bar, 1);
-        lt_mbar_fence_init();
-        lt_mbar_expect(bar, ns * 1632);
-        for (int k = 0; k < ns; k++) lt_bulk_load(stage + k * 1632, base + (long long)(warp + k * W) * 1632, 1632, bar);
-    }
     LtB16 ring[P + 1];
     #pragma unroll
     for (int k = 0; k < P; k++)
-        if (S + k < nk) lt_b16_load(ring[k], base + (long long)(warp + (S + k) * W) * 1632, lane);
+        if (warp + k * W < nblk) lt_b16_load(ring[k], base + (long long)(warp + k * W) * 1632, lane);
     {   // the loads first (a load-store loop waits a load a store)
         uint4 t[(1024 + 32 * W - 1) / (32 * W)];
         constexpr int GK = (256 + 32 * W - 1) / (32 * W);   // grid entries a thread
@@ -231,24 +215,16 @@ __global__ void __launch_bounds__(32 * W, 2) mvb(const unsigned char* __restrict
     const unsigned* xw = (const unsigned*)xq;
     const unsigned m0 = (gq & 2) ? 0u : ~0u, m1 = ~m0, ma = half ? 0u : ~0u;   // B's column gq % 4: hi_a, lo_a, hi_b, lo_b
     float acc0 = 0.f, acc1 = 0.f;                         // rows g, g + 8
-    if (S > 0 && ns > 0) lt_mbar_wait(bar, 0);
-    for (int k = 0; k < ns; k++) {                        // the staged blocks
-        LtB16 r;
-        LtX x;
-        lt_b16_load_shared(r, stage + k * 1632, lane);
-        x.load(xw + 144 * (warp + k * W), lane);
-        lt_b16_block(r, x, lane, qh, m0, m1, ma, acc0, acc1);
-    }
     // The ring turns by unrolling P + 1 blocks (slot u's block computed, slot (u + P) % (P + 1) loaded):
     // with copies between slots (session 12, call 21) each copy waited for the load just issued.
-    for (int k0 = S; k0 < nk; k0 += P + 1) {
+    for (int j0 = warp; j0 < nblk; j0 += (P + 1) * W) {
         #pragma unroll
         for (int u = 0; u <= P; u++) {
-            const int k = k0 + u;
-            if (k >= nk) break;
-            if (k + P < nk) lt_b16_load(ring[(u + P) % (P + 1)], base + (long long)(warp + (k + P) * W) * 1632, lane);
+            const int j = j0 + u * W;
+            if (j >= nblk) break;
+            if (j + P * W < nblk) lt_b16_load(ring[(u + P) % (P + 1)], base + (long long)(j + P * W) * 1632, lane);
             LtX x;
-            x.load(xw + 144 * (warp + k * W), lane);
+            x.load(xw + 144 * j, lane);
             lt_b16_block(ring[u], x, lane, qh, m0, m1, ma, acc0, acc1);
         }
     }
@@ -287,9 +263,8 @@ def table_words():
 
 def c_source():
     """C_MMA with its table (after matvec_q8's IQ3_XXS text, which holds qx, lt_q8w, lt_topmask and the
-    unsigned grid IQ3XXS_GRID), and the bulk copies' helpers."""
-    from lite.kernels import matvec_tma
-    return matvec_tma.C_BULK + C_HALVES + C_MMA.replace("LT_TAB4096_VALUES", ", ".join(f"{int(v)}u" for v in table_words()))
+    unsigned grid IQ3XXS_GRID)."""
+    return C_HALVES + C_MMA.replace("LT_TAB4096_VALUES", ", ".join(f"{int(v)}u" for v in table_words()))
 
 
 def nbytes(rows, cols):
@@ -339,14 +314,8 @@ def repack(blocks, rows, cols):
     return xp.ascontiguousarray(xp.concatenate([planes, sc, dd], axis=2)).view(xp.uint8).reshape(-1)
 
 
-def kernel_name(warps, prefetch, staged=0):
-    return f"mvb<{warps}, {prefetch}, {staged}>"
-
-
-def stage_bytes(warps, staged):
-    """mvb<warps, .., staged>'s dynamic shared memory: a barrier a warp (16-byte aligned), then each warp's
-    staged records."""
-    return 0 if staged == 0 else (8 * warps + 15) // 16 * 16 + warps * staged * RECORD
+def kernel_name(warps, prefetch):
+    return f"mvb<{warps}, {prefetch}>"
 
 
 # The quantizer before mvb: qxe (kernels/matvec_q8.py), which lets mvb launch before it waits for the
@@ -373,17 +342,6 @@ def _module(device, names, head):
                           name_expressions=list(names))
 
 
-def function(mod, name):
-    """mod's kernel `name`, allowed the dynamic shared memory its staged blocks take (beside its 48 KB of
-    tables: two CTAs an SM need the largest carveout)."""
-    f = mod.get_function(name)
-    warps, _, staged = (int(v) for v in name[name.index("<") + 1:-1].split(","))
-    if staged and f.max_dynamic_shared_size_bytes < stage_bytes(warps, staged):
-        f.max_dynamic_shared_size_bytes = stage_bytes(warps, staged)
-        f.preferred_shared_memory_carveout = 100
-    return f
-
-
 @functools.lru_cache(maxsize=None)
 def _sms(device):
     import cupy
@@ -394,24 +352,23 @@ def launch(records, x, out, rows, cols, stream=None, cta=None):
     """Enqueue out = x @ W.T for IQ3_XXS_B16 records (what repack made) on `stream` (CuPy; None: the
     current one): per row of x, QUANTIZER into a scratch buffer, then mvb (two launches under PDL, no
     host synchronization; meant to be captured into CUDA graphs). x (n, cols) float32, out (n, rows)
-    float32; cta: (warps, prefetch, staged), default config(rows, cols, the device's SMs)."""
+    float32; cta: (warps, prefetch), default config(rows, cols, the device's SMs)."""
     import contextlib
 
     import cupy
     from lite.kernels import matvec_q8
     check_shape(rows, cols)
     device = cupy.cuda.runtime.getDevice()
-    warps, prefetch, staged = cta or config(rows, cols, _sms(device))
-    names = (QUANTIZER, kernel_name(warps, prefetch, staged))
+    warps, prefetch = cta or config(rows, cols, _sms(device))
+    names = (QUANTIZER, kernel_name(warps, prefetch))
     mod = _module(device, names, module_head())
-    quant, mv = mod.get_function(names[0]), function(mod, names[1])
+    quant, mv = mod.get_function(names[0]), mod.get_function(names[1])
     with stream if stream is not None else contextlib.nullcontext():
         x = cupy.ascontiguousarray(x)
         xq = cupy.empty_like(x)
         for i in range(x.shape[0]):
             pdl.call(quant, matvec_q8.quantize_grid(1, cols), (128,), (x[i], xq[i], np.int32(cols)))
-            pdl.call(mv, (rows // 16,), (32 * warps,), (records, xq[i], out[i], np.int32(rows), np.int32(cols)),
-                     shared_mem=stage_bytes(warps, staged))
+            pdl.call(mv, (rows // 16,), (32 * warps,), (records, xq[i], out[i], np.int32(rows), np.int32(cols)))
 
 
 @register_matvec(NAME)

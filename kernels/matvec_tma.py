@@ -28,7 +28,7 @@ default modules' text is unchanged.
 """
 
 # The bulk copies (TMA `cp.async.bulk` onto an mbarrier) and dynamic shared memory, with their host
-# emulation: mvt's, and since session 13 mvb's staged blocks (kernels/matvec_mma.py).
+# emulation (mvt's; session 13's staged blocks of mvb used them too, commit 3244366: they lost).
 C_BULK = r"""
 #ifndef LT_BULK_HELPERS
 #define LT_BULK_HELPERS

@@ -5,6 +5,9 @@ past the L2; each figure the median of 7 replays of 40 launches), the runs inter
     python3 scripts/session13/mvb_ab13.py [extra defines for the new module, e.g. LT_MVB_X=1]
 
 Variants beside session 12's config (W, P) for the shape: (W, P, x in the ring, x's layout, CTAs an SM) as VARIANTS.
+
+Ran at commit 1dc5554 (mvb's template then took bands, x's ring, x's layout, CTAs an SM; the
+kernel has since lost those knobs).
 """
 import importlib.util
 import sys

@@ -5,6 +5,9 @@ the timeline of 40 launches from each CTA's globaltimer stamps (LT_MVB_STAMPS): 
 past the PDL wait, products done, exit.
 
     python3 scripts/session13/mvb_bands.py [--stamps-only]
+
+Ran at commit 1dc5554 (mvb's template then took bands, x's ring, x's layout, CTAs an SM; the
+kernel has since lost those knobs).
 """
 import statistics
 import sys

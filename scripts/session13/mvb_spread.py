@@ -3,6 +3,9 @@
 of read from L2 (call 1: the fill takes 1.1 us, and the last CTAs to enter pass the PDL wait 1.2 us late).
 
     python3 scripts/session13/mvb_spread.py
+
+Ran at commit 1dc5554 (mvb's template then took bands, x's ring, x's layout, CTAs an SM; the
+kernel has since lost those knobs).
 """
 import sys
 from pathlib import Path

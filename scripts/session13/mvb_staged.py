@@ -5,6 +5,8 @@ launches, the variants interleaved); then the timeline of 40 launches after qxe 
 stamps (LT_MVB_STAMPS) for the variants named in TIMELINE.
 
     python3 scripts/session13/mvb_staged.py
+
+Ran at commit 3244366 (mvb<W, P, S>; S has since been removed).
 """
 import importlib.util
 import statistics

@@ -4,6 +4,9 @@ than its first (6.5 against 7.8-8.2 us median; the warp schedulers favour the ol
 SM's last band ends late; 16 warps of one CTA share the SM's 2 bands as one sequence of records.
 
     python3 scripts/session13/mvb_w16.py
+
+Ran at commit 1dc5554 (mvb's template then took bands, x's ring, x's layout, CTAs an SM; the
+kernel has since lost those knobs).
 """
 import sys
 from pathlib import Path
