@@ -112,13 +112,6 @@ __device__ __forceinline__ unsigned lt_b16_off(const LtB16& r, int n) {
 __shared__ uint4 lt_b16_tab[1024];                        // LT_TAB4096; then (the products done) the warps' sums
 __shared__ uint4 lt_b16_grid32[2048];                     // entry e's copy l at word 32 e + l
 __device__ __forceinline__ unsigned lt_b16_tab_word(unsigned off) { return *(const unsigned*)((const unsigned char*)lt_b16_tab + off); }
-#ifdef __CUDA_ARCH__
-__device__ __forceinline__ void lt_prefetch_l1(const void* p) { asm volatile("prefetch.global.L1 [%0];" :: "l"(p)); }
-__device__ __forceinline__ void lt_prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" :: "l"(p)); }
-#else
-inline void lt_prefetch_l1(const void*) {}
-inline void lt_prefetch_l2(const void*) {}
-#endif
 // One block of 256 columns of a band: 4 chunk pairs, each the even chunk's mma through the signed table
 // and the odd chunk's two through the grid's copies, then the pair's tail into acc0 / acc1 (rows g, g + 8).
 // LtX: a lane's x for the block, its x word and its run's d in each chunk pair (qxe<TIQ3_XXS, 18>'s
@@ -178,7 +171,7 @@ __device__ unsigned lt_mvb_count[4096];
 #else
 #define LT_STAMP(k) do { } while (0)
 #endif
-template <int W, int P, int XP = 0, int WP = 0>
+template <int W, int P>
 __global__ void __launch_bounds__(32 * W, 2) mvb(const unsigned char* __restrict__ w, const float* __restrict__ xq,
                                                  float* __restrict__ out, int rows, int cols) {
     uint4* const tab = lt_b16_tab;
@@ -230,9 +223,6 @@ __global__ void __launch_bounds__(32 * W, 2) mvb(const unsigned char* __restrict
             const int j = j0 + u * W;
             if (j >= nblk) break;
             if (j + P * W < nblk) lt_b16_load(ring[(u + P) % (P + 1)], base + (long long)(j + P * W) * 1632, lane);
-            if (XP && j + W < nblk) lt_prefetch_l1(xw + 144 * (j + W) + (lane < 18 ? 8 * lane : 0));   // the next block's x
-            if (WP && j + (P + WP) * W < nblk && lane < 13)                  // a block WP past the ring into L2
-                lt_prefetch_l2(base + (long long)(j + (P + WP) * W) * 1632 + 128 * lane);
             LtX x;
             x.load(xw + 144 * j, lane);
             lt_b16_block(ring[u], x, lane, qh, m0, m1, ma, acc0, acc1);
@@ -324,8 +314,8 @@ def repack(blocks, rows, cols):
     return xp.ascontiguousarray(xp.concatenate([planes, sc, dd], axis=2)).view(xp.uint8).reshape(-1)
 
 
-def kernel_name(warps, prefetch, x_l1=0, l2_ahead=0):
-    return f"mvb<{warps}, {prefetch}, {x_l1}, {l2_ahead}>"
+def kernel_name(warps, prefetch):
+    return f"mvb<{warps}, {prefetch}>"
 
 
 # The quantizer before mvb: qxe (kernels/matvec_q8.py), which lets mvb launch before it waits for the
