@@ -10,12 +10,14 @@ words (4 weights each) come from a 4096-word table of signed grid words by their
 index | the word's 4 signs: 2 instructions to the address and one LDS), the odd chunk's from the
 unsigned grid's 32 copies (lane l's in bank l: no bank conflicts) with the signs put on by XOR and
 taken back by a second mma (the table's lookups meet 3.5-way conflicts: Nsight found L1 the wall when
-every word went through it). x goes in as qx's records (hi and lo int8 a run of 16: B's columns hi_a,
+every word went through it). x goes in as qx's int8 parts (hi and lo a run of 16: B's columns hi_a,
 lo_a, hi_b, lo_b), the odd chunk's in columns 4-7 of the same accumulators, so that each lane of a
-quad ends with one (chunk, run)'s sums and one float tail serves the pair. H200, session 12
-(BENCHMARKS): kernel table (qxe + mvb) 4096x14336 11.1-11.3 us, 51-52% of copy-vec16, against
-IQ3_XXS_G4's 13.4-13.5 (43%); 14336x4096 12.8 / 14.5; 4096x4096 4.9 / 5.6. Alone (no quantizer launch
-before it) 9.8 us at 4096x14336 (59%).
+quad ends with one (chunk, run)'s sums and one float tail serves the pair; since session 13 in record
+layout 18 (kernels/matvec_q8.py lt_q8w: a lane's 4 words and 4 d of a block in two 16-byte loads, 8
+loads of 4 bytes before). H200 (BENCHMARKS), kernel table (qxe + mvb): session 13 4096x14336 10.3 us,
+56% of copy-vec16 (session 12: 11.1-11.3, 51-52%; IQ3_XXS_G4's mv_iq2 13.4-13.6, 42-43%); 14336x4096
+12.0-12.1 (12.8); 4096x4096 4.5-4.6 (4.9). Alone (no quantizer launch before it) 8.97 us at 4096x14336
+(session 12: 9.8).
 
 IQ3_XXS_B16: rows a multiple of 16, cols of 256. Band b (rows 16b..16b+15), block j (columns 256j..)
 is a record of 1632 bytes: [3 planes x 32 lanes x 16 bytes][8 x (scale word of row g, of row g + 8)]

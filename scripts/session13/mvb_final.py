@@ -1,6 +1,7 @@
 """Session 13: kernels/matvec_mma.py's mvb<W, P> (x in layout 18) against session 12's text
-(scripts/session13/matvec_mma_s12.py) and call 8's (scripts/session13/matvec_mma_c8.py, commit 3244366, at S = 0;
-call 9 ran this script with the signed table 16 KB aligned in dynamic shared memory instead, commit of call 9's note),
+(scripts/session13/matvec_mma_s12.py; call 10 ran this at 1b4a5e4 beside call 8's text too, commit 3244366's
+kernels/matvec_mma.py at S = 0, then a copy here; call 9 over a form never committed, the signed table 16 KB
+aligned in dynamic shared memory: BENCHMARKS, session 13),
 alone and after qxe, at the kernel table's shapes (captured graphs, weights rotated past the L2; each figure
 the lower of two medians of 7 replays of 40 launches, the variants interleaved); then the timeline of 40
 launches after qxe at 4096x14336 (LT_MVB_STAMPS).
@@ -29,7 +30,7 @@ def _load(name):
     return m
 
 
-old, c8 = _load("matvec_mma_s12"), _load("matvec_mma_c8")
+old = _load("matvec_mma_s12")
 
 VARIANTS = {(4096, 14336): ((8, 1), (8, 2)), (14336, 4096): ((4, 2), (4, 1)),
             (4096, 4096): ((8, 1),), (768, 2048): ((8, 1),), (6144, 4096): ((8, 1), (4, 2))}
@@ -68,9 +69,6 @@ def timings():
         m12 = old._module(dev, names, pdl.source_head())
         variants = [(f"s12 {c12}", m12.get_function(names[0]), m12.get_function(names[1]), c12[0])]
         for cfg in vs:
-            n8 = (c8.QUANTIZER, c8.kernel_name(cfg[0], cfg[1], 0))
-            m8 = c8._module(dev, n8, c8.module_head())
-            variants.append((f"call 8 {cfg + (0,)}", m8.get_function(n8[0]), m8.get_function(n8[1]), cfg[0]))
             _, q, mv = functions(cfg)
             variants.append((str(cfg), q, mv, cfg[0]))
         res, outs = {}, {}
