@@ -91,11 +91,41 @@ inline void lt_imma(int (&c)[4], unsigned a0, unsigned a1, unsigned a2, unsigned
 #endif
 __device__ const unsigned LT_TAB4096[4096] __attribute__((aligned(16))) = {LT_TAB4096_VALUES};
 struct LtB16 { uint4 f[3]; uint2 sc; unsigned d; };   // a lane's part of a record
-__device__ __forceinline__ void lt_b16_load(LtB16& r, const unsigned char* rec, int lane) {
+// The weights stream through L2 once a product: loaded with an evict-first policy (session 13), so that they
+// do not push out what the next kernels read (x, its records, the outputs, the KV cache).
+// LT_MVB_NO_EVICT_FIRST: plain loads (the A/B's baseline).
+#if defined(__CUDA_ARCH__) && !defined(LT_MVB_NO_EVICT_FIRST)
+struct LtStream {
+    unsigned long long pol;
+    __device__ __forceinline__ LtStream() { asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol)); }
+    __device__ __forceinline__ uint4 u4(const void* p) const {
+        uint4 v;
+        asm("ld.global.nc.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p), "l"(pol));
+        return v;
+    }
+    __device__ __forceinline__ uint2 u2(const void* p) const {
+        uint2 v;
+        asm("ld.global.nc.L2::cache_hint.v2.u32 {%0, %1}, [%2], %3;" : "=r"(v.x), "=r"(v.y) : "l"(p), "l"(pol));
+        return v;
+    }
+    __device__ __forceinline__ unsigned u1(const void* p) const {
+        unsigned v;
+        asm("ld.global.nc.L2::cache_hint.u32 %0, [%1], %2;" : "=r"(v) : "l"(p), "l"(pol));
+        return v;
+    }
+};
+#else
+struct LtStream {
+    __device__ __forceinline__ uint4 u4(const void* p) const { return __ldg((const uint4*)p); }
+    __device__ __forceinline__ uint2 u2(const void* p) const { return __ldg((const uint2*)p); }
+    __device__ __forceinline__ unsigned u1(const void* p) const { return __ldg((const unsigned*)p); }
+};
+#endif
+__device__ __forceinline__ void lt_b16_load(LtB16& r, const unsigned char* rec, int lane, const LtStream& ls) {
     #pragma unroll
-    for (int p = 0; p < 3; p++) r.f[p] = __ldg((const uint4*)(rec + 512 * p) + lane);
-    r.sc = __ldg((const uint2*)(rec + 1536) + (lane >> 2));
-    r.d = __ldg((const unsigned*)(rec + 1600) + (lane >> 2));
+    for (int p = 0; p < 3; p++) r.f[p] = ls.u4((const uint4*)(rec + 512 * p) + lane);
+    r.sc = ls.u2((const uint2*)(rec + 1536) + (lane >> 2));
+    r.d = ls.u1((const unsigned*)(rec + 1600) + (lane >> 2));
 }
 __device__ __forceinline__ unsigned lt_b16_word(const LtB16& r, int i) {
     const uint4 v = r.f[i >> 2];
@@ -186,10 +216,11 @@ __global__ void __launch_bounds__(32 * W, 2) mvb(const unsigned char* __restrict
     const unsigned stamp_n = threadIdx.x == 0 ? atomicAdd(&lt_mvb_count[blockIdx.x], 1u) : 0u;   // the launch
 #endif
     LT_STAMP(0);
+    const LtStream ls;
     LtB16 ring[P + 1];
     #pragma unroll
     for (int k = 0; k < P; k++)
-        if (warp + k * W < nblk) lt_b16_load(ring[k], base + (long long)(warp + k * W) * 1632, lane);
+        if (warp + k * W < nblk) lt_b16_load(ring[k], base + (long long)(warp + k * W) * 1632, lane, ls);
     {   // the loads first (a load-store loop waits a load a store)
         uint4 t[(1024 + 32 * W - 1) / (32 * W)];
         constexpr int GK = (256 + 32 * W - 1) / (32 * W);   // grid entries a thread
@@ -224,7 +255,7 @@ __global__ void __launch_bounds__(32 * W, 2) mvb(const unsigned char* __restrict
         for (int u = 0; u <= P; u++) {
             const int j = j0 + u * W;
             if (j >= nblk) break;
-            if (j + P * W < nblk) lt_b16_load(ring[(u + P) % (P + 1)], base + (long long)(j + P * W) * 1632, lane);
+            if (j + P * W < nblk) lt_b16_load(ring[(u + P) % (P + 1)], base + (long long)(j + P * W) * 1632, lane, ls);
             LtX x;
             x.load(xw + 144 * j, lane);
             lt_b16_block(ring[u], x, lane, qh, m0, m1, ma, acc0, acc1);

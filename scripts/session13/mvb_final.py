@@ -44,9 +44,9 @@ def setup(rows, cols):
         cp.asarray(np.random.default_rng(1).standard_normal((1, cols)).astype(np.float32))
 
 
-def functions(cfg, stamps=False):
+def functions(cfg, stamps=False, extra=""):
     names = (matvec_mma.QUANTIZER, matvec_mma.kernel_name(*cfg))
-    mod = matvec_mma._module(cp.cuda.runtime.getDevice(), names, matvec_mma.module_head(stamps))
+    mod = matvec_mma._module(cp.cuda.runtime.getDevice(), names, matvec_mma.module_head(stamps, extra))
     return mod, mod.get_function(names[0]), mod.get_function(names[1])
 
 
@@ -54,7 +54,7 @@ def runner(quant, mv, warps, recs, x, xq, out, rows, cols):
     def run(i, with_q):
         if with_q:
             pdl.call(quant, matvec_q8.quantize_grid(1, cols), (128,), (x, xq, np.int32(cols)))
-        pdl.call(mv, (rows // 16,), (32 * warps,), (recs[i % 4], xq, out, np.int32(rows), np.int32(cols)))
+        pdl.call(mv, (rows // 16,), (32 * warps,), (recs[i % len(recs)], xq, out, np.int32(rows), np.int32(cols)))
     return run
 
 
