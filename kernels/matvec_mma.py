@@ -194,7 +194,7 @@ __device__ __forceinline__ void lt_b16_block(const LtB16& r, const LtX& x, int l
 // the wall), the odd chunk's from the unsigned grid's 32 copies, lane l's in bank l, its signs put on by
 // XOR with byte masks (g ^ m: g or -g - 1) and taken back by a second mma of the masks against -x
 // (session 12, call 18: 4096x14336 10.2 us against 11.1 with every word from the table).
-#ifdef LT_MVB_STAMPS   // session 13's timeline (scripts/session13/mvb_bands.py): thread 0's globaltimer, its SM
+#ifdef LT_MVB_STAMPS   // session 13's timeline (scripts/session13/mvb_final.py --timeline): thread 0's globaltimer, its SM
 __device__ unsigned long long lt_mvb_stamps[64][4096][8];     // [launch][CTA][event]
 __device__ unsigned lt_mvb_count[4096];
 #define LT_STAMP(k) do { if (threadIdx.x == 0) { unsigned long long t_; \

@@ -27,11 +27,10 @@ Only in modules that name an `mvt<` kernel (matvec_q8._module, the sweep, the em
 default modules' text is unchanged.
 """
 
-# The bulk copies (TMA `cp.async.bulk` onto an mbarrier) and dynamic shared memory, with their host
-# emulation (mvt's; session 13's staged blocks of mvb used them too, commit 3244366: they lost).
-C_BULK = r"""
-#ifndef LT_BULK_HELPERS
-#define LT_BULK_HELPERS
+C_TMA = r"""
+#define LT_MAX_TRIPS 16   // mvt: trips of 128 chunks a row (cols up to 65536 for 256-value blocks)
+// Over any struct with a shared-memory load (T::load<true>: matvec_q8's integer structs, IQ3_XXS_G4's,
+// the K types'); a row's bytes a multiple of 16 (IQ3_XXS_G4: an even number of groups; Q4_K: any).
 #ifdef __CUDA_ARCH__
 __device__ __forceinline__ unsigned lt_sa(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
 __device__ __forceinline__ void lt_mbar_init(unsigned long long* b, unsigned n) {
@@ -80,18 +79,6 @@ inline void lt_mbar_wait(unsigned long long* b, unsigned) {
 }
 inline unsigned lt_clock_lo() { return 0; }
 #endif
-#ifdef __CUDA_ARCH__
-#define LT_DYN_SMEM(name) extern __shared__ __align__(16) unsigned char name[]
-#else   // the emulator runs one block at a time
-#define LT_DYN_SMEM(name) static unsigned char name[1 << 18]
-#endif
-#endif
-"""
-
-C_TMA = C_BULK + r"""
-#define LT_MAX_TRIPS 16   // mvt: trips of 128 chunks a row (cols up to 65536 for 256-value blocks)
-// Over any struct with a shared-memory load (T::load<true>: matvec_q8's integer structs, IQ3_XXS_G4's,
-// the K types'); a row's bytes a multiple of 16 (IQ3_XXS_G4: an even number of groups; Q4_K: any).
 // D = 3 (scripts/mvt_timeline.py): thread 0 of each team stamps event k (0 entry, 6 the copies issued,
 // 1 past the PDL wait, 2 + t trip t's data there (after trip t - 1's compute; trips 0-3), 7 the
 // compute done) into out as words (CTA b, team m: 32 b + 8 m + k), the product after them (out must
@@ -105,6 +92,11 @@ C_TMA = C_BULK + r"""
 // (lane l: rows l, l+32, ...), trip by trip. D (diagnostics, the sweep only): 1 = no copies and no
 // waits (the compute over whatever shared memory holds: what the compute alone takes); 2 = the copies
 // and the waits, no compute (what the bulk copies alone take).
+#ifdef __CUDA_ARCH__
+#define LT_DYN_SMEM(name) extern __shared__ __align__(16) unsigned char name[]
+#else   // the emulator runs one block at a time
+#define LT_DYN_SMEM(name) static unsigned char name[1 << 18]
+#endif
 // X: where x's records come from: 0 read from x (qx's output) as they are needed; 1 copied whole into
 // shared memory after the rows (then read from there); 2 quantized by the CTA itself from x's floats
 // into shared memory (x is then the float vector; Q, RW: qx's struct and record words), so that no qx
