@@ -14,10 +14,11 @@ every word went through it). x goes in as qx's int8 parts (hi and lo a run of 16
 lo_a, hi_b, lo_b), the odd chunk's in columns 4-7 of the same accumulators, so that each lane of a
 quad ends with one (chunk, run)'s sums and one float tail serves the pair; since session 13 in record
 layout 18 (kernels/matvec_q8.py lt_q8w: a lane's 4 words and 4 d of a block in two 16-byte loads, 8
-loads of 4 bytes before). H200 (BENCHMARKS), kernel table (qxe + mvb): session 13 4096x14336 10.3 us,
-56% of copy-vec16 (session 12: 11.1-11.3, 51-52%; IQ3_XXS_G4's mv_iq2 13.4-13.6, 42-43%); 14336x4096
-12.0-12.1 (12.8); 4096x4096 4.5-4.6 (4.9). Alone (no quantizer launch before it) 8.97 us at 4096x14336
-(session 12: 9.8).
+loads of 4 bytes before). H200 (BENCHMARKS), kernel table (qxe + mvb), session 13 call 14: 4096x14336
+9.9 us, 58% of copy-vec16 (IQ3_XXS_G4's mv_iq2 13.4, 43%); 14336x4096 11.5; 4096x4096 4.5. Session 12's
+11.1-11.3 us (51-52%) was timed in graphs of 11 launches (kernels/bench.py before session 13), whose
+overhead was ~0.4 us a launch (session 13: 10.3 us there). Alone (no quantizer launch before it) 8.97 us at
+4096x14336 (session 12's text in the same run: 9.82).
 
 IQ3_XXS_B16: rows a multiple of 16, cols of 256. Band b (rows 16b..16b+15), block j (columns 256j..)
 is a record of 1632 bytes: [3 planes x 32 lanes x 16 bytes][8 x (scale word of row g, of row g + 8)]
@@ -38,10 +39,10 @@ from lite.kernels.registry import array_module, register_matvec
 
 NAME = "IQ3_XXS_B16"
 RECORD = 1632                 # bytes a band of 16 rows and block of 256 columns
-# mvb<W, P, S>: warps a CTA, blocks a warp has loaded ahead in registers and blocks it stages in shared
-# memory (both requested before the PDL wait). Session 12, calls 22 and 24, after qxe (S = 0, x in qx's
-# records): 4096x14336 (256 bands) (8, 2) 10.9-11.0 us, (8, 1) 11.1-11.3, (8, 3) 11.8, (4, 2) 12.8; 4096x4096
-# (8, 1) 4.6, (8, 2) 4.8, (4, 2) 5.1; 14336x4096 (896 bands) (4, 2) 12.8, (4, 1) 13.7, (8, *) 15.0-15.1.
+# mvb<W, P>: warps a CTA and blocks a warp has loaded ahead (the first before the PDL wait). Session 12,
+# calls 22 and 24, after qxe (x in qx's layout-20 records): 4096x14336 (256 bands) (8, 2) 10.9-11.0 us,
+# (8, 1) 11.1-11.3, (8, 3) 11.8, (4, 2) 12.8; 4096x4096 (8, 1) 4.6, (8, 2) 4.8, (4, 2) 5.1; 14336x4096
+# (896 bands) (4, 2) 12.8, (4, 1) 13.7, (8, *) 15.0-15.1.
 # Session 13 (x in layout 18), call 6: 4096x14336 (8, 1) 9.91, (8, 2) 10.25; 14336x4096 (4, 2) 11.78;
 # 4096x4096 (8, 1) 4.27. 8 warps keep 2 CTAs an SM (~95-115 registers); 4 warps 4: where the bands pass
 # 2 an SM, the smaller CTAs fill the rounds.
