@@ -2,11 +2,12 @@
 (scripts/session13/matvec_mma_s12.py; call 10 ran this at 1b4a5e4 beside call 8's text too, commit 3244366's
 kernels/matvec_mma.py at S = 0, then a copy here; call 9 over a form never committed, the signed table 16 KB
 aligned in dynamic shared memory: BENCHMARKS, session 13),
-alone and after qxe, at the kernel table's shapes (captured graphs, weights rotated past the L2; each figure
-the lower of two medians of 7 replays of 40 launches, the variants interleaved); then the timeline of 40
+alone and after qxe, at the kernel table's shapes (captured graphs, the weights' copies rotated through 256 MB
+as lite.kernels.bench does: calls 9-10 ran with 4 copies, which the L2 partly served; each figure the lower of
+two medians of 7 replays of 40 launches, the variants interleaved); with --timeline also the timeline of 40
 launches after qxe at 4096x14336 (LT_MVB_STAMPS).
 
-    python3 scripts/session13/mvb_final.py
+    python3 scripts/session13/mvb_final.py [--timeline]
 """
 import importlib.util
 import statistics
@@ -36,11 +37,13 @@ VARIANTS = {(4096, 14336): ((8, 1), (8, 2)), (14336, 4096): ((4, 2), (4, 1)),
             (4096, 4096): ((8, 1),), (768, 2048): ((8, 1),), (6144, 4096): ((8, 1), (4, 2))}
 
 
-def setup(rows, cols):
+def setup(rows, cols, rotate_bytes=256 << 20):
+    """Copies of one random matrix's records (together past rotate_bytes) and a random x."""
     rng = cp.random.default_rng(0)
     blocks = rng.integers(0, 256, rows * cols // 256 * 98, dtype=np.uint8)
     blocks.reshape(-1, 98)[:, 0:2] = cp.asarray(np.array([0x3C00], np.uint16).view(np.uint8))   # d = 1
-    return [matvec_mma.repack(blocks, rows, cols) for _ in range(4)], \
+    first = matvec_mma.repack(blocks, rows, cols)
+    return [first] + [first.copy() for _ in range(-(-rotate_bytes // first.nbytes) - 1)], \
         cp.asarray(np.random.default_rng(1).standard_normal((1, cols)).astype(np.float32))
 
 
