@@ -1,0 +1,137 @@
+"""Session 14: kernels/matvec_mma.py's mvb over its all-grid layout (every chunk's words from the unsigned
+grid's 32 copies, signs by XOR and a second mma against -x; no signed table) against session 13's text
+(scripts/session14/matvec_mma_s13.py: the even chunk through the 4096-word signed table), each over its own
+repack of the same blocks, alone and after qxe, at the kernel table's shapes (captured graphs of 40 launches,
+the weights' copies rotated through 256 MB as lite.kernels.bench does; each figure the lower of two medians
+of 7 replays, the variants interleaved). Outputs must be equal bit for bit: the int8 sums are exact either way
+and the float tail is the same. With --timeline, each form's timeline after qxe at 4096x14336.
+
+    python3 scripts/session14/mvb_ab14.py [--timeline]
+"""
+import importlib.util
+import statistics
+import sys
+from pathlib import Path
+
+import cupy as cp
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "session12"))
+from mvb_ab import time_graph  # noqa: E402
+
+from lite.kernels import matvec_mma, matvec_q8, pdl  # noqa: E402
+
+
+def _load(name):
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parent / f"{name}.py")
+    m = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(m)
+    return m
+
+
+old = _load("matvec_mma_s13")
+# (module, its name, CTA shapes, module head's extra)
+FORMS = {(4096, 14336): [(old, "s13", (8, 1), ""), (matvec_mma, "grid", (8, 1), ""), (matvec_mma, "grid", (8, 2), "")],
+         (14336, 4096): [(old, "s13", (4, 2), ""), (matvec_mma, "grid", (4, 2), ""), (matvec_mma, "grid", (4, 1), ""),
+                         (matvec_mma, "grid", (8, 1), "")],
+         (4096, 4096): [(old, "s13", (8, 1), ""), (matvec_mma, "grid", (8, 1), "")],
+         (768, 2048): [(old, "s13", (8, 1), ""), (matvec_mma, "grid", (8, 1), "")],
+         (6144, 4096): [(old, "s13", (8, 1), ""), (matvec_mma, "grid", (8, 1), ""), (matvec_mma, "grid", (4, 2), "")]}
+
+
+def blocks_and_x(rows, cols):
+    rng = cp.random.default_rng(0)
+    blocks = rng.integers(0, 256, rows * cols // 256 * 98, dtype=np.uint8)
+    blocks.reshape(-1, 98)[:, 0:2] = cp.asarray(np.array([0x3C00], np.uint16).view(np.uint8))   # d = 1
+    return blocks, cp.asarray(np.random.default_rng(1).standard_normal((1, cols)).astype(np.float32))
+
+
+def copies(mod, blocks, rows, cols, rotate_bytes=256 << 20):
+    first = mod.repack(blocks, rows, cols)
+    return [first] + [first.copy() for _ in range(-(-rotate_bytes // first.nbytes) - 1)]
+
+
+def functions(mod, cfg, stamps=False, extra=""):
+    names = (mod.QUANTIZER, mod.kernel_name(*cfg))
+    m = mod._module(cp.cuda.runtime.getDevice(), names, mod.module_head(stamps, extra))
+    return m, m.get_function(names[0]), m.get_function(names[1])
+
+
+def runner(quant, mv, warps, recs, x, xq, out, rows, cols):
+    def run(i, with_q):
+        if with_q:
+            pdl.call(quant, matvec_q8.quantize_grid(1, cols), (128,), (x, xq, np.int32(cols)))
+        pdl.call(mv, (rows // 16,), (32 * warps,), (recs[i % len(recs)], xq, out, np.int32(rows), np.int32(cols)))
+    return run
+
+
+def timings():
+    table = []
+    for (rows, cols), forms in FORMS.items():
+        blocks, x = blocks_and_x(rows, cols)
+        recs = {}
+        xq = cp.empty_like(x)
+        variants = []
+        for mod, label, cfg, extra in forms:
+            if label not in recs:
+                recs[label] = copies(mod, blocks, rows, cols)
+            _, q, mv = functions(mod, cfg, extra=extra)
+            variants.append((f"{label} {cfg}{' ' + extra.strip() if extra else ''}", q, mv, cfg[0], recs[label]))
+        del blocks
+        res, outs = {}, {}
+        for _ in range(2):
+            for name, q, mv, w, rr in variants:
+                out = cp.full((1, rows), cp.nan, cp.float32)
+                run = runner(q, mv, w, rr, x, xq, out, rows, cols)
+                run(0, True)
+                cp.cuda.runtime.deviceSynchronize()
+                outs[name] = out.copy()
+                res.setdefault((name, 0), []).append(time_graph(lambda i: run(i, False)))
+                res.setdefault((name, 1), []).append(time_graph(lambda i: run(i, True)))
+        first = variants[0][0]
+        for name, q, mv, w, rr in variants:
+            table.append((f"{rows}x{cols}", name, mv.num_regs, min(res[(name, 0)]), min(res[(name, 1)]),
+                          bool(cp.array_equal(outs[first], outs[name]))))
+            print(table[-1], flush=True)
+        del recs
+    print("\n| shape | form (W, P) | regs | alone us | after qxe us | out = s13's |\n| --- | --- | ---: | ---: | ---: | --- |")
+    for r in table:
+        print(f"| {r[0]} | {r[1]} | {r[2]} | {r[3]:.2f} | {r[4]:.2f} | {r[5]} |")
+
+
+def timeline(mod, label, cfg, rows=4096, cols=14336, launches=40):
+    blocks, x = blocks_and_x(rows, cols)
+    recs = copies(mod, blocks, rows, cols)
+    m, quant, mv = functions(mod, cfg, stamps=True)
+    xq, out = cp.empty_like(x), cp.empty((1, rows), cp.float32)
+    run = runner(quant, mv, cfg[0], recs, x, xq, out, rows, cols)
+    count = cp.ndarray((4096,), cp.uint32, memptr=m.get_global("lt_mvb_count"))
+    s = cp.cuda.Stream(non_blocking=True)
+    with s:
+        run(0, True)
+        s.begin_capture()
+        for i in range(launches):
+            run(i, True)
+        g = s.end_capture()
+        g.launch(s)
+        s.synchronize()
+        count.fill(0)
+        g.launch(s)
+        s.synchronize()
+    st = cp.ndarray((64, 4096, 8), cp.uint64, memptr=m.get_global("lt_mvb_stamps"))[:launches, :rows // 16, :5].get().astype(np.int64)
+    us = (st - st[:, :, 0].min()) / 1000.0
+    keys = {"period (first past-wait to next)": lambda n, e: us[n + 1][:, 2].min() - e[:, 2].min(),
+            "release after prev exit": lambda n, e: e[:, 2].min() - us[n - 1][:, 4].max(),
+            "compute median": lambda n, e: float(np.median(e[:, 3] - e[:, 2])),
+            "compute max": lambda n, e: float((e[:, 3] - e[:, 2]).max()),
+            "done to exit median": lambda n, e: float(np.median(e[:, 4] - e[:, 3]))}
+    print(f"\ntimeline {label} mvb<{cfg}> after qxe, {rows}x{cols} (us, median of launches 5-{launches - 2})")
+    for k, f in keys.items():
+        print(f"  {k}: {statistics.median(f(n, us[n]) for n in range(5, launches - 1)):.2f}")
+
+
+if __name__ == "__main__":
+    timings()
+    if "--timeline" in sys.argv:
+        timeline(old, "s13", (8, 1))
+        timeline(matvec_mma, "grid", (8, 1))
