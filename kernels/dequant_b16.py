@@ -42,9 +42,17 @@ __global__ void __launch_bounds__(128) dqb(const unsigned char* __restrict__ w, 
             #pragma unroll
             for (int k = 0; k < 4; k++) {
                 const int n = 4 * cp + k, c = 2 * cp + odd, row = 16 * band + g + 8 * (k & 1), word = q + 4 * (k >> 1);
-                const unsigned idx = (wd[odd ? 6 + cp : cp] >> (8 * k)) & 255u;
-                const unsigned s = wd[(odd ? 10 : 4) + (n >> 3)] >> (n & 7);
-                const unsigned signs = (s & 1u) | ((s >> 7) & 2u) | ((s >> 14) & 4u) | ((s >> 21) & 8u);
+                unsigned idx, signs;
+                if (odd) {
+                    idx = (wd[6 + cp] >> (8 * k)) & 255u;
+                    const unsigned s = wd[10 + (n >> 3)] >> (n & 7);
+                    signs = (s & 1u) | ((s >> 7) & 2u) | ((s >> 14) & 4u) | ((s >> 21) & 8u);
+                } else {
+                    const int bit = 12 * n, wi = bit >> 5, sh = bit & 31;
+                    const unsigned f = (sh > 20 ? __funnelshift_r(wd[wi], wd[wi + 1], sh) : wd[wi] >> sh) & 0xFFFu;
+                    idx = f & 255u;
+                    signs = f >> 8;
+                }
                 const float d = h2f((unsigned short)((k & 1) ? dd >> 16 : dd & 0xFFFFu));
                 const unsigned s4 = (((k & 1) ? sc.y : sc.x) >> (4 * c)) & 15u;
                 const float db = d * (0.5f + (float)s4) * 0.5f;

@@ -90,27 +90,33 @@ inline void lt_imma(int (&c)[4], unsigned a0, unsigned a1, unsigned a2, unsigned
     tl_warp->bar->arrive_and_wait();
 }
 #endif
+__device__ const unsigned LT_TAB4096[4096] __attribute__((aligned(16))) = {LT_TAB4096_VALUES};
 struct LtB16 { uint4 f[3]; uint2 sc; unsigned d; };   // a lane's part of a record
 // The weights stream through L2 once a product: loaded with an evict-first policy (session 13), so that they
 // do not push out what the next kernels read (x, its records, the outputs, the KV cache).
 // LT_MVB_NO_EVICT_FIRST: plain loads (the A/B's baseline).
+#ifdef LT_MVB_L1NA   // session 14's A/B: the weights not kept in L1 either (x and its records should stay there)
+#define LT_L1NA ".L1::no_allocate"
+#else
+#define LT_L1NA ""
+#endif
 #if defined(__CUDA_ARCH__) && !defined(LT_MVB_NO_EVICT_FIRST)
 struct LtStream {
     unsigned long long pol;
     __device__ __forceinline__ LtStream() { asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol)); }
     __device__ __forceinline__ uint4 u4(const void* p) const {
         uint4 v;
-        asm("ld.global.nc.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p), "l"(pol));
+        asm("ld.global.nc" LT_L1NA ".L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p), "l"(pol));
         return v;
     }
     __device__ __forceinline__ uint2 u2(const void* p) const {
         uint2 v;
-        asm("ld.global.nc.L2::cache_hint.v2.u32 {%0, %1}, [%2], %3;" : "=r"(v.x), "=r"(v.y) : "l"(p), "l"(pol));
+        asm("ld.global.nc" LT_L1NA ".L2::cache_hint.v2.u32 {%0, %1}, [%2], %3;" : "=r"(v.x), "=r"(v.y) : "l"(p), "l"(pol));
         return v;
     }
     __device__ __forceinline__ unsigned u1(const void* p) const {
         unsigned v;
-        asm("ld.global.nc.L2::cache_hint.u32 %0, [%1], %2;" : "=r"(v) : "l"(p), "l"(pol));
+        asm("ld.global.nc" LT_L1NA ".L2::cache_hint.u32 %0, [%1], %2;" : "=r"(v) : "l"(p), "l"(pol));
         return v;
     }
 };
@@ -131,36 +137,19 @@ __device__ __forceinline__ unsigned lt_b16_word(const LtB16& r, int i) {
     const uint4 v = r.f[i >> 2];
     return (i & 3) == 0 ? v.x : (i & 3) == 1 ? v.y : (i & 3) == 2 ? v.z : v.w;
 }
-// The unsigned grid's 32 copies (entry e's copy l at word 32 e + l: lane l's lookups in bank l), at file
-// scope (through pointers passed in, the compiler added a shared window base to each x address as well);
-// after the products, the warps' sums.
-__shared__ uint4 lt_b16_grid32[2048];
-// gl: lane l's copy of the grid's entry 0 (a shared address on the GPU: with the array's name, each lookup
-// added the shared window's base again, 3 instructions to an address; an offset in the emulator).
-#ifdef __CUDA_ARCH__
-__device__ __forceinline__ unsigned lt_grid_lane(int lane) { return (unsigned)__cvta_generic_to_shared(lt_b16_grid32) + 4 * lane; }
-__device__ __forceinline__ unsigned lt_grid_word(unsigned gl, unsigned idx) {
-    unsigned v;
-    asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(gl + (idx << 7)));
-    return v;
+// field n's byte offset in the table, (field << 2) & 0x3FFC (n a constant once unrolled: 2 instructions)
+__device__ __forceinline__ unsigned lt_b16_off(const LtB16& r, int n) {
+    const int bit = 12 * n, wi = bit >> 5, sh = bit & 31;
+    if (sh > 20) return __funnelshift_r(lt_b16_word(r, wi), lt_b16_word(r, wi + 1), sh - 2) & 0x3FFCu;
+    return (sh >= 2 ? lt_b16_word(r, wi) >> (sh - 2) : lt_b16_word(r, wi) << (2 - sh)) & 0x3FFCu;
 }
-#else
-inline unsigned lt_grid_lane(int lane) { return 4 * lane; }
-inline unsigned lt_grid_word(unsigned gl, unsigned idx) { return *(const unsigned*)((const unsigned char*)lt_b16_grid32 + gl + (idx << 7)); }
-#endif
-// A chunk's 4 grid words of a lane (k = 0-3: its words of the rows g, g + 8 and words q, q + 4) from the
-// grid's copies, the signs put on by XOR: a[k] = g ^ m[k] (g, or -g - 1 where a weight is negative), m[k]
-// (bytes 0 or -1) for the second mma against -x. iw: the word of the chunk pair's 4 indices, sw: the first
-// of the chunk's two sign words (field n = 4 cp + k's 4 signs at bits n % 8 + 8 t of word sw + n / 8).
-__device__ __forceinline__ void lt_b16_chunk(const LtB16& r, int iw, int sw, int cp, unsigned gl, unsigned (&a)[4], unsigned (&m)[4]) {
-    const unsigned idx4 = lt_b16_word(r, iw);
-    #pragma unroll
-    for (int k = 0; k < 4; k++) {
-        const int n = 4 * cp + k;
-        m[k] = lt_topmask(lt_b16_word(r, sw + (n >> 3)) << (7 - (n & 7)));
-        a[k] = lt_grid_word(gl, __byte_perm(idx4, 0u, 0x4440u | k)) ^ m[k];
-    }
-}
+// The tables, at file scope (through pointers passed in, the compiler added a shared window base to each
+// x address as well). Session 13, call 9: the signed table 16 KB aligned in dynamic shared memory, so that
+// a lookup's address is one LOP3 (255 instructions a block against 272), lost (4096x14336 after qxe 10.32
+// against 9.99 us; 64 KB a CTA: 3 CTAs an SM of 4 warps, 14336x4096 14.2 against 11.6).
+__shared__ uint4 lt_b16_tab[1024];                        // LT_TAB4096; then (the products done) the warps' sums
+__shared__ uint4 lt_b16_grid32[2048];                     // entry e's copy l at word 32 e + l
+__device__ __forceinline__ unsigned lt_b16_tab_word(unsigned off) { return *(const unsigned*)((const unsigned char*)lt_b16_tab + off); }
 // One block of 256 columns of a band: 4 chunk pairs, each the even chunk's mma through the signed table
 // and the odd chunk's two through the grid's copies, then the pair's tail into acc0 / acc1 (rows g, g + 8).
 // LtX: a lane's x for the block, its x word and its run's d in each chunk pair (qxe<TIQ3_XXS, 18>'s
@@ -171,8 +160,13 @@ struct LtX {
         const uint4 a = __ldg((const uint4*)xj + lane), b = __ldg((const uint4*)(xj + 128) + (lane & 3));
         v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; d[0] = b.x; d[1] = b.y; d[2] = b.z; d[3] = b.w;
     }
+    // LT_MVB_XSPLIT (session 14's A/B): chunk pairs 2 h, 2 h + 1's words and d of the block at xj
+    __device__ __forceinline__ void load_half(const unsigned* xj, int lane, int h) {
+        const uint2 a = __ldg((const uint2*)(xj + 4 * lane + 2 * h)), b = __ldg((const uint2*)(xj + 128 + 4 * (lane & 3) + 2 * h));
+        v[2 * h] = a.x; v[2 * h + 1] = a.y; d[2 * h] = b.x; d[2 * h + 1] = b.y;
+    }
 };
-__device__ __forceinline__ void lt_b16_block(const LtB16& r, const LtX& x, unsigned gl, int qh,
+__device__ __forceinline__ void lt_b16_block(const LtB16& r, LtX& x, const unsigned* xnext, int lane, int qh,
                                              unsigned m0, unsigned m1, unsigned ma, float& acc0, float& acc1) {
     float blk0 = 0.f, blk1 = 0.f;
     #pragma unroll
@@ -181,11 +175,18 @@ __device__ __forceinline__ void lt_b16_block(const LtB16& r, const LtX& x, unsig
         const unsigned vn = __vsub4(0u, v);               // -x (|x| <= 127: no wrap)
         const float dx = __uint_as_float(x.d[cp]);
         int cc[4];
+        lt_imma(cc, lt_b16_tab_word(lt_b16_off(r, 4 * cp)), lt_b16_tab_word(lt_b16_off(r, 4 * cp + 1)),
+                    lt_b16_tab_word(lt_b16_off(r, 4 * cp + 2)), lt_b16_tab_word(lt_b16_off(r, 4 * cp + 3)),
+                    make_uint2(v & m0 & ma, v & m1 & ma), false);
         unsigned a[4], m[4];
-        lt_b16_chunk(r, cp, 4, cp, gl, a, m);           // the even chunk: B's columns 0-3
-        lt_imma(cc, a[0], a[1], a[2], a[3], make_uint2(v & m0 & ma, v & m1 & ma), false);
-        lt_imma(cc, m[0], m[1], m[2], m[3], make_uint2(vn & m0 & ma, vn & m1 & ma), true);
-        lt_b16_chunk(r, 6 + cp, 10, cp, gl, a, m);      // the odd chunk: columns 4-7
+        const unsigned iw = lt_b16_word(r, 6 + cp);
+        #pragma unroll
+        for (int k = 0; k < 4; k++) {                     // the odd chunk: grid copy, signs by XOR
+            const int n = 4 * cp + k;
+            const unsigned idx = (iw >> (8 * k)) & 255u;
+            m[k] = lt_topmask(lt_b16_word(r, 10 + (n >> 3)) << (7 - (n & 7)));
+            a[k] = *(const unsigned*)((const unsigned char*)lt_b16_grid32 + idx * 128 + 4 * lane) ^ m[k];
+        }
         lt_imma(cc, a[0], a[1], a[2], a[3], make_uint2(v & m0 & ~ma, v & m1 & ~ma), true);
         lt_imma(cc, m[0], m[1], m[2], m[3], make_uint2(vn & m0 & ~ma, vn & m1 & ~ma), true);
         // 2 sc of this lane's chunk (2 cp + qh of the block) for rows g, g + 8; the tail: d_x (254 hi + lo) (2 sc + 1)
@@ -194,6 +195,9 @@ __device__ __forceinline__ void lt_b16_block(const LtB16& r, const LtX& x, unsig
         const int t0 = cc[0] * 254 + cc[1], t1 = cc[2] * 254 + cc[3];
         blk0 = fmaf(dx, (float)(t0 * s0 + t0), blk0);
         blk1 = fmaf(dx, (float)(t1 * s1 + t1), blk1);
+#ifdef LT_MVB_XSPLIT   // the next block's x in the registers just read: half a block ahead
+        if (cp & 1) x.load_half(xnext, lane, cp >> 1);
+#endif
     }
     acc0 = fmaf(lt_h2f_lo(r.d), blk0, acc0);
     acc1 = fmaf(lt_h2f_hi(r.d), blk1, acc1);
@@ -216,6 +220,7 @@ __device__ unsigned lt_mvb_count[4096];
 template <int W, int P>
 __global__ void __launch_bounds__(32 * W, 2) mvb(const unsigned char* __restrict__ w, const float* __restrict__ xq,
                                                  float* __restrict__ out, int rows, int cols) {
+    uint4* const tab = lt_b16_tab;
     uint4* const grid32 = lt_b16_grid32;
     const int nblk = cols >> 8, band = blockIdx.x;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, q = lane & 3;
@@ -231,10 +236,17 @@ __global__ void __launch_bounds__(32 * W, 2) mvb(const unsigned char* __restrict
     for (int k = 0; k < P; k++)
         if (warp + k * W < nblk) lt_b16_load(ring[k], base + (long long)(warp + k * W) * 1632, lane, ls);
     {   // the loads first (a load-store loop waits a load a store)
+        uint4 t[(1024 + 32 * W - 1) / (32 * W)];
         constexpr int GK = (256 + 32 * W - 1) / (32 * W);   // grid entries a thread
         unsigned g[GK];
         #pragma unroll
+        for (int k = 0; k < (1024 + 32 * W - 1) / (32 * W); k++)
+            if (threadIdx.x + k * 32 * W < 1024) t[k] = __ldg((const uint4*)LT_TAB4096 + threadIdx.x + k * 32 * W);
+        #pragma unroll
         for (int k = 0; k < GK; k++) g[k] = threadIdx.x + k * 32 * W < 256 ? __ldg(IQ3XXS_GRID + threadIdx.x + k * 32 * W) : 0u;
+        #pragma unroll
+        for (int k = 0; k < (1024 + 32 * W - 1) / (32 * W); k++)
+            if (threadIdx.x + k * 32 * W < 1024) tab[threadIdx.x + k * 32 * W] = t[k];
         #pragma unroll
         for (int k = 0; k < GK; k++) {                    // 8 stores of 16 bytes an entry, lane l from store l % 8
             const unsigned e = threadIdx.x + k * 32 * W;
@@ -250,7 +262,10 @@ __global__ void __launch_bounds__(32 * W, 2) mvb(const unsigned char* __restrict
     const unsigned* xw = (const unsigned*)xq;
     const unsigned m0 = (gq & 2) ? 0u : ~0u, m1 = ~m0, ma = half ? 0u : ~0u;   // B's column gq % 4: hi_a, lo_a, hi_b, lo_b
     float acc0 = 0.f, acc1 = 0.f;                         // rows g, g + 8
-    const unsigned gl = lt_grid_lane(lane);
+    LtX x;
+#ifdef LT_MVB_XSPLIT
+    if (warp < nblk) x.load(xw + 144 * warp, lane);
+#endif
     // The ring turns by unrolling P + 1 blocks (slot u's block computed, slot (u + P) % (P + 1) loaded):
     // with copies between slots (session 12, call 21) each copy waited for the load just issued.
     for (int j0 = warp; j0 < nblk; j0 += (P + 1) * W) {
@@ -259,9 +274,12 @@ __global__ void __launch_bounds__(32 * W, 2) mvb(const unsigned char* __restrict
             const int j = j0 + u * W;
             if (j >= nblk) break;
             if (j + P * W < nblk) lt_b16_load(ring[(u + P) % (P + 1)], base + (long long)(j + P * W) * 1632, lane, ls);
-            LtX x;
+#ifdef LT_MVB_XSPLIT
+            lt_b16_block(ring[u], x, xw + 144 * min(j + W, nblk - 1), lane, qh, m0, m1, ma, acc0, acc1);
+#else
             x.load(xw + 144 * j, lane);
-            lt_b16_block(ring[u], x, gl, qh, m0, m1, ma, acc0, acc1);
+            lt_b16_block(ring[u], x, nullptr, lane, qh, m0, m1, ma, acc0, acc1);
+#endif
         }
     }
     LT_STAMP(3);
@@ -270,8 +288,8 @@ __global__ void __launch_bounds__(32 * W, 2) mvb(const unsigned char* __restrict
         acc0 += __shfl_xor_sync(0xffffffffu, acc0, o);
         acc1 += __shfl_xor_sync(0xffffffffu, acc1, o);
     }
-    __syncthreads();                                      // every lookup done: grid32 holds the sums now
-    float* red = (float*)grid32;                          // [W][16]
+    __syncthreads();                                      // every lookup done: tab holds the sums now
+    float* red = (float*)tab;                             // [W][16]
     if (q == 0) { red[warp * 16 + gq] = acc0; red[warp * 16 + gq + 8] = acc1; }
     __syncthreads();
     if (threadIdx.x < 16) {
@@ -289,10 +307,18 @@ __device__ __forceinline__ float lt_h2f_hi(unsigned v) { return lt_h2f((unsigned
 """
 
 
+def table_words():
+    """The 4096 signed grid words of LT_TAB4096: entry idx | signs << 8, byte i = -g or g (sign bit i)."""
+    g = iq_tables.grid_values("IQ3_XXS").astype(np.int64)
+    e = np.arange(4096)
+    v = np.where((e[:, None] >> (8 + np.arange(4))) & 1, -g[e & 255], g[e & 255]) & 255
+    return (v[:, 0] | v[:, 1] << 8 | v[:, 2] << 16 | v[:, 3] << 24).astype(np.uint32)
+
+
 def c_source():
-    """C_MMA (after matvec_q8's IQ3_XXS text, which holds qx, lt_q8w, lt_topmask and the unsigned grid
-    IQ3XXS_GRID)."""
-    return C_HALVES + C_MMA
+    """C_MMA with its table (after matvec_q8's IQ3_XXS text, which holds qx, lt_q8w, lt_topmask and the
+    unsigned grid IQ3XXS_GRID)."""
+    return C_HALVES + C_MMA.replace("LT_TAB4096_VALUES", ", ".join(f"{int(v)}u" for v in table_words()))
 
 
 def nbytes(rows, cols):
@@ -323,11 +349,14 @@ def repack(blocks, rows, cols):
     for cp in range(4):                 # chunk pair 2 cp, 2 cp + 1: field n = 4 cp + k of each
         for k in range(4):
             n = 4 * cp + k
-            for c, iw, sw in ((2 * cp, cp, 4), (2 * cp + 1, 6 + cp, 10)):   # the chunk's index and sign words
-                f = field[:, g + 8 * (k & 1), :, c, q + 4 * (k >> 1)].transpose(1, 2, 0)
-                words[..., iw] |= (f & 255) << (8 * k)
-                for t in range(4):
-                    words[..., sw + (n >> 3)] |= ((f >> (8 + t)) & 1) << ((n & 7) + 8 * t)
+            fe, fo = (field[:, g + 8 * (k & 1), :, c, q + 4 * (k >> 1)].transpose(1, 2, 0) for c in (2 * cp, 2 * cp + 1))
+            wi, sh = (12 * n) >> 5, (12 * n) & 31               # the even chunk's 12-bit field: words 0-5
+            words[..., wi] |= fe << sh
+            if sh > 20:
+                words[..., wi + 1] |= fe >> (32 - sh)
+            words[..., 6 + cp] |= (fo & 255) << (8 * k)          # the odd chunk's grid index: words 6-9
+            for t in range(4):                                   # and its signs: words 10-11
+                words[..., 10 + (n >> 3)] |= ((fo >> (8 + t)) & 1) << ((n & 7) + 8 * t)
     planes = words.reshape(bands, nblk, 32, 3, 4).transpose(0, 1, 3, 2, 4).reshape(bands, nblk, 384)
     scw = xp.zeros((rows, nblk), xp.uint32)
     for c in range(8):

@@ -30,7 +30,7 @@ def mma_lib():
 
 
 def _decoded(records, rows, cols):
-    """IQ3_XXS_B16 records read back as the kernel does (indices and signs, scales, d) into
+    """IQ3_XXS_B16 records read back as the kernel does (fields, indices and signs, scales, d) into
     float64 weights."""
     from lite.kernels import iq_tables
     grid = iq_tables.grid_values("IQ3_XXS").astype(np.float64)
@@ -43,12 +43,16 @@ def _decoded(records, rows, cols):
             for lane in range(32):
                 g, q = lane >> 2, lane & 3
                 wd = [int(v) for v in words[b, j, lane]]
+                fields = sum(v << (32 * i) for i, v in enumerate(wd[:6]))
                 for c in range(8):
-                    iw, sw = (c >> 1, 4) if c % 2 == 0 else (6 + (c >> 1), 10)   # the chunk's index / sign words
                     for k in range(4):
                         n = 4 * (c >> 1) + k
-                        idx = (wd[iw] >> (8 * k)) & 255
-                        signs = sum(((wd[sw + (n >> 3)] >> ((n & 7) + 8 * t)) & 1) << t for t in range(4))
+                        if c % 2 == 0:
+                            f = (fields >> (12 * n)) & 0xFFF
+                            idx, signs = f & 255, f >> 8
+                        else:
+                            idx = (wd[6 + (c >> 1)] >> (8 * k)) & 255
+                            signs = sum(((wd[10 + (n >> 3)] >> ((n & 7) + 8 * t)) & 1) << t for t in range(4))
                         row, word = 16 * b + g + 8 * (k & 1), q + 4 * (k >> 1)
                         sc = (int(r[b, j, 384 + 2 * g + (k & 1)]) >> (4 * c)) & 15
                         d = np.array([r[b, j, 400 + g] >> (16 * (k & 1)) & 0xFFFF], np.uint16).view(np.float16)[0]

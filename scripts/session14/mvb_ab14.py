@@ -1,10 +1,11 @@
-"""Session 14: kernels/matvec_mma.py's mvb over its all-grid layout (every chunk's words from the unsigned
-grid's 32 copies, signs by XOR and a second mma against -x; no signed table) against session 13's text
-(scripts/session14/matvec_mma_s13.py: the even chunk through the 4096-word signed table), each over its own
-repack of the same blocks, alone and after qxe, at the kernel table's shapes (captured graphs of 40 launches,
-the weights' copies rotated through 256 MB as lite.kernels.bench does; each figure the lower of two medians
-of 7 replays, the variants interleaved). Outputs must be equal bit for bit: the int8 sums are exact either way
-and the float tail is the same. With --timeline, each form's timeline after qxe at 4096x14336.
+"""Session 14: A/B of mvb's forms against session 13's text (scripts/session14/matvec_mma_s13.py), each over
+its own module's repack of the same blocks, alone and after qxe, at the kernel table's shapes (captured graphs of
+40 launches, the weights' copies rotated through 256 MB as lite.kernels.bench does; each figure the lower of two
+medians of 7 replays, the variants interleaved). Outputs of the same warps a CTA must be equal bit for bit (the
+int8 sums are exact, the float tail the same). With --timeline, the timelines after qxe at 4096x14336.
+Call 1 (commit 8883359) ran it over the all-grid layout (every chunk's words from the grid's copies); call 2
+over kernels/matvec_mma.py's defines LT_MVB_L1NA (the weights not allocated in L1) and LT_MVB_XSPLIT (the next
+block's x loaded in halves as this block's chunk pairs finish with theirs).
 
     python3 scripts/session14/mvb_ab14.py [--timeline]
 """
@@ -30,13 +31,14 @@ def _load(name):
 
 
 old = _load("matvec_mma_s13")
-# (module, its name, CTA shapes, module head's extra)
-FORMS = {(4096, 14336): [(old, "s13", (8, 1), ""), (matvec_mma, "grid", (8, 1), ""), (matvec_mma, "grid", (8, 2), "")],
-         (14336, 4096): [(old, "s13", (4, 2), ""), (matvec_mma, "grid", (4, 2), ""), (matvec_mma, "grid", (4, 1), ""),
-                         (matvec_mma, "grid", (8, 1), "")],
-         (4096, 4096): [(old, "s13", (8, 1), ""), (matvec_mma, "grid", (8, 1), "")],
-         (768, 2048): [(old, "s13", (8, 1), ""), (matvec_mma, "grid", (8, 1), "")],
-         (6144, 4096): [(old, "s13", (8, 1), ""), (matvec_mma, "grid", (8, 1), ""), (matvec_mma, "grid", (4, 2), "")]}
+# (module, its name, CTA shape, module head's extra)
+L1NA, XSPLIT = "#define LT_MVB_L1NA\n", "#define LT_MVB_XSPLIT\n"
+def _forms(cfgs):
+    return [(old, "s13", cfgs[0], "")] + [(matvec_mma, "s14", c, e) for c in cfgs for e in ("", L1NA, XSPLIT, L1NA + XSPLIT)]
+
+
+FORMS = {(4096, 14336): _forms([(8, 1), (8, 2)]), (14336, 4096): _forms([(4, 2)]),
+         (4096, 4096): _forms([(8, 1)]), (768, 2048): _forms([(8, 1)]), (6144, 4096): _forms([(4, 2)])}
 
 
 def blocks_and_x(rows, cols):
@@ -76,7 +78,8 @@ def timings():
             if label not in recs:
                 recs[label] = copies(mod, blocks, rows, cols)
             _, q, mv = functions(mod, cfg, extra=extra)
-            variants.append((f"{label} {cfg}{' ' + extra.strip() if extra else ''}", q, mv, cfg[0], recs[label]))
+            tag = " ".join(d.split()[1][7:] for d in extra.strip().split("\n") if d)
+            variants.append((f"{label} {cfg} {tag}".strip(), q, mv, cfg[0], recs[label]))
         del blocks
         res, outs = {}, {}
         for _ in range(2):
@@ -99,10 +102,10 @@ def timings():
         print(f"| {r[0]} | {r[1]} | {r[2]} | {r[3]:.2f} | {r[4]:.2f} | {r[5]} |")
 
 
-def timeline(mod, label, cfg, rows=4096, cols=14336, launches=40):
+def timeline(mod, label, cfg, rows=4096, cols=14336, launches=40, extra=""):
     blocks, x = blocks_and_x(rows, cols)
     recs = copies(mod, blocks, rows, cols)
-    m, quant, mv = functions(mod, cfg, stamps=True)
+    m, quant, mv = functions(mod, cfg, stamps=True, extra=extra)
     xq, out = cp.empty_like(x), cp.empty((1, rows), cp.float32)
     run = runner(quant, mv, cfg[0], recs, x, xq, out, rows, cols)
     count = cp.ndarray((4096,), cp.uint32, memptr=m.get_global("lt_mvb_count"))
@@ -134,4 +137,5 @@ if __name__ == "__main__":
     timings()
     if "--timeline" in sys.argv:
         timeline(old, "s13", (8, 1))
-        timeline(matvec_mma, "grid", (8, 1))
+        timeline(matvec_mma, "s14 XSPLIT", (8, 1), extra=XSPLIT)
+        timeline(matvec_mma, "s14 L1NA XSPLIT", (8, 1), extra=L1NA + XSPLIT)
