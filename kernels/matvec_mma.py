@@ -46,6 +46,11 @@ RECORD = 1632                 # bytes a band of 16 rows and block of 256 columns
 # Session 13 (x in layout 18), call 6: 4096x14336 (8, 1) 9.91, (8, 2) 10.25; 14336x4096 (4, 2) 11.78;
 # 4096x4096 (8, 1) 4.27. 8 warps keep 2 CTAs an SM (~95-115 registers); 4 warps 4: where the bands pass
 # 2 an SM, the smaller CTAs fill the rounds.
+# LT_MVB_ALIGN's dynamic shared memory: the table 16 KB aligned after the grid's 32 KB of copies (static, from
+# 0x400 of the window to 0x8400): at 0xC000, 15 KB of the 31 KB unused.
+ALIGN_DYN = 0xC000 - 0x8400 + 0x4000
+
+
 def config(rows, cols, sms):
     if rows // 16 > 2 * sms:
         return (4, 2)
@@ -147,9 +152,27 @@ __device__ __forceinline__ unsigned lt_b16_off(const LtB16& r, int n) {
 // x address as well). Session 13, call 9: the signed table 16 KB aligned in dynamic shared memory, so that
 // a lookup's address is one LOP3 (255 instructions a block against 272), lost (4096x14336 after qxe 10.32
 // against 9.99 us; 64 KB a CTA: 3 CTAs an SM of 4 warps, 14336x4096 14.2 against 11.6).
-__shared__ uint4 lt_b16_tab[1024];                        // LT_TAB4096; then (the products done) the warps' sums
 __shared__ uint4 lt_b16_grid32[2048];                     // entry e's copy l at word 32 e + l
+#if defined(LT_MVB_ALIGN) && defined(__CUDA_ARCH__)
+// session 14's A/B (session 13's call 9 again, now beside LT_MVB_L1NA): the signed table 16 KB aligned in
+// dynamic shared memory (MVB_ALIGN_DYN bytes, the grid's copies static before it), tb its shared address, so
+// that a lookup's address is one LOP3 ((field << 2) & 0x3FFC | tb) and not that and an add of the base.
+extern __shared__ uint4 lt_b16_dyn[];
+#define LT_TAB_ARG , unsigned tb
+#define LT_TAB_PASS , tb
+__device__ __forceinline__ unsigned lt_b16_tab_word(unsigned off, unsigned tb) {
+    unsigned v;
+    asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(off | tb));
+    return v;
+}
+#define LT_TABW(off) lt_b16_tab_word(off, tb)
+#else
+__shared__ uint4 lt_b16_tab[1024];                        // LT_TAB4096; then (the products done) the warps' sums
+#define LT_TAB_ARG
+#define LT_TAB_PASS
 __device__ __forceinline__ unsigned lt_b16_tab_word(unsigned off) { return *(const unsigned*)((const unsigned char*)lt_b16_tab + off); }
+#define LT_TABW(off) lt_b16_tab_word(off)
+#endif
 // One block of 256 columns of a band: 4 chunk pairs, each the even chunk's mma through the signed table
 // and the odd chunk's two through the grid's copies, then the pair's tail into acc0 / acc1 (rows g, g + 8).
 // LtX: a lane's x for the block, its x word and its run's d in each chunk pair (qxe<TIQ3_XXS, 18>'s
@@ -167,7 +190,7 @@ struct LtX {
     }
 };
 __device__ __forceinline__ void lt_b16_block(const LtB16& r, LtX& x, const unsigned* xnext, int lane, int qh,
-                                             unsigned m0, unsigned m1, unsigned ma, float& acc0, float& acc1) {
+                                             unsigned m0, unsigned m1, unsigned ma, float& acc0, float& acc1 LT_TAB_ARG) {
     float blk0 = 0.f, blk1 = 0.f;
     #pragma unroll
     for (int cp = 0; cp < 4; cp++) {                      // chunk pairs c, c + 1
@@ -175,8 +198,8 @@ __device__ __forceinline__ void lt_b16_block(const LtB16& r, LtX& x, const unsig
         const unsigned vn = __vsub4(0u, v);               // -x (|x| <= 127: no wrap)
         const float dx = __uint_as_float(x.d[cp]);
         int cc[4];
-        lt_imma(cc, lt_b16_tab_word(lt_b16_off(r, 4 * cp)), lt_b16_tab_word(lt_b16_off(r, 4 * cp + 1)),
-                    lt_b16_tab_word(lt_b16_off(r, 4 * cp + 2)), lt_b16_tab_word(lt_b16_off(r, 4 * cp + 3)),
+        lt_imma(cc, LT_TABW(lt_b16_off(r, 4 * cp)), LT_TABW(lt_b16_off(r, 4 * cp + 1)),
+                    LT_TABW(lt_b16_off(r, 4 * cp + 2)), LT_TABW(lt_b16_off(r, 4 * cp + 3)),
                     make_uint2(v & m0 & ma, v & m1 & ma), false);
         unsigned a[4], m[4];
         const unsigned iw = lt_b16_word(r, 6 + cp);
@@ -220,7 +243,12 @@ __device__ unsigned lt_mvb_count[4096];
 template <int W, int P>
 __global__ void __launch_bounds__(32 * W, 2) mvb(const unsigned char* __restrict__ w, const float* __restrict__ xq,
                                                  float* __restrict__ out, int rows, int cols) {
+#if defined(LT_MVB_ALIGN) && defined(__CUDA_ARCH__)
+    const unsigned dyn_s = (unsigned)__cvta_generic_to_shared(lt_b16_dyn), tb = (dyn_s + 0x3FFFu) & ~0x3FFFu;
+    uint4* const tab = lt_b16_dyn + ((tb - dyn_s) >> 4);
+#else
     uint4* const tab = lt_b16_tab;
+#endif
     uint4* const grid32 = lt_b16_grid32;
     const int nblk = cols >> 8, band = blockIdx.x;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, q = lane & 3;
@@ -275,10 +303,10 @@ __global__ void __launch_bounds__(32 * W, 2) mvb(const unsigned char* __restrict
             if (j >= nblk) break;
             if (j + P * W < nblk) lt_b16_load(ring[(u + P) % (P + 1)], base + (long long)(j + P * W) * 1632, lane, ls);
 #ifdef LT_MVB_XSPLIT
-            lt_b16_block(ring[u], x, xw + 144 * min(j + W, nblk - 1), lane, qh, m0, m1, ma, acc0, acc1);
+            lt_b16_block(ring[u], x, xw + 144 * min(j + W, nblk - 1), lane, qh, m0, m1, ma, acc0, acc1 LT_TAB_PASS);
 #else
             x.load(xw + 144 * j, lane);
-            lt_b16_block(ring[u], x, nullptr, lane, qh, m0, m1, ma, acc0, acc1);
+            lt_b16_block(ring[u], x, nullptr, lane, qh, m0, m1, ma, acc0, acc1 LT_TAB_PASS);
 #endif
         }
     }

@@ -5,7 +5,8 @@ medians of 7 replays, the variants interleaved). Outputs of the same warps a CTA
 int8 sums are exact, the float tail the same). With --timeline, the timelines after qxe at 4096x14336.
 Call 1 (commit 8883359) ran it over the all-grid layout (every chunk's words from the grid's copies); call 2
 over kernels/matvec_mma.py's defines LT_MVB_L1NA (the weights not allocated in L1) and LT_MVB_XSPLIT (the next
-block's x loaded in halves as this block's chunk pairs finish with theirs).
+block's x loaded in halves as this block's chunk pairs finish with theirs); call 3 over LT_MVB_L1NA and LT_MVB_ALIGN
+(the signed table 16 KB aligned in dynamic shared memory: a lookup's address one LOP3).
 
     python3 scripts/session14/mvb_ab14.py [--timeline]
 """
@@ -32,12 +33,15 @@ def _load(name):
 
 old = _load("matvec_mma_s13")
 # (module, its name, CTA shape, module head's extra)
-L1NA, XSPLIT = "#define LT_MVB_L1NA\n", "#define LT_MVB_XSPLIT\n"
+L1NA, XSPLIT, ALIGN = "#define LT_MVB_L1NA\n", "#define LT_MVB_XSPLIT\n", "#define LT_MVB_ALIGN\n"
+EXTRAS = ("", L1NA, ALIGN, ALIGN + L1NA)       # call 2: ("", L1NA, XSPLIT, L1NA + XSPLIT)
+
+
 def _forms(cfgs):
-    return [(old, "s13", cfgs[0], "")] + [(matvec_mma, "s14", c, e) for c in cfgs for e in ("", L1NA, XSPLIT, L1NA + XSPLIT)]
+    return [(old, "s13", cfgs[0], "")] + [(matvec_mma, "s14", c, e) for c in cfgs for e in EXTRAS]
 
 
-FORMS = {(4096, 14336): _forms([(8, 1), (8, 2)]), (14336, 4096): _forms([(4, 2)]),
+FORMS = {(4096, 14336): _forms([(8, 1)]), (14336, 4096): _forms([(4, 2)]),
          (4096, 4096): _forms([(8, 1)]), (768, 2048): _forms([(8, 1)]), (6144, 4096): _forms([(4, 2)])}
 
 
@@ -56,14 +60,22 @@ def copies(mod, blocks, rows, cols, rotate_bytes=256 << 20):
 def functions(mod, cfg, stamps=False, extra=""):
     names = (mod.QUANTIZER, mod.kernel_name(*cfg))
     m = mod._module(cp.cuda.runtime.getDevice(), names, mod.module_head(stamps, extra))
-    return m, m.get_function(names[0]), m.get_function(names[1])
+    q, mv = m.get_function(names[0]), m.get_function(names[1])
+    DYN[id(mv)] = mod.ALIGN_DYN if "LT_MVB_ALIGN" in extra else 0
+    if DYN[id(mv)]:
+        mv.max_dynamic_shared_size_bytes = DYN[id(mv)]      # 32 KB static + 31 KB dynamic: past 48 KB
+    return m, q, mv
+
+
+DYN = {}          # a function's dynamic shared memory (LT_MVB_ALIGN), by id
 
 
 def runner(quant, mv, warps, recs, x, xq, out, rows, cols):
     def run(i, with_q):
         if with_q:
             pdl.call(quant, matvec_q8.quantize_grid(1, cols), (128,), (x, xq, np.int32(cols)))
-        pdl.call(mv, (rows // 16,), (32 * warps,), (recs[i % len(recs)], xq, out, np.int32(rows), np.int32(cols)))
+        pdl.call(mv, (rows // 16,), (32 * warps,), (recs[i % len(recs)], xq, out, np.int32(rows), np.int32(cols)),
+                 shared_mem=DYN.get(id(mv), 0))
     return run
 
 
@@ -137,5 +149,5 @@ if __name__ == "__main__":
     timings()
     if "--timeline" in sys.argv:
         timeline(old, "s13", (8, 1))
-        timeline(matvec_mma, "s14 XSPLIT", (8, 1), extra=XSPLIT)
-        timeline(matvec_mma, "s14 L1NA XSPLIT", (8, 1), extra=L1NA + XSPLIT)
+        timeline(matvec_mma, "s14 ALIGN", (8, 1), extra=ALIGN)
+        timeline(matvec_mma, "s14 ALIGN L1NA", (8, 1), extra=ALIGN + L1NA)
