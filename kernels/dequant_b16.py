@@ -1,4 +1,4 @@
-"""IQ3_XXS_B16 (kernels/matvec_mma.py's layout) dequantized to fp16 or fp32 rows: what prefill's GEMMs
+"""IQ3_XXS_B16 (kernels/iq3_b16.py's layout) dequantized to fp16 or fp32 rows: what prefill's GEMMs
 will need once the GPU backend keeps IQ3_XXS matrices in this layout (docs/iq3-b16-plan.md). Not in
 the registry: a record interleaves 16 rows, so unlike the registry's launchers this one needs the
 matrix's shape. Written in session 12 after its device time: checked under the emulator only.
@@ -12,7 +12,7 @@ import functools
 
 import numpy as np
 
-from lite.kernels import matvec_mma
+from lite.kernels import iq3_b16
 
 C_DQB = r"""
 __device__ __forceinline__ void lt_dqb_store(float* o, float a, float b, float c, float d) {
@@ -88,17 +88,17 @@ def _module(device):
 
 
 def dequantize(records, rows, cols, out_dtype=np.float16, stream=None, out=None):
-    """IQ3_XXS_B16 records (matvec_mma.repack's) as a (rows, cols) matrix of out_dtype (float16 or
+    """IQ3_XXS_B16 records (iq3_b16.repack's) as a (rows, cols) matrix of out_dtype (float16 or
     float32) on `stream`, into `out` if given; no host synchronization."""
     import contextlib
 
     import cupy
-    matvec_mma.check_shape(rows, cols)
-    if records.size != matvec_mma.nbytes(rows, cols):
-        raise ValueError(f"{matvec_mma.NAME}: {records.size} bytes for {rows}x{cols} (want {matvec_mma.nbytes(rows, cols)})")
+    iq3_b16.check_shape(rows, cols)
+    if records.size != iq3_b16.nbytes(rows, cols):
+        raise ValueError(f"{iq3_b16.NAME}: {records.size} bytes for {rows}x{cols} (want {iq3_b16.nbytes(rows, cols)})")
     dt = np.dtype(out_dtype)
     if dt not in (np.dtype(np.float16), np.dtype(np.float32)):
-        raise ValueError(f"{matvec_mma.NAME}: out_dtype float16 or float32, not {dt}")
+        raise ValueError(f"{iq3_b16.NAME}: out_dtype float16 or float32, not {dt}")
     out = cupy.empty((rows, cols), dt) if out is None else out.reshape(rows, cols)
     f = _module(cupy.cuda.runtime.getDevice()).get_function("dqb<float>" if dt == np.float32 else "dqb<unsigned short>")
     with stream if stream is not None else contextlib.nullcontext():

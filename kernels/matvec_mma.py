@@ -20,25 +20,16 @@ loads of 4 bytes before). H200 (BENCHMARKS), kernel table (qxe + mvb), session 1
 overhead was ~0.4 us a launch (session 13: 10.3 us there). Alone (no quantizer launch before it) 8.97 us at
 4096x14336 (session 12's text in the same run: 9.82).
 
-IQ3_XXS_B16: rows a multiple of 16, cols of 256. Band b (rows 16b..16b+15), block j (columns 256j..)
-is a record of 1632 bytes: [3 planes x 32 lanes x 16 bytes][8 x (scale word of row g, of row g + 8)]
-[8 x (d of row g, d of row g + 8) as f16]. A plane holds every lane's words 4p..4p+3 of 12. Lane
-4g + q's words, for its 4 words of a chunk, k = 0 (row g, grid word q), 1 (row g + 8, word q), 2 (row
-g, word q + 4), 3 (row g + 8, word q + 4), and n = 4 (c / 2) + k: words 0-5 the even chunks' 12-bit
-fields (grid index | the word's 4 signs << 8) one after another, field n at bit 12 n; words 6-9 the
-odd chunks' grid indices (word 6 + c / 2, byte k); words 10-11 their signs (weight t's at bit n % 8 +
-8 t of word 10 + n / 8). A scale word: chunk c's scale nibble at bits 4c. Same bytes as IQ3_XXS_G4
-(102 a block; the file's 98 + 4: all 8 signs of a pair of words, the file keeps 7 and a parity).
+The layout (IQ3_XXS_B16: bands of 16 rows, a record a band and block of 256 columns): kernels/iq3_b16.py.
 """
 import functools
 
 import numpy as np
 
-from lite.kernels import iq_tables, pdl
-from lite.kernels.registry import array_module, register_matvec
+from lite.kernels import iq3_b16, iq_tables, pdl
+from lite.kernels.registry import register_matvec
 
-NAME = "IQ3_XXS_B16"
-RECORD = 1632                 # bytes a band of 16 rows and block of 256 columns
+NAME = iq3_b16.NAME
 # mvb<W, P>: warps a CTA and blocks a warp has loaded ahead (the first before the PDL wait). Session 12,
 # calls 22 and 24, after qxe (x in qx's layout-20 records): 4096x14336 (256 bands) (8, 2) 10.9-11.0 us,
 # (8, 1) 11.1-11.3, (8, 3) 11.8, (4, 2) 12.8; 4096x4096 (8, 1) 4.6, (8, 2) 4.8, (4, 2) 5.1; 14336x4096
@@ -46,15 +37,17 @@ RECORD = 1632                 # bytes a band of 16 rows and block of 256 columns
 # Session 13 (x in layout 18), call 6: 4096x14336 (8, 1) 9.91, (8, 2) 10.25; 14336x4096 (4, 2) 11.78;
 # 4096x4096 (8, 1) 4.27. 8 warps keep 2 CTAs an SM (~95-115 registers); 4 warps 4: where the bands pass
 # 2 an SM, the smaller CTAs fill the rounds.
-# LT_MVB_ALIGN's dynamic shared memory: the table 16 KB aligned after the grid's 32 KB of copies (static, from
-# 0x400 of the window to 0x8400): at 0xC000, 15 KB of the 31 KB unused.
-ALIGN_DYN = 0xC000 - 0x8400 + 0x4000
+# Session 14, call 3 (after qxe, A = 0 -> 1): 4096x14336 (8, 1) 9.85 -> 9.79 us, 4096x4096 4.65 -> 4.46, 768x2048
+# 2.63 -> 2.58, 6144x4096 (384 bands) (4, 2) 6.35 -> 5.75 (3 CTAs an SM hold them all), 14336x4096 (4, 2)
+# 11.89 -> 14.44 (3 CTAs an SM where 4 fit: A = 0 there).
+ALIGN_DYN = 0x8000 - 16       # A = 1's dynamic shared memory: the 16 KB table 16 KB aligned wherever it starts
 
 
 def config(rows, cols, sms):
-    if rows // 16 > 2 * sms:
-        return (4, 2)
-    return (8, 1)
+    bands = rows // 16
+    if bands > 2 * sms:
+        return (4, 2, int(bands <= 3 * sms))
+    return (8, 1, 1)
 
 
 C_MMA = r"""
@@ -100,28 +93,23 @@ struct LtB16 { uint4 f[3]; uint2 sc; unsigned d; };   // a lane's part of a reco
 // The weights stream through L2 once a product: loaded with an evict-first policy (session 13), so that they
 // do not push out what the next kernels read (x, its records, the outputs, the KV cache).
 // LT_MVB_NO_EVICT_FIRST: plain loads (the A/B's baseline).
-#ifdef LT_MVB_L1NA   // session 14's A/B: the weights not kept in L1 either (x and its records should stay there)
-#define LT_L1NA ".L1::no_allocate"
-#else
-#define LT_L1NA ""
-#endif
 #if defined(__CUDA_ARCH__) && !defined(LT_MVB_NO_EVICT_FIRST)
 struct LtStream {
     unsigned long long pol;
     __device__ __forceinline__ LtStream() { asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol)); }
     __device__ __forceinline__ uint4 u4(const void* p) const {
         uint4 v;
-        asm("ld.global.nc" LT_L1NA ".L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p), "l"(pol));
+        asm("ld.global.nc.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p), "l"(pol));
         return v;
     }
     __device__ __forceinline__ uint2 u2(const void* p) const {
         uint2 v;
-        asm("ld.global.nc" LT_L1NA ".L2::cache_hint.v2.u32 {%0, %1}, [%2], %3;" : "=r"(v.x), "=r"(v.y) : "l"(p), "l"(pol));
+        asm("ld.global.nc.L2::cache_hint.v2.u32 {%0, %1}, [%2], %3;" : "=r"(v.x), "=r"(v.y) : "l"(p), "l"(pol));
         return v;
     }
     __device__ __forceinline__ unsigned u1(const void* p) const {
         unsigned v;
-        asm("ld.global.nc" LT_L1NA ".L2::cache_hint.u32 %0, [%1], %2;" : "=r"(v) : "l"(p), "l"(pol));
+        asm("ld.global.nc.L2::cache_hint.u32 %0, [%1], %2;" : "=r"(v) : "l"(p), "l"(pol));
         return v;
     }
 };
@@ -152,27 +140,40 @@ __device__ __forceinline__ unsigned lt_b16_off(const LtB16& r, int n) {
 // x address as well). Session 13, call 9: the signed table 16 KB aligned in dynamic shared memory, so that
 // a lookup's address is one LOP3 (255 instructions a block against 272), lost (4096x14336 after qxe 10.32
 // against 9.99 us; 64 KB a CTA: 3 CTAs an SM of 4 warps, 14336x4096 14.2 against 11.6).
-__shared__ uint4 lt_b16_grid32[2048];                     // entry e's copy l at word 32 e + l
-#if defined(LT_MVB_ALIGN) && defined(__CUDA_ARCH__)
-// session 14's A/B (session 13's call 9 again, now beside LT_MVB_L1NA): the signed table 16 KB aligned in
-// dynamic shared memory (MVB_ALIGN_DYN bytes, the grid's copies static before it), tb its shared address, so
-// that a lookup's address is one LOP3 ((field << 2) & 0x3FFC | tb) and not that and an add of the base.
-extern __shared__ uint4 lt_b16_dyn[];
-#define LT_TAB_ARG , unsigned tb
-#define LT_TAB_PASS , tb
-__device__ __forceinline__ unsigned lt_b16_tab_word(unsigned off, unsigned tb) {
-    unsigned v;
-    asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(off | tb));
-    return v;
-}
-#define LT_TABW(off) lt_b16_tab_word(off, tb)
-#else
 __shared__ uint4 lt_b16_tab[1024];                        // LT_TAB4096; then (the products done) the warps' sums
-#define LT_TAB_ARG
-#define LT_TAB_PASS
-__device__ __forceinline__ unsigned lt_b16_tab_word(unsigned off) { return *(const unsigned*)((const unsigned char*)lt_b16_tab + off); }
-#define LT_TABW(off) lt_b16_tab_word(off)
+__shared__ uint4 lt_b16_grid32[2048];                     // entry e's copy l at word 32 e + l
+// A = 1 (session 14): the signed table 16 KB aligned in dynamic shared memory (ALIGN_DYN bytes), tb its shared
+// address, so that a lookup's address is one LOP3 ((field << 2) & 0x3FFC | tb), not that and an add of the
+// base (SASS 257 instructions a block against 270). 65 KB a CTA: where 2 CTAs of 8 warps or 3 of 4 fit the
+// product's CTAs in one round (config). The emulator reads the static table either way.
+#ifdef __CUDA_ARCH__
+extern __shared__ uint4 lt_b16_dyn[];
 #endif
+template <int A>
+__device__ __forceinline__ uint4* lt_b16_table(unsigned& tb) {
+#ifdef __CUDA_ARCH__
+    if constexpr (A != 0) {
+        const unsigned s = (unsigned)__cvta_generic_to_shared(lt_b16_dyn);
+        tb = (s + 0x3FFFu) & ~0x3FFFu;
+        return lt_b16_dyn + ((tb - s) >> 4);
+    } else
+#endif
+    {
+        tb = 0;
+        return lt_b16_tab;
+    }
+}
+template <int A>
+__device__ __forceinline__ unsigned lt_b16_tab_word(unsigned off, unsigned tb) {
+#ifdef __CUDA_ARCH__
+    if constexpr (A != 0) {
+        unsigned v;
+        asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(off | tb));
+        return v;
+    } else
+#endif
+    return *(const unsigned*)((const unsigned char*)lt_b16_tab + off);
+}
 // One block of 256 columns of a band: 4 chunk pairs, each the even chunk's mma through the signed table
 // and the odd chunk's two through the grid's copies, then the pair's tail into acc0 / acc1 (rows g, g + 8).
 // LtX: a lane's x for the block, its x word and its run's d in each chunk pair (qxe<TIQ3_XXS, 18>'s
@@ -183,14 +184,10 @@ struct LtX {
         const uint4 a = __ldg((const uint4*)xj + lane), b = __ldg((const uint4*)(xj + 128) + (lane & 3));
         v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; d[0] = b.x; d[1] = b.y; d[2] = b.z; d[3] = b.w;
     }
-    // LT_MVB_XSPLIT (session 14's A/B): chunk pairs 2 h, 2 h + 1's words and d of the block at xj
-    __device__ __forceinline__ void load_half(const unsigned* xj, int lane, int h) {
-        const uint2 a = __ldg((const uint2*)(xj + 4 * lane + 2 * h)), b = __ldg((const uint2*)(xj + 128 + 4 * (lane & 3) + 2 * h));
-        v[2 * h] = a.x; v[2 * h + 1] = a.y; d[2 * h] = b.x; d[2 * h + 1] = b.y;
-    }
 };
-__device__ __forceinline__ void lt_b16_block(const LtB16& r, LtX& x, const unsigned* xnext, int lane, int qh,
-                                             unsigned m0, unsigned m1, unsigned ma, float& acc0, float& acc1 LT_TAB_ARG) {
+template <int A>
+__device__ __forceinline__ void lt_b16_block(const LtB16& r, const LtX& x, int lane, int qh, unsigned tb,
+                                             unsigned m0, unsigned m1, unsigned ma, float& acc0, float& acc1) {
     float blk0 = 0.f, blk1 = 0.f;
     #pragma unroll
     for (int cp = 0; cp < 4; cp++) {                      // chunk pairs c, c + 1
@@ -198,8 +195,8 @@ __device__ __forceinline__ void lt_b16_block(const LtB16& r, LtX& x, const unsig
         const unsigned vn = __vsub4(0u, v);               // -x (|x| <= 127: no wrap)
         const float dx = __uint_as_float(x.d[cp]);
         int cc[4];
-        lt_imma(cc, LT_TABW(lt_b16_off(r, 4 * cp)), LT_TABW(lt_b16_off(r, 4 * cp + 1)),
-                    LT_TABW(lt_b16_off(r, 4 * cp + 2)), LT_TABW(lt_b16_off(r, 4 * cp + 3)),
+        lt_imma(cc, lt_b16_tab_word<A>(lt_b16_off(r, 4 * cp), tb), lt_b16_tab_word<A>(lt_b16_off(r, 4 * cp + 1), tb),
+                    lt_b16_tab_word<A>(lt_b16_off(r, 4 * cp + 2), tb), lt_b16_tab_word<A>(lt_b16_off(r, 4 * cp + 3), tb),
                     make_uint2(v & m0 & ma, v & m1 & ma), false);
         unsigned a[4], m[4];
         const unsigned iw = lt_b16_word(r, 6 + cp);
@@ -218,15 +215,12 @@ __device__ __forceinline__ void lt_b16_block(const LtB16& r, LtX& x, const unsig
         const int t0 = cc[0] * 254 + cc[1], t1 = cc[2] * 254 + cc[3];
         blk0 = fmaf(dx, (float)(t0 * s0 + t0), blk0);
         blk1 = fmaf(dx, (float)(t1 * s1 + t1), blk1);
-#ifdef LT_MVB_XSPLIT   // the next block's x in the registers just read: half a block ahead
-        if (cp & 1) x.load_half(xnext, lane, cp >> 1);
-#endif
     }
     acc0 = fmaf(lt_h2f_lo(r.d), blk0, acc0);
     acc1 = fmaf(lt_h2f_hi(r.d), blk1, acc1);
 }
-// mvb<W, P>: a CTA of W warps a band; warp w takes blocks w, w + W, ..., P of them loaded ahead (the first
-// before the PDL wait); out = x W^T for one row of x, quantized by qxe<TIQ3_XXS, 18> (xq). Of each chunk
+// mvb<W, P, A>: a CTA of W warps a band; warp w takes blocks w, w + W, ..., P of them loaded ahead (the first
+// before the PDL wait), A: the signed table aligned in dynamic shared memory (lt_b16_table); out = x W^T for one row of x, quantized by qxe<TIQ3_XXS, 18> (xq). Of each chunk
 // pair, the even chunk's words come from the signed table (4096 words: 3.5-way bank conflicts, Nsight: L1
 // the wall), the odd chunk's from the unsigned grid's 32 copies, lane l's in bank l, its signs put on by
 // XOR with byte masks (g ^ m: g or -g - 1) and taken back by a second mma of the masks against -x
@@ -240,15 +234,11 @@ __device__ unsigned lt_mvb_count[4096];
 #else
 #define LT_STAMP(k) do { } while (0)
 #endif
-template <int W, int P>
+template <int W, int P, int A>
 __global__ void __launch_bounds__(32 * W, 2) mvb(const unsigned char* __restrict__ w, const float* __restrict__ xq,
                                                  float* __restrict__ out, int rows, int cols) {
-#if defined(LT_MVB_ALIGN) && defined(__CUDA_ARCH__)
-    const unsigned dyn_s = (unsigned)__cvta_generic_to_shared(lt_b16_dyn), tb = (dyn_s + 0x3FFFu) & ~0x3FFFu;
-    uint4* const tab = lt_b16_dyn + ((tb - dyn_s) >> 4);
-#else
-    uint4* const tab = lt_b16_tab;
-#endif
+    unsigned tb;
+    uint4* const tab = lt_b16_table<A>(tb);
     uint4* const grid32 = lt_b16_grid32;
     const int nblk = cols >> 8, band = blockIdx.x;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, q = lane & 3;
@@ -290,10 +280,6 @@ __global__ void __launch_bounds__(32 * W, 2) mvb(const unsigned char* __restrict
     const unsigned* xw = (const unsigned*)xq;
     const unsigned m0 = (gq & 2) ? 0u : ~0u, m1 = ~m0, ma = half ? 0u : ~0u;   // B's column gq % 4: hi_a, lo_a, hi_b, lo_b
     float acc0 = 0.f, acc1 = 0.f;                         // rows g, g + 8
-    LtX x;
-#ifdef LT_MVB_XSPLIT
-    if (warp < nblk) x.load(xw + 144 * warp, lane);
-#endif
     // The ring turns by unrolling P + 1 blocks (slot u's block computed, slot (u + P) % (P + 1) loaded):
     // with copies between slots (session 12, call 21) each copy waited for the load just issued.
     for (int j0 = warp; j0 < nblk; j0 += (P + 1) * W) {
@@ -302,12 +288,9 @@ __global__ void __launch_bounds__(32 * W, 2) mvb(const unsigned char* __restrict
             const int j = j0 + u * W;
             if (j >= nblk) break;
             if (j + P * W < nblk) lt_b16_load(ring[(u + P) % (P + 1)], base + (long long)(j + P * W) * 1632, lane, ls);
-#ifdef LT_MVB_XSPLIT
-            lt_b16_block(ring[u], x, xw + 144 * min(j + W, nblk - 1), lane, qh, m0, m1, ma, acc0, acc1 LT_TAB_PASS);
-#else
+            LtX x;
             x.load(xw + 144 * j, lane);
-            lt_b16_block(ring[u], x, nullptr, lane, qh, m0, m1, ma, acc0, acc1 LT_TAB_PASS);
-#endif
+            lt_b16_block<A>(ring[u], x, lane, qh, tb, m0, m1, ma, acc0, acc1);
         }
     }
     LT_STAMP(3);
@@ -349,55 +332,8 @@ def c_source():
     return C_HALVES + C_MMA.replace("LT_TAB4096_VALUES", ", ".join(f"{int(v)}u" for v in table_words()))
 
 
-def nbytes(rows, cols):
-    return rows // 16 * cols // 256 * RECORD
-
-
-def check_shape(rows, cols):
-    if rows % 16 or cols % 256:
-        raise ValueError(f"{NAME}: rows must be a multiple of 16 and cols of 256 (got {rows}x{cols})")
-
-
-def repack(blocks, rows, cols):
-    """IQ3_XXS blocks (uint8, rows x cols/256 blocks of 98 bytes, NumPy or CuPy) as IQ3_XXS_B16 records."""
-    check_shape(rows, cols)
-    xp = array_module(blocks)
-    bands, nblk = rows // 16, cols // 256
-    b = blocks.reshape(rows, nblk, 98)
-    idx = b[..., 2:66].astype(xp.uint32).reshape(rows, nblk, 8, 8)                  # row, block, chunk, word
-    aux = xp.ascontiguousarray(b[..., 66:98]).view(xp.uint32).reshape(rows, nblk, 8)
-    ks = xp.asarray(iq_tables.ksigns().astype(np.uint32))
-    w = xp.arange(8, dtype=xp.uint32)
-    s8 = ks[(aux[..., None] >> (7 * (w >> 1))) & 127]                                # the pair's 8 signs
-    field = idx | (((s8 >> (4 * (w & 1))) & 15) << 8)                                # row, block, chunk, word
-    field = field.reshape(bands, 16, nblk, 8, 8)
-    lanes = np.arange(32)
-    g, q = lanes >> 2, lanes & 3
-    words = xp.zeros((bands, nblk, 32, 12), xp.uint32)
-    for cp in range(4):                 # chunk pair 2 cp, 2 cp + 1: field n = 4 cp + k of each
-        for k in range(4):
-            n = 4 * cp + k
-            fe, fo = (field[:, g + 8 * (k & 1), :, c, q + 4 * (k >> 1)].transpose(1, 2, 0) for c in (2 * cp, 2 * cp + 1))
-            wi, sh = (12 * n) >> 5, (12 * n) & 31               # the even chunk's 12-bit field: words 0-5
-            words[..., wi] |= fe << sh
-            if sh > 20:
-                words[..., wi + 1] |= fe >> (32 - sh)
-            words[..., 6 + cp] |= (fo & 255) << (8 * k)          # the odd chunk's grid index: words 6-9
-            for t in range(4):                                   # and its signs: words 10-11
-                words[..., 10 + (n >> 3)] |= ((fo >> (8 + t)) & 1) << ((n & 7) + 8 * t)
-    planes = words.reshape(bands, nblk, 32, 3, 4).transpose(0, 1, 3, 2, 4).reshape(bands, nblk, 384)
-    scw = xp.zeros((rows, nblk), xp.uint32)
-    for c in range(8):
-        scw |= (aux[..., c] >> 28) << (4 * c)
-    scw = scw.reshape(bands, 16, nblk).transpose(0, 2, 1)
-    sc = xp.stack([scw[..., :8], scw[..., 8:]], axis=-1).reshape(bands, nblk, 16)
-    d = xp.ascontiguousarray(b[..., 0:2]).view(xp.uint16).astype(xp.uint32).reshape(bands, 16, nblk).transpose(0, 2, 1)
-    dd = d[..., :8] | (d[..., 8:] << 16)
-    return xp.ascontiguousarray(xp.concatenate([planes, sc, dd], axis=2)).view(xp.uint8).reshape(-1)
-
-
-def kernel_name(warps, prefetch):
-    return f"mvb<{warps}, {prefetch}>"
+def kernel_name(warps, prefetch, align=0):
+    return f"mvb<{warps}, {prefetch}, {align}>"
 
 
 # The quantizer before mvb: qxe (kernels/matvec_q8.py), which lets mvb launch before it waits for the
@@ -431,26 +367,30 @@ def _sms(device):
 
 
 def launch(records, x, out, rows, cols, stream=None, cta=None):
-    """Enqueue out = x @ W.T for IQ3_XXS_B16 records (what repack made) on `stream` (CuPy; None: the
+    """Enqueue out = x @ W.T for IQ3_XXS_B16 records (what iq3_b16.repack made) on `stream` (CuPy; None: the
     current one): per row of x, QUANTIZER into a scratch buffer, then mvb (two launches under PDL, no
     host synchronization; meant to be captured into CUDA graphs). x (n, cols) float32, out (n, rows)
-    float32; cta: (warps, prefetch), default config(rows, cols, the device's SMs)."""
+    float32; cta: (warps, prefetch[, align]), default config(rows, cols, the device's SMs)."""
     import contextlib
 
     import cupy
     from lite.kernels import matvec_q8
-    check_shape(rows, cols)
+    iq3_b16.check_shape(rows, cols)
     device = cupy.cuda.runtime.getDevice()
-    warps, prefetch = cta or config(rows, cols, _sms(device))
-    names = (QUANTIZER, kernel_name(warps, prefetch))
+    warps, prefetch, align = (tuple(cta) + (0,))[:3] if cta else config(rows, cols, _sms(device))
+    names = (QUANTIZER, kernel_name(warps, prefetch, align))
     mod = _module(device, names, module_head())
     quant, mv = mod.get_function(names[0]), mod.get_function(names[1])
+    dyn = ALIGN_DYN if align else 0
+    if dyn and mv.max_dynamic_shared_size_bytes < dyn:
+        mv.max_dynamic_shared_size_bytes = dyn        # past the 48 KB a CTA takes without asking
     with stream if stream is not None else contextlib.nullcontext():
         x = cupy.ascontiguousarray(x)
         xq = cupy.empty_like(x)
         for i in range(x.shape[0]):
             pdl.call(quant, matvec_q8.quantize_grid(1, cols), (128,), (x[i], xq[i], np.int32(cols)))
-            pdl.call(mv, (rows // 16,), (32 * warps,), (records, xq[i], out[i], np.int32(rows), np.int32(cols)))
+            pdl.call(mv, (rows // 16,), (32 * warps,), (records, xq[i], out[i], np.int32(rows), np.int32(cols)),
+                     shared_mem=dyn)
 
 
 @register_matvec(NAME)

@@ -10,18 +10,19 @@ from kernel_blocks import random_blocks, reference
 from test_matvec_q8_emulated import ARGS, _gpu, _x, assert_product_matches
 from test_matvec_q8_iq3_emulated import _iq3_source
 
-from lite.kernels import matvec_mma, matvec_q8
+from lite.kernels import iq3_b16, matvec_mma, matvec_q8
 
 pytestmark = pytest.mark.skipif(not emu.available(), reason="needs g++ (C++20)")
 
-# (warps a CTA, blocks loaded ahead)
-CONFIGS = [(8, 1), (4, 2), (2, 3), (2, 1)]
+# (warps a CTA, blocks loaded ahead, the signed table aligned in dynamic shared memory: on the GPU only, the
+# emulator reads the static table either way)
+CONFIGS = [(8, 1, 1), (8, 1, 0), (4, 2, 1), (2, 3, 0), (2, 1, 1)]
 
 
 @pytest.fixture(scope="module")
 def mma_lib():
-    wraps = "".join(f'extern "C" __global__ void mvb_{w}_{p}({ARGS}) {{ mvb<{w}, {p}>(w, x, out, rows, cols); }}\n'
-                    for w, p in CONFIGS)
+    wraps = "".join(f'extern "C" __global__ void mvb_{w}_{p}_{a}({ARGS}) {{ mvb<{w}, {p}, {a}>(w, x, out, rows, cols); }}\n'
+                    for w, p, a in CONFIGS)
     wraps += ('extern "C" __global__ void emu_qx_IQ3_XXS(const float* x, float* xq, int cols) '
               f'{{ {matvec_q8.quantize_name("IQ3_XXS")}(x, xq, cols); }}\n')
     wraps += ('extern "C" __global__ void emu_qxe(const float* x, float* xq, int cols) '
@@ -65,8 +66,8 @@ def _decoded(records, rows, cols):
 def test_repack_holds_the_file_blocks_weights():
     rows, cols = 32, 512
     blocks = random_blocks("IQ3_XXS", rows * cols // 256, np.random.default_rng(7))
-    records = matvec_mma.repack(blocks, rows, cols)
-    assert records.nbytes == matvec_mma.nbytes(rows, cols) == blocks.nbytes * 102 // 98
+    records = iq3_b16.repack(blocks, rows, cols)
+    assert records.nbytes == iq3_b16.nbytes(rows, cols) == blocks.nbytes * 102 // 98
     w = reference(blocks, "IQ3_XXS").astype(np.float64).reshape(rows, cols)
     assert np.array_equal(_decoded(records, rows, cols), w)
 
@@ -103,24 +104,24 @@ def test_kernel_table_takes_the_layout_by_default():
 
 def test_repack_refuses_ragged_shapes():
     with pytest.raises(ValueError, match="multiple of 16"):
-        matvec_mma.repack(np.zeros(37 * 98, np.uint8), 37, 256)
+        iq3_b16.repack(np.zeros(37 * 98, np.uint8), 37, 256)
 
 
 @pytest.mark.parametrize("shape", [(32, 512), (48, 768), (16, 2048), (32, 4096)], ids=lambda s: f"{s[0]}x{s[1]}")
-@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"w{c[0]}p{c[1]}")
+@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"w{c[0]}p{c[1]}a{c[2]}")
 def test_mvb_matches_float64(mma_lib, cfg, shape):
     """Against float64 of gguf-py's dequantize of the file's blocks, within 1e-3 plus the x
     quantization's bound; a CTA a band; 768 columns: 3 blocks, warps with none or a last lone one; 4096
     columns: the ring turns."""
-    w, p = cfg
+    w, p, a = cfg
     rows, cols = shape
     rng = np.random.default_rng(rows + cols + w)
     blocks = random_blocks("IQ3_XXS", rows * cols // 256, rng)
-    records = matvec_mma.repack(blocks, rows, cols)
+    records = iq3_b16.repack(blocks, rows, cols)
     x = _x(1, cols, rng)
     xq = np.zeros_like(x)
     mma_lib.launch("emu_qxe", matvec_q8.quantize_grid(1, cols), (128,), x, xq, np.int32(cols))
-    assert_product_matches(mma_lib, f"mvb_{w}_{p}", (rows // 16,), records, blocks, "IQ3_XXS", x, rows, cols,
+    assert_product_matches(mma_lib, f"mvb_{w}_{p}_{a}", (rows // 16,), records, blocks, "IQ3_XXS", x, rows, cols,
                            threads=32 * w, xq=xq)
 
 
@@ -139,9 +140,9 @@ def test_gpu_mvb_full_size():
         w = reference(blocks, "IQ3_XXS").astype(np.float64).reshape(rows, cols)
         x = _x(n, cols, rng)
         ref, scale = x.astype(np.float64) @ w.T, np.abs(x).astype(np.float64) @ np.abs(w).T
-        records = matvec_mma.repack(cupy.asarray(blocks), rows, cols)
-        assert np.array_equal(records.get(), matvec_mma.repack(blocks, rows, cols))
-        for cta in (None, (8, 2), (4, 1)):             # the registry's launch; other CTA shapes
+        records = iq3_b16.repack(cupy.asarray(blocks), rows, cols)
+        assert np.array_equal(records.get(), iq3_b16.repack(blocks, rows, cols))
+        for cta in (None, (8, 2), (4, 1), (8, 1, 0), (4, 2, 1)):   # the registry's launch; other CTA shapes
             out = cupy.full((n, rows), np.nan, cupy.float32)
             if cta is None:
                 mv(records, cupy.asarray(x), out, rows, cols)
@@ -172,7 +173,7 @@ def test_b16_dequantize_matches_gguf(dqb_lib, shape):
     from lite.kernels import dequant_b16
     rows, cols = shape
     blocks = random_blocks("IQ3_XXS", rows * cols // 256, np.random.default_rng(rows + cols))
-    records = matvec_mma.repack(blocks, rows, cols)
+    records = iq3_b16.repack(blocks, rows, cols)
     ref = reference(blocks, "IQ3_XXS").astype(np.float32).reshape(rows, cols)
     out = np.full((rows, cols), np.nan, np.float32)
     dqb_lib.launch("dqb_f32", dequant_b16.grid(rows, cols), (128,), records, out, np.int32(rows), np.int32(cols))
@@ -180,3 +181,18 @@ def test_b16_dequantize_matches_gguf(dqb_lib, shape):
     out16 = np.zeros((rows, cols), np.uint16)
     dqb_lib.launch("dqb_f16", dequant_b16.grid(rows, cols), (128,), records, out16, np.int32(rows), np.int32(cols))
     assert np.array_equal(out16.view(np.float16), ref.astype(np.float16))
+
+
+@pytest.mark.skipif(not _gpu(), reason="needs a CUDA GPU (the CUDA C text runs above under the emulator)")
+def test_gpu_b16_dequantize_full_size():
+    """kernels/dequant_b16.py on the GPU at 4096x14336, the records repacked there: gguf-py's values exactly in
+    fp32, fp16's rounding in fp16."""
+    import cupy
+
+    from lite.kernels import dequant_b16
+    rows, cols = 4096, 14336
+    blocks = random_blocks("IQ3_XXS", rows * cols // 256, np.random.default_rng(11))
+    ref = reference(blocks, "IQ3_XXS").astype(np.float32).reshape(rows, cols)
+    records = iq3_b16.repack(cupy.asarray(blocks), rows, cols)
+    assert np.array_equal(dequant_b16.dequantize(records, rows, cols, np.float32).get(), ref)
+    assert np.array_equal(dequant_b16.dequantize(records, rows, cols).get(), ref.astype(np.float16))

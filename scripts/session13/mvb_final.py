@@ -20,7 +20,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "session12"))
 from mvb_ab import time_graph  # noqa: E402
 
-from lite.kernels import matvec_mma, matvec_q8, pdl  # noqa: E402
+from lite.kernels import iq3_b16, matvec_mma, matvec_q8, pdl  # noqa: E402
 
 
 
@@ -42,7 +42,7 @@ def setup(rows, cols, rotate_bytes=256 << 20):
     rng = cp.random.default_rng(0)
     blocks = rng.integers(0, 256, rows * cols // 256 * 98, dtype=np.uint8)
     blocks.reshape(-1, 98)[:, 0:2] = cp.asarray(np.array([0x3C00], np.uint16).view(np.uint8))   # d = 1
-    first = matvec_mma.repack(blocks, rows, cols)
+    first = iq3_b16.repack(blocks, rows, cols)
     return [first] + [first.copy() for _ in range(-(-rotate_bytes // first.nbytes) - 1)], \
         cp.asarray(np.random.default_rng(1).standard_normal((1, cols)).astype(np.float32))
 

@@ -6,7 +6,8 @@ int8 sums are exact, the float tail the same). With --timeline, the timelines af
 Call 1 (commit 8883359) ran it over the all-grid layout (every chunk's words from the grid's copies); call 2
 over kernels/matvec_mma.py's defines LT_MVB_L1NA (the weights not allocated in L1) and LT_MVB_XSPLIT (the next
 block's x loaded in halves as this block's chunk pairs finish with theirs); call 3 over LT_MVB_L1NA and LT_MVB_ALIGN
-(the signed table 16 KB aligned in dynamic shared memory: a lookup's address one LOP3).
+(the signed table 16 KB aligned in dynamic shared memory: a lookup's address one LOP3); call 4 over mvb<W, P, A>,
+A = 1 that alignment (kernels/matvec_mma.py config's choice where it fits the CTAs in one round).
 
     python3 scripts/session14/mvb_ab14.py [--timeline]
 """
@@ -21,7 +22,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "session12"))
 from mvb_ab import time_graph  # noqa: E402
 
-from lite.kernels import matvec_mma, matvec_q8, pdl  # noqa: E402
+from lite.kernels import iq3_b16, matvec_mma, matvec_q8, pdl  # noqa: E402
 
 
 def _load(name):
@@ -32,17 +33,15 @@ def _load(name):
 
 
 old = _load("matvec_mma_s13")
-# (module, its name, CTA shape, module head's extra)
-L1NA, XSPLIT, ALIGN = "#define LT_MVB_L1NA\n", "#define LT_MVB_XSPLIT\n", "#define LT_MVB_ALIGN\n"
-EXTRAS = ("", L1NA, ALIGN, ALIGN + L1NA)       # call 2: ("", L1NA, XSPLIT, L1NA + XSPLIT)
-
-
+# (module, its name, CTA shape, module head's extra). Calls 2-3 took extras (defines since gone: LT_MVB_L1NA,
+# LT_MVB_XSPLIT, LT_MVB_ALIGN); since call 4 the table's alignment is mvb's template parameter A (cfg's third).
 def _forms(cfgs):
-    return [(old, "s13", cfgs[0], "")] + [(matvec_mma, "s14", c, e) for c in cfgs for e in EXTRAS]
+    return [(old, "s13", cfgs[0][:2], "")] + [(matvec_mma, "s14", c, "") for c in cfgs]
 
 
-FORMS = {(4096, 14336): _forms([(8, 1)]), (14336, 4096): _forms([(4, 2)]),
-         (4096, 4096): _forms([(8, 1)]), (768, 2048): _forms([(8, 1)]), (6144, 4096): _forms([(4, 2)])}
+FORMS = {(4096, 14336): _forms([(8, 1, 0), (8, 1, 1)]), (14336, 4096): _forms([(4, 2, 0), (4, 2, 1)]),
+         (4096, 4096): _forms([(8, 1, 0), (8, 1, 1)]), (768, 2048): _forms([(8, 1, 0), (8, 1, 1)]),
+         (6144, 4096): _forms([(4, 2, 0), (4, 2, 1)])}
 
 
 def blocks_and_x(rows, cols):
@@ -53,7 +52,7 @@ def blocks_and_x(rows, cols):
 
 
 def copies(mod, blocks, rows, cols, rotate_bytes=256 << 20):
-    first = mod.repack(blocks, rows, cols)
+    first = (getattr(mod, "repack", None) or iq3_b16.repack)(blocks, rows, cols)   # since call 4 in kernels/iq3_b16.py
     return [first] + [first.copy() for _ in range(-(-rotate_bytes // first.nbytes) - 1)]
 
 
@@ -61,7 +60,7 @@ def functions(mod, cfg, stamps=False, extra=""):
     names = (mod.QUANTIZER, mod.kernel_name(*cfg))
     m = mod._module(cp.cuda.runtime.getDevice(), names, mod.module_head(stamps, extra))
     q, mv = m.get_function(names[0]), m.get_function(names[1])
-    DYN[id(mv)] = mod.ALIGN_DYN if "LT_MVB_ALIGN" in extra else 0
+    DYN[id(mv)] = mod.ALIGN_DYN if len(cfg) > 2 and cfg[2] else 0
     if DYN[id(mv)]:
         mv.max_dynamic_shared_size_bytes = DYN[id(mv)]      # 32 KB static + 31 KB dynamic: past 48 KB
     return m, q, mv
@@ -149,5 +148,4 @@ if __name__ == "__main__":
     timings()
     if "--timeline" in sys.argv:
         timeline(old, "s13", (8, 1))
-        timeline(matvec_mma, "s14 ALIGN", (8, 1), extra=ALIGN)
-        timeline(matvec_mma, "s14 ALIGN L1NA", (8, 1), extra=ALIGN + L1NA)
+        timeline(matvec_mma, "s14", (8, 1, 1))
