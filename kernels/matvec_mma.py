@@ -14,11 +14,13 @@ every word went through it). x goes in as qx's int8 parts (hi and lo a run of 16
 lo_a, hi_b, lo_b), the odd chunk's in columns 4-7 of the same accumulators, so that each lane of a
 quad ends with one (chunk, run)'s sums and one float tail serves the pair; since session 13 in record
 layout 18 (kernels/matvec_q8.py lt_q8w: a lane's 4 words and 4 d of a block in two 16-byte loads, 8
-loads of 4 bytes before). H200 (BENCHMARKS), kernel table (qxe + mvb), session 13 call 14: 4096x14336
-9.9 us, 58% of copy-vec16 (IQ3_XXS_G4's mv_iq2 13.4, 43%); 14336x4096 11.5; 4096x4096 4.5. Session 12's
-11.1-11.3 us (51-52%) was timed in graphs of 11 launches (kernels/bench.py before session 13), whose
-overhead was ~0.4 us a launch (session 13: 10.3 us there). Alone (no quantizer launch before it) 8.97 us at
-4096x14336 (session 12's text in the same run: 9.82).
+loads of 4 bytes before). H200 (BENCHMARKS), kernel table (qxe + mvb), session 14 call 4: 4096x14336
+9.7 us, 59% of copy-vec16 (IQ3_XXS_G4's mv_iq2 13.4, 43%); 14336x4096 11.4; 4096x4096 4.4 (session 13:
+9.9, 11.5, 4.5; session 12's 11.1-11.3 us were timed in graphs of 11 launches, ~0.4 us of overhead each).
+Alone (no quantizer launch before it) ~9.0 us at 4096x14336: the quantizer's two grid dependencies cost ~0.9.
+Measured and lost in session 14 (BENCHMARKS): every word through the grid's copies (no signed table: 20%
+more instructions, 25% slower), the weights not allocated in L1 (even), the next block's x half a block
+ahead (the SM's first CTA faster, its second slower: 6% slower).
 
 The layout (IQ3_XXS_B16: bands of 16 rows, a record a band and block of 256 columns): kernels/iq3_b16.py.
 """

@@ -3,7 +3,7 @@
 # ${OUT:-/tmp/lite-checks}. Session 5 ran gemma, real, pdl, iq3 and ncu with its code, session 6
 # matvec, iq3moe and multigpu's tests, session 7 session 6's next, session 8 session 7's, session 9 session 8's
 # (figures in BENCHMARKS; the calls: scripts/session*/call*.sh); session 10 left session 9's next for later;
-# session 11 ran session 10's, session 12 session 11's, session 13 session 12's.
+# session 11 ran session 10's, session 12 session 11's, session 13 session 12's, session 14 session 13's.
 # Re-run a step after changing what it covers.
 #   bash scripts/gpu_first_checks.sh next            # first next session (issue 3), ~4 min
 #   bash scripts/gpu_first_checks.sh multigpu        # on nvidia-h200-x2
@@ -91,13 +91,14 @@ step_iq3moe() {
   done
 }
 
-# Session 12's `next` ran as session 13's call 1 (docs/bench/session13; its script: git history).
-# Next (~2 min): kernels/matvec_mma.py's mvb (IQ3_XXS_B16, x in layout 18 since session 13) re-measured
-# before changing it: its GPU test, then mvb alone / after qxe beside session 12's and call 8's texts
-# (scripts/session13/mvb_final.py), then the kernel table's IQ3 rows.
+# Session 12's `next` ran as session 13's call 1 (docs/bench/session13; its script: git history); session 13's
+# as session 14's calls 1-4 (scripts/session14/).
+# Next (~2 min): kernels/matvec_mma.py's mvb<W, P, A> (IQ3_XXS_B16) re-measured before changing it: its GPU
+# tests, then mvb alone / after qxe beside session 13's text (scripts/session14/mvb_ab14.py, with A = 0 and 1),
+# then the kernel table's IQ3 rows.
 step_next() {
   t python3 -m pytest -q tests/test_matvec_mma_emulated.py
-  TAIL=24 t timeout 300 python3 scripts/session13/mvb_final.py
+  TAIL=24 t timeout 300 python3 scripts/session14/mvb_ab14.py
   TAIL=12 t timeout 200 python3 -m lite.kernels.bench --no-numba IQ3_XXS_B16 IQ3_XXS_G4
 }
 
