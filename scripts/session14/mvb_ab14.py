@@ -33,15 +33,17 @@ def _load(name):
 
 
 old = _load("matvec_mma_s13")
+c4 = _load("matvec_mma_c4")     # kernels/matvec_mma.py as call 4 ran it (1496ab6), x in layout 18
 # (module, its name, CTA shape, module head's extra). Calls 2-3 took extras (defines since gone: LT_MVB_L1NA,
 # LT_MVB_XSPLIT, LT_MVB_ALIGN); since call 4 the table's alignment is mvb's template parameter A (cfg's third).
-def _forms(cfgs):
-    return [(old, "s13", cfgs[0][:2], "")] + [(matvec_mma, "s14", c, "") for c in cfgs]
+# Call 5: session 13's text, call 4's (c4) and today's (x in layout 26: -x's words from qxe; the scales as
+# 2 sc + 1 bytes a block), each at config's shape.
+def _forms(cfg):
+    return [(old, "s13", cfg[:2], ""), (c4, "c4", cfg, ""), (matvec_mma, "s14", cfg, "")]
 
 
-FORMS = {(4096, 14336): _forms([(8, 1, 0), (8, 1, 1)]), (14336, 4096): _forms([(4, 2, 0), (4, 2, 1)]),
-         (4096, 4096): _forms([(8, 1, 0), (8, 1, 1)]), (768, 2048): _forms([(8, 1, 0), (8, 1, 1)]),
-         (6144, 4096): _forms([(4, 2, 0), (4, 2, 1)])}
+FORMS = {(4096, 14336): _forms((8, 1, 1)), (14336, 4096): _forms((4, 2, 0)), (4096, 4096): _forms((8, 1, 1)),
+         (768, 2048): _forms((8, 1, 1)), (6144, 4096): _forms((4, 2, 1))}
 
 
 def blocks_and_x(rows, cols):
@@ -86,11 +88,12 @@ def timings():
         xq = cp.empty_like(x)
         variants = []
         for mod, label, cfg, extra in forms:
-            if label not in recs:
-                recs[label] = copies(mod, blocks, rows, cols)
+            label_r = "b16"
+            if label_r not in recs:
+                recs[label_r] = copies(mod, blocks, rows, cols)
             _, q, mv = functions(mod, cfg, extra=extra)
             tag = " ".join(d.split()[1][7:] for d in extra.strip().split("\n") if d)
-            variants.append((f"{label} {cfg} {tag}".strip(), q, mv, cfg[0], recs[label]))
+            variants.append((f"{label} {cfg} {tag}".strip(), q, mv, cfg[0], recs[label_r]))
         del blocks
         res, outs = {}, {}
         for _ in range(2):
@@ -147,5 +150,5 @@ def timeline(mod, label, cfg, rows=4096, cols=14336, launches=40, extra=""):
 if __name__ == "__main__":
     timings()
     if "--timeline" in sys.argv:
-        timeline(old, "s13", (8, 1))
+        timeline(c4, "c4", (8, 1, 1))
         timeline(matvec_mma, "s14", (8, 1, 1))
