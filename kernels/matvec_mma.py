@@ -181,25 +181,20 @@ __device__ __forceinline__ unsigned lt_b16_tab_word(unsigned off, unsigned tb) {
 // LtX: a lane's x for the block, its x word and its run's d in each chunk pair (qxe<TIQ3_XXS, 18>'s
 // records, kernels/matvec_q8.py lt_q8w: 144 words a block, a lane's 4 words and 4 d in 16 bytes each).
 struct LtX {
-    unsigned v[4], d[4], n[4];                            // n: -v (lanes 16-31's; lanes 0-15 read the same, unused)
+    unsigned v[4], d[4];
     __device__ __forceinline__ void load(const unsigned* xj, int lane) {
         const uint4 a = __ldg((const uint4*)xj + lane), b = __ldg((const uint4*)(xj + 128) + (lane & 3));
-        const uint4 c = __ldg((const uint4*)(xj + 144) + (lane & 15));
         v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; d[0] = b.x; d[1] = b.y; d[2] = b.z; d[3] = b.w;
-        n[0] = c.x; n[1] = c.y; n[2] = c.z; n[3] = c.w;
     }
 };
 template <int A>
 __device__ __forceinline__ void lt_b16_block(const LtB16& r, const LtX& x, int lane, int qh, unsigned tb,
                                              unsigned m0, unsigned m1, unsigned ma, float& acc0, float& acc1) {
     float blk0 = 0.f, blk1 = 0.f;
-    // byte cp: 2 sc + 1 of chunk 2 cp + qh, rows g (sb0) and g + 8 (sb1)
-    const unsigned sb0 = (((r.sc.x >> (4 * qh)) << 1) & 0x1E1E1E1Eu) | 0x01010101u;
-    const unsigned sb1 = (((r.sc.y >> (4 * qh)) << 1) & 0x1E1E1E1Eu) | 0x01010101u;
     #pragma unroll
     for (int cp = 0; cp < 4; cp++) {                      // chunk pairs c, c + 1
         const unsigned v = x.v[cp];
-        const unsigned vn = x.n[cp];                      // -x (qxe<.., 26> writes it: no __vsub4)
+        const unsigned vn = __vsub4(0u, v);               // -x (|x| <= 127: no wrap)
         const float dx = __uint_as_float(x.d[cp]);
         int cc[4];
         lt_imma(cc, lt_b16_tab_word<A>(lt_b16_off(r, 4 * cp), tb), lt_b16_tab_word<A>(lt_b16_off(r, 4 * cp + 1), tb),
@@ -216,10 +211,12 @@ __device__ __forceinline__ void lt_b16_block(const LtB16& r, const LtX& x, int l
         }
         lt_imma(cc, a[0], a[1], a[2], a[3], make_uint2(v & m0 & ~ma, v & m1 & ~ma), true);
         lt_imma(cc, m[0], m[1], m[2], m[3], make_uint2(vn & m0 & ~ma, vn & m1 & ~ma), true);
-        // the tail: d_x (254 hi + lo) (2 sc + 1), sc of this lane's chunk (2 cp + qh) for rows g, g + 8
+        // 2 sc of this lane's chunk (2 cp + qh of the block) for rows g, g + 8; the tail: d_x (254 hi + lo) (2 sc + 1)
+        const unsigned s0q = r.sc.x >> (4 * qh), s1q = r.sc.y >> (4 * qh);
+        const int s0 = (cp == 0 ? s0q << 1 : s0q >> (8 * cp - 1)) & 0x1E, s1 = (cp == 0 ? s1q << 1 : s1q >> (8 * cp - 1)) & 0x1E;
         const int t0 = cc[0] * 254 + cc[1], t1 = cc[2] * 254 + cc[3];
-        blk0 = fmaf(dx, (float)(t0 * (int)__byte_perm(sb0, 0u, 0x4440u | cp)), blk0);
-        blk1 = fmaf(dx, (float)(t1 * (int)__byte_perm(sb1, 0u, 0x4440u | cp)), blk1);
+        blk0 = fmaf(dx, (float)(t0 * s0 + t0), blk0);
+        blk1 = fmaf(dx, (float)(t1 * s1 + t1), blk1);
     }
     acc0 = fmaf(lt_h2f_lo(r.d), blk0, acc0);
     acc1 = fmaf(lt_h2f_hi(r.d), blk1, acc1);
@@ -294,7 +291,7 @@ __global__ void __launch_bounds__(32 * W, 2) mvb(const unsigned char* __restrict
             if (j >= nblk) break;
             if (j + P * W < nblk) lt_b16_load(ring[(u + P) % (P + 1)], base + (long long)(j + P * W) * 1632, lane, ls);
             LtX x;
-            x.load(xw + 208 * j, lane);
+            x.load(xw + 144 * j, lane);
             lt_b16_block<A>(ring[u], x, lane, qh, tb, m0, m1, ma, acc0, acc1);
         }
     }
@@ -348,7 +345,7 @@ def kernel_name(warps, prefetch, align=0):
 # (calls 14-15) 11.1 / 13.5 / 12.3, half through the grid's copies (call 19) 10.2 / 12.3 / 11.1, its ring
 # turned by unrolling (call 22) 9.8 / 12.1 / 10.9. Quantizing x in mvb itself (each CTA its share, then a
 # grid barrier; call 23, commit 3340ce5) lost: 12.6 us, and 6.3 against 4.5 at 4096x4096.
-QUANTIZER = "qxe<TIQ3_XXS, 26>"
+QUANTIZER = "qxe<TIQ3_XXS, 18>"
 
 
 def module_head(stamps=False, extra=""):

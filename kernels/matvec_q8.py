@@ -51,15 +51,12 @@ C_Q8_BASE = r"""
 // of the mma's warp reads its x words of the block's 4 chunk pairs as one 16-byte load, and its runs' d
 // as another: word 4 L + p holds lane L's word of chunk pair p (L = 4 (4 (c & 1) + 2 run + lo) + w: its
 // B column and k), word 128 + 4 (2 (c & 1) + run) + p the d of chunk 2 p + (c & 1)'s run (w = 16 + run).
-// RW = 26 (session 14): layout 18's 144 words, then the odd chunks' words negated (w = 32 + the word's w),
-// lane L >= 16's at 144 + 4 (L - 16) + p, so that mvb's correction against -x needs no __vsub4 (208 a block).
 template <int RW>
 __device__ __forceinline__ int lt_q8w(int c, int w) {
-    if (RW == 18 || RW == 26) {
-        const int p = (c & 7) >> 1, h = c & 1, b = (c >> 3) * (8 * RW);
-        if (w >= 32) return b + 144 + 4 * (4 * (4 * h + 2 * (((w - 32) >> 2) & 1) + ((w - 32) >> 3)) + ((w - 32) & 3) - 16) + p;
-        if (w >= 16) return b + 128 + 4 * (2 * h + (w - 16)) + p;
-        return b + 4 * (4 * (4 * h + 2 * ((w >> 2) & 1) + (w >> 3)) + (w & 3)) + p;
+    if (RW == 18) {
+        const int p = (c & 7) >> 1, h = c & 1;
+        if (w >= 16) return (c >> 3) * 144 + 128 + 4 * (2 * h + (w - 16)) + p;
+        return (c >> 3) * 144 + 4 * (4 * (4 * h + 2 * ((w >> 2) & 1) + (w >> 3)) + (w & 3)) + p;
     }
     if ((RW == 24 ? LT_Q8_LAYOUT24 : LT_Q8_LAYOUT20) != 0)
         return (c >> 3) * (8 * RW) + (w >> 2) * 32 + (c & 7) * 4 + (w & 3);
@@ -102,12 +99,8 @@ __device__ __forceinline__ void qx_one(const float* __restrict__ x, unsigned* o,
     o[lt_q8w<RW>(c, 4 * run + w)] = lt_pack4(qh[0], qh[1], qh[2], qh[3]);
     o[lt_q8w<RW>(c, 8 + 4 * run + w)] = lt_pack4(ql[0], ql[1], ql[2], ql[3]);
     const float d = a * (1.f / (127.f * 254.f)), s8 = d * (float)i8, s16 = d * (float)i16;
-    if constexpr (RW == 18 || RW == 26) {
+    if constexpr (RW == 18) {
         if (w == 0) o[lt_q8w<RW>(c, 16 + run)] = __float_as_uint(d);
-        if (RW == 26 && (c & 1)) {
-            o[lt_q8w<RW>(c, 32 + 4 * run + w)] = lt_pack4(-qh[0], -qh[1], -qh[2], -qh[3]);
-            o[lt_q8w<RW>(c, 40 + 4 * run + w)] = lt_pack4(-ql[0], -ql[1], -ql[2], -ql[3]);
-        }
     } else if constexpr (RW == 20) {
         if (w == 0) { o[lt_q8w<RW>(c, 16 + 2 * run)] = __float_as_uint(d); o[lt_q8w<RW>(c, 17 + 2 * run)] = __float_as_uint(s16); }
     } else {
