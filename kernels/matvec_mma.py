@@ -236,6 +236,18 @@ __device__ unsigned lt_mvb_count[4096];
 #else
 #define LT_STAMP(k) do { } while (0)
 #endif
+// Diagnostics (session 14, wrong products on purpose): LT_MVB_DIAG_W, every warp's weights from the band's
+// first 2 records (no DRAM traffic, the same lookups' spread); LT_MVB_DIAG_X, x from the first block (no L2).
+#ifdef LT_MVB_DIAG_W
+#define LT_DIAG_W(j) ((j) & 1)
+#else
+#define LT_DIAG_W(j) (j)
+#endif
+#ifdef LT_MVB_DIAG_X
+#define LT_DIAG_X(j) ((j) & (nblk >> 20))          // 0, not known to the compiler: the loads stay in the loop
+#else
+#define LT_DIAG_X(j) (j)
+#endif
 template <int W, int P, int A>
 __global__ void __launch_bounds__(32 * W, 2) mvb(const unsigned char* __restrict__ w, const float* __restrict__ xq,
                                                  float* __restrict__ out, int rows, int cols) {
@@ -254,7 +266,7 @@ __global__ void __launch_bounds__(32 * W, 2) mvb(const unsigned char* __restrict
     LtB16 ring[P + 1];
     #pragma unroll
     for (int k = 0; k < P; k++)
-        if (warp + k * W < nblk) lt_b16_load(ring[k], base + (long long)(warp + k * W) * 1632, lane, ls);
+        if (warp + k * W < nblk) lt_b16_load(ring[k], base + (long long)LT_DIAG_W(warp + k * W) * 1632, lane, ls);
     {   // the loads first (a load-store loop waits a load a store)
         uint4 t[(1024 + 32 * W - 1) / (32 * W)];
         constexpr int GK = (256 + 32 * W - 1) / (32 * W);   // grid entries a thread
@@ -289,9 +301,9 @@ __global__ void __launch_bounds__(32 * W, 2) mvb(const unsigned char* __restrict
         for (int u = 0; u <= P; u++) {
             const int j = j0 + u * W;
             if (j >= nblk) break;
-            if (j + P * W < nblk) lt_b16_load(ring[(u + P) % (P + 1)], base + (long long)(j + P * W) * 1632, lane, ls);
+            if (j + P * W < nblk) lt_b16_load(ring[(u + P) % (P + 1)], base + (long long)LT_DIAG_W(j + P * W) * 1632, lane, ls);
             LtX x;
-            x.load(xw + 144 * j, lane);
+            x.load(xw + 144 * LT_DIAG_X(j), lane);
             lt_b16_block<A>(ring[u], x, lane, qh, tb, m0, m1, ma, acc0, acc1);
         }
     }
