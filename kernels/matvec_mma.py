@@ -187,9 +187,18 @@ struct LtX {
         v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; d[0] = b.x; d[1] = b.y; d[2] = b.z; d[3] = b.w;
     }
 };
+// A B fragment's word: v where the lane's column and k take it, else 0. LT_MVB_IMASK (session 14's A/B): as
+// v * (0 or 1), an IMAD on the FMA pipe, not a LOP3 on the ALU pipe (the ALU pipe the busiest: Nsight).
+#ifdef LT_MVB_IMASK
+#define LT_BMASK(m) ((m) & 1u)
+#define LT_BM(v, k) ((v) * (k))
+#else
+#define LT_BMASK(m) (m)
+#define LT_BM(v, k) ((v) & (k))
+#endif
 template <int A>
 __device__ __forceinline__ void lt_b16_block(const LtB16& r, const LtX& x, int lane, int qh, unsigned tb,
-                                             unsigned m0, unsigned m1, unsigned ma, float& acc0, float& acc1) {
+                                             const unsigned (&bm)[4], float& acc0, float& acc1) {
     float blk0 = 0.f, blk1 = 0.f;
     #pragma unroll
     for (int cp = 0; cp < 4; cp++) {                      // chunk pairs c, c + 1
@@ -199,7 +208,7 @@ __device__ __forceinline__ void lt_b16_block(const LtB16& r, const LtX& x, int l
         int cc[4];
         lt_imma(cc, lt_b16_tab_word<A>(lt_b16_off(r, 4 * cp), tb), lt_b16_tab_word<A>(lt_b16_off(r, 4 * cp + 1), tb),
                     lt_b16_tab_word<A>(lt_b16_off(r, 4 * cp + 2), tb), lt_b16_tab_word<A>(lt_b16_off(r, 4 * cp + 3), tb),
-                    make_uint2(v & m0 & ma, v & m1 & ma), false);
+                    make_uint2(LT_BM(v, bm[0]), LT_BM(v, bm[1])), false);
         unsigned a[4], m[4];
         const unsigned iw = lt_b16_word(r, 6 + cp);
         #pragma unroll
@@ -209,8 +218,8 @@ __device__ __forceinline__ void lt_b16_block(const LtB16& r, const LtX& x, int l
             m[k] = lt_topmask(lt_b16_word(r, 10 + (n >> 3)) << (7 - (n & 7)));
             a[k] = *(const unsigned*)((const unsigned char*)lt_b16_grid32 + idx * 128 + 4 * lane) ^ m[k];
         }
-        lt_imma(cc, a[0], a[1], a[2], a[3], make_uint2(v & m0 & ~ma, v & m1 & ~ma), true);
-        lt_imma(cc, m[0], m[1], m[2], m[3], make_uint2(vn & m0 & ~ma, vn & m1 & ~ma), true);
+        lt_imma(cc, a[0], a[1], a[2], a[3], make_uint2(LT_BM(v, bm[2]), LT_BM(v, bm[3])), true);
+        lt_imma(cc, m[0], m[1], m[2], m[3], make_uint2(LT_BM(vn, bm[2]), LT_BM(vn, bm[3])), true);
         // 2 sc of this lane's chunk (2 cp + qh of the block) for rows g, g + 8; the tail: d_x (254 hi + lo) (2 sc + 1)
         const unsigned s0q = r.sc.x >> (4 * qh), s1q = r.sc.y >> (4 * qh);
         const int s0 = (cp == 0 ? s0q << 1 : s0q >> (8 * cp - 1)) & 0x1E, s1 = (cp == 0 ? s1q << 1 : s1q >> (8 * cp - 1)) & 0x1E;
@@ -293,6 +302,8 @@ __global__ void __launch_bounds__(32 * W, 2) mvb(const unsigned char* __restrict
     LT_STAMP(2);
     const unsigned* xw = (const unsigned*)xq;
     const unsigned m0 = (gq & 2) ? 0u : ~0u, m1 = ~m0, ma = half ? 0u : ~0u;   // B's column gq % 4: hi_a, lo_a, hi_b, lo_b
+    // the B fragments' masks: the even chunk's b.x, b.y (columns 0-3), the odd chunk's (4-7)
+    const unsigned bm[4] = {LT_BMASK(m0 & ma), LT_BMASK(m1 & ma), LT_BMASK(m0 & ~ma), LT_BMASK(m1 & ~ma)};
     float acc0 = 0.f, acc1 = 0.f;                         // rows g, g + 8
     // The ring turns by unrolling P + 1 blocks (slot u's block computed, slot (u + P) % (P + 1) loaded):
     // with copies between slots (session 12, call 21) each copy waited for the load just issued.
@@ -304,7 +315,7 @@ __global__ void __launch_bounds__(32 * W, 2) mvb(const unsigned char* __restrict
             if (j + P * W < nblk) lt_b16_load(ring[(u + P) % (P + 1)], base + (long long)LT_DIAG_W(j + P * W) * 1632, lane, ls);
             LtX x;
             x.load(xw + 144 * LT_DIAG_X(j), lane);
-            lt_b16_block<A>(ring[u], x, lane, qh, tb, m0, m1, ma, acc0, acc1);
+            lt_b16_block<A>(ring[u], x, lane, qh, tb, bm, acc0, acc1);
         }
     }
     LT_STAMP(3);

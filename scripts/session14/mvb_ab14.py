@@ -47,6 +47,11 @@ FORMS = {(4096, 14336): _forms((8, 1, 1)), (14336, 4096): _forms((4, 2, 0)), (40
 # --diag (call 6): kernels/matvec_mma.py's diagnostics, wrong products on purpose: the weights from 2 records a band
 # (no DRAM), x from the first block (no L2), both
 DIAG_W, DIAG_X = "#define LT_MVB_DIAG_W\n", "#define LT_MVB_DIAG_X\n"
+IMASK = "#define LT_MVB_IMASK\n"
+if "--imask" in sys.argv:      # call 7: the B fragments' masks as IMADs (the FMA pipe) against LOP3s (the ALU pipe)
+    FORMS = {shape: [(matvec_mma, "s14", cfg, e) for e in ("", IMASK)]
+             for shape, cfg in (((4096, 14336), (8, 1, 1)), ((14336, 4096), (4, 2, 0)), ((4096, 4096), (8, 1, 1)),
+                                ((6144, 4096), (4, 2, 1)), ((768, 2048), (8, 1, 1)))}
 if "--diag" in sys.argv:
     FORMS = {shape: [(matvec_mma, "s14", cfg, e) for e in ("", DIAG_W, DIAG_X, DIAG_W + DIAG_X)]
              for shape, cfg in (((4096, 14336), (8, 1, 1)), ((14336, 4096), (4, 2, 0)), ((4096, 4096), (8, 1, 1)))}
