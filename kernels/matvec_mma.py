@@ -58,6 +58,10 @@ C_MMA = r"""
 // at k = 4q..4q+3 (a0, a1) and 16 + 4q.. (a2, a3), B's column g at the same k (b.x, b.y), C's rows
 // g, g + 8 at columns 2q, 2q + 1.
 __device__ __forceinline__ void lt_imma(int (&c)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, uint2 b, bool acc) {
+#ifdef LT_MVB_DIAG_NOMMA   // session 14's diagnostic: no mma, its operands still consumed (2 LOP3s in its place)
+    c[0] = (acc ? c[0] : 0) ^ a0 ^ a1 ^ a2; c[1] = (acc ? c[1] : 0) ^ a3 ^ b.x ^ b.y;
+    return;
+#endif
     if (acc)
         asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
             : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3]) : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b.x), "r"(b.y));
@@ -167,6 +171,9 @@ __device__ __forceinline__ uint4* lt_b16_table(unsigned& tb) {
 }
 template <int A>
 __device__ __forceinline__ unsigned lt_b16_tab_word(unsigned off, unsigned tb) {
+#if defined(__CUDA_ARCH__) && defined(LT_MVB_DIAG_NOTAB)   // diagnostic: the address as the word (no LDS)
+    return off | tb;
+#endif
 #ifdef __CUDA_ARCH__
     if constexpr (A != 0) {
         unsigned v;
@@ -216,7 +223,11 @@ __device__ __forceinline__ void lt_b16_block(const LtB16& r, const LtX& x, int l
             const int n = 4 * cp + k;
             const unsigned idx = (iw >> (8 * k)) & 255u;
             m[k] = lt_topmask(lt_b16_word(r, 10 + (n >> 3)) << (7 - (n & 7)));
+#if defined(__CUDA_ARCH__) && defined(LT_MVB_DIAG_NOGRID)   // diagnostic: the address as the word (no LDS)
+            a[k] = (idx * 128 + 4 * lane) ^ m[k];
+#else
             a[k] = *(const unsigned*)((const unsigned char*)lt_b16_grid32 + idx * 128 + 4 * lane) ^ m[k];
+#endif
         }
         lt_imma(cc, a[0], a[1], a[2], a[3], make_uint2(LT_BM(v, bm[2]), LT_BM(v, bm[3])), true);
         lt_imma(cc, m[0], m[1], m[2], m[3], make_uint2(LT_BM(vn, bm[2]), LT_BM(vn, bm[3])), true);

@@ -52,7 +52,13 @@ if "--imask" in sys.argv:      # call 7: the B fragments' masks as IMADs (the FM
     FORMS = {shape: [(matvec_mma, "s14", cfg, e) for e in ("", IMASK)]
              for shape, cfg in (((4096, 14336), (8, 1, 1)), ((14336, 4096), (4, 2, 0)), ((4096, 4096), (8, 1, 1)),
                                 ((6144, 4096), (4, 2, 1)), ((768, 2048), (8, 1, 1)))}
-if "--diag" in sys.argv:
+NOMMA, NOTAB, NOGRID = "#define LT_MVB_DIAG_NOMMA\n", "#define LT_MVB_DIAG_NOTAB\n", "#define LT_MVB_DIAG_NOGRID\n"
+if "--diag2" in sys.argv:      # call 8: with no memory traffic (W + X), each of the compute's parts taken away
+    WX = DIAG_W + DIAG_X
+    FORMS = {shape: [(matvec_mma, "s14", cfg, e) for e in ("", WX, WX + NOMMA, WX + NOTAB, WX + NOGRID, WX + NOTAB + NOGRID,
+                                                         WX + NOMMA + NOTAB + NOGRID)]
+             for shape, cfg in (((4096, 14336), (8, 1, 1)), ((14336, 4096), (4, 2, 0)))}
+elif "--diag" in sys.argv:
     FORMS = {shape: [(matvec_mma, "s14", cfg, e) for e in ("", DIAG_W, DIAG_X, DIAG_W + DIAG_X)]
              for shape, cfg in (((4096, 14336), (8, 1, 1)), ((14336, 4096), (4, 2, 0)), ((4096, 4096), (8, 1, 1)))}
 
