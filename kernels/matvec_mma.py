@@ -228,9 +228,14 @@ __device__ __forceinline__ void lt_b16_block(const LtB16& r, const LtX& x, int l
 #else
             a[k] = *(const unsigned*)((const unsigned char*)lt_b16_grid32 + idx * 128 + 4 * lane) ^ m[k];
 #endif
+#ifdef LT_MVB_SIGNADD   // session 14's A/B: -g exactly ((g ^ 0xFF) + 1: 256 - g, no carry for g <= 62), no second mma
+            a[k] += m[k] & 0x01010101u;
+#endif
         }
         lt_imma(cc, a[0], a[1], a[2], a[3], make_uint2(LT_BM(v, bm[2]), LT_BM(v, bm[3])), true);
+#ifndef LT_MVB_SIGNADD
         lt_imma(cc, m[0], m[1], m[2], m[3], make_uint2(LT_BM(vn, bm[2]), LT_BM(vn, bm[3])), true);
+#endif
         // 2 sc of this lane's chunk (2 cp + qh of the block) for rows g, g + 8; the tail: d_x (254 hi + lo) (2 sc + 1)
         const unsigned s0q = r.sc.x >> (4 * qh), s1q = r.sc.y >> (4 * qh);
         const int s0 = (cp == 0 ? s0q << 1 : s0q >> (8 * cp - 1)) & 0x1E, s1 = (cp == 0 ? s1q << 1 : s1q >> (8 * cp - 1)) & 0x1E;

@@ -34,6 +34,7 @@ def _load(name):
 
 old = _load("matvec_mma_s13")
 c4 = _load("matvec_mma_c4")     # kernels/matvec_mma.py as call 4 ran it (1496ab6), x in layout 18
+t32 = _load("matvec_mma_t32")   # call 9: every chunk's words through the signed table (its own repack)
 # (module, its name, CTA shape, module head's extra). Calls 2-3 took extras (defines since gone: LT_MVB_L1NA,
 # LT_MVB_XSPLIT, LT_MVB_ALIGN); since call 4 the table's alignment is mvb's template parameter A (cfg's third).
 # Call 5: session 13's text, call 4's (c4) and today's (x in layout 26: -x's words from qxe; the scales as
@@ -53,7 +54,12 @@ if "--imask" in sys.argv:      # call 7: the B fragments' masks as IMADs (the FM
              for shape, cfg in (((4096, 14336), (8, 1, 1)), ((14336, 4096), (4, 2, 0)), ((4096, 4096), (8, 1, 1)),
                                 ((6144, 4096), (4, 2, 1)), ((768, 2048), (8, 1, 1)))}
 NOMMA, NOTAB, NOGRID = "#define LT_MVB_DIAG_NOMMA\n", "#define LT_MVB_DIAG_NOTAB\n", "#define LT_MVB_DIAG_NOGRID\n"
-if "--diag2" in sys.argv:      # call 8: with no memory traffic (W + X), each of the compute's parts taken away
+SIGNADD = "#define LT_MVB_SIGNADD\n"
+if "--signs" in sys.argv:      # call 9: the odd chunk's signs added on the CUDA cores (no second mma), and T32
+    FORMS = {shape: [(matvec_mma, "s14", cfg, ""), (matvec_mma, "s14", cfg, SIGNADD), (t32, "t32", cfg, "")]
+             for shape, cfg in (((4096, 14336), (8, 1, 1)), ((14336, 4096), (4, 2, 0)), ((4096, 4096), (8, 1, 1)),
+                                ((6144, 4096), (4, 2, 1)), ((768, 2048), (8, 1, 1)))}
+elif "--diag2" in sys.argv:      # call 8: with no memory traffic (W + X), each of the compute's parts taken away
     WX = DIAG_W + DIAG_X
     FORMS = {shape: [(matvec_mma, "s14", cfg, e) for e in ("", WX, WX + NOMMA, WX + NOTAB, WX + NOGRID, WX + NOTAB + NOGRID,
                                                          WX + NOMMA + NOTAB + NOGRID)]
@@ -105,7 +111,7 @@ def timings():
         xq = cp.empty_like(x)
         variants = []
         for mod, label, cfg, extra in forms:
-            label_r = "b16"
+            label_r = "t32" if mod is t32 else "b16"
             if label_r not in recs:
                 recs[label_r] = copies(mod, blocks, rows, cols)
             _, q, mv = functions(mod, cfg, extra=extra)
