@@ -1,28 +1,20 @@
-"""IQ3_XXS's decode product on the tensor cores (session 12): `mvb`, over IQ3_XXS_B16, a layout of bands
-of 16 rows made for the int8 mma's fragments. Registered as the IQ3_XXS_B16 matvec (lite bench kernels
-IQ3_XXS_B16); the GPU backend does not take it yet (its decode products need the epilogue kernels and
-prefill's dequantize over this layout: docs/status.md).
+"""IQ3_XXS's decode product on the tensor cores (session 12): `mvb`, over IQ3_XXS_B16 (kernels/iq3_b16.py: bands
+of 16 rows laid out for the int8 mma's fragments). Registered as the IQ3_XXS_B16 matvec (lite bench kernels
+IQ3_XXS_B16); the GPU backend does not take it yet (docs/iq3-b16-plan.md).
 
-Why: the per-thread products (mv_iq2 over IQ3_XXS_G4) spend ~112 instructions a chunk of 32 weights and
-a row (16 dp4a and ~20 the float tail a chunk) and wait on their loads; here a warp's
-mma.sync.m16n8k32.s8 takes 16 rows x 32 weights at once. Of each pair of chunks, the even chunk's grid
-words (4 weights each) come from a 4096-word table of signed grid words by their 12-bit fields (grid
-index | the word's 4 signs: 2 instructions to the address and one LDS), the odd chunk's from the
-unsigned grid's 32 copies (lane l's in bank l: no bank conflicts) with the signs put on by XOR and
-taken back by a second mma (the table's lookups meet 3.5-way conflicts: Nsight found L1 the wall when
-every word went through it). x goes in as qx's int8 parts (hi and lo a run of 16: B's columns hi_a,
-lo_a, hi_b, lo_b), the odd chunk's in columns 4-7 of the same accumulators, so that each lane of a
-quad ends with one (chunk, run)'s sums and one float tail serves the pair; since session 13 in record
-layout 18 (kernels/matvec_q8.py lt_q8w: a lane's 4 words and 4 d of a block in two 16-byte loads, 8
-loads of 4 bytes before). H200 (BENCHMARKS), kernel table (qxe + mvb), session 14 call 4: 4096x14336
-9.7 us, 59% of copy-vec16 (IQ3_XXS_G4's mv_iq2 13.4, 43%); 14336x4096 11.4; 4096x4096 4.4 (session 13:
-9.9, 11.5, 4.5; session 12's 11.1-11.3 us were timed in graphs of 11 launches, ~0.4 us of overhead each).
-Alone (no quantizer launch before it) ~9.0 us at 4096x14336: the quantizer's two grid dependencies cost ~0.9.
-Measured and lost in session 14 (BENCHMARKS): every word through the grid's copies (no signed table: 20%
-more instructions, 25% slower), the weights not allocated in L1 (even), the next block's x half a block
-ahead (the SM's first CTA faster, its second slower: 6% slower).
-
-The layout (IQ3_XXS_B16: bands of 16 rows, a record a band and block of 256 columns): kernels/iq3_b16.py.
+A warp's mma.sync.m16n8k32.s8 takes 16 rows x 32 weights at once (mv_iq2 over IQ3_XXS_G4 spends ~112
+instructions a chunk of 32 weights and a row). Of each pair of chunks, the even chunk's grid words (4 weights
+each) come from a 4096-word table of signed words by their 12-bit fields (grid index | 4 signs), the odd
+chunk's from the unsigned grid's 32 copies (lane l's in bank l) with the signs put on by XOR and taken back by
+a second mma against -x. x goes in as qx's int8 parts (hi and lo a run of 16: B's columns hi_a, lo_a, hi_b,
+lo_b; the odd chunk's in columns 4-7), in record layout 18 (kernels/matvec_q8.py lt_q8w: a lane's 4 words and
+4 d of a block in two 16-byte loads). H200, kernel table (qxe + mvb; BENCHMARKS, session 14 call 4):
+4096x14336 9.7 us, 59% of copy-vec16 (IQ3_XXS_G4's mv_iq2 13.4, 43%), 14336x4096 11.4, 4096x4096 4.4; alone
+~9.0 us at 4096x14336 (the quantizer's two grid dependencies ~0.9). Where the time goes (session 14, call 8,
+the diagnostics below): with no memory traffic at all the product takes 8.7 us alone (9.0 with it); taking
+away its 12 mma a block saves 1.6 us, the signed table's lookups 0.8, the grid copies' 0.7. Lost since (each
+in a commit, BENCHMARKS): every word through the grid's copies (16 mma a block), every word through the
+table (32 conflicting lookups), the signs by an add (8 mma, more instructions), -x from the quantizer.
 """
 import functools
 
@@ -32,15 +24,11 @@ from lite.kernels import iq3_b16, iq_tables, pdl
 from lite.kernels.registry import register_matvec
 
 NAME = iq3_b16.NAME
-# mvb<W, P>: warps a CTA and blocks a warp has loaded ahead (the first before the PDL wait). Session 12,
-# calls 22 and 24, after qxe (x in qx's layout-20 records): 4096x14336 (256 bands) (8, 2) 10.9-11.0 us,
-# (8, 1) 11.1-11.3, (8, 3) 11.8, (4, 2) 12.8; 4096x4096 (8, 1) 4.6, (8, 2) 4.8, (4, 2) 5.1; 14336x4096
-# (896 bands) (4, 2) 12.8, (4, 1) 13.7, (8, *) 15.0-15.1.
-# Session 13 (x in layout 18), call 6: 4096x14336 (8, 1) 9.91, (8, 2) 10.25; 14336x4096 (4, 2) 11.78;
-# 4096x4096 (8, 1) 4.27. 8 warps keep 2 CTAs an SM (~95-115 registers); 4 warps 4: where the bands pass
-# 2 an SM, the smaller CTAs fill the rounds.
-# Session 14, call 3 (after qxe, A = 0 -> 1): 4096x14336 (8, 1) 9.85 -> 9.79 us, 4096x4096 4.65 -> 4.46, 768x2048
-# 2.63 -> 2.58, 6144x4096 (384 bands) (4, 2) 6.35 -> 5.75 (3 CTAs an SM hold them all), 14336x4096 (4, 2)
+# mvb<W, P, A>: warps a CTA, blocks a warp has loaded ahead (the first before the PDL wait), A = 1 the signed
+# table aligned (lt_b16_table). 8 warps keep 2 CTAs an SM, 4 warps 4: where the bands pass 2 an SM, the smaller
+# CTAs fill the rounds (sessions 12-13: 4096x14336 (8, 1) 9.91 us, (8, 2) 10.25; 14336x4096 (4, 2) 11.78, (4, 1)
+# 13.7, (8, *) 15.0). A = 1 takes 65 KB a CTA (session 14, call 3, after qxe, A = 0 -> 1): 4096x14336 9.85 ->
+# 9.79 us, 4096x4096 4.65 -> 4.46, 6144x4096 (4, 2) 6.35 -> 5.75 (3 CTAs an SM hold its 384), 14336x4096 (4, 2)
 # 11.89 -> 14.44 (3 CTAs an SM where 4 fit: A = 0 there).
 ALIGN_DYN = 0x8000 - 16       # A = 1's dynamic shared memory: the 16 KB table 16 KB aligned wherever it starts
 
@@ -194,18 +182,9 @@ struct LtX {
         v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; d[0] = b.x; d[1] = b.y; d[2] = b.z; d[3] = b.w;
     }
 };
-// A B fragment's word: v where the lane's column and k take it, else 0. LT_MVB_IMASK (session 14's A/B): as
-// v * (0 or 1), an IMAD on the FMA pipe, not a LOP3 on the ALU pipe (the ALU pipe the busiest: Nsight).
-#ifdef LT_MVB_IMASK
-#define LT_BMASK(m) ((m) & 1u)
-#define LT_BM(v, k) ((v) * (k))
-#else
-#define LT_BMASK(m) (m)
-#define LT_BM(v, k) ((v) & (k))
-#endif
 template <int A>
 __device__ __forceinline__ void lt_b16_block(const LtB16& r, const LtX& x, int lane, int qh, unsigned tb,
-                                             const unsigned (&bm)[4], float& acc0, float& acc1) {
+                                             unsigned m0, unsigned m1, unsigned ma, float& acc0, float& acc1) {
     float blk0 = 0.f, blk1 = 0.f;
     #pragma unroll
     for (int cp = 0; cp < 4; cp++) {                      // chunk pairs c, c + 1
@@ -215,7 +194,7 @@ __device__ __forceinline__ void lt_b16_block(const LtB16& r, const LtX& x, int l
         int cc[4];
         lt_imma(cc, lt_b16_tab_word<A>(lt_b16_off(r, 4 * cp), tb), lt_b16_tab_word<A>(lt_b16_off(r, 4 * cp + 1), tb),
                     lt_b16_tab_word<A>(lt_b16_off(r, 4 * cp + 2), tb), lt_b16_tab_word<A>(lt_b16_off(r, 4 * cp + 3), tb),
-                    make_uint2(LT_BM(v, bm[0]), LT_BM(v, bm[1])), false);
+                    make_uint2(v & m0 & ma, v & m1 & ma), false);
         unsigned a[4], m[4];
         const unsigned iw = lt_b16_word(r, 6 + cp);
         #pragma unroll
@@ -228,14 +207,9 @@ __device__ __forceinline__ void lt_b16_block(const LtB16& r, const LtX& x, int l
 #else
             a[k] = *(const unsigned*)((const unsigned char*)lt_b16_grid32 + idx * 128 + 4 * lane) ^ m[k];
 #endif
-#ifdef LT_MVB_SIGNADD   // session 14's A/B: -g exactly ((g ^ 0xFF) + 1: 256 - g, no carry for g <= 62), no second mma
-            a[k] += m[k] & 0x01010101u;
-#endif
         }
-        lt_imma(cc, a[0], a[1], a[2], a[3], make_uint2(LT_BM(v, bm[2]), LT_BM(v, bm[3])), true);
-#ifndef LT_MVB_SIGNADD
-        lt_imma(cc, m[0], m[1], m[2], m[3], make_uint2(LT_BM(vn, bm[2]), LT_BM(vn, bm[3])), true);
-#endif
+        lt_imma(cc, a[0], a[1], a[2], a[3], make_uint2(v & m0 & ~ma, v & m1 & ~ma), true);
+        lt_imma(cc, m[0], m[1], m[2], m[3], make_uint2(vn & m0 & ~ma, vn & m1 & ~ma), true);
         // 2 sc of this lane's chunk (2 cp + qh of the block) for rows g, g + 8; the tail: d_x (254 hi + lo) (2 sc + 1)
         const unsigned s0q = r.sc.x >> (4 * qh), s1q = r.sc.y >> (4 * qh);
         const int s0 = (cp == 0 ? s0q << 1 : s0q >> (8 * cp - 1)) & 0x1E, s1 = (cp == 0 ? s1q << 1 : s1q >> (8 * cp - 1)) & 0x1E;
@@ -261,8 +235,9 @@ __device__ unsigned lt_mvb_count[4096];
 #else
 #define LT_STAMP(k) do { } while (0)
 #endif
-// Diagnostics (session 14, wrong products on purpose): LT_MVB_DIAG_W, every warp's weights from the band's
-// first 2 records (no DRAM traffic, the same lookups' spread); LT_MVB_DIAG_X, x from the first block (no L2).
+// Diagnostics (session 14, call 8; wrong products on purpose, to see what each part costs): LT_MVB_DIAG_W, every
+// warp's weights from its band's first 2 records (no DRAM traffic); LT_MVB_DIAG_X, x from the first block (no L2
+// reads); LT_MVB_DIAG_NOMMA / NOTAB / NOGRID above (the mma, the signed table's, the grid copies' lookups away).
 #ifdef LT_MVB_DIAG_W
 #define LT_DIAG_W(j) ((j) & 1)
 #else
@@ -318,8 +293,6 @@ __global__ void __launch_bounds__(32 * W, 2) mvb(const unsigned char* __restrict
     LT_STAMP(2);
     const unsigned* xw = (const unsigned*)xq;
     const unsigned m0 = (gq & 2) ? 0u : ~0u, m1 = ~m0, ma = half ? 0u : ~0u;   // B's column gq % 4: hi_a, lo_a, hi_b, lo_b
-    // the B fragments' masks: the even chunk's b.x, b.y (columns 0-3), the odd chunk's (4-7)
-    const unsigned bm[4] = {LT_BMASK(m0 & ma), LT_BMASK(m1 & ma), LT_BMASK(m0 & ~ma), LT_BMASK(m1 & ~ma)};
     float acc0 = 0.f, acc1 = 0.f;                         // rows g, g + 8
     // The ring turns by unrolling P + 1 blocks (slot u's block computed, slot (u + P) % (P + 1) loaded):
     // with copies between slots (session 12, call 21) each copy waited for the load just issued.
@@ -331,7 +304,7 @@ __global__ void __launch_bounds__(32 * W, 2) mvb(const unsigned char* __restrict
             if (j + P * W < nblk) lt_b16_load(ring[(u + P) % (P + 1)], base + (long long)LT_DIAG_W(j + P * W) * 1632, lane, ls);
             LtX x;
             x.load(xw + 144 * LT_DIAG_X(j), lane);
-            lt_b16_block<A>(ring[u], x, lane, qh, tb, bm, acc0, acc1);
+            lt_b16_block<A>(ring[u], x, lane, qh, tb, m0, m1, ma, acc0, acc1);
         }
     }
     LT_STAMP(3);
@@ -377,13 +350,10 @@ def kernel_name(warps, prefetch, align=0):
     return f"mvb<{warps}, {prefetch}, {align}>"
 
 
-# The quantizer before mvb: qxe (kernels/matvec_q8.py), which lets mvb launch before it waits for the
-# product before it, so that mvb's first loads (before its PDL wait) meet that product's tail as they
-# do back to back; its records in layout 18 (a block's words of a lane in 16 bytes: session 13, call 6).
-# Session 12, 4096x14336, mvb alone / after qx / after qxe (qx + mv_iq2: 13.2 us): the all-table form
-# (calls 14-15) 11.1 / 13.5 / 12.3, half through the grid's copies (call 19) 10.2 / 12.3 / 11.1, its ring
-# turned by unrolling (call 22) 9.8 / 12.1 / 10.9. Quantizing x in mvb itself (each CTA its share, then a
-# grid barrier; call 23, commit 3340ce5) lost: 12.6 us, and 6.3 against 4.5 at 4096x4096.
+# The quantizer before mvb: qxe (kernels/matvec_q8.py), which lets mvb launch before it waits for the product
+# before it (mvb's first loads, before its PDL wait, then meet that product's tail); records in layout 18.
+# Session 12: after qx 12.1 us, after qxe 10.9 (mvb alone 9.8); quantizing in mvb's own CTAs with a grid
+# barrier (3340ce5) lost: 12.6, and 6.3 against 4.5 at 4096x4096.
 QUANTIZER = "qxe<TIQ3_XXS, 18>"
 
 

@@ -33,14 +33,15 @@ def _load(name):
 
 
 old = _load("matvec_mma_s13")
-c4 = _load("matvec_mma_c4")     # kernels/matvec_mma.py as call 4 ran it (1496ab6), x in layout 18
+# call 5 compared call 4's text (1496ab6, copied here then); today's default path compiles to the same SASS
+c4 = matvec_mma
 t32 = _load("matvec_mma_t32")   # call 9: every chunk's words through the signed table (its own repack)
 # (module, its name, CTA shape, module head's extra). Calls 2-3 took extras (defines since gone: LT_MVB_L1NA,
 # LT_MVB_XSPLIT, LT_MVB_ALIGN); since call 4 the table's alignment is mvb's template parameter A (cfg's third).
-# Call 5: session 13's text, call 4's (c4) and today's (x in layout 26: -x's words from qxe; the scales as
-# 2 sc + 1 bytes a block), each at config's shape.
+# Session 13's text against today's, each at config's shape (call 5 also ran call 4's copy beside a form since
+# reverted: x in layout 26, -x's words from qxe, the scales as 2 sc + 1 bytes a block; commit 8d1145f).
 def _forms(cfg):
-    return [(old, "s13", cfg[:2], ""), (c4, "c4", cfg, ""), (matvec_mma, "s14", cfg, "")]
+    return [(old, "s13", cfg[:2], ""), (matvec_mma, "s14", cfg, "")]
 
 
 FORMS = {(4096, 14336): _forms((8, 1, 1)), (14336, 4096): _forms((4, 2, 0)), (4096, 4096): _forms((8, 1, 1)),
@@ -48,13 +49,13 @@ FORMS = {(4096, 14336): _forms((8, 1, 1)), (14336, 4096): _forms((4, 2, 0)), (40
 # --diag (call 6): kernels/matvec_mma.py's diagnostics, wrong products on purpose: the weights from 2 records a band
 # (no DRAM), x from the first block (no L2), both
 DIAG_W, DIAG_X = "#define LT_MVB_DIAG_W\n", "#define LT_MVB_DIAG_X\n"
-IMASK = "#define LT_MVB_IMASK\n"
+IMASK = "#define LT_MVB_IMASK\n"     # in kernels/matvec_mma.py at f4cb10a-9896f1e only (calls 7-9), since removed
 if "--imask" in sys.argv:      # call 7: the B fragments' masks as IMADs (the FMA pipe) against LOP3s (the ALU pipe)
     FORMS = {shape: [(matvec_mma, "s14", cfg, e) for e in ("", IMASK)]
              for shape, cfg in (((4096, 14336), (8, 1, 1)), ((14336, 4096), (4, 2, 0)), ((4096, 4096), (8, 1, 1)),
                                 ((6144, 4096), (4, 2, 1)), ((768, 2048), (8, 1, 1)))}
 NOMMA, NOTAB, NOGRID = "#define LT_MVB_DIAG_NOMMA\n", "#define LT_MVB_DIAG_NOTAB\n", "#define LT_MVB_DIAG_NOGRID\n"
-SIGNADD = "#define LT_MVB_SIGNADD\n"
+SIGNADD = "#define LT_MVB_SIGNADD\n"   # in kernels/matvec_mma.py at 9896f1e only (call 9), since removed
 if "--signs" in sys.argv:      # call 9: the odd chunk's signs added on the CUDA cores (no second mma), and T32
     FORMS = {shape: [(matvec_mma, "s14", cfg, ""), (matvec_mma, "s14", cfg, SIGNADD), (t32, "t32", cfg, "")]
              for shape, cfg in (((4096, 14336), (8, 1, 1)), ((14336, 4096), (4, 2, 0)), ((4096, 4096), (8, 1, 1)),
@@ -173,5 +174,5 @@ def timeline(mod, label, cfg, rows=4096, cols=14336, launches=40, extra=""):
 if __name__ == "__main__":
     timings()
     if "--timeline" in sys.argv:
-        timeline(c4, "c4", (8, 1, 1))
+        timeline(old, "s13", (8, 1))
         timeline(matvec_mma, "s14", (8, 1, 1))
