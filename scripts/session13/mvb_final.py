@@ -31,7 +31,7 @@ def _load(name):
     return m
 
 
-old = _load("matvec_mma_s12")
+old = _load("matvec_mma_s12")   # scripts/session13/matvec_mma_s12.py: in git at 7bf5921 (removed in session 14)
 
 VARIANTS = {(4096, 14336): ((8, 1), (8, 2)), (14336, 4096): ((4, 2), (4, 1)),
             (4096, 4096): ((8, 1),), (768, 2048): ((8, 1),), (6144, 4096): ((8, 1), (4, 2))}

@@ -35,7 +35,9 @@ def _load(name):
 old = _load("matvec_mma_s13")
 # call 5 compared call 4's text (1496ab6, copied here then); today's default path compiles to the same SASS
 c4 = matvec_mma
-t32 = _load("matvec_mma_t32")   # call 9: every chunk's words through the signed table (its own repack)
+# call 9's T32 (every chunk's words through the signed table, its own repack): scripts/session14/matvec_mma_t32.py
+# at 9896f1e, removed since (it lost); --signs needs it back from there
+t32 = _load("matvec_mma_t32") if "--signs" in sys.argv else None
 # (module, its name, CTA shape, module head's extra). Calls 2-3 took extras (defines since gone: LT_MVB_L1NA,
 # LT_MVB_XSPLIT, LT_MVB_ALIGN); since call 4 the table's alignment is mvb's template parameter A (cfg's third).
 # Session 13's text against today's, each at config's shape (call 5 also ran call 4's copy beside a form since
