@@ -34,10 +34,11 @@ ALIGN_DYN = 0x8000 - 16       # A = 1's dynamic shared memory: the 16 KB table 1
 
 
 def config(rows, cols, sms):
+    """(warps, prefetch, align, split, signs_add) of mvb for a rows x cols product on `sms` SMs."""
     bands = rows // 16
     if bands > 2 * sms:
-        return (4, 2, int(bands <= 3 * sms))
-    return (8, 1, 1)
+        return (4, 2, int(bands <= 3 * sms), 1, 0)
+    return (8, 1, 1, 1, 0)
 
 
 C_MMA = r"""
@@ -182,7 +183,7 @@ struct LtX {
         v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; d[0] = b.x; d[1] = b.y; d[2] = b.z; d[3] = b.w;
     }
 };
-template <int A>
+template <int A, int SG>
 __device__ __forceinline__ void lt_b16_block(const LtB16& r, const LtX& x, int lane, int qh, unsigned tb,
                                              unsigned m0, unsigned m1, unsigned ma, float& acc0, float& acc1) {
     float blk0 = 0.f, blk1 = 0.f;
@@ -207,9 +208,10 @@ __device__ __forceinline__ void lt_b16_block(const LtB16& r, const LtX& x, int l
 #else
             a[k] = *(const unsigned*)((const unsigned char*)lt_b16_grid32 + idx * 128 + 4 * lane) ^ m[k];
 #endif
+            if (SG) a[k] += m[k] & 0x01010101u;           // SG: -g exactly ((g ^ 0xFF) + 1; g <= 62: no carry)
         }
         lt_imma(cc, a[0], a[1], a[2], a[3], make_uint2(v & m0 & ~ma, v & m1 & ~ma), true);
-        lt_imma(cc, m[0], m[1], m[2], m[3], make_uint2(vn & m0 & ~ma, vn & m1 & ~ma), true);
+        if (!SG) lt_imma(cc, m[0], m[1], m[2], m[3], make_uint2(vn & m0 & ~ma, vn & m1 & ~ma), true);
         // 2 sc of this lane's chunk (2 cp + qh of the block) for rows g, g + 8; the tail: d_x (254 hi + lo) (2 sc + 1)
         const unsigned s0q = r.sc.x >> (4 * qh), s1q = r.sc.y >> (4 * qh);
         const int s0 = (cp == 0 ? s0q << 1 : s0q >> (8 * cp - 1)) & 0x1E, s1 = (cp == 0 ? s1q << 1 : s1q >> (8 * cp - 1)) & 0x1E;
@@ -248,16 +250,21 @@ __device__ unsigned lt_mvb_count[4096];
 #else
 #define LT_DIAG_X(j) (j)
 #endif
-template <int W, int P, int A>
+// S = 2 (session 14): a band's blocks in two halves, a CTA each (grid 2 x bands); each writes its 16 sums to part
+// and counts itself in cnt[band]; the second sums both halves in their order (the same sum whichever ends last)
+// and sets the count back to 0 (cnt starts zeroed: launch keeps one per device). SG = 1: the odd chunk's signs by
+// an add, no second mma (8 mma a block).
+template <int W, int P, int A, int S = 1, int SG = 0>
 __global__ void __launch_bounds__(32 * W, 2) mvb(const unsigned char* __restrict__ w, const float* __restrict__ xq,
-                                                 float* __restrict__ out, int rows, int cols) {
+                                                 float* __restrict__ out, int rows, int cols,
+                                                 float* __restrict__ part = nullptr, unsigned* __restrict__ cnt = nullptr) {
     unsigned tb;
     uint4* const tab = lt_b16_table<A>(tb);
     uint4* const grid32 = lt_b16_grid32;
-    const int nblk = cols >> 8, band = blockIdx.x;
+    const int nblk = (cols >> 8) / S, band = blockIdx.x / S, hk = blockIdx.x % S;   // hk: this CTA's half
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, q = lane & 3;
     const int half = lane >> 4, qh = q >> 1;             // half: B's columns 4-7 (chunk c + 1); qh: this lane's chunk
-    const unsigned char* base = w + (long long)band * nblk * 1632;
+    const unsigned char* base = w + ((long long)band * S + hk) * nblk * 1632;
 #ifdef LT_MVB_STAMPS
     const unsigned stamp_n = threadIdx.x == 0 ? atomicAdd(&lt_mvb_count[blockIdx.x], 1u) : 0u;   // the launch
 #endif
@@ -291,7 +298,7 @@ __global__ void __launch_bounds__(32 * W, 2) mvb(const unsigned char* __restrict
     LT_STAMP(1);
     PDL_PROLOGUE();
     LT_STAMP(2);
-    const unsigned* xw = (const unsigned*)xq;
+    const unsigned* xw = (const unsigned*)xq + 144 * hk * nblk;
     const unsigned m0 = (gq & 2) ? 0u : ~0u, m1 = ~m0, ma = half ? 0u : ~0u;   // B's column gq % 4: hi_a, lo_a, hi_b, lo_b
     float acc0 = 0.f, acc1 = 0.f;                         // rows g, g + 8
     // The ring turns by unrolling P + 1 blocks (slot u's block computed, slot (u + P) % (P + 1) loaded):
@@ -304,7 +311,7 @@ __global__ void __launch_bounds__(32 * W, 2) mvb(const unsigned char* __restrict
             if (j + P * W < nblk) lt_b16_load(ring[(u + P) % (P + 1)], base + (long long)LT_DIAG_W(j + P * W) * 1632, lane, ls);
             LtX x;
             x.load(xw + 144 * LT_DIAG_X(j), lane);
-            lt_b16_block<A>(ring[u], x, lane, qh, tb, m0, m1, ma, acc0, acc1);
+            lt_b16_block<A, SG>(ring[u], x, lane, qh, tb, m0, m1, ma, acc0, acc1);
         }
     }
     LT_STAMP(3);
@@ -317,10 +324,29 @@ __global__ void __launch_bounds__(32 * W, 2) mvb(const unsigned char* __restrict
     float* red = (float*)tab;                             // [W][16]
     if (q == 0) { red[warp * 16 + gq] = acc0; red[warp * 16 + gq + 8] = acc1; }
     __syncthreads();
+    float s = 0.f;
     if (threadIdx.x < 16) {
-        float s = 0.f;
         for (int k = 0; k < W; k++) s += red[k * 16 + threadIdx.x];
-        out[band * 16 + threadIdx.x] = 0.25f * s;         // (2 sc + 1) / 4 = (0.5 + sc) / 2
+        s *= 0.25f;                                       // (2 sc + 1) / 4 = (0.5 + sc) / 2
+    }
+    if constexpr (S == 1) {
+        if (threadIdx.x < 16) out[band * 16 + threadIdx.x] = s;
+    } else {
+        __shared__ unsigned last;
+        if (threadIdx.x < 16) part[blockIdx.x * 16 + threadIdx.x] = s;
+        __threadfence();
+        __syncthreads();
+        if (threadIdx.x == 0) last = atomicAdd(cnt + band, 1u) == S - 1;
+        __syncthreads();
+        if (last) {
+            __threadfence();
+            if (threadIdx.x < 16) {
+                float t = 0.f;
+                for (int k = 0; k < S; k++) t += __ldcg(part + (band * S + k) * 16 + threadIdx.x);
+                out[band * 16 + threadIdx.x] = t;
+            }
+            if (threadIdx.x == 0) cnt[band] = 0u;
+        }
     }
     LT_STAMP(4);
 }
@@ -346,8 +372,24 @@ def c_source():
     return C_HALVES + C_MMA.replace("LT_TAB4096_VALUES", ", ".join(f"{int(v)}u" for v in table_words()))
 
 
-def kernel_name(warps, prefetch, align=0):
-    return f"mvb<{warps}, {prefetch}, {align}>"
+def kernel_name(warps, prefetch, align=0, split=1, signs_add=0):
+    return f"mvb<{warps}, {prefetch}, {align}, {split}, {signs_add}>"
+
+
+_SPLIT = {}
+
+
+def split_buffers(device, bands, split):
+    """(part, cnt) for mvb's S = split > 1: its halves' sums and the per-band counts it leaves at 0 (kept per
+    device, grown as needed); (None, None) for split 1."""
+    import cupy
+    if split == 1:
+        return None, None
+    part, cnt = _SPLIT.get(device, (None, None))
+    if cnt is None or cnt.size < bands or part.size < bands * split * 16:
+        part, cnt = cupy.empty(bands * split * 16, cupy.float32), cupy.zeros(bands, cupy.uint32)
+        _SPLIT[device] = part, cnt
+    return part, cnt
 
 
 # The quantizer before mvb: qxe (kernels/matvec_q8.py), which lets mvb launch before it waits for the product
@@ -381,27 +423,31 @@ def launch(records, x, out, rows, cols, stream=None, cta=None):
     """Enqueue out = x @ W.T for IQ3_XXS_B16 records (what iq3_b16.repack made) on `stream` (CuPy; None: the
     current one): per row of x, QUANTIZER into a scratch buffer, then mvb (two launches under PDL, no
     host synchronization; meant to be captured into CUDA graphs). x (n, cols) float32, out (n, rows)
-    float32; cta: (warps, prefetch[, align]), default config(rows, cols, the device's SMs)."""
+    float32; cta: (warps, prefetch[, align, split, signs_add]), default config(rows, cols, the device's SMs)."""
     import contextlib
 
     import cupy
     from lite.kernels import matvec_q8
     iq3_b16.check_shape(rows, cols)
     device = cupy.cuda.runtime.getDevice()
-    warps, prefetch, align = (tuple(cta) + (0,))[:3] if cta else config(rows, cols, _sms(device))
-    names = (QUANTIZER, kernel_name(warps, prefetch, align))
+    warps, prefetch, align, split, sg = (tuple(cta) + (0, 1, 0)[len(cta) - 2:])[:5] if cta else config(rows, cols, _sms(device))
+    if (cols // 256) % split:
+        raise ValueError(f"{NAME}: {cols // 256} blocks a row do not split in {split}")
+    names = (QUANTIZER, kernel_name(warps, prefetch, align, split, sg))
     mod = _module(device, names, module_head())
     quant, mv = mod.get_function(names[0]), mod.get_function(names[1])
     dyn = ALIGN_DYN if align else 0
     if dyn and mv.max_dynamic_shared_size_bytes < dyn:
         mv.max_dynamic_shared_size_bytes = dyn        # past the 48 KB a CTA takes without asking
+    part, cnt = split_buffers(device, rows // 16, split)
+    part, cnt = (np.uint64(0), np.uint64(0)) if part is None else (part, cnt)    # null pointers for split 1
     with stream if stream is not None else contextlib.nullcontext():
         x = cupy.ascontiguousarray(x)
         xq = cupy.empty_like(x)
         for i in range(x.shape[0]):
             pdl.call(quant, matvec_q8.quantize_grid(1, cols), (128,), (x[i], xq[i], np.int32(cols)))
-            pdl.call(mv, (rows // 16,), (32 * warps,), (records, xq[i], out[i], np.int32(rows), np.int32(cols)),
-                     shared_mem=dyn)
+            pdl.call(mv, (rows // 16 * split,), (32 * warps,),
+                     (records, xq[i], out[i], np.int32(rows), np.int32(cols), part, cnt), shared_mem=dyn)
 
 
 @register_matvec(NAME)

@@ -57,6 +57,12 @@ if "--imask" in sys.argv:      # call 7: the B fragments' masks as IMADs (the FM
              for shape, cfg in (((4096, 14336), (8, 1, 1)), ((14336, 4096), (4, 2, 0)), ((4096, 4096), (8, 1, 1)),
                                 ((6144, 4096), (4, 2, 1)), ((768, 2048), (8, 1, 1)))}
 NOMMA, NOTAB, NOGRID = "#define LT_MVB_DIAG_NOMMA\n", "#define LT_MVB_DIAG_NOTAB\n", "#define LT_MVB_DIAG_NOGRID\n"
+SPLITS = {(4096, 14336): [(8, 1, 1, 1, 0), (8, 1, 1, 1, 1), (4, 2, 0, 1, 0), (4, 2, 0, 2, 0), (4, 2, 0, 2, 1)],
+          (14336, 4096): [(4, 2, 0, 1, 0), (4, 2, 0, 1, 1)], (6144, 4096): [(4, 2, 1, 1, 0), (4, 2, 1, 1, 1)],
+          (4096, 4096): [(8, 1, 1, 1, 0), (4, 2, 0, 2, 0), (4, 2, 0, 2, 1)],
+          (768, 2048): [(8, 1, 1, 1, 0), (8, 1, 1, 1, 1), (4, 2, 0, 2, 1)]}
+if "--split" in sys.argv:      # call 11: mvb<W, P, A, S, SG>, a band's K in S halves, SG the signs by an add
+    FORMS = {shape: [(matvec_mma, "s14", cfg, "") for cfg in cfgs] for shape, cfgs in SPLITS.items()}
 SIGNADD = "#define LT_MVB_SIGNADD\n"   # in kernels/matvec_mma.py at 9896f1e only (call 9), since removed
 if "--signs" in sys.argv:      # call 9: the odd chunk's signs added on the CUDA cores (no second mma), and T32
     FORMS = {shape: [(matvec_mma, "s14", cfg, ""), (matvec_mma, "s14", cfg, SIGNADD), (t32, "t32", cfg, "")]
@@ -97,13 +103,26 @@ def functions(mod, cfg, stamps=False, extra=""):
 DYN = {}          # a function's dynamic shared memory (LT_MVB_ALIGN), by id
 
 
-def runner(quant, mv, warps, recs, x, xq, out, rows, cols):
+def runner(quant, mv, warps, recs, x, xq, out, rows, cols, split=0):
+    """split 0: a kernel of 5 arguments (session 13's text); 1 or 2: today's mvb<.., S, SG> (7 arguments)."""
+    extra = ()
+    if split:
+        part, cnt = matvec_mma.split_buffers(cp.cuda.runtime.getDevice(), rows // 16, split)
+        extra = (np.uint64(0), np.uint64(0)) if part is None else (part, cnt)
+
     def run(i, with_q):
         if with_q:
             pdl.call(quant, matvec_q8.quantize_grid(1, cols), (128,), (x, xq, np.int32(cols)))
-        pdl.call(mv, (rows // 16,), (32 * warps,), (recs[i % len(recs)], xq, out, np.int32(rows), np.int32(cols)),
-                 shared_mem=DYN.get(id(mv), 0))
+        pdl.call(mv, (rows // 16 * max(split, 1),), (32 * warps,),
+                 (recs[i % len(recs)], xq, out, np.int32(rows), np.int32(cols)) + extra, shared_mem=DYN.get(id(mv), 0))
     return run
+
+
+def split_of(mod, cfg):
+    """runner's split: 0 for a module whose mvb takes 5 arguments (before call 11), else cfg's S (default 1)."""
+    if mod is not matvec_mma:
+        return 0
+    return cfg[3] if len(cfg) > 3 else 1
 
 
 def timings():
@@ -112,7 +131,7 @@ def timings():
         blocks, x = blocks_and_x(rows, cols)
         recs = {}
         xq = cp.empty_like(x)
-        variants = []
+        variants, name_mod, name_cfg = [], {}, {}
         for mod, label, cfg, extra in forms:
             label_r = "t32" if mod is t32 else "b16"
             if label_r not in recs:
@@ -120,12 +139,13 @@ def timings():
             _, q, mv = functions(mod, cfg, extra=extra)
             tag = " ".join(d.split()[1][7:] for d in extra.strip().split("\n") if d)
             variants.append((f"{label} {cfg} {tag}".strip(), q, mv, cfg[0], recs[label_r]))
+            name_mod[variants[-1][0]], name_cfg[variants[-1][0]] = mod, cfg
         del blocks
         res, outs = {}, {}
         for _ in range(2):
             for name, q, mv, w, rr in variants:
                 out = cp.full((1, rows), cp.nan, cp.float32)
-                run = runner(q, mv, w, rr, x, xq, out, rows, cols)
+                run = runner(q, mv, w, rr, x, xq, out, rows, cols, split=split_of(name_mod[name], name_cfg[name]))
                 run(0, True)
                 cp.cuda.runtime.deviceSynchronize()
                 outs[name] = out.copy()
@@ -147,7 +167,7 @@ def timeline(mod, label, cfg, rows=4096, cols=14336, launches=40, extra=""):
     recs = copies(mod, blocks, rows, cols)
     m, quant, mv = functions(mod, cfg, stamps=True, extra=extra)
     xq, out = cp.empty_like(x), cp.empty((1, rows), cp.float32)
-    run = runner(quant, mv, cfg[0], recs, x, xq, out, rows, cols)
+    run = runner(quant, mv, cfg[0], recs, x, xq, out, rows, cols, split=split_of(mod, cfg))
     count = cp.ndarray((4096,), cp.uint32, memptr=m.get_global("lt_mvb_count"))
     s = cp.cuda.Stream(non_blocking=True)
     with s:
