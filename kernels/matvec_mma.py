@@ -332,13 +332,13 @@ __global__ void __launch_bounds__(32 * W, 2) mvb(const unsigned char* __restrict
     if constexpr (S == 1) {
         if (threadIdx.x < 16) out[band * 16 + threadIdx.x] = s;
     } else {
-        __shared__ unsigned last;
+        unsigned* const last = (unsigned*)tab + 16 * W;  // past red: a static word would pass 48 KB at A = 0
         if (threadIdx.x < 16) part[blockIdx.x * 16 + threadIdx.x] = s;
         __threadfence();
         __syncthreads();
-        if (threadIdx.x == 0) last = atomicAdd(cnt + band, 1u) == S - 1;
+        if (threadIdx.x == 0) *last = atomicAdd(cnt + band, 1u) == S - 1;
         __syncthreads();
-        if (last) {
+        if (*last) {
             __threadfence();
             if (threadIdx.x < 16) {
                 float t = 0.f;
