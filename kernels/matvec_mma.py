@@ -29,16 +29,19 @@ NAME = iq3_b16.NAME
 # CTAs fill the rounds (sessions 12-13: 4096x14336 (8, 1) 9.91 us, (8, 2) 10.25; 14336x4096 (4, 2) 11.78, (4, 1)
 # 13.7, (8, *) 15.0). A = 1 takes 65 KB a CTA (session 14, call 3, after qxe, A = 0 -> 1): 4096x14336 9.85 ->
 # 9.79 us, 4096x4096 4.65 -> 4.46, 6144x4096 (4, 2) 6.35 -> 5.75 (3 CTAs an SM hold its 384), 14336x4096 (4, 2)
-# 11.89 -> 14.44 (3 CTAs an SM where 4 fit: A = 0 there).
+# 11.89 -> 14.44 (3 CTAs an SM where 4 fit: A = 0 there). SG = 1 (the signs by an add), after qxe, calls 9 / 11:
+# 14336x4096 (4, 2, 0) 11.74 -> 11.43 / 11.67 -> 11.35, 6144x4096 (4, 2, 1) 5.79 -> 5.73 / 5.78 -> 5.70; at 8 warps
+# 4096x14336 9.93 -> 11.33 / 9.75 -> 10.74 (SG = 0 there). A band's K in two halves over 2 CTAs (call 11, 4 warps,
+# S = 2, commit 4165ed2): 4096x14336 11.41-11.79 against 9.75, 4096x4096 6.05 against 4.50: lost, removed.
 ALIGN_DYN = 0x8000 - 16       # A = 1's dynamic shared memory: the 16 KB table 16 KB aligned wherever it starts
 
 
 def config(rows, cols, sms):
-    """(warps, prefetch, align, split, signs_add) of mvb for a rows x cols product on `sms` SMs."""
+    """(warps, prefetch, align, signs_add) of mvb for a rows x cols product on `sms` SMs."""
     bands = rows // 16
     if bands > 2 * sms:
-        return (4, 2, int(bands <= 3 * sms), 1, 0)
-    return (8, 1, 1, 1, 0)
+        return (4, 2, int(bands <= 3 * sms), 1)
+    return (8, 1, 1, 0)
 
 
 C_MMA = r"""
@@ -250,21 +253,17 @@ __device__ unsigned lt_mvb_count[4096];
 #else
 #define LT_DIAG_X(j) (j)
 #endif
-// S = 2 (session 14): a band's blocks in two halves, a CTA each (grid 2 x bands); each writes its 16 sums to part
-// and counts itself in cnt[band]; the second sums both halves in their order (the same sum whichever ends last)
-// and sets the count back to 0 (cnt starts zeroed: launch keeps one per device). SG = 1: the odd chunk's signs by
-// an add, no second mma (8 mma a block).
-template <int W, int P, int A, int S = 1, int SG = 0>
+// SG = 1 (session 14): the odd chunk's signs by an add, no second mma (8 mma a block against 12).
+template <int W, int P, int A, int SG = 0>
 __global__ void __launch_bounds__(32 * W, 2) mvb(const unsigned char* __restrict__ w, const float* __restrict__ xq,
-                                                 float* __restrict__ out, int rows, int cols,
-                                                 float* __restrict__ part = nullptr, unsigned* __restrict__ cnt = nullptr) {
+                                                 float* __restrict__ out, int rows, int cols) {
     unsigned tb;
     uint4* const tab = lt_b16_table<A>(tb);
     uint4* const grid32 = lt_b16_grid32;
-    const int nblk = (cols >> 8) / S, band = blockIdx.x / S, hk = blockIdx.x % S;   // hk: this CTA's half
+    const int nblk = cols >> 8, band = blockIdx.x;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, q = lane & 3;
     const int half = lane >> 4, qh = q >> 1;             // half: B's columns 4-7 (chunk c + 1); qh: this lane's chunk
-    const unsigned char* base = w + ((long long)band * S + hk) * nblk * 1632;
+    const unsigned char* base = w + (long long)band * nblk * 1632;
 #ifdef LT_MVB_STAMPS
     const unsigned stamp_n = threadIdx.x == 0 ? atomicAdd(&lt_mvb_count[blockIdx.x], 1u) : 0u;   // the launch
 #endif
@@ -298,7 +297,7 @@ __global__ void __launch_bounds__(32 * W, 2) mvb(const unsigned char* __restrict
     LT_STAMP(1);
     PDL_PROLOGUE();
     LT_STAMP(2);
-    const unsigned* xw = (const unsigned*)xq + 144 * hk * nblk;
+    const unsigned* xw = (const unsigned*)xq;
     const unsigned m0 = (gq & 2) ? 0u : ~0u, m1 = ~m0, ma = half ? 0u : ~0u;   // B's column gq % 4: hi_a, lo_a, hi_b, lo_b
     float acc0 = 0.f, acc1 = 0.f;                         // rows g, g + 8
     // The ring turns by unrolling P + 1 blocks (slot u's block computed, slot (u + P) % (P + 1) loaded):
@@ -324,29 +323,10 @@ __global__ void __launch_bounds__(32 * W, 2) mvb(const unsigned char* __restrict
     float* red = (float*)tab;                             // [W][16]
     if (q == 0) { red[warp * 16 + gq] = acc0; red[warp * 16 + gq + 8] = acc1; }
     __syncthreads();
-    float s = 0.f;
     if (threadIdx.x < 16) {
+        float s = 0.f;
         for (int k = 0; k < W; k++) s += red[k * 16 + threadIdx.x];
-        s *= 0.25f;                                       // (2 sc + 1) / 4 = (0.5 + sc) / 2
-    }
-    if constexpr (S == 1) {
-        if (threadIdx.x < 16) out[band * 16 + threadIdx.x] = s;
-    } else {
-        unsigned* const last = (unsigned*)tab + 16 * W;  // past red: a static word would pass 48 KB at A = 0
-        if (threadIdx.x < 16) part[blockIdx.x * 16 + threadIdx.x] = s;
-        __threadfence();
-        __syncthreads();
-        if (threadIdx.x == 0) *last = atomicAdd(cnt + band, 1u) == S - 1;
-        __syncthreads();
-        if (*last) {
-            __threadfence();
-            if (threadIdx.x < 16) {
-                float t = 0.f;
-                for (int k = 0; k < S; k++) t += __ldcg(part + (band * S + k) * 16 + threadIdx.x);
-                out[band * 16 + threadIdx.x] = t;
-            }
-            if (threadIdx.x == 0) cnt[band] = 0u;
-        }
+        out[band * 16 + threadIdx.x] = 0.25f * s;         // (2 sc + 1) / 4 = (0.5 + sc) / 2
     }
     LT_STAMP(4);
 }
@@ -372,24 +352,8 @@ def c_source():
     return C_HALVES + C_MMA.replace("LT_TAB4096_VALUES", ", ".join(f"{int(v)}u" for v in table_words()))
 
 
-def kernel_name(warps, prefetch, align=0, split=1, signs_add=0):
-    return f"mvb<{warps}, {prefetch}, {align}, {split}, {signs_add}>"
-
-
-_SPLIT = {}
-
-
-def split_buffers(device, bands, split):
-    """(part, cnt) for mvb's S = split > 1: its halves' sums and the per-band counts it leaves at 0 (kept per
-    device, grown as needed); (None, None) for split 1."""
-    import cupy
-    if split == 1:
-        return None, None
-    part, cnt = _SPLIT.get(device, (None, None))
-    if cnt is None or cnt.size < bands or part.size < bands * split * 16:
-        part, cnt = cupy.empty(bands * split * 16, cupy.float32), cupy.zeros(bands, cupy.uint32)
-        _SPLIT[device] = part, cnt
-    return part, cnt
+def kernel_name(warps, prefetch, align=0, signs_add=0):
+    return f"mvb<{warps}, {prefetch}, {align}, {signs_add}>"
 
 
 # The quantizer before mvb: qxe (kernels/matvec_q8.py), which lets mvb launch before it waits for the product
@@ -423,31 +387,27 @@ def launch(records, x, out, rows, cols, stream=None, cta=None):
     """Enqueue out = x @ W.T for IQ3_XXS_B16 records (what iq3_b16.repack made) on `stream` (CuPy; None: the
     current one): per row of x, QUANTIZER into a scratch buffer, then mvb (two launches under PDL, no
     host synchronization; meant to be captured into CUDA graphs). x (n, cols) float32, out (n, rows)
-    float32; cta: (warps, prefetch[, align, split, signs_add]), default config(rows, cols, the device's SMs)."""
+    float32; cta: (warps, prefetch[, align, signs_add]), default config(rows, cols, the device's SMs)."""
     import contextlib
 
     import cupy
     from lite.kernels import matvec_q8
     iq3_b16.check_shape(rows, cols)
     device = cupy.cuda.runtime.getDevice()
-    warps, prefetch, align, split, sg = (tuple(cta) + (0, 1, 0)[len(cta) - 2:])[:5] if cta else config(rows, cols, _sms(device))
-    if (cols // 256) % split:
-        raise ValueError(f"{NAME}: {cols // 256} blocks a row do not split in {split}")
-    names = (QUANTIZER, kernel_name(warps, prefetch, align, split, sg))
+    warps, prefetch, align, sg = (tuple(cta) + (0, 0))[:4] if cta else config(rows, cols, _sms(device))
+    names = (QUANTIZER, kernel_name(warps, prefetch, align, sg))
     mod = _module(device, names, module_head())
     quant, mv = mod.get_function(names[0]), mod.get_function(names[1])
     dyn = ALIGN_DYN if align else 0
     if dyn and mv.max_dynamic_shared_size_bytes < dyn:
         mv.max_dynamic_shared_size_bytes = dyn        # past the 48 KB a CTA takes without asking
-    part, cnt = split_buffers(device, rows // 16, split)
-    part, cnt = (np.uint64(0), np.uint64(0)) if part is None else (part, cnt)    # null pointers for split 1
     with stream if stream is not None else contextlib.nullcontext():
         x = cupy.ascontiguousarray(x)
         xq = cupy.empty_like(x)
         for i in range(x.shape[0]):
             pdl.call(quant, matvec_q8.quantize_grid(1, cols), (128,), (x[i], xq[i], np.int32(cols)))
-            pdl.call(mv, (rows // 16 * split,), (32 * warps,),
-                     (records, xq[i], out[i], np.int32(rows), np.int32(cols), part, cnt), shared_mem=dyn)
+            pdl.call(mv, (rows // 16,), (32 * warps,), (records, xq[i], out[i], np.int32(rows), np.int32(cols)),
+                     shared_mem=dyn)
 
 
 @register_matvec(NAME)

@@ -15,19 +15,14 @@ from lite.kernels import iq3_b16, matvec_mma, matvec_q8
 pytestmark = pytest.mark.skipif(not emu.available(), reason="needs g++ (C++20)")
 
 # (warps a CTA, blocks loaded ahead, the signed table aligned in dynamic shared memory: on the GPU only, the
-# emulator reads the static table either way)
-CONFIGS = [(8, 1, 1), (8, 1, 0), (4, 2, 1), (2, 3, 0), (2, 1, 1)]
-# mvb<W, P, 0, 2, SG>: a band's blocks in two halves, a CTA each; SG the odd chunk's signs by an add
-SPLITS = [(4, 2, 0), (4, 2, 1), (2, 1, 1)]
+# emulator reads the static table either way) and SG (the odd chunk's signs by an add, no second mma)
+CONFIGS = [(8, 1, 1, 0), (8, 1, 0, 0), (4, 2, 1, 1), (4, 2, 0, 0), (2, 3, 0, 1), (2, 1, 1, 0)]
 
 
 @pytest.fixture(scope="module")
 def mma_lib():
-    wraps = "".join(f'extern "C" __global__ void mvb_{w}_{p}_{a}({ARGS}) {{ mvb<{w}, {p}, {a}>(w, x, out, rows, cols); }}\n'
-                    for w, p, a in CONFIGS)
-    wraps += "".join(f'extern "C" __global__ void mvbs_{w}_{p}_{sg}({ARGS}) {{ static float part[2 * 16 * 16]; '
-                     f'static unsigned cnt[16]; mvb<{w}, {p}, 0, 2, {sg}>(w, x, out, rows, cols, part, cnt); }}\n'
-                     for w, p, sg in SPLITS)
+    wraps = "".join(f'extern "C" __global__ void mvb_{w}_{p}_{a}_{sg}({ARGS}) {{ mvb<{w}, {p}, {a}, {sg}>(w, x, out, rows, cols); }}\n'
+                    for w, p, a, sg in CONFIGS)
     wraps += ('extern "C" __global__ void emu_qx_IQ3_XXS(const float* x, float* xq, int cols) '
               f'{{ {matvec_q8.quantize_name("IQ3_XXS")}(x, xq, cols); }}\n')
     wraps += ('extern "C" __global__ void emu_qxe(const float* x, float* xq, int cols) '
@@ -113,12 +108,12 @@ def test_repack_refuses_ragged_shapes():
 
 
 @pytest.mark.parametrize("shape", [(32, 512), (48, 768), (16, 2048), (32, 4096)], ids=lambda s: f"{s[0]}x{s[1]}")
-@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"w{c[0]}p{c[1]}a{c[2]}")
+@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"w{c[0]}p{c[1]}a{c[2]}sg{c[3]}")
 def test_mvb_matches_float64(mma_lib, cfg, shape):
     """Against float64 of gguf-py's dequantize of the file's blocks, within 1e-3 plus the x
     quantization's bound; a CTA a band; 768 columns: 3 blocks, warps with none or a last lone one; 4096
     columns: the ring turns."""
-    w, p, a = cfg
+    w, p, a, sg = cfg
     rows, cols = shape
     rng = np.random.default_rng(rows + cols + w)
     blocks = random_blocks("IQ3_XXS", rows * cols // 256, rng)
@@ -126,26 +121,8 @@ def test_mvb_matches_float64(mma_lib, cfg, shape):
     x = _x(1, cols, rng)
     xq = np.zeros_like(x)
     mma_lib.launch("emu_qxe", matvec_q8.quantize_grid(1, cols), (128,), x, xq, np.int32(cols))
-    assert_product_matches(mma_lib, f"mvb_{w}_{p}_{a}", (rows // 16,), records, blocks, "IQ3_XXS", x, rows, cols,
+    assert_product_matches(mma_lib, f"mvb_{w}_{p}_{a}_{sg}", (rows // 16,), records, blocks, "IQ3_XXS", x, rows, cols,
                            threads=32 * w, xq=xq)
-
-
-@pytest.mark.parametrize("shape", [(32, 512), (16, 2048), (32, 4096)], ids=lambda s: f"{s[0]}x{s[1]}")
-@pytest.mark.parametrize("cfg", SPLITS, ids=lambda c: f"w{c[0]}p{c[1]}sg{c[2]}")
-def test_mvb_split_matches_float64(mma_lib, cfg, shape):
-    """mvb with each band's blocks in two halves (2 CTAs a band, the second summing both halves) and with the odd
-    chunk's signs by an add: against float64 as above; twice, so that the counts left at 0 serve again."""
-    w, p, sg = cfg
-    rows, cols = shape
-    rng = np.random.default_rng(rows + cols + 7 * w + sg)
-    blocks = random_blocks("IQ3_XXS", rows * cols // 256, rng)
-    records = iq3_b16.repack(blocks, rows, cols)
-    x = _x(1, cols, rng)
-    xq = np.zeros_like(x)
-    mma_lib.launch("emu_qxe", matvec_q8.quantize_grid(1, cols), (128,), x, xq, np.int32(cols))
-    for _ in range(2):
-        assert_product_matches(mma_lib, f"mvbs_{w}_{p}_{sg}", (rows // 16 * 2,), records, blocks, "IQ3_XXS", x, rows,
-                               cols, threads=32 * w, xq=xq)
 
 
 @pytest.mark.skipif(not _gpu(), reason="needs a CUDA GPU (the CUDA C text runs above under the emulator)")
@@ -165,7 +142,7 @@ def test_gpu_mvb_full_size():
         ref, scale = x.astype(np.float64) @ w.T, np.abs(x).astype(np.float64) @ np.abs(w).T
         records = iq3_b16.repack(cupy.asarray(blocks), rows, cols)
         assert np.array_equal(records.get(), iq3_b16.repack(blocks, rows, cols))
-        for cta in (None, (8, 2), (4, 1), (8, 1, 0), (4, 2, 1), (4, 2, 0, 2, 1), (4, 2, 0, 2, 0), (8, 1, 1, 1, 1)):
+        for cta in (None, (8, 2), (4, 1), (8, 1, 0), (4, 2, 1), (4, 2, 0, 1), (8, 1, 1, 1)):   # config's; others
             out = cupy.full((n, rows), np.nan, cupy.float32)
             if cta is None:
                 mv(records, cupy.asarray(x), out, rows, cols)

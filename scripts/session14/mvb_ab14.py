@@ -46,8 +46,8 @@ def _forms(cfg):
     return [(old, "s13", cfg[:2], ""), (matvec_mma, "s14", cfg, "")]
 
 
-FORMS = {(4096, 14336): _forms((8, 1, 1)), (14336, 4096): _forms((4, 2, 0)), (4096, 4096): _forms((8, 1, 1)),
-         (768, 2048): _forms((8, 1, 1)), (6144, 4096): _forms((4, 2, 1))}
+FORMS = {(4096, 14336): _forms((8, 1, 1, 0)), (14336, 4096): _forms((4, 2, 0, 1)), (4096, 4096): _forms((8, 1, 1, 0)),
+         (768, 2048): _forms((8, 1, 1, 0)), (6144, 4096): _forms((4, 2, 1, 1))}      # config's choices since call 12
 # --diag (call 6): kernels/matvec_mma.py's diagnostics, wrong products on purpose: the weights from 2 records a band
 # (no DRAM), x from the first block (no L2), both
 DIAG_W, DIAG_X = "#define LT_MVB_DIAG_W\n", "#define LT_MVB_DIAG_X\n"
@@ -61,7 +61,7 @@ SPLITS = {(4096, 14336): [(8, 1, 1, 1, 0), (8, 1, 1, 1, 1), (4, 2, 0, 1, 0), (4,
           (14336, 4096): [(4, 2, 0, 1, 0), (4, 2, 0, 1, 1)], (6144, 4096): [(4, 2, 1, 1, 0), (4, 2, 1, 1, 1)],
           (4096, 4096): [(8, 1, 1, 1, 0), (4, 2, 0, 2, 0), (4, 2, 0, 2, 1)],
           (768, 2048): [(8, 1, 1, 1, 0), (8, 1, 1, 1, 1), (4, 2, 0, 2, 1)]}
-if "--split" in sys.argv:      # call 11: mvb<W, P, A, S, SG>, a band's K in S halves, SG the signs by an add
+if "--split" in sys.argv:      # call 11 (needs this file and kernels/matvec_mma.py at 4165ed2): mvb<W, P, A, S, SG>
     FORMS = {shape: [(matvec_mma, "s14", cfg, "") for cfg in cfgs] for shape, cfgs in SPLITS.items()}
 SIGNADD = "#define LT_MVB_SIGNADD\n"   # in kernels/matvec_mma.py at 9896f1e only (call 9), since removed
 if "--signs" in sys.argv:      # call 9: the odd chunk's signs added on the CUDA cores (no second mma), and T32
@@ -94,7 +94,7 @@ def functions(mod, cfg, stamps=False, extra=""):
     names = (mod.QUANTIZER, mod.kernel_name(*cfg))
     m = mod._module(cp.cuda.runtime.getDevice(), names, mod.module_head(stamps, extra))
     q, mv = m.get_function(names[0]), m.get_function(names[1])
-    DYN[id(mv)] = mod.ALIGN_DYN if len(cfg) > 2 and cfg[2] else 0
+    DYN[id(mv)] = mod.ALIGN_DYN if len(cfg) > 2 and cfg[2] else 0     # cfg: (W, P[, A, SG])
     if DYN[id(mv)]:
         mv.max_dynamic_shared_size_bytes = DYN[id(mv)]      # 32 KB static + 31 KB dynamic: past 48 KB
     return m, q, mv
@@ -103,26 +103,14 @@ def functions(mod, cfg, stamps=False, extra=""):
 DYN = {}          # a function's dynamic shared memory (LT_MVB_ALIGN), by id
 
 
-def runner(quant, mv, warps, recs, x, xq, out, rows, cols, split=0):
-    """split 0: a kernel of 5 arguments (session 13's text); 1 or 2: today's mvb<.., S, SG> (7 arguments)."""
-    extra = ()
-    if split:
-        part, cnt = matvec_mma.split_buffers(cp.cuda.runtime.getDevice(), rows // 16, split)
-        extra = (np.uint64(0), np.uint64(0)) if part is None else (part, cnt)
-
+def runner(quant, mv, warps, recs, x, xq, out, rows, cols):
+    """(Call 11 ran a form whose mvb took a K split's two more arguments: this file at 4165ed2.)"""
     def run(i, with_q):
         if with_q:
             pdl.call(quant, matvec_q8.quantize_grid(1, cols), (128,), (x, xq, np.int32(cols)))
-        pdl.call(mv, (rows // 16 * max(split, 1),), (32 * warps,),
-                 (recs[i % len(recs)], xq, out, np.int32(rows), np.int32(cols)) + extra, shared_mem=DYN.get(id(mv), 0))
+        pdl.call(mv, (rows // 16,), (32 * warps,), (recs[i % len(recs)], xq, out, np.int32(rows), np.int32(cols)),
+                 shared_mem=DYN.get(id(mv), 0))
     return run
-
-
-def split_of(mod, cfg):
-    """runner's split: 0 for a module whose mvb takes 5 arguments (before call 11), else cfg's S (default 1)."""
-    if mod is not matvec_mma:
-        return 0
-    return cfg[3] if len(cfg) > 3 else 1
 
 
 def timings():
@@ -131,7 +119,7 @@ def timings():
         blocks, x = blocks_and_x(rows, cols)
         recs = {}
         xq = cp.empty_like(x)
-        variants, name_mod, name_cfg = [], {}, {}
+        variants = []
         for mod, label, cfg, extra in forms:
             label_r = "t32" if mod is t32 else "b16"
             if label_r not in recs:
@@ -139,13 +127,12 @@ def timings():
             _, q, mv = functions(mod, cfg, extra=extra)
             tag = " ".join(d.split()[1][7:] for d in extra.strip().split("\n") if d)
             variants.append((f"{label} {cfg} {tag}".strip(), q, mv, cfg[0], recs[label_r]))
-            name_mod[variants[-1][0]], name_cfg[variants[-1][0]] = mod, cfg
         del blocks
         res, outs = {}, {}
         for _ in range(2):
             for name, q, mv, w, rr in variants:
                 out = cp.full((1, rows), cp.nan, cp.float32)
-                run = runner(q, mv, w, rr, x, xq, out, rows, cols, split=split_of(name_mod[name], name_cfg[name]))
+                run = runner(q, mv, w, rr, x, xq, out, rows, cols)
                 run(0, True)
                 cp.cuda.runtime.deviceSynchronize()
                 outs[name] = out.copy()
@@ -167,7 +154,7 @@ def timeline(mod, label, cfg, rows=4096, cols=14336, launches=40, extra=""):
     recs = copies(mod, blocks, rows, cols)
     m, quant, mv = functions(mod, cfg, stamps=True, extra=extra)
     xq, out = cp.empty_like(x), cp.empty((1, rows), cp.float32)
-    run = runner(quant, mv, cfg[0], recs, x, xq, out, rows, cols, split=split_of(mod, cfg))
+    run = runner(quant, mv, cfg[0], recs, x, xq, out, rows, cols)
     count = cp.ndarray((4096,), cp.uint32, memptr=m.get_global("lt_mvb_count"))
     s = cp.cuda.Stream(non_blocking=True)
     with s:
