@@ -8,13 +8,14 @@ each) come from a 4096-word table of signed words by their 12-bit fields (grid i
 chunk's from the unsigned grid's 32 copies (lane l's in bank l) with the signs put on by XOR and taken back by
 a second mma against -x. x goes in as qx's int8 parts (hi and lo a run of 16: B's columns hi_a, lo_a, hi_b,
 lo_b; the odd chunk's in columns 4-7), in record layout 18 (kernels/matvec_q8.py lt_q8w: a lane's 4 words and
-4 d of a block in two 16-byte loads). H200, kernel table (qxe + mvb; BENCHMARKS, session 14 call 4):
-4096x14336 9.7 us, 59% of copy-vec16 (IQ3_XXS_G4's mv_iq2 13.4, 43%), 14336x4096 11.4, 4096x4096 4.4; alone
+4 d of a block in two 16-byte loads). H200, kernel table (qxe + mvb; BENCHMARKS, session 14 call 12):
+4096x14336 9.7 us, 59% of copy-vec16 (IQ3_XXS_G4's mv_iq2 13.4, 43%), 14336x4096 11.2, 4096x4096 4.4; alone
 ~9.0 us at 4096x14336 (the quantizer's two grid dependencies ~0.9). Where the time goes (session 14, call 8,
 the diagnostics below): with no memory traffic at all the product takes 8.7 us alone (9.0 with it); taking
 away its 12 mma a block saves 1.6 us, the signed table's lookups 0.8, the grid copies' 0.7. Lost since (each
 in a commit, BENCHMARKS): every word through the grid's copies (16 mma a block), every word through the
-table (32 conflicting lookups), the signs by an add (8 mma, more instructions), -x from the quantizer.
+table (32 conflicting lookups), -x from the quantizer, a band's K split over 2 CTAs; the signs by an add (SG, 8
+mma a block) wins at 4 warps a CTA only.
 """
 import functools
 
