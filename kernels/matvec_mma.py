@@ -25,8 +25,8 @@ from lite.kernels import iq3_b16, iq_tables, pdl
 from lite.kernels.registry import register_matvec
 
 NAME = iq3_b16.NAME
-# mvb<W, P, A>: warps a CTA, blocks a warp has loaded ahead (the first before the PDL wait), A = 1 the signed
-# table aligned (lt_b16_table). 8 warps keep 2 CTAs an SM, 4 warps 4: where the bands pass 2 an SM, the smaller
+# mvb<W, P, A, SG>: warps a CTA, blocks a warp has loaded ahead (the first before the PDL wait), A = 1 the signed
+# table aligned (lt_b16_table), SG = 1 the odd chunk's signs by an add. 8 warps keep 2 CTAs an SM, 4 warps 4: where the bands pass 2 an SM, the smaller
 # CTAs fill the rounds (sessions 12-13: 4096x14336 (8, 1) 9.91 us, (8, 2) 10.25; 14336x4096 (4, 2) 11.78, (4, 1)
 # 13.7, (8, *) 15.0). A = 1 takes 65 KB a CTA (session 14, call 3, after qxe, A = 0 -> 1): 4096x14336 9.85 ->
 # 9.79 us, 4096x4096 4.65 -> 4.46, 6144x4096 (4, 2) 6.35 -> 5.75 (3 CTAs an SM hold its 384), 14336x4096 (4, 2)
@@ -136,9 +136,8 @@ __device__ __forceinline__ unsigned lt_b16_off(const LtB16& r, int n) {
     return (sh >= 2 ? lt_b16_word(r, wi) >> (sh - 2) : lt_b16_word(r, wi) << (2 - sh)) & 0x3FFCu;
 }
 // The tables, at file scope (through pointers passed in, the compiler added a shared window base to each
-// x address as well). Session 13, call 9: the signed table 16 KB aligned in dynamic shared memory, so that
-// a lookup's address is one LOP3 (255 instructions a block against 272), lost (4096x14336 after qxe 10.32
-// against 9.99 us; 64 KB a CTA: 3 CTAs an SM of 4 warps, 14336x4096 14.2 against 11.6).
+// x address as well). Session 13, call 9 aligned the signed table at every shape and lost at 14336x4096 (64 KB
+// a CTA: 3 CTAs an SM of 4 warps, 14.2 against 11.6 us); A = 1 below takes it where it fits.
 __shared__ uint4 lt_b16_tab[1024];                        // LT_TAB4096; then (the products done) the warps' sums
 __shared__ uint4 lt_b16_grid32[2048];                     // entry e's copy l at word 32 e + l
 // A = 1 (session 14): the signed table 16 KB aligned in dynamic shared memory (ALIGN_DYN bytes), tb its shared
@@ -226,12 +225,13 @@ __device__ __forceinline__ void lt_b16_block(const LtB16& r, const LtX& x, int l
     acc0 = fmaf(lt_h2f_lo(r.d), blk0, acc0);
     acc1 = fmaf(lt_h2f_hi(r.d), blk1, acc1);
 }
-// mvb<W, P, A>: a CTA of W warps a band; warp w takes blocks w, w + W, ..., P of them loaded ahead (the first
-// before the PDL wait), A: the signed table aligned in dynamic shared memory (lt_b16_table); out = x W^T for one row of x, quantized by qxe<TIQ3_XXS, 18> (xq). Of each chunk
-// pair, the even chunk's words come from the signed table (4096 words: 3.5-way bank conflicts, Nsight: L1
-// the wall), the odd chunk's from the unsigned grid's 32 copies, lane l's in bank l, its signs put on by
-// XOR with byte masks (g ^ m: g or -g - 1) and taken back by a second mma of the masks against -x
-// (session 12, call 18: 4096x14336 10.2 us against 11.1 with every word from the table).
+// mvb<W, P, A, SG>: a CTA of W warps a band; warp w takes blocks w, w + W, ..., P of them loaded ahead (the
+// first before the PDL wait); A: the signed table aligned in dynamic shared memory (lt_b16_table); out = x W^T
+// for one row of x, quantized by qxe<TIQ3_XXS, 18> (xq). Of each chunk pair, the even chunk's words come from
+// the signed table (4096 words: ~3.5-way bank conflicts), the odd chunk's from the unsigned grid's 32 copies,
+// lane l's in bank l, its signs put on by XOR with byte masks (g ^ m: g or -g - 1) and taken back by a second
+// mma of the masks against -x (session 12, call 18: 4096x14336 10.2 us against 11.1 with every word from the
+// table), or (SG = 1) by adding the masks' low bits.
 #ifdef LT_MVB_STAMPS   // session 13's timeline (scripts/session13/mvb_final.py --timeline): thread 0's globaltimer, its SM
 __device__ unsigned long long lt_mvb_stamps[64][4096][8];     // [launch][CTA][event]
 __device__ unsigned lt_mvb_count[4096];
@@ -254,7 +254,6 @@ __device__ unsigned lt_mvb_count[4096];
 #else
 #define LT_DIAG_X(j) (j)
 #endif
-// SG = 1 (session 14): the odd chunk's signs by an add, no second mma (8 mma a block against 12).
 template <int W, int P, int A, int SG = 0>
 __global__ void __launch_bounds__(32 * W, 2) mvb(const unsigned char* __restrict__ w, const float* __restrict__ xq,
                                                  float* __restrict__ out, int rows, int cols) {
