@@ -17,12 +17,16 @@ pytestmark = pytest.mark.skipif(not emu.available(), reason="needs g++ (C++20)")
 # (warps a CTA, blocks loaded ahead, the signed table aligned in dynamic shared memory: on the GPU only, the
 # emulator reads the static table either way) and SG (the odd chunk's signs by an add, no second mma)
 CONFIGS = [(8, 1, 1, 0), (8, 1, 0, 0), (4, 2, 1, 1), (4, 2, 0, 0), (2, 3, 0, 1), (2, 1, 1, 0)]
+EPI_CONFIGS = [(8, 1, 1, 0), (4, 2, 0, 1)]         # mvbe: config's two forms
 
 
 @pytest.fixture(scope="module")
 def mma_lib():
     wraps = "".join(f'extern "C" __global__ void mvb_{w}_{p}_{a}_{sg}({ARGS}) {{ mvb<{w}, {p}, {a}, {sg}>(w, x, out, rows, cols); }}\n'
                     for w, p, a, sg in CONFIGS)
+    wraps += "".join(f'extern "C" __global__ void mvbe_{w}_{p}_{a}_{sg}_{e}_{nm}({ARGS}, const float* res, const float* scale) '
+                     f'{{ mvbe<{w}, {p}, {a}, {sg}, {e}, {nm}>(w, x, out, rows, cols, res, scale); }}\n'
+                     for w, p, a, sg in EPI_CONFIGS for e in (0, 1, 2, 3) for nm in (0, 2) if e or nm)
     wraps += ('extern "C" __global__ void emu_qx_IQ3_XXS(const float* x, float* xq, int cols) '
               f'{{ {matvec_q8.quantize_name("IQ3_XXS")}(x, xq, cols); }}\n')
     wraps += ('extern "C" __global__ void emu_qxe(const float* x, float* xq, int cols) '
@@ -123,6 +127,78 @@ def test_mvb_matches_float64(mma_lib, cfg, shape):
     mma_lib.launch("emu_qxe", matvec_q8.quantize_grid(1, cols), (128,), x, xq, np.int32(cols))
     assert_product_matches(mma_lib, f"mvb_{w}_{p}_{a}_{sg}", (rows // 16,), records, blocks, "IQ3_XXS", x, rows, cols,
                            threads=32 * w, xq=xq)
+
+
+@pytest.mark.parametrize("nm", [0, 2], ids=["plain", "scale_in"])
+@pytest.mark.parametrize("e", [0, 1, 2, 3], ids=["none", "add", "silu", "gelu_tanh"])
+@pytest.mark.parametrize("cfg", EPI_CONFIGS, ids=lambda c: f"w{c[0]}p{c[1]}a{c[2]}sg{c[3]}")
+def test_mvbe_epilogues_match_float64(mma_lib, cfg, e, nm):
+    """mvbe (mvb with the decode step's next op, kernels/matvec_mma_src.py lt_mvb_end): the product (times the
+    norm's scale with scale_in), plus res ("add") or act(gate) * up over [gate; up] rows interleaved (silu,
+    gelu_tanh), against float64 within the product's bound carried through the op."""
+    if not (e or nm):
+        pytest.skip("that is mvb (test_mvb_matches_float64)")
+    from test_matvec_q8_emulated import quant_bound
+    w_, p, a, sg = cfg
+    rows, cols = 64, 1024
+    rng = np.random.default_rng(17 + e + nm)
+    blocks = random_blocks("IQ3_XXS", rows * cols // 256, rng)
+    wf = reference(blocks, "IQ3_XXS").astype(np.float64).reshape(rows, cols)
+    x = _x(1, cols, rng)
+    xq = np.zeros_like(x)
+    mma_lib.launch("emu_qxe", matvec_q8.quantize_grid(1, cols), (128,), x, xq, np.int32(cols))
+    res = rng.standard_normal((1, rows)).astype(np.float32)
+    scale = np.array([0.75], np.float32)
+    k = float(scale[0]) if nm else 1.0
+    prod = k * (x.astype(np.float64) @ wf.T)
+    tol = k * (1e-3 * np.abs(x.astype(np.float64) @ wf.T) + 1e-5 * (np.abs(x).astype(np.float64) @ np.abs(wf).T)
+               + quant_bound("IQ3_XXS", x, wf))
+    out = np.full((1, rows // 2 if e >= 2 else rows), np.nan, np.float32)
+    mma_lib.launch(f"mvbe_{w_}_{p}_{a}_{sg}_{e}_{nm}", (rows // 16,), (32 * w_,), iq3_b16.repack(blocks, rows, cols),
+                   xq, out, np.int32(rows), np.int32(cols), res, scale)
+    ref, bound = _epilogue_reference(e, prod, tol, res)
+    err = np.abs(out.astype(np.float64) - ref)
+    assert np.all(err <= bound), np.max(err / bound)
+
+
+def _epilogue_reference(e, prod, tol, res):
+    """float64 reference and bound of mvbe's epilogue e over the product prod (within tol)."""
+    if e <= 1:
+        ref = prod + (res if e == 1 else 0.0)
+        return ref, tol + 1e-6 * np.abs(ref)
+    g, u, tg, tu = prod[:, 0::2], prod[:, 1::2], tol[:, 0::2], tol[:, 1::2]     # rows 2 u, 2 u + 1: gate u, up u
+    if e == 2:
+        act = g / (1.0 + np.exp(np.minimum(-g, 700.0)))
+    else:
+        act = 0.5 * g * (1.0 + np.tanh(0.7978845608028654 * (g + 0.044715 * g ** 3)))
+    ref = act * u
+    return ref, 1.2 * np.abs(u) * tg + (np.abs(act) + 1.2 * tg) * tu + 1e-5 * np.abs(ref) + 1e-6
+
+
+@pytest.mark.skipif(not _gpu(), reason="needs a CUDA GPU (the CUDA C text runs above under the emulator)")
+def test_gpu_mvbe_full_size():
+    """matvec_mma.launch with each epilogue and scale_in at 4096x14336 and 14336x4096 (config's two forms),
+    against float64 as under the emulator."""
+    import cupy
+    from test_matvec_q8_emulated import quant_bound
+    for rows, cols in ((4096, 14336), (14336, 4096)):
+        rng = np.random.default_rng(rows + 5)
+        blocks = random_blocks("IQ3_XXS", rows * cols // 256, rng)
+        wf = reference(blocks, "IQ3_XXS").astype(np.float64).reshape(rows, cols)
+        x = _x(1, cols, rng)
+        records = iq3_b16.repack(cupy.asarray(blocks), rows, cols)
+        res = rng.standard_normal((1, rows)).astype(np.float32)
+        base = x.astype(np.float64) @ wf.T
+        tol0 = 1e-3 * np.abs(base) + 1e-5 * (np.abs(x).astype(np.float64) @ np.abs(wf).T) + quant_bound("IQ3_XXS", x, wf)
+        for epi, e in (("add", 1), ("silu", 2), ("gelu_tanh", 3), (None, 0)):
+            for k in ((None, 0.75) if e else (0.75,)):
+                out = cupy.full((1, rows // 2 if e >= 2 else rows), np.nan, cupy.float32)
+                matvec_mma.launch(records, cupy.asarray(x), out, rows, cols, epilogue=epi, res=cupy.asarray(res),
+                                  scale_in=None if k is None else cupy.asarray(np.array([k], np.float32)))
+                kk = 1.0 if k is None else k
+                ref, bound = _epilogue_reference(e, kk * base, kk * tol0, res)
+                err = np.abs(out.get().astype(np.float64) - ref)
+                assert np.all(err <= bound), (rows, epi, k, float(np.max(err / bound)))
 
 
 @pytest.mark.skipif(not _gpu(), reason="needs a CUDA GPU (the CUDA C text runs above under the emulator)")

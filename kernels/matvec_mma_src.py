@@ -1,0 +1,355 @@
+"""The CUDA C of kernels/matvec_mma.py's mvb (IQ3_XXS_B16's decode product on the tensor cores), apart from its
+launcher as cupy_decode_src / moe_cuda_src are: the int8 mma and its host emulation, the tables, a block's
+products (lt_b16_block), the kernel (mvb_body, with the diagnostics LT_MVB_DIAG_* and the timeline LT_MVB_STAMPS)
+and its ends (lt_mvb_end: the decode step's next op folded in). What each part does and what it was measured at:
+the comments beside it and kernels/matvec_mma.py's docstring."""
+import numpy as np
+
+from lite.kernels import iq_tables
+
+C_MMA = r"""
+#ifdef __CUDA_ARCH__
+// C (int32, 16 x 8) = A (16 rows x 32 int8) B (32 x 8 int8) (+ C): lane 4g + q holds A's rows g, g + 8
+// at k = 4q..4q+3 (a0, a1) and 16 + 4q.. (a2, a3), B's column g at the same k (b.x, b.y), C's rows
+// g, g + 8 at columns 2q, 2q + 1.
+__device__ __forceinline__ void lt_imma(int (&c)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, uint2 b, bool acc) {
+#ifdef LT_MVB_DIAG_NOMMA   // session 14's diagnostic: no mma, its operands still consumed (2 LOP3s in its place)
+    c[0] = (acc ? c[0] : 0) ^ a0 ^ a1 ^ a2; c[1] = (acc ? c[1] : 0) ^ a3 ^ b.x ^ b.y;
+    return;
+#endif
+    if (acc)
+        asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+            : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3]) : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b.x), "r"(b.y));
+    else
+        asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};"
+            : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3]) : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b.x), "r"(b.y), "r"(0));
+}
+#else   // the host emulator (tests/cuda_c_emulator.py): the warp's fragments exchanged, each lane its C
+inline unsigned __vsub4(unsigned a, unsigned b) {   // bytewise a - b, each byte modulo 256
+    unsigned r = 0;
+    for (int i = 0; i < 4; i++) r |= (((a >> (8 * i)) - (b >> (8 * i))) & 0xFFu) << (8 * i);
+    return r;
+}
+inline void lt_imma(int (&c)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, uint2 b, bool acc) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+    unsigned* mine = tl_warp->mma[lane];
+    mine[0] = a0; mine[1] = a1; mine[2] = a2; mine[3] = a3; mine[4] = b.x; mine[5] = b.y;
+    tl_warp->bar->arrive_and_wait();
+    auto byte = [](unsigned v, int i) { return (int)(signed char)(v >> (8 * i)); };
+    for (int i = 0; i < 4; i++) {
+        const int row = g + 8 * (i >> 1), col = 2 * q + (i & 1);
+        int s = acc ? c[i] : 0;
+        for (int k = 0; k < 32; k++) {
+            const unsigned* al = tl_warp->mma[4 * (row & 7) + ((k & 15) >> 2)];
+            const unsigned* bl = tl_warp->mma[4 * col + ((k & 15) >> 2)];
+            s += byte(al[(row >= 8) + 2 * (k >= 16)], k & 3) * byte(bl[4 + (k >= 16)], k & 3);
+        }
+        c[i] = s;
+    }
+    tl_warp->bar->arrive_and_wait();
+}
+#endif
+__device__ const unsigned LT_TAB4096[4096] __attribute__((aligned(16))) = {LT_TAB4096_VALUES};
+struct LtB16 { uint4 f[3]; uint2 sc; unsigned d; };   // a lane's part of a record
+// The weights stream through L2 once a product: loaded with an evict-first policy (session 13), so that they
+// do not push out what the next kernels read (x, its records, the outputs, the KV cache).
+// LT_MVB_NO_EVICT_FIRST: plain loads (the A/B's baseline).
+#if defined(__CUDA_ARCH__) && !defined(LT_MVB_NO_EVICT_FIRST)
+struct LtStream {
+    unsigned long long pol;
+    __device__ __forceinline__ LtStream() { asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol)); }
+    __device__ __forceinline__ uint4 u4(const void* p) const {
+        uint4 v;
+        asm("ld.global.nc.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p), "l"(pol));
+        return v;
+    }
+    __device__ __forceinline__ uint2 u2(const void* p) const {
+        uint2 v;
+        asm("ld.global.nc.L2::cache_hint.v2.u32 {%0, %1}, [%2], %3;" : "=r"(v.x), "=r"(v.y) : "l"(p), "l"(pol));
+        return v;
+    }
+    __device__ __forceinline__ unsigned u1(const void* p) const {
+        unsigned v;
+        asm("ld.global.nc.L2::cache_hint.u32 %0, [%1], %2;" : "=r"(v) : "l"(p), "l"(pol));
+        return v;
+    }
+};
+#else
+struct LtStream {
+    __device__ __forceinline__ uint4 u4(const void* p) const { return __ldg((const uint4*)p); }
+    __device__ __forceinline__ uint2 u2(const void* p) const { return __ldg((const uint2*)p); }
+    __device__ __forceinline__ unsigned u1(const void* p) const { return __ldg((const unsigned*)p); }
+};
+#endif
+__device__ __forceinline__ void lt_b16_load(LtB16& r, const unsigned char* rec, int lane, const LtStream& ls) {
+    #pragma unroll
+    for (int p = 0; p < 3; p++) r.f[p] = ls.u4((const uint4*)(rec + 512 * p) + lane);
+    r.sc = ls.u2((const uint2*)(rec + 1536) + (lane >> 2));
+    r.d = ls.u1((const unsigned*)(rec + 1600) + (lane >> 2));
+}
+__device__ __forceinline__ unsigned lt_b16_word(const LtB16& r, int i) {
+    const uint4 v = r.f[i >> 2];
+    return (i & 3) == 0 ? v.x : (i & 3) == 1 ? v.y : (i & 3) == 2 ? v.z : v.w;
+}
+// field n's byte offset in the table, (field << 2) & 0x3FFC (n a constant once unrolled: 2 instructions)
+__device__ __forceinline__ unsigned lt_b16_off(const LtB16& r, int n) {
+    const int bit = 12 * n, wi = bit >> 5, sh = bit & 31;
+    if (sh > 20) return __funnelshift_r(lt_b16_word(r, wi), lt_b16_word(r, wi + 1), sh - 2) & 0x3FFCu;
+    return (sh >= 2 ? lt_b16_word(r, wi) >> (sh - 2) : lt_b16_word(r, wi) << (2 - sh)) & 0x3FFCu;
+}
+// The tables, at file scope (through pointers passed in, the compiler added a shared window base to each
+// x address as well). Session 13, call 9 aligned the signed table at every shape and lost at 14336x4096 (64 KB
+// a CTA: 3 CTAs an SM of 4 warps, 14.2 against 11.6 us); A = 1 below takes it where it fits.
+__shared__ uint4 lt_b16_tab[1024];                        // LT_TAB4096; then (the products done) the warps' sums
+__shared__ uint4 lt_b16_grid32[2048];                     // entry e's copy l at word 32 e + l
+// A = 1 (session 14): the signed table 16 KB aligned in dynamic shared memory (ALIGN_DYN bytes), tb its shared
+// address, so that a lookup's address is one LOP3 ((field << 2) & 0x3FFC | tb), not that and an add of the
+// base (SASS 257 instructions a block against 270). 65 KB a CTA: where 2 CTAs of 8 warps or 3 of 4 fit the
+// product's CTAs in one round (config). The emulator reads the static table either way.
+#ifdef __CUDA_ARCH__
+extern __shared__ uint4 lt_b16_dyn[];
+#endif
+template <int A>
+__device__ __forceinline__ uint4* lt_b16_table(unsigned& tb) {
+#ifdef __CUDA_ARCH__
+    if constexpr (A != 0) {
+        const unsigned s = (unsigned)__cvta_generic_to_shared(lt_b16_dyn);
+        tb = (s + 0x3FFFu) & ~0x3FFFu;
+        return lt_b16_dyn + ((tb - s) >> 4);
+    } else
+#endif
+    {
+        tb = 0;
+        return lt_b16_tab;
+    }
+}
+template <int A>
+__device__ __forceinline__ unsigned lt_b16_tab_word(unsigned off, unsigned tb) {
+#if defined(__CUDA_ARCH__) && defined(LT_MVB_DIAG_NOTAB)   // diagnostic: the address as the word (no LDS)
+    return off | tb;
+#endif
+#ifdef __CUDA_ARCH__
+    if constexpr (A != 0) {
+        unsigned v;
+        asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(off | tb));
+        return v;
+    } else
+#endif
+    return *(const unsigned*)((const unsigned char*)lt_b16_tab + off);
+}
+// One block of 256 columns of a band: 4 chunk pairs, each the even chunk's mma through the signed table
+// and the odd chunk's two through the grid's copies, then the pair's tail into acc0 / acc1 (rows g, g + 8).
+// LtX: a lane's x for the block, its x word and its run's d in each chunk pair (qxe<TIQ3_XXS, 18>'s
+// records, kernels/matvec_q8.py lt_q8w: 144 words a block, a lane's 4 words and 4 d in 16 bytes each).
+struct LtX {
+    unsigned v[4], d[4];
+    __device__ __forceinline__ void load(const unsigned* xj, int lane) {
+        const uint4 a = __ldg((const uint4*)xj + lane), b = __ldg((const uint4*)(xj + 128) + (lane & 3));
+        v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; d[0] = b.x; d[1] = b.y; d[2] = b.z; d[3] = b.w;
+    }
+};
+template <int A, int SG>
+__device__ __forceinline__ void lt_b16_block(const LtB16& r, const LtX& x, int lane, int qh, unsigned tb,
+                                             unsigned m0, unsigned m1, unsigned ma, float& acc0, float& acc1) {
+    float blk0 = 0.f, blk1 = 0.f;
+    #pragma unroll
+    for (int cp = 0; cp < 4; cp++) {                      // chunk pairs c, c + 1
+        const unsigned v = x.v[cp];
+        const unsigned vn = __vsub4(0u, v);               // -x (|x| <= 127: no wrap)
+        const float dx = __uint_as_float(x.d[cp]);
+        int cc[4];
+        lt_imma(cc, lt_b16_tab_word<A>(lt_b16_off(r, 4 * cp), tb), lt_b16_tab_word<A>(lt_b16_off(r, 4 * cp + 1), tb),
+                    lt_b16_tab_word<A>(lt_b16_off(r, 4 * cp + 2), tb), lt_b16_tab_word<A>(lt_b16_off(r, 4 * cp + 3), tb),
+                    make_uint2(v & m0 & ma, v & m1 & ma), false);
+        unsigned a[4], m[4];
+        const unsigned iw = lt_b16_word(r, 6 + cp);
+        #pragma unroll
+        for (int k = 0; k < 4; k++) {                     // the odd chunk: grid copy, signs by XOR
+            const int n = 4 * cp + k;
+            const unsigned idx = (iw >> (8 * k)) & 255u;
+            m[k] = lt_topmask(lt_b16_word(r, 10 + (n >> 3)) << (7 - (n & 7)));
+#if defined(__CUDA_ARCH__) && defined(LT_MVB_DIAG_NOGRID)   // diagnostic: the address as the word (no LDS)
+            a[k] = (idx * 128 + 4 * lane) ^ m[k];
+#else
+            a[k] = *(const unsigned*)((const unsigned char*)lt_b16_grid32 + idx * 128 + 4 * lane) ^ m[k];
+#endif
+            if (SG) a[k] += m[k] & 0x01010101u;           // SG: -g exactly ((g ^ 0xFF) + 1; g <= 62: no carry)
+        }
+        lt_imma(cc, a[0], a[1], a[2], a[3], make_uint2(v & m0 & ~ma, v & m1 & ~ma), true);
+        if (!SG) lt_imma(cc, m[0], m[1], m[2], m[3], make_uint2(vn & m0 & ~ma, vn & m1 & ~ma), true);
+        // 2 sc of this lane's chunk (2 cp + qh of the block) for rows g, g + 8; the tail: d_x (254 hi + lo) (2 sc + 1)
+        const unsigned s0q = r.sc.x >> (4 * qh), s1q = r.sc.y >> (4 * qh);
+        const int s0 = (cp == 0 ? s0q << 1 : s0q >> (8 * cp - 1)) & 0x1E, s1 = (cp == 0 ? s1q << 1 : s1q >> (8 * cp - 1)) & 0x1E;
+        const int t0 = cc[0] * 254 + cc[1], t1 = cc[2] * 254 + cc[3];
+        blk0 = fmaf(dx, (float)(t0 * s0 + t0), blk0);
+        blk1 = fmaf(dx, (float)(t1 * s1 + t1), blk1);
+    }
+    acc0 = fmaf(lt_h2f_lo(r.d), blk0, acc0);
+    acc1 = fmaf(lt_h2f_hi(r.d), blk1, acc1);
+}
+// mvb<W, P, A, SG>: a CTA of W warps a band; warp w takes blocks w, w + W, ..., P of them loaded ahead (the
+// first before the PDL wait); A: the signed table aligned in dynamic shared memory (lt_b16_table); out = x W^T
+// for one row of x, quantized by qxe<TIQ3_XXS, 18> (xq). Of each chunk pair, the even chunk's words come from
+// the signed table (4096 words: ~3.5-way bank conflicts), the odd chunk's from the unsigned grid's 32 copies,
+// lane l's in bank l, its signs put on by XOR with byte masks (g ^ m: g or -g - 1) and taken back by a second
+// mma of the masks against -x (session 12, call 18: 4096x14336 10.2 us against 11.1 with every word from the
+// table), or (SG = 1) by adding the masks' low bits.
+#ifdef LT_MVB_STAMPS   // session 13's timeline (scripts/session13/mvb_final.py --timeline): thread 0's globaltimer, its SM
+__device__ unsigned long long lt_mvb_stamps[64][4096][8];     // [launch][CTA][event]
+__device__ unsigned lt_mvb_count[4096];
+#define LT_STAMP(k) do { if (threadIdx.x == 0) { unsigned long long t_; \
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_)); lt_mvb_stamps[stamp_n & 63][blockIdx.x][k] = t_; \
+    unsigned sm_; asm volatile("mov.u32 %0, %%smid;" : "=r"(sm_)); lt_mvb_stamps[stamp_n & 63][blockIdx.x][7] = sm_; } } while (0)
+#else
+#define LT_STAMP(k) do { } while (0)
+#endif
+// Diagnostics (session 14, call 8; wrong products on purpose, to see what each part costs): LT_MVB_DIAG_W, every
+// warp's weights from its band's first 2 records (no DRAM traffic); LT_MVB_DIAG_X, x from the first block (no L2
+// reads); LT_MVB_DIAG_NOMMA / NOTAB / NOGRID above (the mma, the signed table's, the grid copies' lookups away).
+#ifdef LT_MVB_DIAG_W
+#define LT_DIAG_W(j) ((j) & 1)
+#else
+#define LT_DIAG_W(j) (j)
+#endif
+#ifdef LT_MVB_DIAG_X
+#define LT_DIAG_X(j) ((j) & (nblk >> 20))          // 0, not known to the compiler: the loads stay in the loop
+#else
+#define LT_DIAG_X(j) (j)
+#endif
+// The end of mvb with the decode step's next op folded in (session 14; emulator-checked, not run on a GPU yet):
+// warp 0's lanes r < 16 hold row 16 band + r's product s. NM = 2 (scale in): s times scale[0] (x was xg =
+// out * g of the norm before, kernels/matvec_epilogue.py); E = 1: out = s + res; E = 2 / 3 (silu / gelu_tanh):
+// the band's rows are [gate u, up u] alternating (matvec_epilogue.interleave_rows), out (rows / 2) = act(gate)
+// * up, mve_end's arithmetic.
+template <int E, int NM>
+__device__ __forceinline__ void lt_mvb_end(float s, float* __restrict__ out, const float* __restrict__ res,
+                                           const float* __restrict__ scale, int band) {
+    if constexpr (E <= 1) {
+        if (threadIdx.x < 16) {
+            if constexpr (NM == 2) s *= __ldg(scale);
+            if constexpr (E == 1) s += res[band * 16 + threadIdx.x];
+            out[band * 16 + threadIdx.x] = s;
+        }
+    } else {
+        if (threadIdx.x >= 32) return;
+        if constexpr (NM == 2) s *= __ldg(scale);
+        const float u = __shfl_xor_sync(0xffffffffu, s, 1);    // lane 2 i: gate i, its up from lane 2 i + 1
+        if (threadIdx.x < 16 && (threadIdx.x & 1) == 0) {
+            const float g = s;
+            float y;
+            if constexpr (E == 2) y = g / (1.0f + expf(-g)) * u;
+            else y = 0.5f * g * (1.0f + tanhf(0.7978845608028654f * (g + 0.044715f * g * g * g))) * u;
+            out[band * 8 + (threadIdx.x >> 1)] = y;
+        }
+    }
+}
+template <int W, int P, int A, int SG, int E, int NM>
+__device__ __forceinline__ void mvb_body(const unsigned char* __restrict__ w, const float* __restrict__ xq,
+                                         float* __restrict__ out, int rows, int cols,
+                                         const float* __restrict__ res, const float* __restrict__ scale) {
+    unsigned tb;
+    uint4* const tab = lt_b16_table<A>(tb);
+    uint4* const grid32 = lt_b16_grid32;
+    const int nblk = cols >> 8, band = blockIdx.x;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, q = lane & 3;
+    const int half = lane >> 4, qh = q >> 1;             // half: B's columns 4-7 (chunk c + 1); qh: this lane's chunk
+    const unsigned char* base = w + (long long)band * nblk * 1632;
+#ifdef LT_MVB_STAMPS
+    const unsigned stamp_n = threadIdx.x == 0 ? atomicAdd(&lt_mvb_count[blockIdx.x], 1u) : 0u;   // the launch
+#endif
+    LT_STAMP(0);
+    const LtStream ls;
+    LtB16 ring[P + 1];
+    #pragma unroll
+    for (int k = 0; k < P; k++)
+        if (warp + k * W < nblk) lt_b16_load(ring[k], base + (long long)LT_DIAG_W(warp + k * W) * 1632, lane, ls);
+    {   // the loads first (a load-store loop waits a load a store)
+        uint4 t[(1024 + 32 * W - 1) / (32 * W)];
+        constexpr int GK = (256 + 32 * W - 1) / (32 * W);   // grid entries a thread
+        unsigned g[GK];
+        #pragma unroll
+        for (int k = 0; k < (1024 + 32 * W - 1) / (32 * W); k++)
+            if (threadIdx.x + k * 32 * W < 1024) t[k] = __ldg((const uint4*)LT_TAB4096 + threadIdx.x + k * 32 * W);
+        #pragma unroll
+        for (int k = 0; k < GK; k++) g[k] = threadIdx.x + k * 32 * W < 256 ? __ldg(IQ3XXS_GRID + threadIdx.x + k * 32 * W) : 0u;
+        #pragma unroll
+        for (int k = 0; k < (1024 + 32 * W - 1) / (32 * W); k++)
+            if (threadIdx.x + k * 32 * W < 1024) tab[threadIdx.x + k * 32 * W] = t[k];
+        #pragma unroll
+        for (int k = 0; k < GK; k++) {                    // 8 stores of 16 bytes an entry, lane l from store l % 8
+            const unsigned e = threadIdx.x + k * 32 * W;
+            if (e < 256)
+                #pragma unroll
+                for (int j = 0; j < 8; j++) grid32[e * 8 + ((j + threadIdx.x) & 7)] = make_uint4(g[k], g[k], g[k], g[k]);
+        }
+    }
+    __syncthreads();
+    LT_STAMP(1);
+    PDL_PROLOGUE();
+    LT_STAMP(2);
+    const unsigned* xw = (const unsigned*)xq;
+    const unsigned m0 = (gq & 2) ? 0u : ~0u, m1 = ~m0, ma = half ? 0u : ~0u;   // B's column gq % 4: hi_a, lo_a, hi_b, lo_b
+    float acc0 = 0.f, acc1 = 0.f;                         // rows g, g + 8
+    // The ring turns by unrolling P + 1 blocks (slot u's block computed, slot (u + P) % (P + 1) loaded):
+    // with copies between slots (session 12, call 21) each copy waited for the load just issued.
+    for (int j0 = warp; j0 < nblk; j0 += (P + 1) * W) {
+        #pragma unroll
+        for (int u = 0; u <= P; u++) {
+            const int j = j0 + u * W;
+            if (j >= nblk) break;
+            if (j + P * W < nblk) lt_b16_load(ring[(u + P) % (P + 1)], base + (long long)LT_DIAG_W(j + P * W) * 1632, lane, ls);
+            LtX x;
+            x.load(xw + 144 * LT_DIAG_X(j), lane);
+            lt_b16_block<A, SG>(ring[u], x, lane, qh, tb, m0, m1, ma, acc0, acc1);
+        }
+    }
+    LT_STAMP(3);
+    #pragma unroll
+    for (int o = 1; o <= 2; o <<= 1) {                    // the quad's (chunk, run) parts
+        acc0 += __shfl_xor_sync(0xffffffffu, acc0, o);
+        acc1 += __shfl_xor_sync(0xffffffffu, acc1, o);
+    }
+    __syncthreads();                                      // every lookup done: tab holds the sums now
+    float* red = (float*)tab;                             // [W][16]
+    if (q == 0) { red[warp * 16 + gq] = acc0; red[warp * 16 + gq + 8] = acc1; }
+    __syncthreads();
+    float s = 0.f;
+    if (threadIdx.x < 16) {
+        for (int k = 0; k < W; k++) s += red[k * 16 + threadIdx.x];
+        s = 0.25f * s;                                    // (2 sc + 1) / 4 = (0.5 + sc) / 2
+    }
+    lt_mvb_end<E, NM>(s, out, res, scale, band);
+    LT_STAMP(4);
+}
+template <int W, int P, int A, int SG = 0>
+__global__ void __launch_bounds__(32 * W, 2) mvb(const unsigned char* __restrict__ w, const float* __restrict__ xq,
+                                                 float* __restrict__ out, int rows, int cols) {
+    mvb_body<W, P, A, SG, 0, 0>(w, xq, out, rows, cols, nullptr, nullptr);
+}
+// mvbe: mvb with the epilogue E and the scale-in NM of lt_mvb_end.
+template <int W, int P, int A, int SG, int E, int NM>
+__global__ void __launch_bounds__(32 * W, 2) mvbe(const unsigned char* __restrict__ w, const float* __restrict__ xq,
+                                                  float* __restrict__ out, int rows, int cols,
+                                                  const float* __restrict__ res, const float* __restrict__ scale) {
+    mvb_body<W, P, A, SG, E, NM>(w, xq, out, rows, cols, res, scale);
+}
+"""
+
+C_HALVES = r"""
+__device__ __forceinline__ float lt_h2f_lo(unsigned v) { return lt_h2f((unsigned short)(v & 0xFFFFu)); }
+__device__ __forceinline__ float lt_h2f_hi(unsigned v) { return lt_h2f((unsigned short)(v >> 16)); }
+"""
+
+
+def table_words():
+    """The 4096 signed grid words of LT_TAB4096: entry idx | signs << 8, byte i = -g or g (sign bit i)."""
+    g = iq_tables.grid_values("IQ3_XXS").astype(np.int64)
+    e = np.arange(4096)
+    v = np.where((e[:, None] >> (8 + np.arange(4))) & 1, -g[e & 255], g[e & 255]) & 255
+    return (v[:, 0] | v[:, 1] << 8 | v[:, 2] << 16 | v[:, 3] << 24).astype(np.uint32)
+
+
+def c_source():
+    """C_MMA with its table (after matvec_q8's IQ3_XXS text, which holds qx, lt_q8w, lt_topmask and the
+    unsigned grid IQ3XXS_GRID)."""
+    return C_HALVES + C_MMA.replace("LT_TAB4096_VALUES", ", ".join(f"{int(v)}u" for v in table_words()))
