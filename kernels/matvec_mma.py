@@ -86,14 +86,17 @@ def _sms(device):
     return cupy.cuda.runtime.getDeviceProperties(device)["multiProcessorCount"]
 
 
-def launch(records, x, out, rows, cols, stream=None, cta=None, epilogue=None, res=None, scale_in=None):
+def launch(records, x, out, rows, cols, stream=None, cta=None, epilogue=None, res=None, scale_in=None,
+           norm_out=None):
     """Enqueue out = x @ W.T for IQ3_XXS_B16 records (what iq3_b16.repack made) on `stream` (CuPy; None: the
     current one): per row of x, QUANTIZER into a scratch buffer, then mvb (two launches under PDL, no
     host synchronization; meant to be captured into CUDA graphs). x (n, cols) float32, out (n, rows)
     float32; cta: (warps, prefetch[, align, signs_add]), default config(rows, cols, the device's SMs).
     As matvec_epilogue.launch (emulator-checked only, session 14): epilogue "add", out = x @ W.T + res (res
     shaped like out); "silu" / "gelu_tanh", W's rows [gate; up] interleaved (interleave_rows), out (n, rows /
-    2) = act(gate) * up; scale_in (n,) f32: x is xg of a norm-out launch, the product is scaled by it."""
+    2) = act(gate) * up; scale_in (n,) f32: x is xg of a norm-out launch, the product is scaled by it;
+    norm_out (g, eps, xg, part, scale, counter) with "add": also xg (n, rows) = out * g and scale (n,) =
+    rsqrt(mean(out^2) + eps), part (n, rows / 16) f32 scratch, counter an int32 device scalar at 0 (left at 0)."""
     import contextlib
 
     import cupy
@@ -106,7 +109,9 @@ def launch(records, x, out, rows, cols, stream=None, cta=None, epilogue=None, re
         raise ValueError(f"{NAME}: epilogue 'add' needs res shaped like out")
     if e >= 2 and out.shape[-1] * 2 != rows:
         raise ValueError(f"{NAME}: a gated epilogue writes rows / 2 = {rows // 2} columns, out has {out.shape[-1]}")
-    nm = 2 if scale_in is not None else 0
+    nm = 1 if norm_out is not None else 2 if scale_in is not None else 0
+    if nm == 1 and (e != 1 or scale_in is not None):
+        raise ValueError(f"{NAME}: norm_out goes with epilogue 'add' alone")
     names = (QUANTIZER, kernel_name(warps, prefetch, align, sg, e, nm))
     mod = _module(device, names, module_head())
     quant, mv = mod.get_function(names[0]), mod.get_function(names[1])
@@ -119,8 +124,11 @@ def launch(records, x, out, rows, cols, stream=None, cta=None, epilogue=None, re
         for i in range(x.shape[0]):
             pdl.call(quant, matvec_q8.quantize_grid(1, cols), (128,), (x[i], xq[i], np.int32(cols)))
             args = (records, xq[i], out[i], np.int32(rows), np.int32(cols))
-            if e or nm:                                   # unread pointers as 0
-                args += (res[i] if e == 1 else np.uint64(0), scale_in[i:i + 1] if nm else np.uint64(0))
+            if e or nm:                                   # mve's arguments after cols; unread pointers as 0
+                z = np.uint64(0)
+                g, eps, xg, part, scale, counter = norm_out if nm == 1 else (z, 0.0, None, None, scale_in, z)
+                args += (res[i] if e == 1 else z, g, xg[i] if nm == 1 else z, part[i] if nm == 1 else z,
+                         scale[i:i + 1] if nm else z, counter, np.float32(eps))
             pdl.call(mv, (rows // 16,), (32 * warps,), args, shared_mem=dyn)
 
 

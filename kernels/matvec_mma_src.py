@@ -220,11 +220,46 @@ __device__ unsigned lt_mvb_count[4096];
 // warp 0's lanes r < 16 hold row 16 band + r's product s. NM = 2 (scale in): s times scale[0] (x was xg =
 // out * g of the norm before, kernels/matvec_epilogue.py); E = 1: out = s + res; E = 2 / 3 (silu / gelu_tanh):
 // the band's rows are [gate u, up u] alternating (matvec_epilogue.interleave_rows), out (rows / 2) = act(gate)
-// * up, mve_end's arithmetic.
+// * up, mve_end's arithmetic. NM = 1 (norm out, with E = 1): also xg = out * g and part[band] = the band's sum
+// of out^2 (a fixed order); the last CTA to count (counter, left at 0) sums the parts in a fixed order (warp 0,
+// then a tree) and writes scale[0] = rsqrt(mean + eps). flag: a shared word (past the warps' sums).
+struct LtEpi { const float* res; const float* g; float* xg; float* part; float* scale; int* counter; float eps; };
 template <int E, int NM>
-__device__ __forceinline__ void lt_mvb_end(float s, float* __restrict__ out, const float* __restrict__ res,
-                                           const float* __restrict__ scale, int band) {
-    if constexpr (E <= 1) {
+__device__ __forceinline__ void lt_mvb_end(float s, float* __restrict__ out, int rows, LtEpi ep, int band,
+                                           int* flag) {
+    const float* __restrict__ res = ep.res;
+    const float* __restrict__ scale = ep.scale;
+    if constexpr (NM == 1) {
+        static_assert(E == 1, "norm out goes with the residual add");
+        float y = 0.f;
+        if (threadIdx.x < 16) {
+            y = s + res[band * 16 + threadIdx.x];
+            out[band * 16 + threadIdx.x] = y;
+            ep.xg[band * 16 + threadIdx.x] = y * ep.g[band * 16 + threadIdx.x];
+        }
+        if (threadIdx.x < 32) {
+            float sq = y * y;                             // lanes 16-31: 0
+            #pragma unroll
+            for (int o = 8; o >= 1; o >>= 1) sq += __shfl_xor_sync(0xffffffffu, sq, o);
+            if (threadIdx.x == 0) ep.part[band] = sq;
+        }
+        __threadfence();
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            const int ticket = atomicAdd(ep.counter, 1);
+            *flag = ticket == (int)gridDim.x - 1;
+            if (*flag) *ep.counter = 0;                   // every CTA has counted: ready for the next launch
+        }
+        __syncthreads();
+        if (*flag && threadIdx.x < 32) {
+            __threadfence();
+            float v = 0.f;
+            for (int p = threadIdx.x; p < (int)gridDim.x; p += 32) v += __ldcg(ep.part + p);
+            #pragma unroll
+            for (int o = 16; o >= 1; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+            if (threadIdx.x == 0) ep.scale[0] = rsqrtf(v / rows + ep.eps);
+        }
+    } else if constexpr (E <= 1) {
         if (threadIdx.x < 16) {
             if constexpr (NM == 2) s *= __ldg(scale);
             if constexpr (E == 1) s += res[band * 16 + threadIdx.x];
@@ -245,8 +280,7 @@ __device__ __forceinline__ void lt_mvb_end(float s, float* __restrict__ out, con
 }
 template <int W, int P, int A, int SG, int E, int NM>
 __device__ __forceinline__ void mvb_body(const unsigned char* __restrict__ w, const float* __restrict__ xq,
-                                         float* __restrict__ out, int rows, int cols,
-                                         const float* __restrict__ res, const float* __restrict__ scale) {
+                                         float* __restrict__ out, int rows, int cols, LtEpi ep) {
     unsigned tb;
     uint4* const tab = lt_b16_table<A>(tb);
     uint4* const grid32 = lt_b16_grid32;
@@ -318,20 +352,21 @@ __device__ __forceinline__ void mvb_body(const unsigned char* __restrict__ w, co
         for (int k = 0; k < W; k++) s += red[k * 16 + threadIdx.x];
         s = 0.25f * s;                                    // (2 sc + 1) / 4 = (0.5 + sc) / 2
     }
-    lt_mvb_end<E, NM>(s, out, res, scale, band);
+    lt_mvb_end<E, NM>(s, out, rows, ep, band, (int*)tab + 16 * W);
     LT_STAMP(4);
 }
 template <int W, int P, int A, int SG = 0>
 __global__ void __launch_bounds__(32 * W, 2) mvb(const unsigned char* __restrict__ w, const float* __restrict__ xq,
                                                  float* __restrict__ out, int rows, int cols) {
-    mvb_body<W, P, A, SG, 0, 0>(w, xq, out, rows, cols, nullptr, nullptr);
+    mvb_body<W, P, A, SG, 0, 0>(w, xq, out, rows, cols, LtEpi{});
 }
-// mvbe: mvb with the epilogue E and the scale-in NM of lt_mvb_end.
+// mvbe: mvb with the epilogue E and the norm's NM of lt_mvb_end; the arguments after cols as mve's.
 template <int W, int P, int A, int SG, int E, int NM>
 __global__ void __launch_bounds__(32 * W, 2) mvbe(const unsigned char* __restrict__ w, const float* __restrict__ xq,
-                                                  float* __restrict__ out, int rows, int cols,
-                                                  const float* __restrict__ res, const float* __restrict__ scale) {
-    mvb_body<W, P, A, SG, E, NM>(w, xq, out, rows, cols, res, scale);
+                                                  float* __restrict__ out, int rows, int cols, const float* res,
+                                                  const float* g, float* xg, float* part, float* scale, int* counter,
+                                                  float eps) {
+    mvb_body<W, P, A, SG, E, NM>(w, xq, out, rows, cols, LtEpi{res, g, xg, part, scale, counter, eps});
 }
 """
 

@@ -18,15 +18,17 @@ pytestmark = pytest.mark.skipif(not emu.available(), reason="needs g++ (C++20)")
 # emulator reads the static table either way) and SG (the odd chunk's signs by an add, no second mma)
 CONFIGS = [(8, 1, 1, 0), (8, 1, 0, 0), (4, 2, 1, 1), (4, 2, 0, 0), (2, 3, 0, 1), (2, 1, 1, 0)]
 EPI_CONFIGS = [(8, 1, 1, 0), (4, 2, 0, 1)]         # mvbe: config's two forms
+EPI_FORMS = [(e, nm) for e in (0, 1, 2, 3) for nm in (0, 2) if e or nm] + [(1, 1)]   # (epilogue, norm)
 
 
 @pytest.fixture(scope="module")
 def mma_lib():
     wraps = "".join(f'extern "C" __global__ void mvb_{w}_{p}_{a}_{sg}({ARGS}) {{ mvb<{w}, {p}, {a}, {sg}>(w, x, out, rows, cols); }}\n'
                     for w, p, a, sg in CONFIGS)
-    wraps += "".join(f'extern "C" __global__ void mvbe_{w}_{p}_{a}_{sg}_{e}_{nm}({ARGS}, const float* res, const float* scale) '
-                     f'{{ mvbe<{w}, {p}, {a}, {sg}, {e}, {nm}>(w, x, out, rows, cols, res, scale); }}\n'
-                     for w, p, a, sg in EPI_CONFIGS for e in (0, 1, 2, 3) for nm in (0, 2) if e or nm)
+    wraps += "".join(f'extern "C" __global__ void mvbe_{w}_{p}_{a}_{sg}_{e}_{nm}({ARGS}, const float* res, const float* g, '
+                     f'float* xg, float* part, float* scale, int* counter, float eps) {{ mvbe<{w}, {p}, {a}, {sg}, {e}, {nm}>'
+                     f'(w, x, out, rows, cols, res, g, xg, part, scale, counter, eps); }}\n'
+                     for w, p, a, sg in EPI_CONFIGS for e, nm in EPI_FORMS)
     wraps += ('extern "C" __global__ void emu_qx_IQ3_XXS(const float* x, float* xq, int cols) '
               f'{{ {matvec_q8.quantize_name("IQ3_XXS")}(x, xq, cols); }}\n')
     wraps += ('extern "C" __global__ void emu_qxe(const float* x, float* xq, int cols) '
@@ -154,8 +156,9 @@ def test_mvbe_epilogues_match_float64(mma_lib, cfg, e, nm):
     tol = k * (1e-3 * np.abs(x.astype(np.float64) @ wf.T) + 1e-5 * (np.abs(x).astype(np.float64) @ np.abs(wf).T)
                + quant_bound("IQ3_XXS", x, wf))
     out = np.full((1, rows // 2 if e >= 2 else rows), np.nan, np.float32)
+    z = np.zeros(1, np.float32)
     mma_lib.launch(f"mvbe_{w_}_{p}_{a}_{sg}_{e}_{nm}", (rows // 16,), (32 * w_,), iq3_b16.repack(blocks, rows, cols),
-                   xq, out, np.int32(rows), np.int32(cols), res, scale)
+                   xq, out, np.int32(rows), np.int32(cols), res, z, z, z, scale, np.zeros(1, np.int32), np.float32(0))
     ref, bound = _epilogue_reference(e, prod, tol, res)
     err = np.abs(out.astype(np.float64) - ref)
     assert np.all(err <= bound), np.max(err / bound)
@@ -175,10 +178,43 @@ def _epilogue_reference(e, prod, tol, res):
     return ref, 1.2 * np.abs(u) * tg + (np.abs(act) + 1.2 * tg) * tu + 1e-5 * np.abs(ref) + 1e-6
 
 
+@pytest.mark.parametrize("cfg", EPI_CONFIGS, ids=lambda c: f"w{c[0]}p{c[1]}a{c[2]}sg{c[3]}")
+def test_mvbe_norm_out_matches_float64(mma_lib, cfg):
+    """mvbe's norm out ("add" with the next RMSNorm's first half): out = product + res, xg = out * g and scale =
+    rsqrt(mean(out^2) + eps) from the CTAs' sums of squares (the last CTA's), against float64; twice, so that the
+    counter the last CTA leaves at 0 serves again (a 9-band product: a partial round of every CTA shape)."""
+    from test_matvec_q8_emulated import quant_bound
+    w_, p, a, sg = cfg
+    rows, cols, eps = 144, 512, 1e-6
+    rng = np.random.default_rng(29)
+    blocks = random_blocks("IQ3_XXS", rows * cols // 256, rng)
+    wf = reference(blocks, "IQ3_XXS").astype(np.float64).reshape(rows, cols)
+    x = _x(1, cols, rng)
+    xq = np.zeros_like(x)
+    mma_lib.launch("emu_qxe", matvec_q8.quantize_grid(1, cols), (128,), x, xq, np.int32(cols))
+    res = rng.standard_normal((1, rows)).astype(np.float32)
+    g = rng.uniform(0.5, 1.5, rows).astype(np.float32)
+    ref = x.astype(np.float64) @ wf.T + res
+    tol = (1e-3 * np.abs(x.astype(np.float64) @ wf.T) + 1e-5 * (np.abs(x).astype(np.float64) @ np.abs(wf).T)
+           + quant_bound("IQ3_XXS", x, wf) + 1e-6 * np.abs(ref))
+    counter = np.zeros(1, np.int32)
+    for _ in range(2):
+        out, xg = np.full((1, rows), np.nan, np.float32), np.full((1, rows), np.nan, np.float32)
+        part, scale = np.full(rows // 16, np.nan, np.float32), np.full(1, np.nan, np.float32)
+        mma_lib.launch(f"mvbe_{w_}_{p}_{a}_{sg}_1_1", (rows // 16,), (32 * w_,), iq3_b16.repack(blocks, rows, cols), xq,
+                       out, np.int32(rows), np.int32(cols), res, g, xg, part, scale, counter, np.float32(eps))
+        assert np.all(np.abs(out - ref) <= tol)
+        assert np.all(np.abs(xg - ref * g) <= tol * g + 1e-6 * np.abs(ref * g))
+        ms = np.mean(ref ** 2)
+        want = 1.0 / np.sqrt(ms + eps)
+        assert abs(scale[0] - want) <= want * (np.max(np.abs(ref) * tol) / ms + 1e-5), (scale[0], want)
+        assert counter[0] == 0
+
+
 @pytest.mark.skipif(not _gpu(), reason="needs a CUDA GPU (the CUDA C text runs above under the emulator)")
 def test_gpu_mvbe_full_size():
-    """matvec_mma.launch with each epilogue and scale_in at 4096x14336 and 14336x4096 (config's two forms),
-    against float64 as under the emulator."""
+    """matvec_mma.launch with each epilogue, scale_in and norm_out at 4096x14336 and 14336x4096 (config's two
+    forms), against float64 as under the emulator."""
     import cupy
     from test_matvec_q8_emulated import quant_bound
     for rows, cols in ((4096, 14336), (14336, 4096)):
@@ -199,6 +235,18 @@ def test_gpu_mvbe_full_size():
                 ref, bound = _epilogue_reference(e, kk * base, kk * tol0, res)
                 err = np.abs(out.get().astype(np.float64) - ref)
                 assert np.all(err <= bound), (rows, epi, k, float(np.max(err / bound)))
+        g = cupy.asarray(rng.uniform(0.5, 1.5, rows).astype(np.float32))   # norm out, twice (the counter again)
+        counter = cupy.zeros(1, cupy.int32)
+        for _ in range(2):
+            out, xg = cupy.empty((1, rows), cupy.float32), cupy.empty((1, rows), cupy.float32)
+            part, scale = cupy.empty((1, rows // 16), cupy.float32), cupy.empty(1, cupy.float32)
+            matvec_mma.launch(records, cupy.asarray(x), out, rows, cols, epilogue="add", res=cupy.asarray(res),
+                              norm_out=(g, 1e-6, xg, part, scale, counter))
+            ref, tol = base + res, tol0 + 1e-6 * np.abs(base + res)
+            assert np.all(np.abs(out.get() - ref) <= tol) and np.all(np.abs(xg.get() - ref * g.get()) <= tol * 1.5 + 1e-6)
+            ms = np.mean(ref ** 2)
+            assert abs(float(scale.get()[0]) * np.sqrt(ms + 1e-6) - 1) <= np.max(np.abs(ref) * tol) / ms + 1e-5
+            assert int(counter.get()[0]) == 0
 
 
 @pytest.mark.skipif(not _gpu(), reason="needs a CUDA GPU (the CUDA C text runs above under the emulator)")
