@@ -87,7 +87,7 @@ def _sms(device):
 
 
 def launch(records, x, out, rows, cols, stream=None, cta=None, epilogue=None, res=None, scale_in=None,
-           norm_out=None):
+           norm_out=None, records_out=None):
     """Enqueue out = x @ W.T for IQ3_XXS_B16 records (what iq3_b16.repack made) on `stream` (CuPy; None: the
     current one): per row of x, QUANTIZER into a scratch buffer, then mvb (two launches under PDL, no
     host synchronization; meant to be captured into CUDA graphs). x (n, cols) float32, out (n, rows)
@@ -96,7 +96,9 @@ def launch(records, x, out, rows, cols, stream=None, cta=None, epilogue=None, re
     shaped like out); "silu" / "gelu_tanh", W's rows [gate; up] interleaved (interleave_rows), out (n, rows /
     2) = act(gate) * up; scale_in (n,) f32: x is xg of a norm-out launch, the product is scaled by it;
     norm_out (g, eps, xg, part, scale, counter) with "add": also xg (n, rows) = out * g and scale (n,) =
-    rsqrt(mean(out^2) + eps), part (n, rows / 16) f32 scratch, counter an int32 device scalar at 0 (left at 0)."""
+    rsqrt(mean(out^2) + eps), part (n, rows / 16) f32 scratch, counter an int32 device scalar at 0 (left at 0);
+    records_out (n, rows) f32-sized, with norm_out: xg quantized as QUANTIZER writes it, the x of a scale-in
+    product after this one (which then needs no quantizer launch)."""
     import contextlib
 
     import cupy
@@ -112,6 +114,8 @@ def launch(records, x, out, rows, cols, stream=None, cta=None, epilogue=None, re
     nm = 1 if norm_out is not None else 2 if scale_in is not None else 0
     if nm == 1 and (e != 1 or scale_in is not None):
         raise ValueError(f"{NAME}: norm_out goes with epilogue 'add' alone")
+    if records_out is not None and (nm != 1 or rows % 256):
+        raise ValueError(f"{NAME}: records_out goes with norm_out, rows a multiple of 256")
     names = (QUANTIZER, kernel_name(warps, prefetch, align, sg, e, nm))
     mod = _module(device, names, module_head())
     quant, mv = mod.get_function(names[0]), mod.get_function(names[1])
@@ -128,7 +132,8 @@ def launch(records, x, out, rows, cols, stream=None, cta=None, epilogue=None, re
                 z = np.uint64(0)
                 g, eps, xg, part, scale, counter = norm_out if nm == 1 else (z, 0.0, None, None, scale_in, z)
                 args += (res[i] if e == 1 else z, g, xg[i] if nm == 1 else z, part[i] if nm == 1 else z,
-                         scale[i:i + 1] if nm else z, counter, np.float32(eps))
+                         scale[i:i + 1] if nm else z, counter, np.float32(eps),
+                         records_out[i] if records_out is not None else z)
             pdl.call(mv, (rows // 16,), (32 * warps,), args, shared_mem=dyn)
 
 

@@ -222,8 +222,29 @@ __device__ unsigned lt_mvb_count[4096];
 // the band's rows are [gate u, up u] alternating (matvec_epilogue.interleave_rows), out (rows / 2) = act(gate)
 // * up, mve_end's arithmetic. NM = 1 (norm out, with E = 1): also xg = out * g and part[band] = the band's sum
 // of out^2 (a fixed order); the last CTA to count (counter, left at 0) sums the parts in a fixed order (warp 0,
-// then a tree) and writes scale[0] = rsqrt(mean + eps). flag: a shared word (past the warps' sums).
-struct LtEpi { const float* res; const float* g; float* xg; float* part; float* scale; int* counter; float eps; };
+// then a tree) and writes scale[0] = rsqrt(mean + eps). flag: a shared word (past the warps' sums). With xr, norm
+// out also writes xg quantized as the next product's x (qxe<TIQ3_XXS, 18>'s records, the same words: a band's 16
+// outputs are one run of 16 of the next product's x), so that a scale-in product needs no quantizer launch.
+struct LtEpi { const float* res; const float* g; float* xg; float* part; float* scale; int* counter; float eps;
+               unsigned* xr; };
+// The 16 lanes' values v (lane r: value r of run `band` of x) as qx_one's records of layout 18 (its arithmetic).
+__device__ __forceinline__ void lt_mvb_quantize_run(float v, unsigned* __restrict__ o, int band) {
+    const int r = threadIdx.x;                            // lanes 0-15 (16-31 carry 0 and write nothing)
+    float a = fabsf(v);
+    #pragma unroll
+    for (int k = 1; k <= 8; k <<= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, k));
+    const float inv = a > 0.f ? 127.f / a : 0.f, t = v * inv;
+    const int qh = __float2int_rn(t), ql = __float2int_rn((t - (float)qh) * 254.f);
+    unsigned hw = (unsigned)(qh & 0xFF) << (8 * (r & 3)), lw = (unsigned)(ql & 0xFF) << (8 * (r & 3));
+    #pragma unroll
+    for (int k = 1; k <= 2; k <<= 1) { hw |= __shfl_xor_sync(0xffffffffu, hw, k); lw |= __shfl_xor_sync(0xffffffffu, lw, k); }
+    const int c = band >> 1, run = band & 1;
+    if (r < 16 && (r & 3) == 0) {
+        o[lt_q8w<18>(c, 4 * run + (r >> 2))] = hw;
+        o[lt_q8w<18>(c, 8 + 4 * run + (r >> 2))] = lw;
+    }
+    if (r == 0) o[lt_q8w<18>(c, 16 + run)] = __float_as_uint(a * (1.f / (127.f * 254.f)));
+}
 template <int E, int NM>
 __device__ __forceinline__ void lt_mvb_end(float s, float* __restrict__ out, int rows, LtEpi ep, int band,
                                            int* flag) {
@@ -242,6 +263,7 @@ __device__ __forceinline__ void lt_mvb_end(float s, float* __restrict__ out, int
             #pragma unroll
             for (int o = 8; o >= 1; o >>= 1) sq += __shfl_xor_sync(0xffffffffu, sq, o);
             if (threadIdx.x == 0) ep.part[band] = sq;
+            if (ep.xr) lt_mvb_quantize_run(threadIdx.x < 16 ? y * ep.g[band * 16 + threadIdx.x] : 0.f, ep.xr, band);
         }
         __threadfence();
         __syncthreads();
@@ -365,8 +387,8 @@ template <int W, int P, int A, int SG, int E, int NM>
 __global__ void __launch_bounds__(32 * W, 2) mvbe(const unsigned char* __restrict__ w, const float* __restrict__ xq,
                                                   float* __restrict__ out, int rows, int cols, const float* res,
                                                   const float* g, float* xg, float* part, float* scale, int* counter,
-                                                  float eps) {
-    mvb_body<W, P, A, SG, E, NM>(w, xq, out, rows, cols, LtEpi{res, g, xg, part, scale, counter, eps});
+                                                  float eps, unsigned* xr) {
+    mvb_body<W, P, A, SG, E, NM>(w, xq, out, rows, cols, LtEpi{res, g, xg, part, scale, counter, eps, xr});
 }
 """
 

@@ -26,8 +26,8 @@ def mma_lib():
     wraps = "".join(f'extern "C" __global__ void mvb_{w}_{p}_{a}_{sg}({ARGS}) {{ mvb<{w}, {p}, {a}, {sg}>(w, x, out, rows, cols); }}\n'
                     for w, p, a, sg in CONFIGS)
     wraps += "".join(f'extern "C" __global__ void mvbe_{w}_{p}_{a}_{sg}_{e}_{nm}({ARGS}, const float* res, const float* g, '
-                     f'float* xg, float* part, float* scale, int* counter, float eps) {{ mvbe<{w}, {p}, {a}, {sg}, {e}, {nm}>'
-                     f'(w, x, out, rows, cols, res, g, xg, part, scale, counter, eps); }}\n'
+                     f'float* xg, float* part, float* scale, int* counter, float eps, unsigned* xr) {{ mvbe<{w}, {p}, {a}, {sg}, {e}, {nm}>'
+                     f'(w, x, out, rows, cols, res, g, xg, part, scale, counter, eps, xr); }}\n'
                      for w, p, a, sg in EPI_CONFIGS for e, nm in EPI_FORMS)
     wraps += ('extern "C" __global__ void emu_qx_IQ3_XXS(const float* x, float* xq, int cols) '
               f'{{ {matvec_q8.quantize_name("IQ3_XXS")}(x, xq, cols); }}\n')
@@ -158,7 +158,7 @@ def test_mvbe_epilogues_match_float64(mma_lib, cfg, e, nm):
     out = np.full((1, rows // 2 if e >= 2 else rows), np.nan, np.float32)
     z = np.zeros(1, np.float32)
     mma_lib.launch(f"mvbe_{w_}_{p}_{a}_{sg}_{e}_{nm}", (rows // 16,), (32 * w_,), iq3_b16.repack(blocks, rows, cols),
-                   xq, out, np.int32(rows), np.int32(cols), res, z, z, z, scale, np.zeros(1, np.int32), np.float32(0))
+                   xq, out, np.int32(rows), np.int32(cols), res, z, z, z, scale, np.zeros(1, np.int32), np.float32(0), None)
     ref, bound = _epilogue_reference(e, prod, tol, res)
     err = np.abs(out.astype(np.float64) - ref)
     assert np.all(err <= bound), np.max(err / bound)
@@ -202,13 +202,41 @@ def test_mvbe_norm_out_matches_float64(mma_lib, cfg):
         out, xg = np.full((1, rows), np.nan, np.float32), np.full((1, rows), np.nan, np.float32)
         part, scale = np.full(rows // 16, np.nan, np.float32), np.full(1, np.nan, np.float32)
         mma_lib.launch(f"mvbe_{w_}_{p}_{a}_{sg}_1_1", (rows // 16,), (32 * w_,), iq3_b16.repack(blocks, rows, cols), xq,
-                       out, np.int32(rows), np.int32(cols), res, g, xg, part, scale, counter, np.float32(eps))
+                       out, np.int32(rows), np.int32(cols), res, g, xg, part, scale, counter, np.float32(eps), None)
         assert np.all(np.abs(out - ref) <= tol)
         assert np.all(np.abs(xg - ref * g) <= tol * g + 1e-6 * np.abs(ref * g))
         ms = np.mean(ref ** 2)
         want = 1.0 / np.sqrt(ms + eps)
         assert abs(scale[0] - want) <= want * (np.max(np.abs(ref) * tol) / ms + 1e-5), (scale[0], want)
         assert counter[0] == 0
+
+
+@pytest.mark.parametrize("cfg", EPI_CONFIGS, ids=lambda c: f"w{c[0]}p{c[1]}a{c[2]}sg{c[3]}")
+def test_mvbe_norm_out_writes_the_next_products_x_records(mma_lib, cfg):
+    """norm out with xr: the next product's x (xg = out * g) as matvec_mma.QUANTIZER's records, word for word
+    what that quantizer writes from the xg this launch writes (zero runs and a tiny value included), so that
+    the scale-in product after it needs no quantizer launch."""
+    w_, p, a, sg = cfg
+    rows, cols = 512, 256
+    rng = np.random.default_rng(31)
+    blocks = random_blocks("IQ3_XXS", rows * cols // 256, rng)
+    x = _x(1, cols, rng)
+    xq = np.zeros_like(x)
+    mma_lib.launch("emu_qxe", matvec_q8.quantize_grid(1, cols), (128,), x, xq, np.int32(cols))
+    res = rng.standard_normal((1, rows)).astype(np.float32)
+    g = rng.uniform(0.5, 1.5, rows).astype(np.float32)
+    g[32:48] = 0.0                                      # a run of zeros in xg (d = 0)
+    g[70] = 1e-30                                       # tiny beside its run
+    out, xg, xr = np.zeros((1, rows), np.float32), np.zeros((1, rows), np.float32), np.zeros((1, rows), np.float32)
+    part, scale = np.zeros(rows // 16, np.float32), np.zeros(1, np.float32)
+    mma_lib.launch(f"mvbe_{w_}_{p}_{a}_{sg}_1_1", (rows // 16,), (32 * w_,), iq3_b16.repack(blocks, rows, cols), xq,
+                   out, np.int32(rows), np.int32(cols), res, g, xg, part, scale, np.zeros(1, np.int32),
+                   np.float32(1e-6), xr)
+    want = np.zeros_like(xg)
+    mma_lib.launch("emu_qxe", matvec_q8.quantize_grid(1, rows), (128,), xg, want, np.int32(rows))
+    n = 144 * rows // 256                               # layout 18's words of a row of rows values
+    assert np.array_equal(xr.view(np.uint32)[0, :n], want.view(np.uint32)[0, :n])
+    assert np.any(xr.view(np.uint32)[0, :n] != 0)
 
 
 @pytest.mark.skipif(not _gpu(), reason="needs a CUDA GPU (the CUDA C text runs above under the emulator)")
