@@ -268,8 +268,15 @@ def test_gpu_mvbe_full_size():
         for _ in range(2):
             out, xg = cupy.empty((1, rows), cupy.float32), cupy.empty((1, rows), cupy.float32)
             part, scale = cupy.empty((1, rows // 16), cupy.float32), cupy.empty(1, cupy.float32)
+            xr = cupy.zeros((1, rows), cupy.float32)
             matvec_mma.launch(records, cupy.asarray(x), out, rows, cols, epilogue="add", res=cupy.asarray(res),
-                              norm_out=(g, 1e-6, xg, part, scale, counter))
+                              norm_out=(g, 1e-6, xg, part, scale, counter), records_out=xr)
+            quant = matvec_mma._module(cupy.cuda.runtime.getDevice(), (matvec_mma.QUANTIZER,),
+                                       matvec_mma.module_head()).get_function(matvec_mma.QUANTIZER)
+            want = cupy.zeros_like(xg)
+            quant(matvec_q8.quantize_grid(1, rows), (128,), (xg, want, np.int32(rows)))
+            n = 144 * rows // 256                       # the next product's x records: the quantizer's words
+            assert cupy.array_equal(xr.view(cupy.uint32)[0, :n], want.view(cupy.uint32)[0, :n])
             ref, tol = base + res, tol0 + 1e-6 * np.abs(base + res)
             assert np.all(np.abs(out.get() - ref) <= tol) and np.all(np.abs(xg.get() - ref * g.get()) <= tol * 1.5 + 1e-6)
             ms = np.mean(ref ** 2)
