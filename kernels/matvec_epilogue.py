@@ -179,6 +179,8 @@ def interleave_rows(F):
 
 def norm_parts(qtype, n, rows):
     """Partial sums of squares a norm-out launch writes per token (its CTAs)."""
+    if qtype == "IQ3_XXS_B16":
+        return rows // 16                                  # mvbe: a CTA a band of 16 rows
     return -(-rows // config(qtype, n)[0])
 
 
@@ -191,7 +193,9 @@ def _kernel(device, name, head=""):
 
 def supports(qtype, blocks, x):
     """True when mve can take these device arrays (matvec_cuda's types and alignment; IQ3_XXS, in
-    either layout, only on its mvq structs: session 9)."""
+    either layout, only on its mvq structs: session 9); IQ3_XXS_B16: kernels/matvec_mma.py's mvbe."""
+    if qtype == "IQ3_XXS_B16":
+        return x.dtype == np.float32
     if qtype.startswith("IQ3_XXS"):
         return matvec_q8.qualifies(qtype, blocks, x)
     return mc.qualifies(qtype, blocks, x)
@@ -210,6 +214,13 @@ def launch(qtype, blocks, x, out, rows, cols, epilogue, res=None, stream=None, n
     interleaved (gated): W's rows are in interleave_rows' order. One launch per matvec_cuda.C_MAX_N
     rows of x."""
     import cupy
+    if qtype == "IQ3_XXS_B16":                             # mvbe (kernels/matvec_mma.py), the same contract
+        from lite.kernels import matvec_mma
+        if epilogue not in (None, "add") and not interleaved:
+            raise ValueError("IQ3_XXS_B16's gated product takes [gate; up] rows interleaved")
+        matvec_mma.launch(blocks, x, out, rows, cols, stream, epilogue=epilogue, res=res, scale_in=scale_in,
+                          norm_out=norm_out)
+        return
     e = 0 if epilogue is None else EPILOGUES[epilogue]
     nm = 1 if norm_out is not None else 2 if scale_in is not None else 0
     width = rows if e <= 1 else rows // 2

@@ -34,6 +34,9 @@ PINNED_STAGING_BYTES = 64 << 20
 GATE_UP_INTERLEAVE = os.environ.get("LITE_GATE_UP_INTERLEAVE", "1") != "0"   # CUDABackend._interleave
 ATTN_SCRATCH_BYTES = 2 << 30      # scores + probabilities of the heads attended at once
 IQ3_REGROUP = os.environ.get("LITE_IQ3_REGROUP", "1") != "0"   # CUDABackend._regroup_iq3
+# LITE_IQ3_B16=1 (session 14, never run on a GPU): IQ3_XXS matrices of whole bands of 16 rows as IQ3_XXS_B16
+# (kernels/matvec_mma.py's mvb / mvbe, prefill through kernels/dequant_b16.py) instead of IQ3_XXS_G4
+IQ3_B16 = os.environ.get("LITE_IQ3_B16", "0") == "1"
 
 
 def unavailable_reason():
@@ -166,24 +169,38 @@ class CUDABackend(CUDALinear, CUDAFoldNorm, CUDAHandoff, CUDADecodeAttention, CU
     def _regroup_iq3(self):
         """IQ3_XXS matrices regrouped for the decode products (kernels/iq3_groups.py: 4096x14336 16.9
         -> 13.8 us on the H200, 4% more bytes), named IQ3_XXS_G4; LITE_IQ3_REGROUP=0 keeps the file's
-        layout. Rows stay contiguous, so a fused group's members are views of its new buffer (nbytes apart)."""
-        from lite.kernels import iq3_groups
+        layout. Rows stay contiguous, so a fused group's members are views of its new buffer (nbytes apart).
+        LITE_IQ3_B16=1 (never run on a GPU yet): matrices of whole bands of 16 rows as IQ3_XXS_B16 instead
+        (kernels/iq3_b16.py; decode through kernels/matvec_mma.py, the epilogues through matvec_epilogue's
+        delegation, prefill through dequant_b16), token_embd kept in G4 (its rows are looked up)."""
+        from lite.kernels import iq3_b16, iq3_groups
         if not (IQ3_REGROUP and iq3_groups.applies()):
             return
+
+        def layout(name, w):        # the module that repacks w, or None (token_embd: looked up by rows in G4)
+            if not iq3_groups.regroupable(w.qtype, w.shape):
+                return None
+            if IQ3_B16 and name != "token_embd.weight" and w.shape[0] % 16 == 0 and w.shape[1] % 256 == 0:
+                return iq3_b16
+            return iq3_groups
         in_groups = set()
         for members, (gw, _, interleaved) in self.fused.items():
             in_groups.update(members)
-            if not iq3_groups.regroupable(gw.qtype, gw.shape):
+            mod = layout("+".join(members), gw)
+            if mod is iq3_b16 and any(self.w[m].shape[0] % 16 for m in members if m in self.w):
+                mod = iq3_groups                             # a member's byte range would cut a band
+            if mod is None:
                 continue
-            gw.data, gw.qtype, off = iq3_groups.repack(gw.data, *gw.shape), iq3_groups.NAME, 0
+            gw.data, gw.qtype, off = mod.repack(gw.data, *gw.shape), mod.NAME, 0
             for m in members if not interleaved else ():     # (interleaved: the members are gone)
-                w = self.w[m]
-                size = iq3_groups.nbytes(*w.shape)
-                w.data, w.qtype = gw.data[off:off + size], iq3_groups.NAME
+                w = self.w[m]                                # B16: whole bands, so a member is a byte range
+                size = mod.nbytes(*w.shape)
+                w.data, w.qtype = gw.data[off:off + size], mod.NAME
                 off += size
         for n, w in self.w.items():
-            if n not in in_groups and iq3_groups.regroupable(w.qtype, w.shape):
-                w.data, w.qtype = iq3_groups.repack(w.data, *w.shape), iq3_groups.NAME
+            mod = None if n in in_groups else layout(n, w)
+            if mod is not None:
+                w.data, w.qtype = mod.repack(w.data, *w.shape), mod.NAME
 
     def _interleave(self, ws):
         """Store [gate; up] rows alternating (kernels/matvec_epilogue.interleave_rows)?

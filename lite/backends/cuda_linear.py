@@ -26,6 +26,9 @@ class CUDALinear:
         n = int(np.prod(w.shape))
         if self._scratch is None or self._scratch.size < n:
             self._scratch = self.cp.empty(max(n, self._scratch_elems), np.float16)
+        if w.qtype == "IQ3_XXS_B16":                   # bands of 16 rows: its dequantize needs the shape
+            from lite.kernels import dequant_b16
+            return dequant_b16.dequantize(w.data, *w.shape, np.float16, self.stream, out=self._scratch[:n]).reshape(-1)
         return dequantize(w.data, w.qtype, np.float16, self.stream, out=self._scratch[:n])
 
     def _matmul(self, x, w):                                # (T, in) @ W(out, in).T -> (T, out) f32
