@@ -236,3 +236,25 @@ def test_regrouped_iq3xxs_weights_match_cpu_and_the_file_layout(tmp_path, monkey
     # weights against the separate launches (session 9: IQ3_XXS joined the epilogue types)
     import lite.backends.cuda_linear as cuda_linear
     _on_off_agree(path, lambda on: monkeypatch.setattr(cuda_linear, "EPILOGUES", on))
+
+
+def test_iq3_b16_weights_match_cpu_and_g4(tmp_path, monkeypatch):
+    """LITE_IQ3_B16=1 (session 14, opt-in; lite/backends/cuda.py _regroup_iq3): the IQ3_XXS matrices of whole
+    bands as IQ3_XXS_B16, their decode products through kernels/matvec_mma.py (mvb, and mvbe for the residual
+    add, the gated activation, the norm's scale in and norm out), prefill through kernels/dequant_b16.py:
+    against the CPU, and against the G4 layout (the same integer sums up to the products' own float orders:
+    _on_off_agree's tolerance), with the epilogues and the folded norms on and off."""
+    from lite.backends import cuda as cuda_backend
+    import lite.backends.cuda_linear as cuda_linear
+    path = str(tmp_path / "m.gguf")
+    synth("llama", "small", "IQ3_XXS", path, seed=4)
+    monkeypatch.setattr(cuda_backend, "IQ3_B16", True)
+    kinds = {w.qtype for w in Engine(path, device="cuda", max_context=64).stages[0].ops.w.values()}
+    assert "IQ3_XXS_B16" in kinds, kinds
+    got, want = compare(path, list(range(5, 45)), 12)
+    assert got[0] == want[0]
+    assert sum(a == b for a, b in zip(got, want)) >= len(want) // 2
+    _on_off_agree(path, lambda on: monkeypatch.setattr(cuda_backend, "IQ3_B16", on))
+    monkeypatch.setattr(cuda_backend, "IQ3_B16", True)   # (the switch above ends off)
+    _on_off_agree(path, lambda on: monkeypatch.setattr(cuda_linear, "EPILOGUES", on))
+    _on_off_agree(path, lambda on: monkeypatch.setenv("LITE_FOLD_NORM", "1" if on else "0"))
