@@ -101,6 +101,7 @@ step_next() {
   TAIL=24 t timeout 300 python3 scripts/session14/mvb_ab14.py
   TAIL=12 t timeout 200 python3 -m lite.kernels.bench --no-numba IQ3_XXS_B16 IQ3_XXS_G4
   TAIL=44 t bash scripts/session15/ncu_sg.sh
+  t python3 -m pytest -q tests/test_cuda_backend.py -k "b16 or iq3 or IQ3"
 }
 
 # Two GPUs (nvidia-h200-x2): the stage's KV cache / experts on its own GPU (fixed in session 2,
