@@ -87,7 +87,7 @@ def _sms(device):
 
 
 def launch(records, x, out, rows, cols, stream=None, cta=None, epilogue=None, res=None, scale_in=None,
-           norm_out=None, records_out=None):
+           norm_out=None, records_out=None, x_records=None):
     """Enqueue out = x @ W.T for IQ3_XXS_B16 records (what iq3_b16.repack made) on `stream` (CuPy; None: the
     current one): per row of x, QUANTIZER into a scratch buffer, then mvb (two launches under PDL, no
     host synchronization; meant to be captured into CUDA graphs). x (n, cols) float32, out (n, rows)
@@ -98,7 +98,8 @@ def launch(records, x, out, rows, cols, stream=None, cta=None, epilogue=None, re
     norm_out (g, eps, xg, part, scale, counter) with "add": also xg (n, rows) = out * g and scale (n,) =
     rsqrt(mean(out^2) + eps), part (n, rows / 16) f32 scratch, counter an int32 device scalar at 0 (left at 0);
     records_out (n, rows) f32-sized, with norm_out: xg quantized as QUANTIZER writes it, the x of a scale-in
-    product after this one (which then needs no quantizer launch)."""
+    product after this one (which then needs no quantizer launch); x_records: such records of x, read in place
+    of quantizing x (no QUANTIZER launch; x is then only checked for its shape)."""
     import contextlib
 
     import cupy
@@ -124,9 +125,12 @@ def launch(records, x, out, rows, cols, stream=None, cta=None, epilogue=None, re
         mv.max_dynamic_shared_size_bytes = dyn        # past the 48 KB a CTA takes without asking
     with stream if stream is not None else contextlib.nullcontext():
         x = cupy.ascontiguousarray(x)
-        xq = cupy.empty_like(x)
+        if x_records is not None and x_records.shape != x.shape:
+            raise ValueError(f"{NAME}: x_records {x_records.shape} for x {x.shape}")
+        xq = cupy.empty_like(x) if x_records is None else x_records
         for i in range(x.shape[0]):
-            pdl.call(quant, matvec_q8.quantize_grid(1, cols), (128,), (x[i], xq[i], np.int32(cols)))
+            if x_records is None:
+                pdl.call(quant, matvec_q8.quantize_grid(1, cols), (128,), (x[i], xq[i], np.int32(cols)))
             args = (records, xq[i], out[i], np.int32(rows), np.int32(cols))
             if e or nm:                                   # mve's arguments after cols; unread pointers as 0
                 z = np.uint64(0)

@@ -277,6 +277,11 @@ def test_gpu_mvbe_full_size():
             quant(matvec_q8.quantize_grid(1, rows), (128,), (xg, want, np.int32(rows)))
             n = 144 * rows // 256                       # the next product's x records: the quantizer's words
             assert cupy.array_equal(xr.view(cupy.uint32)[0, :n], want.view(cupy.uint32)[0, :n])
+            nxt = iq3_b16.repack(cupy.asarray(random_blocks("IQ3_XXS", 256 * rows // 256, rng)), 256, rows)
+            a, b = cupy.empty((1, 256), cupy.float32), cupy.empty((1, 256), cupy.float32)
+            matvec_mma.launch(nxt, xg, a, 256, rows, scale_in=scale)                  # quantizes xg itself
+            matvec_mma.launch(nxt, xg, b, 256, rows, scale_in=scale, x_records=xr)    # reads the records
+            assert cupy.array_equal(a, b)
             ref, tol = base + res, tol0 + 1e-6 * np.abs(base + res)
             assert np.all(np.abs(out.get() - ref) <= tol) and np.all(np.abs(xg.get() - ref * g.get()) <= tol * 1.5 + 1e-6)
             ms = np.mean(ref ** 2)

@@ -104,14 +104,18 @@ class CUDALinear:
             return None
         if self._scale_in(w, x):
             return self._epilogue_launch(w, x.xg, epilogue, res, scale_in=x.scale,
-                                         interleaved=interleaved)
+                                         interleaved=interleaved, x_records=self._records_for(w, x))
         xa = self._ready(x)
         if (xa is None or xa.shape[0] > FUSED_MAX_TOKENS or w.data.ndim != 1
                 or not matvec_epilogue.supports(w.qtype, w.data, self.cp.ascontiguousarray(xa))):
             return None
         return self._epilogue_launch(w, xa, epilogue, res, interleaved=interleaved)
 
-    def _epilogue_launch(self, w, x, epilogue, res=None, scale_in=None, interleaved=False):
+    def _records_for(self, w, x):
+        """A ScaledLater's x records where weight w's product reads them (IQ3_XXS_B16), else None."""
+        return x.records if w.qtype == "IQ3_XXS_B16" else None
+
+    def _epilogue_launch(self, w, x, epilogue, res=None, scale_in=None, interleaved=False, x_records=None):
         """kernels/matvec_epilogue.launch for weight w and the array x (see there)."""
         cp = self.cp
         x = cp.ascontiguousarray(x)
@@ -120,7 +124,7 @@ class CUDALinear:
         if res is not None:
             res = cp.ascontiguousarray(res)
         matvec_epilogue.launch(w.qtype, w.data, x, out, rows, w.shape[-1], epilogue, res,
-                               self.stream, scale_in=scale_in, interleaved=interleaved)
+                               self.stream, scale_in=scale_in, interleaved=interleaved, x_records=x_records)
         return out
 
     def output(self, x):

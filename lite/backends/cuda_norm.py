@@ -64,8 +64,9 @@ class ScaledLater(_Later):
     rsqrt(mean x^2 + eps); `done` once an op has needed the normed array whole."""
     WHAT = "an RMSNorm left for the next product"
 
-    def __init__(self, xg, scale):
-        self.xg, self.scale, self.shape, self.done = xg, scale, xg.shape, None
+    def __init__(self, xg, scale, records=None):
+        # records: xg quantized as IQ3_XXS_B16's products read x (the norm-out launch wrote them), or None
+        self.xg, self.scale, self.records, self.shape, self.done = xg, scale, records, xg.shape, None
 
 
 def feeds_router(weights, norm_name):
@@ -101,10 +102,13 @@ class CUDAFoldNorm:
         out, xg = cp.empty((T, rows), np.float32), cp.empty((T, rows), np.float32)
         part = cp.empty((T, matvec_epilogue.norm_parts(w.qtype, T, rows)), np.float32)
         scale = cp.empty(T, np.float32)
+        # B16 (LITE_IQ3_B16): xg also quantized for the B16 products after the norm (no quantizer launch there)
+        records = cp.empty((T, rows), np.float32) if w.qtype == "IQ3_XXS_B16" and rows % 256 == 0 else None
         matvec_epilogue.launch(w.qtype, w.data, x.x, out, rows, w.shape[-1], "add", x.res,
-                               self.stream, norm_out=(g, eps, xg, part, scale, self._norm_counter))
+                               self.stream, norm_out=(g, eps, xg, part, scale, self._norm_counter),
+                               records_out=records)
         x.done = out
-        return ScaledLater(xg, scale)
+        return ScaledLater(xg, scale, records)
 
     def _arr(self, h):
         """h itself, or what a lazy value stands for (launched once)."""
@@ -134,7 +138,7 @@ class CUDAFoldNorm:
     def _product(self, x, w):
         """x @ W.T for x an array or a ScaledLater (the scale-in kernel where it can)."""
         if self._scale_in(w, x):
-            return self._epilogue_launch(w, x.xg, None, scale_in=x.scale)
+            return self._epilogue_launch(w, x.xg, None, scale_in=x.scale, x_records=self._records_for(w, x))
         return self._matmul(self._arr(x), w)
 
     def done(self, x):
