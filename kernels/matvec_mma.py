@@ -21,7 +21,7 @@ import functools
 
 import numpy as np
 
-from lite.kernels import iq3_b16, matvec_mma_src, pdl
+from lite.kernels import iq3_b16, matvec_epilogue, matvec_mma_src, pdl
 from lite.kernels.registry import register_matvec
 
 NAME = iq3_b16.NAME
@@ -56,7 +56,7 @@ def kernel_name(warps, prefetch, align=0, signs_add=0, epilogue=0, nm=0):
     return f"mvb<{warps}, {prefetch}, {align}, {signs_add}>"
 
 
-EPILOGUES = {"add": 1, "silu": 2, "gelu_tanh": 3}     # lt_mvb_end's E; matvec_epilogue.EPILOGUES' names
+EPILOGUES = matvec_epilogue.EPILOGUES               # lt_mvb_end's E, mve's numbers
 
 
 # The quantizer before mvb: qxe (kernels/matvec_q8.py), which lets mvb launch before it waits for the product

@@ -222,7 +222,8 @@ __device__ unsigned lt_mvb_count[4096];
 // the band's rows are [gate u, up u] alternating (matvec_epilogue.interleave_rows), out (rows / 2) = act(gate)
 // * up, mve_end's arithmetic. NM = 1 (norm out, with E = 1): also xg = out * g and part[band] = the band's sum
 // of out^2 (a fixed order); the last CTA to count (counter, left at 0) sums the parts in a fixed order (warp 0,
-// then a tree) and writes scale[0] = rsqrt(mean + eps). flag: a shared word (past the warps' sums). With xr, norm
+// then a tree) and writes scale[0] = rsqrt(mean + eps). flag: a shared word (past the warps' sums):
+// cupy_decode_src's last_block_to_count counts the same way with a static shared int, past 48 KB at A = 0. With xr, norm
 // out also writes xg quantized as the next product's x (qxe<TIQ3_XXS, 18>'s records, the same words: a band's 16
 // outputs are one run of 16 of the next product's x), so that a scale-in product needs no quantizer launch.
 struct LtEpi { const float* res; const float* g; float* xg; float* part; float* scale; int* counter; float eps;
