@@ -12,7 +12,7 @@ echo "== kernel table ($(left) s left)"; timeout 100 python3 -m lite.kernels.ben
 wait; echo "== synth: $(ls -la /tmp/8i.gguf 2>&1) ($(left) s left)"
 for rep in 1 2; do for b in 0 1; do
   [ "$(left)" -gt 60 ] || break 2
-  printf "LITE_IQ3_B16=%s " $b; LITE_IQ3_B16=$b timeout 100 $L bench /tmp/8i.gguf -p 512 -n 128 -r 3 --device cuda 2>&1 | grep -E "pp512|tg128|rror" | awk -F'|' '{printf "%s |", $(NF-1)} END {print ""}'
+  printf "LITE_IQ3_B16=%s " $b; LITE_IQ3_B16=$b timeout 100 $L bench /tmp/8i.gguf -p 512 -n 128 -r 3 --device cuda 2>&1 | grep -E "pp512|tg128|rror|Error" | tail -3
 done; done
 echo "== ncu ($(left) s left)"; [ "$(left)" -gt 100 ] && timeout $(left) bash scripts/session15/ncu_sg.sh
 echo "== done $(( $(date +%s) - T0 )) s"
