@@ -340,10 +340,10 @@ def test_b16_dequantize_matches_gguf(dqb_lib, shape):
     records = iq3_b16.repack(blocks, rows, cols)
     ref = reference(blocks, "IQ3_XXS").astype(np.float32).reshape(rows, cols)
     out = np.full((rows, cols), np.nan, np.float32)
-    dqb_lib.launch("dqb_f32", dequant_b16.grid(rows, cols), (128,), records, out, np.int32(rows), np.int32(cols))
+    dqb_lib.launch("dqb_f32", *dequant_b16.launch_shape(rows, cols, np.float32), records, out, np.int32(rows), np.int32(cols))
     assert np.array_equal(out, ref)
     out16 = np.zeros((rows, cols), np.uint16)
-    dqb_lib.launch("dqb_f16", dequant_b16.grid(rows, cols), (128,), records, out16, np.int32(rows), np.int32(cols))
+    dqb_lib.launch("dqb_f16", *dequant_b16.launch_shape(rows, cols, np.float16), records, out16, np.int32(rows), np.int32(cols))
     assert np.array_equal(out16.view(np.float16), ref.astype(np.float16))
 
 
