@@ -222,8 +222,9 @@ def test_regrouped_iq3xxs_weights_match_cpu_and_the_file_layout(tmp_path, monkey
     IQ3_XXS matrices (q/k/v stacked, gate/up, o, down: every row whole groups at this shape) stored
     regrouped, read by the decode products (TIQ3_XXSG) and the prefill's dequantize: against the
     CPU, and against the file's layout (the same integer sums: the logits agree to _on_off_agree's
-    tolerance)."""
+    tolerance). With LITE_IQ3_B16=0: G4 everywhere (the default since session 15 puts whole bands in B16)."""
     from lite.backends import cuda as cuda_backend
+    monkeypatch.setattr(cuda_backend, "IQ3_B16", False)
     path = str(tmp_path / "m.gguf")
     synth("llama", "small", "IQ3_XXS", path, seed=4)
     kinds = {w.qtype for w in Engine(path, device="cuda", max_context=64).stages[0].ops.w.values()}
@@ -239,7 +240,7 @@ def test_regrouped_iq3xxs_weights_match_cpu_and_the_file_layout(tmp_path, monkey
 
 
 def test_iq3_b16_weights_match_cpu_and_g4(tmp_path, monkeypatch):
-    """LITE_IQ3_B16=1 (session 14, opt-in; lite/backends/cuda.py _regroup_iq3): the IQ3_XXS matrices of whole
+    """LITE_IQ3_B16 (session 14; the default since session 15; lite/backends/cuda.py _regroup_iq3): the IQ3_XXS matrices of whole
     bands as IQ3_XXS_B16, their decode products through kernels/matvec_mma.py (mvb, and mvbe for the residual
     add, the gated activation, the norm's scale in and norm out), prefill through kernels/dequant_b16.py:
     against the CPU, and against the G4 layout (the same integer sums up to the products' own float orders:

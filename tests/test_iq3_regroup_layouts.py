@@ -1,5 +1,5 @@
 """lite/backends/cuda.py `_regroup_iq3`'s choice of layout, run on the host over NumPy blocks (the repacks take
-NumPy or CuPy): by default every 2-D IQ3_XXS matrix becomes IQ3_XXS_G4; with LITE_IQ3_B16 (cuda.IQ3_B16) those of
+NumPy or CuPy): with LITE_IQ3_B16=0 (cuda.IQ3_B16 False) every 2-D IQ3_XXS matrix becomes IQ3_XXS_G4; by default those of
 whole bands of 16 rows become IQ3_XXS_B16, token_embd (looked up by rows) and a group with a member of ragged rows
 stay G4, and a fused group's members are byte ranges of its records that hold their own rows."""
 import numpy as np

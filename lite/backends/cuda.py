@@ -34,9 +34,10 @@ PINNED_STAGING_BYTES = 64 << 20
 GATE_UP_INTERLEAVE = os.environ.get("LITE_GATE_UP_INTERLEAVE", "1") != "0"   # CUDABackend._interleave
 ATTN_SCRATCH_BYTES = 2 << 30      # scores + probabilities of the heads attended at once
 IQ3_REGROUP = os.environ.get("LITE_IQ3_REGROUP", "1") != "0"   # CUDABackend._regroup_iq3
-# LITE_IQ3_B16=1 (session 14, never run on a GPU): IQ3_XXS matrices of whole bands of 16 rows as IQ3_XXS_B16
-# (kernels/matvec_mma.py's mvb / mvbe, prefill through kernels/dequant_b16.py) instead of IQ3_XXS_G4
-IQ3_B16 = os.environ.get("LITE_IQ3_B16", "0") == "1"
+# IQ3_XXS matrices of whole bands of 16 rows as IQ3_XXS_B16 (kernels/matvec_mma.py's mvb / mvbe, prefill through
+# kernels/dequant_b16.py) instead of IQ3_XXS_G4; LITE_IQ3_B16=0 keeps G4. Default since session 15 (H200, 8B
+# IQ3_XXS tg128 after 512: 404-420 -> 495-505 tok/s; BENCHMARKS, session 15).
+IQ3_B16 = os.environ.get("LITE_IQ3_B16", "1") != "0"
 
 
 def unavailable_reason():
@@ -170,7 +171,7 @@ class CUDABackend(CUDALinear, CUDAFoldNorm, CUDAHandoff, CUDADecodeAttention, CU
         """IQ3_XXS matrices regrouped for the decode products (kernels/iq3_groups.py: 4096x14336 16.9
         -> 13.8 us on the H200, 4% more bytes), named IQ3_XXS_G4; LITE_IQ3_REGROUP=0 keeps the file's
         layout. Rows stay contiguous, so a fused group's members are views of its new buffer (nbytes apart).
-        LITE_IQ3_B16=1 (never run on a GPU yet): matrices of whole bands of 16 rows as IQ3_XXS_B16 instead
+        By default (LITE_IQ3_B16=0: G4 everywhere) matrices of whole bands of 16 rows as IQ3_XXS_B16 instead
         (kernels/iq3_b16.py; decode through kernels/matvec_mma.py, the epilogues through matvec_epilogue's
         delegation, prefill through dequant_b16), token_embd kept in G4 (its rows are looked up)."""
         from lite.kernels import iq3_b16, iq3_groups
