@@ -59,8 +59,9 @@ def cluster_fits(rows, cols):
 
 
 def kernel_name(warps, prefetch, align=0, signs_add=0, epilogue=0, nm=0, cluster=0):
+    """cluster: 0 mvb / mvbe, 1 mvbc (x read from the cluster at each block), 2 mvbc with x copied once."""
     if cluster:
-        return f"mvbc<{warps}, {prefetch}, {align}, {signs_add}, {epilogue}, {nm}>"
+        return f"mvbc<{warps}, {prefetch}, {align}, {signs_add}, {epilogue}, {nm}, {cluster - 1}>"
     if epilogue or nm:
         return f"mvbe<{warps}, {prefetch}, {align}, {signs_add}, {epilogue}, {nm}>"
     return f"mvb<{warps}, {prefetch}, {align}, {signs_add}>"
@@ -79,7 +80,8 @@ QUANTIZER = "qxe<TIQ3_XXS, 18>"
 def module_head(stamps=False, extra=""):
     """The defines a module of mvb starts with: PDL's and the timeline's stamps (scripts/session13/), then
     `extra`."""
-    return pdl.source_head() + ("#define LT_MVB_STAMPS\n" if stamps else "") + extra
+    return (pdl.source_head() + f"#define LT_MVBC_CL {CLUSTER}\n" + ("#define LT_MVB_STAMPS\n" if stamps else "")
+            + extra)
 
 
 @functools.lru_cache(maxsize=None)
@@ -102,7 +104,8 @@ def launch(records, x, out, rows, cols, stream=None, cta=None, epilogue=None, re
     current one): per row of x, QUANTIZER into a scratch buffer, then mvb (two launches under PDL, no
     host synchronization; meant to be captured into CUDA graphs). x (n, cols) float32, out (n, rows)
     float32; cta: (warps, prefetch[, align, signs_add[, cluster]]), default config(rows, cols, the device's SMs);
-    cluster 1: mvbc, x quantized inside the product by clusters of CLUSTER CTAs (no QUANTIZER launch).
+    cluster 1 / 2: mvbc, x quantized inside the product by clusters of CLUSTER CTAs (no QUANTIZER launch), read from
+    the cluster at each block (1) or copied once (2).
     As matvec_epilogue.launch (emulator-checked only, session 14): epilogue "add", out = x @ W.T + res (res
     shaped like out); "silu" / "gelu_tanh", W's rows [gate; up] interleaved (interleave_rows), out (n, rows /
     2) = act(gate) * up; scale_in (n,) f32: x is xg of a norm-out launch, the product is scaled by it;
@@ -118,7 +121,7 @@ def launch(records, x, out, rows, cols, stream=None, cta=None, epilogue=None, re
     iq3_b16.check_shape(rows, cols)
     device = cupy.cuda.runtime.getDevice()
     warps, prefetch, align, sg, cl = (tuple(cta) + (0, 0, 0))[:5] if cta else config(rows, cols, _sms(device)) + (0,)
-    cl = int(bool(cl) and x_records is None)              # records given: nothing to quantize
+    cl = cl if x_records is None else 0                   # records given: nothing to quantize
     if cl and not cluster_fits(rows, cols):
         raise ValueError(f"{NAME}: mvbc's cluster of {CLUSTER} needs bands and blocks in multiples of it ({rows}x{cols})")
     e = 0 if epilogue is None else EPILOGUES[epilogue]
@@ -134,7 +137,8 @@ def launch(records, x, out, rows, cols, stream=None, cta=None, epilogue=None, re
     names = (QUANTIZER, kernel_name(warps, prefetch, align, sg, e, nm, cl))
     mod = _module(device, names, module_head())
     quant, mv = mod.get_function(names[0]), mod.get_function(names[1])
-    dyn = (ALIGN_DYN if align else 0) + (cols // 256 // CLUSTER * 576 if cl else 0)   # mvbc: its share of x
+    # mvbc: its share of x's records, and (cluster 2) all of them
+    dyn = (ALIGN_DYN if align else 0) + (cols // 256 // CLUSTER * 576 if cl else 0) + (cols // 256 * 576 if cl == 2 else 0)
     if dyn and mv.max_dynamic_shared_size_bytes < dyn:
         mv.max_dynamic_shared_size_bytes = dyn        # past the 48 KB a CTA takes without asking
     with stream if stream is not None else contextlib.nullcontext():

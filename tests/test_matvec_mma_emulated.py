@@ -192,7 +192,7 @@ def test_mvbc_equals_mvb_after_the_quantizer(mma_lib, cfg, form):
         out = np.full((1, rows // 2 if e >= 2 else rows), np.nan, np.float32)
         xg, part = np.zeros((1, rows), np.float32), np.zeros(rows // 16, np.float32)
         scale = np.array([0.75], np.float32) if nm == 2 else np.full(1, np.nan, np.float32)
-        xr = np.zeros((1, rows), np.float32) if nm == 1 else None
+        xr = np.zeros((1, 144 * -(-rows // 256)), np.float32) if nm == 1 else None   # layout 18: 144 words a block
         args = (out, np.int32(rows), np.int32(cols))
         if name.startswith("mvb_"):
             mma_lib.launch(name, (rows // 16,), (32 * w_,), records, xin, *args)
@@ -361,7 +361,8 @@ def test_gpu_mvb_full_size():
 def test_gpu_mvbc_equals_mvb_after_the_quantizer():
     """mvbc (x quantized by clusters of 8 CTAs through distributed shared memory) at the kernel table's shapes and
     config's CTA forms: bit for bit what the quantizer then mvb / mvbe make (the plain product, "add", the gated
-    silu with the norm's scale in), twice (a cluster's barriers left clean for the next launch)."""
+    silu with the norm's scale in), x read from the cluster at each block and copied once, each twice (a cluster's
+    barriers left clean for the next launch)."""
     import cupy
     for rows, cols in ((4096, 14336), (14336, 4096), (4096, 4096), (768, 2048)):
         rng = np.random.default_rng(rows + cols)
@@ -375,10 +376,10 @@ def test_gpu_mvbc_equals_mvb_after_the_quantizer():
                           ({"epilogue": "silu", "scale_in": scale}, rows // 2)):
             want = cupy.full((1, n_out), np.nan, cupy.float32)
             matvec_mma.launch(records, x, want, rows, cols, cta=cta, **kw)
-            for _ in range(2):
+            for cluster in (1, 2, 1, 2):                  # x read from the cluster at each block / copied once
                 got = cupy.full((1, n_out), np.nan, cupy.float32)
-                matvec_mma.launch(records, x, got, rows, cols, cta=cta + (1,), **kw)
-                assert cupy.array_equal(want.view(cupy.uint32), got.view(cupy.uint32)), (rows, cols, kw.get("epilogue"))
+                matvec_mma.launch(records, x, got, rows, cols, cta=cta + (cluster,), **kw)
+                assert cupy.array_equal(want.view(cupy.uint32), got.view(cupy.uint32)), (rows, cols, kw.get("epilogue"), cluster)
 
 
 @pytest.fixture(scope="module")

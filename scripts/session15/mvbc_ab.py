@@ -5,6 +5,9 @@ beforehand, through matvec_mma.launch, in captured graphs of 40 launches over we
 Outputs must equal the qxe + mvb form's bit for bit.
 
     python3 scripts/session15/mvbc_ab.py
+
+Call 3 (commit "mvbc: x quantized inside the product by clusters of 8 CTAs ..."): mvbc with x read from the cluster
+at each block only; call 4 adds x copied from the cluster once and clusters of 4 and 2 (matvec_mma.CLUSTER).
 """
 import statistics
 
@@ -47,9 +50,10 @@ for rows, cols in SHAPES:
     recs = [first] + [first.copy() for _ in range(-(-(256 << 20) // first.nbytes) - 1)]
     x = cp.asarray(np.random.default_rng(1).standard_normal((1, cols)).astype(np.float32))
     cfg = matvec_mma.config(rows, cols, SMS)
-    forms = [("qxe + mvb", cfg, False), ("mvbc", cfg + (1,), False), ("mvb alone (records given)", cfg, True)]
-    if cfg[0] == 8:
-        forms.append(("mvbc SG=1", cfg[:3] + (1, 1), False))
+    # (label, cta, records given, cluster size); call 3 ran mvbc (cluster 1: x from the cluster at each block) at 8
+    forms = [("qxe + mvb", cfg, False, 8), ("mvb alone (records given)", cfg, True, 8)]
+    forms += [(f"mvbc CL={c} {'x copied' if k == 2 else 'x remote'}", cfg + (k,), False, c)
+              for c, k in ((8, 1), (8, 2), (4, 2), (2, 2), (4, 1))]
     # x's records as the quantizer writes them (for the alone form): one qxe + mvb launch leaves them in a buffer
     xr = cp.empty_like(x)
     mod = matvec_mma._module(cp.cuda.runtime.getDevice(), (matvec_mma.QUANTIZER, matvec_mma.kernel_name(*cfg)),
@@ -57,16 +61,19 @@ for rows, cols in SHAPES:
     pdl.call(mod.get_function(matvec_mma.QUANTIZER), matvec_q8.quantize_grid(1, cols), (128,), (x[0], xr[0], np.int32(cols)))
     outs, res = {}, {}
     for _ in range(2):
-        for label, cta, alone in forms:
+        for label, cta, alone, c in forms:
             out = cp.full((1, rows), cp.nan, cp.float32)
             kw = {"x_records": xr} if alone else {}
-            run = lambda i, s, cta=cta, kw=kw, out=out: matvec_mma.launch(recs[i % len(recs)], x, out, rows, cols, s, cta=cta, **kw)
+
+            def run(i, s, cta=cta, kw=kw, out=out, c=c):
+                matvec_mma.CLUSTER = c                    # read at launch (the module head, the shared memory)
+                matvec_mma.launch(recs[i % len(recs)], x, out, rows, cols, s, cta=cta, **kw)
             run(0, None)
             cp.cuda.runtime.deviceSynchronize()
             outs[label] = out.copy()
             res.setdefault(label, []).append(time_graph(run))
     nb = rows * cols // 256 * 98
-    for label, cta, alone in forms:
+    for label, cta, alone, c in forms:
         t = min(res[label])
         eq = bool(cp.array_equal(outs[label].view(cp.uint32), outs["qxe + mvb"].view(cp.uint32)))
         print(f"| {rows}x{cols} | {label} {cta} | {t:.2f} | {nb / t / 1e3:,.0f} | {eq} |", flush=True)
