@@ -78,3 +78,39 @@ for rows, cols in SHAPES:
         eq = bool(cp.array_equal(outs[label].view(cp.uint32), outs["qxe + mvb"].view(cp.uint32)))
         print(f"| {rows}x{cols} | {label} {cta} | {t:.2f} | {nb / t / 1e3:,.0f} | {eq} |", flush=True)
     del recs, first, blocks
+
+matvec_mma.CLUSTER = 8
+# The gated [gate; up] product (28672x4096, silu over interleaved rows, as the 8B decode step runs it) with and
+# without writing its output as the down product's x records (records_out, pairs): what the records cost there.
+rows, cols = 28672, 4096
+rng = cp.random.default_rng(0)
+blocks = rng.integers(0, 256, rows * cols // 256 * 98, dtype=np.uint8)
+blocks.reshape(-1, 98)[:, 0:2] = cp.asarray(np.array([0x3C00], np.uint16).view(np.uint8))
+first = iq3_b16.repack(blocks, rows, cols)
+recs = [first] + [first.copy() for _ in range(-(-(256 << 20) // first.nbytes) - 1)]
+x = cp.asarray(np.random.default_rng(1).standard_normal((1, cols)).astype(np.float32))
+pairs = cp.zeros(rows // 32, cp.int32)
+xrec = cp.empty((1, rows // 2), cp.float32)
+res, outs = {}, {}
+for _ in range(2):
+    for label, kw in (("gated (qxe + mvbe)", {}), ("gated + records_out", {"records_out": xrec, "pairs": pairs})):
+        out = cp.full((1, rows // 2), cp.nan, cp.float32)
+
+        def run(i, s, kw=kw, out=out):
+            matvec_mma.launch(recs[i % len(recs)], x, out, rows, cols, s, epilogue="silu", **kw)
+        run(0, None)
+        cp.cuda.runtime.deviceSynchronize()
+        outs[label] = out.copy()
+        res.setdefault(label, []).append(time_graph(run))
+want = cp.empty_like(xrec)                            # what the quantizer makes of the gated output
+qmod = matvec_mma._module(cp.cuda.runtime.getDevice(), (matvec_mma.QUANTIZER, matvec_mma.kernel_name(4, 2, 0, 1)),
+                          matvec_mma.module_head())
+pdl.call(qmod.get_function(matvec_mma.QUANTIZER), matvec_q8.quantize_grid(1, rows // 2), (128,),
+         (outs["gated (qxe + mvbe)"][0], want[0], np.int32(rows // 2)))
+cp.cuda.runtime.deviceSynchronize()
+print("records = the quantizer's:", bool(cp.array_equal(want.view(cp.uint32), xrec.view(cp.uint32))))
+nb = rows * cols // 256 * 98
+for label in res:
+    eq = bool(cp.array_equal(outs[label].view(cp.uint32), outs["gated (qxe + mvbe)"].view(cp.uint32)))
+    print(f"| {rows}x{cols} silu | {label} | {min(res[label]):.2f} | {nb / min(res[label]) / 1e3:,.0f} | {eq} |")
+print("pairs left at 0:", not bool(pairs.any()))
