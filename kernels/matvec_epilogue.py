@@ -202,7 +202,7 @@ def supports(qtype, blocks, x):
 
 
 def launch(qtype, blocks, x, out, rows, cols, epilogue, res=None, stream=None, norm_out=None,
-           scale_in=None, interleaved=False, records_out=None, x_records=None, pairs=None):
+           scale_in=None, interleaved=False, records_out=None, x_records=None):
     """Enqueue mve on `stream`. blocks: W (rows, cols) as GGUF blocks, 1-D uint8; x (n, cols) f32
     C-contiguous. epilogue "add": out (n, rows) = x @ W.T + res, res (n, rows) f32 C-contiguous.
     "silu" / "gelu_tanh": rows = 2F, out (n, F) = act(x @ W[:F].T) * (x @ W[F:].T). None (only
@@ -212,14 +212,14 @@ def launch(qtype, blocks, x, out, rows, cols, epilogue, res=None, stream=None, n
     norm_parts(...)) f32 is scratch, counter an int32 device scalar at 0 (left at 0).
     scale_in: scale (n,) as norm_out left it, x its xg: the product is of rms_norm(out) * g.
     interleaved (gated): W's rows are in interleave_rows' order. One launch per matvec_cuda.C_MAX_N
-    rows of x. IQ3_XXS_B16 goes to kernels/matvec_mma.launch (records_out, x_records, pairs: its x records)."""
+    rows of x. IQ3_XXS_B16 goes to kernels/matvec_mma.launch (records_out, x_records: its x records)."""
     import cupy
     if qtype == "IQ3_XXS_B16":                             # mvbe (kernels/matvec_mma.py), the same contract
         from lite.kernels import matvec_mma
         if epilogue not in (None, "add") and not interleaved:
             raise ValueError("IQ3_XXS_B16's gated product takes [gate; up] rows interleaved")
         matvec_mma.launch(blocks, x, out, rows, cols, stream, epilogue=epilogue, res=res, scale_in=scale_in,
-                          norm_out=norm_out, records_out=records_out, x_records=x_records, pairs=pairs)
+                          norm_out=norm_out, records_out=records_out, x_records=x_records)
         return
     if records_out is not None or x_records is not None:
         raise ValueError("x's records (records_out, x_records) go with IQ3_XXS_B16 (kernels/matvec_mma.py)")

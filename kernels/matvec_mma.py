@@ -99,7 +99,7 @@ def _sms(device):
 
 
 def launch(records, x, out, rows, cols, stream=None, cta=None, epilogue=None, res=None, scale_in=None,
-           norm_out=None, records_out=None, x_records=None, pairs=None):
+           norm_out=None, records_out=None, x_records=None):
     """Enqueue out = x @ W.T for IQ3_XXS_B16 records (what iq3_b16.repack made) on `stream` (CuPy; None: the
     current one): per row of x, QUANTIZER into a scratch buffer, then mvb (two launches under PDL, no
     host synchronization; meant to be captured into CUDA graphs). x (n, cols) float32, out (n, rows)
@@ -112,10 +112,8 @@ def launch(records, x, out, rows, cols, stream=None, cta=None, epilogue=None, re
     norm_out (g, eps, xg, part, scale, counter) with "add": also xg (n, rows) = out * g and scale (n,) =
     rsqrt(mean(out^2) + eps), part (n, rows / 16) f32 scratch, counter an int32 device scalar at 0 (left at 0);
     records_out (n, rows) f32-sized, with norm_out: xg quantized as QUANTIZER writes it, the x of a scale-in
-    product after this one (which then needs no quantizer launch); with a gated epilogue (n, rows / 2): out's
-    records, for the product after it, pairs an int32 device array of rows / 32 zeros (left at 0); x_records:
-    such records of x, read in place of quantizing x (no QUANTIZER launch; x is then only checked for its
-    shape)."""
+    product after this one (which then needs no quantizer launch); x_records: such records of x, read in place
+    of quantizing x (no QUANTIZER launch; x is then only checked for its shape)."""
     import contextlib
 
     import cupy
@@ -134,12 +132,8 @@ def launch(records, x, out, rows, cols, stream=None, cta=None, epilogue=None, re
     nm = 1 if norm_out is not None else 2 if scale_in is not None else 0
     if nm == 1 and (e != 1 or scale_in is not None):
         raise ValueError(f"{NAME}: norm_out goes with epilogue 'add' alone")
-    if records_out is not None and e >= 2:
-        if rows % 512 or pairs is None or pairs.size < rows // 32:
-            raise ValueError(f"{NAME}: a gated product's records_out needs rows a multiple of 512 and pairs "
-                             f"(rows / 32 int32 zeros)")
-    elif records_out is not None and (nm != 1 or rows % 256):
-        raise ValueError(f"{NAME}: records_out goes with norm_out or a gated epilogue, rows a multiple of 256")
+    if records_out is not None and (nm != 1 or rows % 256):
+        raise ValueError(f"{NAME}: records_out goes with norm_out, rows a multiple of 256")
     names = (QUANTIZER, kernel_name(warps, prefetch, align, sg, e, nm, cl))
     mod = _module(device, names, module_head())
     quant, mv = mod.get_function(names[0]), mod.get_function(names[1])
@@ -159,8 +153,6 @@ def launch(records, x, out, rows, cols, stream=None, cta=None, epilogue=None, re
             if e or nm or cl:                             # mve's arguments after cols; unread pointers as 0
                 z = np.uint64(0)
                 g, eps, xg, part, scale, counter = norm_out if nm == 1 else (z, 0.0, None, None, scale_in, z)
-                if records_out is not None and e >= 2:
-                    counter = pairs                       # a word a band pair (lt_mvb_end)
                 args += (res[i] if e == 1 else z, g, xg[i] if nm == 1 else z, part[i] if nm == 1 else z,
                          scale[i:i + 1] if nm else z, counter, np.float32(eps),
                          records_out[i] if records_out is not None else z)

@@ -283,9 +283,7 @@ __device__ unsigned lt_mvb_count[4096];
 // then a tree) and writes scale[0] = rsqrt(mean + eps). flag: a shared word (past the warps' sums):
 // cupy_decode_src's last_block_to_count counts the same way with a static shared int, past 48 KB at A = 0. With xr, norm
 // out also writes xg quantized as the next product's x (qxe<TIQ3_XXS, 18>'s records, the same words: a band's 16
-// outputs are one run of 16 of the next product's x), so that a scale-in product needs no quantizer launch. A
-// gated product (E = 2 / 3) with xr writes its output's records the same way, a band pair's 8 + 8 outputs a run
-// (session 15), so that the down product after it needs no quantizer launch either.
+// outputs are one run of 16 of the next product's x), so that a scale-in product needs no quantizer launch.
 struct LtEpi { const float* res; const float* g; float* xg; float* part; float* scale; int* counter; float eps;
                unsigned* xr; };
 // The 16 lanes' values v (lane r: value r of run `band` of x) as qx_one's records of layout 18 (its arithmetic).
@@ -358,17 +356,6 @@ __device__ __forceinline__ void lt_mvb_end(float s, float* __restrict__ out, int
             if constexpr (E == 2) y = g / (1.0f + expf(-g)) * u;
             else y = 0.5f * g * (1.0f + tanhf(0.7978845608028654f * (g + 0.044715f * g * g * g))) * u;
             out[band * 8 + (threadIdx.x >> 1)] = y;
-        }
-        if (ep.xr) {      // out's runs of 16 are band pairs' 8 + 8: the pair's second CTA to count writes the run's
-            __threadfence();  // records (counter: a word a pair, left at 0), reading both halves back from L2
-            if (threadIdx.x == 0) *flag = atomicAdd(ep.counter + (band >> 1), 1);
-            __syncwarp();
-            if (*flag == 1) {
-                if (threadIdx.x == 0) ep.counter[band >> 1] = 0;
-                __threadfence();
-                const float v = threadIdx.x < 16 ? __ldcg(out + (band >> 1) * 16 + threadIdx.x) : 0.f;
-                lt_mvb_quantize_run(v, ep.xr, band >> 1);
-            }
         }
     }
 }

@@ -244,8 +244,7 @@ def test_iq3_b16_weights_match_cpu_and_g4(tmp_path, monkeypatch):
     bands as IQ3_XXS_B16, their decode products through kernels/matvec_mma.py (mvb, and mvbe for the residual
     add, the gated activation, the norm's scale in and norm out), prefill through kernels/dequant_b16.py:
     against the CPU, and against the G4 layout (the same integer sums up to the products' own float orders:
-    _on_off_agree's tolerance), with the epilogues, the folded norms and the gated product's records of the down
-    product's x on and off."""
+    _on_off_agree's tolerance), with the epilogues and the folded norms on and off."""
     from lite.backends import cuda as cuda_backend
     import lite.backends.cuda_linear as cuda_linear
     path = str(tmp_path / "m.gguf")
@@ -260,8 +259,3 @@ def test_iq3_b16_weights_match_cpu_and_g4(tmp_path, monkeypatch):
     monkeypatch.setattr(cuda_backend, "IQ3_B16", True)   # (the switch above ends off)
     _on_off_agree(path, lambda on: monkeypatch.setattr(cuda_linear, "EPILOGUES", on))
     _on_off_agree(path, lambda on: monkeypatch.setenv("LITE_FOLD_NORM", "1" if on else "0"))
-    # the gated product writing the down product's x records (session 15) against the quantizer before the down
-    # product: the same words, so the same logits; on, the backend holds the last gated launch's records
-    engines = _on_off_agree(path, lambda on: monkeypatch.setattr(cuda_linear, "GATED_RECORDS", on))
-    assert engines[True].stages[0].ops._gated_records is not None
-    assert engines[False].stages[0].ops._gated_records is None

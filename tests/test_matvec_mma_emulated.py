@@ -169,37 +169,6 @@ def test_mvbe_epilogues_match_float64(mma_lib, cfg, e, nm):
     assert np.all(err <= bound), np.max(err / bound)
 
 
-@pytest.mark.parametrize("nm", [0, 2], ids=["plain", "scale_in"])
-@pytest.mark.parametrize("cfg", EPI_CONFIGS, ids=lambda c: f"w{c[0]}p{c[1]}a{c[2]}sg{c[3]}")
-def test_mvbe_gated_writes_the_down_products_x_records(mma_lib, cfg, nm):
-    """A gated mvbe with xr (session 15): its output's records (a run of 16 = a band pair's 8 + 8, written by the
-    pair's second CTA to count) word for word what qxe<TIQ3_XXS, 18> makes of the output, the pair counters left
-    at 0 for the next launch (twice); the output itself as without xr."""
-    w_, p, a, sg = cfg
-    rows, cols = 1024, 256                                # 64 bands: 32 pairs, 512 outputs (2 blocks of the next x)
-    rng = np.random.default_rng(53 + nm)
-    blocks = random_blocks("IQ3_XXS", rows * cols // 256, rng)
-    records = iq3_b16.repack(blocks, rows, cols)
-    x = _x(1, cols, rng)
-    xq = np.zeros_like(x)
-    mma_lib.launch("emu_qxe", matvec_q8.quantize_grid(1, cols), (128,), x, xq, np.int32(cols))
-    scale, z = np.array([0.75], np.float32), np.zeros(1, np.float32)
-    plain = np.full((1, rows // 2), np.nan, np.float32)
-    name = f"mvbe_{w_}_{p}_{a}_{sg}_2_{nm}"
-    mma_lib.launch(name, (rows // 16,), (32 * w_,), records, xq, plain, np.int32(rows), np.int32(cols), z, z, z, z,
-                   scale, np.zeros(1, np.int32), np.float32(0), None)
-    pairs = np.zeros(rows // 32, np.int32)
-    for _ in range(2):
-        out, xr = np.full((1, rows // 2), np.nan, np.float32), np.zeros((1, rows // 2), np.float32)
-        mma_lib.launch(name, (rows // 16,), (32 * w_,), records, xq, out, np.int32(rows), np.int32(cols), z, z, z, z,
-                       scale, pairs, np.float32(0), xr)
-        assert np.array_equal(out.view(np.uint32), plain.view(np.uint32))
-        want = np.zeros_like(xr)
-        mma_lib.launch("emu_qxe", matvec_q8.quantize_grid(1, rows // 2), (128,), out, want, np.int32(rows // 2))
-        assert np.array_equal(xr.view(np.uint32), want.view(np.uint32))
-        assert not pairs.any()
-
-
 @pytest.mark.parametrize("form", CLUSTER_FORMS, ids=lambda f: f"e{f[0]}nm{f[1]}")
 @pytest.mark.parametrize("cfg", EPI_CONFIGS, ids=lambda c: f"w{c[0]}p{c[1]}a{c[2]}sg{c[3]}")
 def test_mvbc_equals_mvb_after_the_quantizer(mma_lib, cfg, form):
