@@ -50,18 +50,7 @@ def c_source():
     return matvec_mma_src.c_source()
 
 
-CLUSTER = 8                   # mvbc's cluster (LT_MVBC_CL): x quantized by the cluster's CTAs (matvec_mma_src.py)
-
-
-def cluster_fits(rows, cols):
-    """Can mvbc take a rows x cols product (its grid of bands and its blocks whole clusters' shares)?"""
-    return (rows // 16) % CLUSTER == 0 and (cols // 256) % CLUSTER == 0
-
-
-def kernel_name(warps, prefetch, align=0, signs_add=0, epilogue=0, nm=0, cluster=0):
-    """cluster: 0 mvb / mvbe, 1 mvbc (x read from the cluster at each block), 2 mvbc with x copied once."""
-    if cluster:
-        return f"mvbc<{warps}, {prefetch}, {align}, {signs_add}, {epilogue}, {nm}, {cluster - 1}>"
+def kernel_name(warps, prefetch, align=0, signs_add=0, epilogue=0, nm=0):
     if epilogue or nm:
         return f"mvbe<{warps}, {prefetch}, {align}, {signs_add}, {epilogue}, {nm}>"
     return f"mvb<{warps}, {prefetch}, {align}, {signs_add}>"
@@ -80,8 +69,7 @@ QUANTIZER = "qxe<TIQ3_XXS, 18>"
 def module_head(stamps=False, extra=""):
     """The defines a module of mvb starts with: PDL's and the timeline's stamps (scripts/session13/), then
     `extra`."""
-    return (pdl.source_head() + f"#define LT_MVBC_CL {CLUSTER}\n" + ("#define LT_MVB_STAMPS\n" if stamps else "")
-            + extra)
+    return pdl.source_head() + ("#define LT_MVB_STAMPS\n" if stamps else "") + extra
 
 
 @functools.lru_cache(maxsize=None)
@@ -103,9 +91,7 @@ def launch(records, x, out, rows, cols, stream=None, cta=None, epilogue=None, re
     """Enqueue out = x @ W.T for IQ3_XXS_B16 records (what iq3_b16.repack made) on `stream` (CuPy; None: the
     current one): per row of x, QUANTIZER into a scratch buffer, then mvb (two launches under PDL, no
     host synchronization; meant to be captured into CUDA graphs). x (n, cols) float32, out (n, rows)
-    float32; cta: (warps, prefetch[, align, signs_add[, cluster]]), default config(rows, cols, the device's SMs);
-    cluster 1 / 2: mvbc, x quantized inside the product by clusters of CLUSTER CTAs (no QUANTIZER launch), read from
-    the cluster at each block (1) or copied once (2).
+    float32; cta: (warps, prefetch[, align, signs_add]), default config(rows, cols, the device's SMs).
     As matvec_epilogue.launch (emulator-checked only, session 14): epilogue "add", out = x @ W.T + res (res
     shaped like out); "silu" / "gelu_tanh", W's rows [gate; up] interleaved (interleave_rows), out (n, rows /
     2) = act(gate) * up; scale_in (n,) f32: x is xg of a norm-out launch, the product is scaled by it;
@@ -120,10 +106,7 @@ def launch(records, x, out, rows, cols, stream=None, cta=None, epilogue=None, re
     from lite.kernels import matvec_q8
     iq3_b16.check_shape(rows, cols)
     device = cupy.cuda.runtime.getDevice()
-    warps, prefetch, align, sg, cl = (tuple(cta) + (0, 0, 0))[:5] if cta else config(rows, cols, _sms(device)) + (0,)
-    cl = cl if x_records is None else 0                   # records given: nothing to quantize
-    if cl and not cluster_fits(rows, cols):
-        raise ValueError(f"{NAME}: mvbc's cluster of {CLUSTER} needs bands and blocks in multiples of it ({rows}x{cols})")
+    warps, prefetch, align, sg = (tuple(cta) + (0, 0))[:4] if cta else config(rows, cols, _sms(device))
     e = 0 if epilogue is None else EPILOGUES[epilogue]
     if e == 1 and (res is None or res.shape != out.shape):
         raise ValueError(f"{NAME}: epilogue 'add' needs res shaped like out")
@@ -134,23 +117,22 @@ def launch(records, x, out, rows, cols, stream=None, cta=None, epilogue=None, re
         raise ValueError(f"{NAME}: norm_out goes with epilogue 'add' alone")
     if records_out is not None and (nm != 1 or rows % 256):
         raise ValueError(f"{NAME}: records_out goes with norm_out, rows a multiple of 256")
-    names = (QUANTIZER, kernel_name(warps, prefetch, align, sg, e, nm, cl))
+    names = (QUANTIZER, kernel_name(warps, prefetch, align, sg, e, nm))
     mod = _module(device, names, module_head())
     quant, mv = mod.get_function(names[0]), mod.get_function(names[1])
-    # mvbc: its share of x's records, and (cluster 2) all of them
-    dyn = (ALIGN_DYN if align else 0) + (cols // 256 // CLUSTER * 576 if cl else 0) + (cols // 256 * 576 if cl == 2 else 0)
+    dyn = ALIGN_DYN if align else 0
     if dyn and mv.max_dynamic_shared_size_bytes < dyn:
         mv.max_dynamic_shared_size_bytes = dyn        # past the 48 KB a CTA takes without asking
     with stream if stream is not None else contextlib.nullcontext():
         x = cupy.ascontiguousarray(x)
         if x_records is not None and x_records.shape != x.shape:
             raise ValueError(f"{NAME}: x_records {x_records.shape} for x {x.shape}")
-        xq = x if cl else cupy.empty_like(x) if x_records is None else x_records
+        xq = cupy.empty_like(x) if x_records is None else x_records
         for i in range(x.shape[0]):
-            if x_records is None and not cl:
+            if x_records is None:
                 pdl.call(quant, matvec_q8.quantize_grid(1, cols), (128,), (x[i], xq[i], np.int32(cols)))
             args = (records, xq[i], out[i], np.int32(rows), np.int32(cols))
-            if e or nm or cl:                             # mve's arguments after cols; unread pointers as 0
+            if e or nm:                                   # mve's arguments after cols; unread pointers as 0
                 z = np.uint64(0)
                 g, eps, xg, part, scale, counter = norm_out if nm == 1 else (z, 0.0, None, None, scale_in, z)
                 args += (res[i] if e == 1 else z, g, xg[i] if nm == 1 else z, part[i] if nm == 1 else z,

@@ -148,64 +148,6 @@ struct LtX {
         v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; d[0] = b.x; d[1] = b.y; d[2] = b.z; d[3] = b.w;
     }
 };
-// mvbc (session 15): x quantized inside the product by the CTAs of a cluster of LT_MVBC_CL, each its
-// share into its own shared memory (rank r: blocks r, r + CL, ...; block j at j / CL of rank j % CL's), read
-// by every CTA of the cluster through distributed shared memory: no quantizer launch, no grid dependency on
-// one. The host emulator has no clusters: there each CTA quantizes all of x into its own copy (the same words).
-#ifndef LT_MVBC_CL                                       // kernels/matvec_mma.py's module head sets it (CLUSTER)
-#define LT_MVBC_CL 8
-#endif
-#define LT_ALIGN_DYN (0x8000 - 16)                        // kernels/matvec_mma.py ALIGN_DYN
-#ifdef __CUDA_ARCH__
-#define LT_MVBC_DIMS __cluster_dims__(LT_MVBC_CL, 1, 1)
-__device__ __forceinline__ unsigned lt_cluster_rank() {
-    unsigned r; asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r)); return r; }
-__device__ __forceinline__ void lt_cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
-__device__ __forceinline__ void lt_cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
-__device__ __forceinline__ unsigned lt_cluster_map(unsigned a, unsigned rank) {   // a CTA's shared address in rank's
-    unsigned r; asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(rank)); return r; }
-__device__ __forceinline__ uint4 lt_dsmem_u4(unsigned a) {
-    uint4 v;
-    asm volatile("ld.shared::cluster.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a));
-    return v;
-}
-#else
-#define LT_MVBC_DIMS
-static unsigned lt_mvbc_xs_emu[64 * 144];                 // the emulator's copy of x's records (64 blocks)
-#endif
-// Where a block's x records come from: CL = 0, global memory (the quantizer's records); CL > 0, the cluster.
-template <int CL> struct LtXSrc {
-    const unsigned* xw;
-    template <int XL>
-    __device__ __forceinline__ void load(LtX& x, int j, int lane) const { x.load(xw + 144 * j, lane); }
-};
-#ifdef __CUDA_ARCH__
-template <> struct LtXSrc<LT_MVBC_CL> {
-    unsigned xs;                                          // this CTA's records' shared address
-    const uint4* xl;                                      // XL = 1: x's records copied here (this CTA's)
-    template <int XL>
-    __device__ __forceinline__ void load(LtX& x, int j, int lane) const {
-        if constexpr (XL != 0) {
-            const uint4 a = xl[36 * j + lane], b = xl[36 * j + 32 + (lane & 3)];
-            x.v[0] = a.x; x.v[1] = a.y; x.v[2] = a.z; x.v[3] = a.w; x.d[0] = b.x; x.d[1] = b.y; x.d[2] = b.z; x.d[3] = b.w;
-            return;
-        }
-        const unsigned r = lt_cluster_map(xs + ((unsigned)j / LT_MVBC_CL) * 576, (unsigned)j % LT_MVBC_CL);
-        const uint4 a = lt_dsmem_u4(r + 16 * lane), b = lt_dsmem_u4(r + 512 + 16 * (lane & 3));
-        x.v[0] = a.x; x.v[1] = a.y; x.v[2] = a.z; x.v[3] = a.w; x.d[0] = b.x; x.d[1] = b.y; x.d[2] = b.z; x.d[3] = b.w;
-    }
-};
-#endif
-// A CTA's share of x (floats) as records of layout 18 in xs: blocks rank + n i, i < nblk / n, qx_one's
-// arithmetic (a thread a float4, W / 2 blocks a pass; every warp through every pass: the shuffles).
-template <int W>
-__device__ __forceinline__ void lt_mvbc_quantize(const float* __restrict__ x, unsigned* xs, int nblk, int rank, int n) {
-    const int nloc = nblk / n, f = threadIdx.x & 63;
-    for (int i0 = 0; i0 < nloc; i0 += W / 2) {
-        const int i = i0 + (int)(threadIdx.x >> 6), j = rank + n * i;
-        qx_one<TIQ3_XXS, 18>(x + 256 * (j - i), xs, 8 * i + (f >> 3), f & 7, i < nloc);
-    }
-}
 template <int A, int SG>
 __device__ __forceinline__ void lt_b16_block(const LtB16& r, const LtX& x, int lane, int qh, unsigned tb,
                                              unsigned m0, unsigned m1, unsigned ma, float& acc0, float& acc1) {
@@ -359,7 +301,7 @@ __device__ __forceinline__ void lt_mvb_end(float s, float* __restrict__ out, int
         }
     }
 }
-template <int W, int P, int A, int SG, int E, int NM, int CL = 0, int XL = 0>
+template <int W, int P, int A, int SG, int E, int NM>
 __device__ __forceinline__ void mvb_body(const unsigned char* __restrict__ w, const float* __restrict__ xq,
                                          float* __restrict__ out, int rows, int cols, LtEpi ep) {
     unsigned tb;
@@ -402,32 +344,7 @@ __device__ __forceinline__ void mvb_body(const unsigned char* __restrict__ w, co
     LT_STAMP(1);
     PDL_PROLOGUE();
     LT_STAMP(2);
-    LtXSrc<CL> xsrc;
-    if constexpr (CL == 0) {
-        xsrc.xw = (const unsigned*)xq;
-    } else {                                              // xq is x: the cluster quantizes it (LtXSrc<CL>)
-#ifdef __CUDA_ARCH__
-        unsigned* xs = (unsigned*)((unsigned char*)lt_b16_dyn + (A ? LT_ALIGN_DYN : 0));
-        xsrc.xs = (unsigned)__cvta_generic_to_shared(xs);
-        lt_mvbc_quantize<W>(xq, xs, nblk, (int)lt_cluster_rank(), CL);
-        lt_cluster_arrive();
-        lt_cluster_wait();
-        if constexpr (XL != 0) {                          // all of x copied from the cluster, then read here
-            uint4* xl = (uint4*)(xs + nblk / CL * 144);
-            for (int t = threadIdx.x; t < nblk * 36; t += 32 * W) {
-                const int j = t / 36;
-                xl[t] = lt_dsmem_u4(lt_cluster_map(xsrc.xs + (j / CL) * 576 + 16 * (t - 36 * j), j % CL));
-            }
-            lt_cluster_arrive();                          // this CTA's reads of the cluster's x done
-            __syncthreads();
-            xsrc.xl = xl;
-        }
-#else
-        lt_mvbc_quantize<W>(xq, lt_mvbc_xs_emu, nblk, 0, 1);
-        xsrc.xw = lt_mvbc_xs_emu;
-        __syncthreads();
-#endif
-    }
+    const unsigned* xw = (const unsigned*)xq;
     const unsigned m0 = (gq & 2) ? 0u : ~0u, m1 = ~m0, ma = half ? 0u : ~0u;   // B's column gq % 4: hi_a, lo_a, hi_b, lo_b
     float acc0 = 0.f, acc1 = 0.f;                         // rows g, g + 8
     // The ring turns by unrolling P + 1 blocks (slot u's block computed, slot (u + P) % (P + 1) loaded):
@@ -439,14 +356,11 @@ __device__ __forceinline__ void mvb_body(const unsigned char* __restrict__ w, co
             if (j >= nblk) break;
             if (j + P * W < nblk) lt_b16_load(ring[(u + P) % (P + 1)], base + (long long)LT_DIAG_W(j + P * W) * 1632, lane, ls);
             LtX x;
-            xsrc.template load<XL>(x, LT_DIAG_X(j), lane);
+            x.load(xw + 144 * LT_DIAG_X(j), lane);
             lt_b16_block<A, SG>(ring[u], x, lane, qh, tb, m0, m1, ma, acc0, acc1);
         }
     }
     LT_STAMP(3);
-#ifdef __CUDA_ARCH__
-    if constexpr (CL != 0 && XL == 0) lt_cluster_arrive();   // this CTA's reads of the cluster's x done
-#endif
     #pragma unroll
     for (int o = 1; o <= 2; o <<= 1) {                    // the quad's (chunk, run) parts
         acc0 += __shfl_xor_sync(0xffffffffu, acc0, o);
@@ -461,9 +375,6 @@ __device__ __forceinline__ void mvb_body(const unsigned char* __restrict__ w, co
         for (int k = 0; k < W; k++) s += red[k * 16 + threadIdx.x];
         s = 0.25f * s;                                    // (2 sc + 1) / 4 = (0.5 + sc) / 2
     }
-#ifdef __CUDA_ARCH__
-    if constexpr (CL != 0) lt_cluster_wait();            // and the cluster's of this CTA's: it may exit
-#endif
     lt_mvb_end<E, NM>(s, out, rows, ep, band, (int*)tab + 16 * W);
     LT_STAMP(4);
 }
@@ -479,15 +390,6 @@ __global__ void __launch_bounds__(32 * W, 2) mvbe(const unsigned char* __restric
                                                   const float* g, float* xg, float* part, float* scale, int* counter,
                                                   float eps, unsigned* xr) {
     mvb_body<W, P, A, SG, E, NM>(w, xq, out, rows, cols, LtEpi{res, g, xg, part, scale, counter, eps, xr});
-}
-// mvbc: mvbe over x itself (floats, in xq's place), quantized by the cluster (LtXSrc<LT_MVBC_CL>); the grid's
-// bands and the blocks a multiple of LT_MVBC_CL; dynamic shared memory past A's table: (blocks / CL) 576 bytes,
-// and with XL = 1 (x's records copied from the cluster once, then read from this CTA's) blocks x 576 more.
-template <int W, int P, int A, int SG, int E, int NM, int XL = 0>
-__global__ void LT_MVBC_DIMS __launch_bounds__(32 * W, 2) mvbc(const unsigned char* __restrict__ w,
-        const float* __restrict__ x, float* __restrict__ out, int rows, int cols, const float* res, const float* g,
-        float* xg, float* part, float* scale, int* counter, float eps, unsigned* xr) {
-    mvb_body<W, P, A, SG, E, NM, LT_MVBC_CL, XL>(w, x, out, rows, cols, LtEpi{res, g, xg, part, scale, counter, eps, xr});
 }
 """
 

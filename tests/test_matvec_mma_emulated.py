@@ -19,21 +19,16 @@ pytestmark = pytest.mark.skipif(not emu.available(), reason="needs g++ (C++20)")
 CONFIGS = [(8, 1, 1, 0), (8, 1, 0, 0), (4, 2, 1, 1), (4, 2, 0, 0), (2, 3, 0, 1), (2, 1, 1, 0)]
 EPI_CONFIGS = [(8, 1, 1, 0), (4, 2, 0, 1)]         # mvbe: config's two forms
 EPI_FORMS = [(e, nm) for e in (0, 1, 2, 3) for nm in (0, 2) if e or nm] + [(1, 1)]   # (epilogue, norm)
-CLUSTER_FORMS = [(0, 0), (1, 0), (2, 2), (1, 1)]     # mvbc's (epilogue, norm) under test
 
 
 @pytest.fixture(scope="module")
 def mma_lib():
     wraps = "".join(f'extern "C" __global__ void mvb_{w}_{p}_{a}_{sg}({ARGS}) {{ mvb<{w}, {p}, {a}, {sg}>(w, x, out, rows, cols); }}\n'
-                    for w, p, a, sg in dict.fromkeys(CONFIGS + EPI_CONFIGS))
+                    for w, p, a, sg in CONFIGS)
     wraps += "".join(f'extern "C" __global__ void mvbe_{w}_{p}_{a}_{sg}_{e}_{nm}({ARGS}, const float* res, const float* g, '
                      f'float* xg, float* part, float* scale, int* counter, float eps, unsigned* xr) {{ mvbe<{w}, {p}, {a}, {sg}, {e}, {nm}>'
                      f'(w, x, out, rows, cols, res, g, xg, part, scale, counter, eps, xr); }}\n'
                      for w, p, a, sg in EPI_CONFIGS for e, nm in EPI_FORMS)
-    wraps += "".join(f'extern "C" __global__ void mvbc_{w}_{p}_{a}_{sg}_{e}_{nm}({ARGS}, const float* res, const float* g, '
-                     f'float* xg, float* part, float* scale, int* counter, float eps, unsigned* xr) {{ mvbc<{w}, {p}, {a}, {sg}, {e}, {nm}>'
-                     f'(w, x, out, rows, cols, res, g, xg, part, scale, counter, eps, xr); }}\n'
-                     for w, p, a, sg in EPI_CONFIGS for e, nm in CLUSTER_FORMS)
     wraps += ('extern "C" __global__ void emu_qx_IQ3_XXS(const float* x, float* xq, int cols) '
               f'{{ {matvec_q8.quantize_name("IQ3_XXS")}(x, xq, cols); }}\n')
     wraps += ('extern "C" __global__ void emu_qxe(const float* x, float* xq, int cols) '
@@ -167,42 +162,6 @@ def test_mvbe_epilogues_match_float64(mma_lib, cfg, e, nm):
     ref, bound = _epilogue_reference(e, prod, tol, res)
     err = np.abs(out.astype(np.float64) - ref)
     assert np.all(err <= bound), np.max(err / bound)
-
-
-@pytest.mark.parametrize("form", CLUSTER_FORMS, ids=lambda f: f"e{f[0]}nm{f[1]}")
-@pytest.mark.parametrize("cfg", EPI_CONFIGS, ids=lambda c: f"w{c[0]}p{c[1]}a{c[2]}sg{c[3]}")
-def test_mvbc_equals_mvb_after_the_quantizer(mma_lib, cfg, form):
-    """mvbc (x quantized inside the product, kernels/matvec_mma_src.py lt_mvbc_quantize; the emulator's CTAs each
-    quantize all of x) over x's floats: word for word what qxe then mvb / mvbe make of the same x (the outputs,
-    xg, the norm's scale and the next product's records bit for bit), and (the plain form) float64's product."""
-    w_, p, a, sg = cfg
-    e, nm = form
-    rows, cols = 64, 2048                                 # 8 blocks: 4 passes of 2 blocks at 4 warps, 2 of 4 at 8
-    rng = np.random.default_rng(41 + e + nm)
-    blocks = random_blocks("IQ3_XXS", rows * cols // 256, rng)
-    records = iq3_b16.repack(blocks, rows, cols)
-    x = _x(1, cols, rng)
-    xq = np.zeros_like(x)
-    mma_lib.launch("emu_qxe", matvec_q8.quantize_grid(1, cols), (128,), x, xq, np.int32(cols))
-    res = rng.standard_normal((1, rows)).astype(np.float32)
-    g = rng.uniform(0.5, 1.5, rows).astype(np.float32)
-    results = []
-    for name, xin in ((f"mvb_{w_}_{p}_{a}_{sg}" if not (e or nm) else f"mvbe_{w_}_{p}_{a}_{sg}_{e}_{nm}", xq),
-                      (f"mvbc_{w_}_{p}_{a}_{sg}_{e}_{nm}", x)):
-        out = np.full((1, rows // 2 if e >= 2 else rows), np.nan, np.float32)
-        xg, part = np.zeros((1, rows), np.float32), np.zeros(rows // 16, np.float32)
-        scale = np.array([0.75], np.float32) if nm == 2 else np.full(1, np.nan, np.float32)
-        xr = np.zeros((1, 144 * -(-rows // 256)), np.float32) if nm == 1 else None   # layout 18: 144 words a block
-        args = (out, np.int32(rows), np.int32(cols))
-        if name.startswith("mvb_"):
-            mma_lib.launch(name, (rows // 16,), (32 * w_,), records, xin, *args)
-        else:
-            mma_lib.launch(name, (rows // 16,), (32 * w_,), records, xin, *args, res, g, xg, part, scale,
-                           np.zeros(1, np.int32), np.float32(1e-6), xr)
-        results.append((out, xg, scale, xr))
-    for want, got in zip(*results):
-        if want is not None:
-            assert np.array_equal(want.view(np.uint32), got.view(np.uint32))
 
 
 def _epilogue_reference(e, prod, tol, res):
@@ -355,31 +314,6 @@ def test_gpu_mvb_full_size():
                 matvec_mma.launch(records, cupy.asarray(x), out, rows, cols, cta=cta)
             err = np.abs(out.get().astype(np.float64) - ref)
             assert np.all(err <= 1e-3 * np.abs(ref) + 1e-5 * scale + quant_bound("IQ3_XXS", x, w)), cta
-
-
-@pytest.mark.skipif(not _gpu(), reason="needs a CUDA GPU (the CUDA C text runs above under the emulator)")
-def test_gpu_mvbc_equals_mvb_after_the_quantizer():
-    """mvbc (x quantized by clusters of 8 CTAs through distributed shared memory) at the kernel table's shapes and
-    config's CTA forms: bit for bit what the quantizer then mvb / mvbe make (the plain product, "add", the gated
-    silu with the norm's scale in), x read from the cluster at each block and copied once, each twice (a cluster's
-    barriers left clean for the next launch)."""
-    import cupy
-    for rows, cols in ((4096, 14336), (14336, 4096), (4096, 4096), (768, 2048)):
-        rng = np.random.default_rng(rows + cols)
-        blocks = random_blocks("IQ3_XXS", rows * cols // 256, rng)
-        records = iq3_b16.repack(cupy.asarray(blocks), rows, cols)
-        x = cupy.asarray(_x(1, cols, rng))
-        res = cupy.asarray(rng.standard_normal((1, rows)).astype(np.float32))
-        scale = cupy.asarray(np.array([0.75], np.float32))
-        cta = matvec_mma.config(rows, cols, cupy.cuda.runtime.getDeviceProperties(0)["multiProcessorCount"])
-        for kw, n_out in (({}, rows), ({"epilogue": "add", "res": res}, rows),
-                          ({"epilogue": "silu", "scale_in": scale}, rows // 2)):
-            want = cupy.full((1, n_out), np.nan, cupy.float32)
-            matvec_mma.launch(records, x, want, rows, cols, cta=cta, **kw)
-            for cluster in (1, 2, 1, 2):                  # x read from the cluster at each block / copied once
-                got = cupy.full((1, n_out), np.nan, cupy.float32)
-                matvec_mma.launch(records, x, got, rows, cols, cta=cta + (cluster,), **kw)
-                assert cupy.array_equal(want.view(cupy.uint32), got.view(cupy.uint32)), (rows, cols, kw.get("epilogue"), cluster)
 
 
 @pytest.fixture(scope="module")

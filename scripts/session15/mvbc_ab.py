@@ -6,7 +6,8 @@ Outputs must equal the qxe + mvb form's bit for bit.
 
     python3 scripts/session15/mvbc_ab.py
 
-Call 3 (commit "mvbc: x quantized inside the product by clusters of 8 CTAs ..."): mvbc with x read from the cluster
+mvbc lost (calls 3-4: 1.4-2x slower at every shape but 768x2048) and was removed: this script needs kernels/ and
+tests/ at commit bb789a8 (mvbc's last form). Call 3 (commit "mvbc: x quantized inside the product by clusters of 8 CTAs ..."): mvbc with x read from the cluster
 at each block only; call 4 adds x copied from the cluster once and clusters of 4 and 2 (matvec_mma.CLUSTER).
 """
 import statistics
