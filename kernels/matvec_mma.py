@@ -1,6 +1,7 @@
 """IQ3_XXS's decode product on the tensor cores (session 12): `mvb`, over IQ3_XXS_B16 (kernels/iq3_b16.py: bands
 of 16 rows laid out for the int8 mma's fragments). Registered as the IQ3_XXS_B16 matvec (lite bench kernels
-IQ3_XXS_B16); the GPU backend does not take it yet (docs/iq3-b16-plan.md).
+IQ3_XXS_B16); since session 15 the GPU backend's layout for IQ3_XXS matrices of whole bands (lite/backends/cuda.py
+_regroup_iq3; 8B IQ3_XXS decode 419 -> 500 tok/s on the H200).
 
 A warp's mma.sync.m16n8k32.s8 takes 16 rows x 32 weights at once (mv_iq2 over IQ3_XXS_G4 spends ~112
 instructions a chunk of 32 weights and a row). Of each pair of chunks, the even chunk's grid words (4 weights
@@ -15,7 +16,9 @@ Where the time goes (session 14, call 8, its diagnostics LT_MVB_DIAG_*): with no
 away its 12 mma a block saves 1.6 us, the signed table's lookups 0.8, the grid copies' 0.7. Lost since (each
 in a commit, BENCHMARKS): every word through the grid's copies (16 mma a block), every word through the
 table (32 conflicting lookups), -x from the quantizer, a band's K split over 2 CTAs; the signs by an add (SG, 8
-mma a block) wins at 4 warps a CTA only.
+mma a block) wins at 4 warps a CTA only; session 15: x quantized inside the product by clusters of CTAs through
+distributed shared memory (mvbc, 1.4-2x slower) and the gated product writing the down product's x records (+5 us
+at 28672x4096).
 """
 import functools
 

@@ -3,9 +3,10 @@
 # ${OUT:-/tmp/lite-checks}. Session 5 ran gemma, real, pdl, iq3 and ncu with its code, session 6
 # matvec, iq3moe and multigpu's tests, session 7 session 6's next, session 8 session 7's, session 9 session 8's
 # (figures in BENCHMARKS; the calls: scripts/session*/call*.sh); session 10 left session 9's next for later;
-# session 11 ran session 10's, session 12 session 11's, session 13 session 12's, session 14 session 13's.
+# session 11 ran session 10's, session 12 session 11's, session 13 session 12's, session 14 session 13's, session 15
+# session 14's (scripts/session15/call1.sh).
 # Re-run a step after changing what it covers.
-#   bash scripts/gpu_first_checks.sh next            # first next session (issue 3), ~4 min
+#   bash scripts/gpu_first_checks.sh next            # first next session (issue 3), ~2 min
 #   bash scripts/gpu_first_checks.sh multigpu        # on nvidia-h200-x2
 # Steps: gemma, real (needs the real models carried first), pdl, iq3, ncu, matvec, iq3moe, next, multigpu (2 GPUs).
 set -u
@@ -91,16 +92,12 @@ step_iq3moe() {
   done
 }
 
-# Session 12's `next` ran as session 13's call 1 (docs/bench/session13; its script: git history); session 13's
-# as session 14's calls 1-4 (scripts/session14/).
-# Next (~2 min): kernels/matvec_mma.py's mvb<W, P, A> (IQ3_XXS_B16) re-measured before changing it: its GPU
-# tests, then mvb alone / after qxe beside session 13's text (scripts/session14/mvb_ab14.py, with A = 0 and 1),
-# then the kernel table's IQ3 rows.
+# Session 14's `next` ran as session 15's call 1 (scripts/session15/call1.sh: every check passed).
+# Next (~2 min): the baseline before changing IQ3_XXS_B16 again: its GPU tests, mvb alone / after qxe
+# (scripts/session15/mvbc_ab.py needs mvbc, removed: the table's rows instead), the kernel table's B16 row, the backend's tests.
 step_next() {
   t python3 -m pytest -q tests/test_matvec_mma_emulated.py
-  TAIL=24 t timeout 300 python3 scripts/session14/mvb_ab14.py
   TAIL=12 t timeout 200 python3 -m lite.kernels.bench --no-numba IQ3_XXS_B16 IQ3_XXS_G4
-  TAIL=44 t bash scripts/session15/ncu_sg.sh
   t python3 -m pytest -q tests/test_cuda_backend.py -k "b16 or iq3 or IQ3"
 }
 
