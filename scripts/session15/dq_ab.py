@@ -1,5 +1,6 @@
 """Session 15, call 2: IQ3_XXS_B16's fp16 dequantize, session 14's dqb (8-byte stores straight to 8 rows a store;
-scripts/session15/dequant_b16_s14.py, the file at commit 102331f) against the staged one (kernels/dequant_b16.py:
+scripts/session15/dequant_b16_s14.py, the file at commit 102331f: removed after the call, `git show
+102331f:kernels/dequant_b16.py > scripts/session15/dequant_b16_s14.py` to run this again) against the staged one (kernels/dequant_b16.py:
 a warp's record through shared memory, whole rows out), at the 8B file's shapes: outputs equal bit for bit, then
 us and GB/s (GGUF bytes read + fp16 written) in captured graphs of 20 launches, the median of 7 replays.
 
