@@ -212,8 +212,7 @@ def launch(qtype, blocks, x, out, rows, cols, epilogue, res=None, stream=None, n
     norm_parts(...)) f32 is scratch, counter an int32 device scalar at 0 (left at 0).
     scale_in: scale (n,) as norm_out left it, x its xg: the product is of rms_norm(out) * g.
     interleaved (gated): W's rows are in interleave_rows' order. One launch per matvec_cuda.C_MAX_N
-    rows of x. IQ3_XXS_B16 goes to kernels/matvec_mma.launch (records_out, x_records: its x records; records_out
-    with a gated epilogue: the output's, for the down product)."""
+    rows of x. IQ3_XXS_B16 goes to kernels/matvec_mma.launch (records_out, x_records: its x records)."""
     import cupy
     if qtype == "IQ3_XXS_B16":                             # mvbe (kernels/matvec_mma.py), the same contract
         from lite.kernels import matvec_mma

@@ -53,10 +53,7 @@ def c_source():
     return matvec_mma_src.c_source()
 
 
-def kernel_name(warps, prefetch, align=0, signs_add=0, epilogue=0, nm=0, pairs=False):
-    """pairs: mvbp, the gated mvbe with 2 bands a CTA (`warps` in all) that writes its output's x records."""
-    if pairs:
-        return f"mvbp<{warps}, {prefetch}, {align}, {signs_add}, {epilogue}, {nm}>"
+def kernel_name(warps, prefetch, align=0, signs_add=0, epilogue=0, nm=0):
     if epilogue or nm:
         return f"mvbe<{warps}, {prefetch}, {align}, {signs_add}, {epilogue}, {nm}>"
     return f"mvb<{warps}, {prefetch}, {align}, {signs_add}>"
@@ -104,9 +101,8 @@ def launch(records, x, out, rows, cols, stream=None, cta=None, epilogue=None, re
     norm_out (g, eps, xg, part, scale, counter) with "add": also xg (n, rows) = out * g and scale (n,) =
     rsqrt(mean(out^2) + eps), part (n, rows / 16) f32 scratch, counter an int32 device scalar at 0 (left at 0);
     records_out (n, rows) f32-sized, with norm_out: xg quantized as QUANTIZER writes it, the x of a scale-in
-    product after this one (which then needs no quantizer launch); with a gated epilogue (n, rows / 2): out's
-    records, for the down product after it (mvbp: 2 bands a CTA, twice config's warps); x_records: such records
-    of x, read in place of quantizing x (no QUANTIZER launch; x is then only checked for its shape)."""
+    product after this one (which then needs no quantizer launch); x_records: such records of x, read in place
+    of quantizing x (no QUANTIZER launch; x is then only checked for its shape)."""
     import contextlib
 
     import cupy
@@ -122,14 +118,9 @@ def launch(records, x, out, rows, cols, stream=None, cta=None, epilogue=None, re
     nm = 1 if norm_out is not None else 2 if scale_in is not None else 0
     if nm == 1 and (e != 1 or scale_in is not None):
         raise ValueError(f"{NAME}: norm_out goes with epilogue 'add' alone")
-    pairs = records_out is not None and e >= 2
-    if pairs and rows % 512:
-        raise ValueError(f"{NAME}: a gated product's records_out needs rows a multiple of 512")
-    if records_out is not None and not pairs and (nm != 1 or rows % 256):
-        raise ValueError(f"{NAME}: records_out goes with norm_out or a gated epilogue, rows a multiple of 256")
-    if pairs and not cta:
-        warps *= 2                                        # the same warps a band as config's mvbe
-    names = (QUANTIZER, kernel_name(warps, prefetch, align, sg, e, nm, pairs))
+    if records_out is not None and (nm != 1 or rows % 256):
+        raise ValueError(f"{NAME}: records_out goes with norm_out, rows a multiple of 256")
+    names = (QUANTIZER, kernel_name(warps, prefetch, align, sg, e, nm))
     mod = _module(device, names, module_head())
     quant, mv = mod.get_function(names[0]), mod.get_function(names[1])
     dyn = ALIGN_DYN if align else 0
@@ -150,7 +141,7 @@ def launch(records, x, out, rows, cols, stream=None, cta=None, epilogue=None, re
                 args += (res[i] if e == 1 else z, g, xg[i] if nm == 1 else z, part[i] if nm == 1 else z,
                          scale[i:i + 1] if nm else z, counter, np.float32(eps),
                          records_out[i] if records_out is not None else z)
-            pdl.call(mv, (rows // (32 if pairs else 16),), (32 * warps,), args, shared_mem=dyn)
+            pdl.call(mv, (rows // 16,), (32 * warps,), args, shared_mem=dyn)
 
 
 @register_matvec(NAME)

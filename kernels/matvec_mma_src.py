@@ -246,10 +246,9 @@ __device__ __forceinline__ void lt_mvb_quantize_run(float v, unsigned* __restric
     }
     if (r == 0) o[lt_q8w<18>(c, 16 + run)] = __float_as_uint(a * (1.f / (127.f * 254.f)));
 }
-template <int E, int NM, int NB = 1>
+template <int E, int NM>
 __device__ __forceinline__ void lt_mvb_end(float s, float* __restrict__ out, int rows, LtEpi ep, int band,
                                            int* flag) {
-    static_assert(NB == 1 || E >= 2, "2 bands a CTA: the gated products (mvbp)");
     const float* __restrict__ res = ep.res;
     const float* __restrict__ scale = ep.scale;
     if constexpr (NM == 1) {
@@ -293,29 +292,23 @@ __device__ __forceinline__ void lt_mvb_end(float s, float* __restrict__ out, int
         if (threadIdx.x >= 32) return;
         if constexpr (NM == 2) s *= __ldg(scale);
         const float u = __shfl_xor_sync(0xffffffffu, s, 1);    // lane 2 i: gate i, its up from lane 2 i + 1
-        float y = 0.f;
-        if (threadIdx.x < 16 * NB && (threadIdx.x & 1) == 0) {
+        if (threadIdx.x < 16 && (threadIdx.x & 1) == 0) {
             const float g = s;
+            float y;
             if constexpr (E == 2) y = g / (1.0f + expf(-g)) * u;
             else y = 0.5f * g * (1.0f + tanhf(0.7978845608028654f * (g + 0.044715f * g * g * g))) * u;
             out[band * 8 + (threadIdx.x >> 1)] = y;
         }
-        if constexpr (NB == 2) {     // mvbp: the CTA's 16 outputs are one run of the next product's x (lane r: 2 r's)
-            const float v = __shfl_sync(0xffffffffu, y, (2 * threadIdx.x) & 31);
-            if (ep.xr) lt_mvb_quantize_run(threadIdx.x < 16 ? v : 0.f, ep.xr, band >> 1);
-        }
     }
 }
-template <int W, int P, int A, int SG, int E, int NM, int NB = 1>
+template <int W, int P, int A, int SG, int E, int NM>
 __device__ __forceinline__ void mvb_body(const unsigned char* __restrict__ w, const float* __restrict__ xq,
                                          float* __restrict__ out, int rows, int cols, LtEpi ep) {
     unsigned tb;
     uint4* const tab = lt_b16_table<A>(tb);
     uint4* const grid32 = lt_b16_grid32;
-    constexpr int WB = W / NB;                            // warps a band (NB bands a CTA: mvbp)
+    const int nblk = cols >> 8, band = blockIdx.x;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, q = lane & 3;
-    const int nblk = cols >> 8, band = NB == 1 ? blockIdx.x : blockIdx.x * NB + warp / WB;
-    const int wb = NB == 1 ? warp : warp % WB;            // this warp among its band's
     const int half = lane >> 4, qh = q >> 1;             // half: B's columns 4-7 (chunk c + 1); qh: this lane's chunk
     const unsigned char* base = w + (long long)band * nblk * 1632;
 #ifdef LT_MVB_STAMPS
@@ -326,7 +319,7 @@ __device__ __forceinline__ void mvb_body(const unsigned char* __restrict__ w, co
     LtB16 ring[P + 1];
     #pragma unroll
     for (int k = 0; k < P; k++)
-        if (wb + k * WB < nblk) lt_b16_load(ring[k], base + (long long)LT_DIAG_W(wb + k * WB) * 1632, lane, ls);
+        if (warp + k * W < nblk) lt_b16_load(ring[k], base + (long long)LT_DIAG_W(warp + k * W) * 1632, lane, ls);
     {   // the loads first (a load-store loop waits a load a store)
         uint4 t[(1024 + 32 * W - 1) / (32 * W)];
         constexpr int GK = (256 + 32 * W - 1) / (32 * W);   // grid entries a thread
@@ -356,12 +349,12 @@ __device__ __forceinline__ void mvb_body(const unsigned char* __restrict__ w, co
     float acc0 = 0.f, acc1 = 0.f;                         // rows g, g + 8
     // The ring turns by unrolling P + 1 blocks (slot u's block computed, slot (u + P) % (P + 1) loaded):
     // with copies between slots (session 12, call 21) each copy waited for the load just issued.
-    for (int j0 = wb; j0 < nblk; j0 += (P + 1) * WB) {
+    for (int j0 = warp; j0 < nblk; j0 += (P + 1) * W) {
         #pragma unroll
         for (int u = 0; u <= P; u++) {
-            const int j = j0 + u * WB;
+            const int j = j0 + u * W;
             if (j >= nblk) break;
-            if (j + P * WB < nblk) lt_b16_load(ring[(u + P) % (P + 1)], base + (long long)LT_DIAG_W(j + P * WB) * 1632, lane, ls);
+            if (j + P * W < nblk) lt_b16_load(ring[(u + P) % (P + 1)], base + (long long)LT_DIAG_W(j + P * W) * 1632, lane, ls);
             LtX x;
             x.load(xw + 144 * LT_DIAG_X(j), lane);
             lt_b16_block<A, SG>(ring[u], x, lane, qh, tb, m0, m1, ma, acc0, acc1);
@@ -378,12 +371,11 @@ __device__ __forceinline__ void mvb_body(const unsigned char* __restrict__ w, co
     if (q == 0) { red[warp * 16 + gq] = acc0; red[warp * 16 + gq + 8] = acc1; }
     __syncthreads();
     float s = 0.f;
-    if (threadIdx.x < 16 * NB) {                          // lane 16 b + r: row r of the CTA's band b
-        const int b = NB == 1 ? 0 : threadIdx.x >> 4, r = NB == 1 ? threadIdx.x : threadIdx.x & 15;
-        for (int k = 0; k < WB; k++) s += red[(b * WB + k) * 16 + r];
+    if (threadIdx.x < 16) {
+        for (int k = 0; k < W; k++) s += red[k * 16 + threadIdx.x];
         s = 0.25f * s;                                    // (2 sc + 1) / 4 = (0.5 + sc) / 2
     }
-    lt_mvb_end<E, NM, NB>(s, out, rows, ep, blockIdx.x * NB, (int*)tab + 16 * W);
+    lt_mvb_end<E, NM>(s, out, rows, ep, band, (int*)tab + 16 * W);
     LT_STAMP(4);
 }
 template <int W, int P, int A, int SG = 0>
@@ -398,16 +390,6 @@ __global__ void __launch_bounds__(32 * W, 2) mvbe(const unsigned char* __restric
                                                   const float* g, float* xg, float* part, float* scale, int* counter,
                                                   float eps, unsigned* xr) {
     mvb_body<W, P, A, SG, E, NM>(w, xq, out, rows, cols, LtEpi{res, g, xg, part, scale, counter, eps, xr});
-}
-// mvbp (session 15): the gated mvbe (E = 2 / 3) with 2 bands a CTA (W / 2 warps each), so that a CTA holds 16
-// outputs, one run of the down product's x: with xr it writes their records (lt_mvb_quantize_run) and the down
-// product needs no quantizer launch. The arguments as mvbe's (res, g, xg, part, counter unread).
-template <int W, int P, int A, int SG, int E, int NM>
-__global__ void __launch_bounds__(32 * W, 2) mvbp(const unsigned char* __restrict__ w, const float* __restrict__ xq,
-                                                  float* __restrict__ out, int rows, int cols, const float* res,
-                                                  const float* g, float* xg, float* part, float* scale, int* counter,
-                                                  float eps, unsigned* xr) {
-    mvb_body<W, P, A, SG, E, NM, 2>(w, xq, out, rows, cols, LtEpi{res, g, xg, part, scale, counter, eps, xr});
 }
 """
 

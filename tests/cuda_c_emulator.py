@@ -82,19 +82,6 @@ thread_local std::barrier<>* tl_block_bar;
 thread_local WarpState* tl_warp;
 inline void __syncthreads() { tl_block_bar->arrive_and_wait(); }
 inline void __syncwarp(unsigned = 0xffffffff) { tl_warp->bar->arrive_and_wait(); }
-template <class T> inline T __shfl_sync(unsigned, T v, int src) {
-    static_assert(sizeof(T) <= 8, "shuffle of a scalar");
-    int lane = threadIdx.x & 31;
-    unsigned long long bits = 0;
-    std::memcpy(&bits, &v, sizeof(T));
-    tl_warp->buf[lane] = bits;
-    tl_warp->bar->arrive_and_wait();
-    bits = tl_warp->buf[src & 31];
-    tl_warp->bar->arrive_and_wait();
-    T r;
-    std::memcpy(&r, &bits, sizeof(T));
-    return r;
-}
 template <class T> inline T __shfl_xor_sync(unsigned, T v, int o) {
     static_assert(sizeof(T) <= 8, "shuffle of a scalar");
     int lane = threadIdx.x & 31;

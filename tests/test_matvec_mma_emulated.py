@@ -19,7 +19,6 @@ pytestmark = pytest.mark.skipif(not emu.available(), reason="needs g++ (C++20)")
 CONFIGS = [(8, 1, 1, 0), (8, 1, 0, 0), (4, 2, 1, 1), (4, 2, 0, 0), (2, 3, 0, 1), (2, 1, 1, 0)]
 EPI_CONFIGS = [(8, 1, 1, 0), (4, 2, 0, 1)]         # mvbe: config's two forms
 EPI_FORMS = [(e, nm) for e in (0, 1, 2, 3) for nm in (0, 2) if e or nm] + [(1, 1)]   # (epilogue, norm)
-PAIR_CONFIGS = [(8, 2, 0, 1), (16, 1, 1, 0)]         # mvbp (2 bands a CTA): config's two mvbe forms doubled
 
 
 @pytest.fixture(scope="module")
@@ -30,10 +29,6 @@ def mma_lib():
                      f'float* xg, float* part, float* scale, int* counter, float eps, unsigned* xr) {{ mvbe<{w}, {p}, {a}, {sg}, {e}, {nm}>'
                      f'(w, x, out, rows, cols, res, g, xg, part, scale, counter, eps, xr); }}\n'
                      for w, p, a, sg in EPI_CONFIGS for e, nm in EPI_FORMS)
-    wraps += "".join(f'extern "C" __global__ void mvbp_{w}_{p}_{a}_{sg}_{e}_{nm}({ARGS}, const float* res, const float* g, '
-                     f'float* xg, float* part, float* scale, int* counter, float eps, unsigned* xr) {{ mvbp<{w}, {p}, {a}, {sg}, {e}, {nm}>'
-                     f'(w, x, out, rows, cols, res, g, xg, part, scale, counter, eps, xr); }}\n'
-                     for w, p, a, sg in PAIR_CONFIGS for e in (2, 3) for nm in (0, 2))
     wraps += ('extern "C" __global__ void emu_qx_IQ3_XXS(const float* x, float* xq, int cols) '
               f'{{ {matvec_q8.quantize_name("IQ3_XXS")}(x, xq, cols); }}\n')
     wraps += ('extern "C" __global__ void emu_qxe(const float* x, float* xq, int cols) '
@@ -167,35 +162,6 @@ def test_mvbe_epilogues_match_float64(mma_lib, cfg, e, nm):
     ref, bound = _epilogue_reference(e, prod, tol, res)
     err = np.abs(out.astype(np.float64) - ref)
     assert np.all(err <= bound), np.max(err / bound)
-
-
-@pytest.mark.parametrize("nm", [0, 2], ids=["plain", "scale_in"])
-@pytest.mark.parametrize("e", [2, 3], ids=["silu", "gelu_tanh"])
-@pytest.mark.parametrize("cfg", PAIR_CONFIGS, ids=lambda c: f"w{c[0]}p{c[1]}a{c[2]}sg{c[3]}")
-def test_mvbp_writes_the_down_products_x_records(mma_lib, cfg, e, nm):
-    """mvbp (the gated product, 2 bands a CTA): its output bit for bit mvbe's with the same warps a band (the
-    same sums in the same order), and its records of the output word for word what qxe<TIQ3_XXS, 18> makes of it
-    (a CTA's 16 outputs one run); without xr it writes none."""
-    w_, p, a, sg = cfg
-    rows, cols = 1024, 768                                # 32 CTAs; 3 blocks: warps with none or a lone one
-    rng = np.random.default_rng(61 + e + nm)
-    blocks = random_blocks("IQ3_XXS", rows * cols // 256, rng)
-    records = iq3_b16.repack(blocks, rows, cols)
-    x = _x(1, cols, rng)
-    xq = np.zeros_like(x)
-    mma_lib.launch("emu_qxe", matvec_q8.quantize_grid(1, cols), (128,), x, xq, np.int32(cols))
-    scale, z = np.array([0.75], np.float32), np.zeros(1, np.float32)
-    tail = (z, z, z, z, scale, np.zeros(1, np.int32), np.float32(0))
-    want = np.full((1, rows // 2), np.nan, np.float32)
-    mma_lib.launch(f"mvbe_{w_ // 2}_{p}_{a}_{sg}_{e}_{nm}", (rows // 16,), (16 * w_,), records, xq, want,
-                   np.int32(rows), np.int32(cols), *tail, None)
-    out, xr = np.full((1, rows // 2), np.nan, np.float32), np.zeros((1, rows // 2), np.float32)
-    mma_lib.launch(f"mvbp_{w_}_{p}_{a}_{sg}_{e}_{nm}", (rows // 32,), (32 * w_,), records, xq, out,
-                   np.int32(rows), np.int32(cols), *tail, xr)
-    assert np.array_equal(out.view(np.uint32), want.view(np.uint32))
-    ref = np.zeros_like(xr)
-    mma_lib.launch("emu_qxe", matvec_q8.quantize_grid(1, rows // 2), (128,), out, ref, np.int32(rows // 2))
-    assert np.array_equal(xr.view(np.uint32), ref.view(np.uint32))
 
 
 def _epilogue_reference(e, prod, tol, res):
@@ -348,33 +314,6 @@ def test_gpu_mvb_full_size():
                 matvec_mma.launch(records, cupy.asarray(x), out, rows, cols, cta=cta)
             err = np.abs(out.get().astype(np.float64) - ref)
             assert np.all(err <= 1e-3 * np.abs(ref) + 1e-5 * scale + quant_bound("IQ3_XXS", x, w)), cta
-
-
-@pytest.mark.skipif(not _gpu(), reason="needs a CUDA GPU (the CUDA C text runs above under the emulator)")
-def test_gpu_mvbp_full_size():
-    """mvbp at the 8B gated shape (28672x4096, silu, with and without the norm's scale in): the output bit for bit
-    the gated mvbe's, its records word for word the quantizer's of that output, twice."""
-    import cupy
-
-    from lite.kernels import pdl
-    rows, cols = 28672, 4096
-    rng = np.random.default_rng(5)
-    blocks = random_blocks("IQ3_XXS", rows * cols // 256, rng)
-    records = iq3_b16.repack(cupy.asarray(blocks), rows, cols)
-    x = cupy.asarray(_x(1, cols, rng))
-    scale = cupy.asarray(np.array([0.75], np.float32))
-    for kw in ({}, {"scale_in": scale}):
-        want = cupy.full((1, rows // 2), np.nan, cupy.float32)
-        matvec_mma.launch(records, x, want, rows, cols, epilogue="silu", **kw)
-        ref = cupy.empty_like(want)
-        names = (matvec_mma.QUANTIZER, matvec_mma.kernel_name(8, 1, 1, 0))
-        quant = matvec_mma._module(cupy.cuda.runtime.getDevice(), names, matvec_mma.module_head()).get_function(names[0])
-        pdl.call(quant, matvec_q8.quantize_grid(1, rows // 2), (128,), (want[0], ref[0], np.int32(rows // 2)))
-        for _ in range(2):
-            out, xr = cupy.full_like(want, np.nan), cupy.zeros_like(want)
-            matvec_mma.launch(records, x, out, rows, cols, epilogue="silu", records_out=xr, **kw)
-            assert cupy.array_equal(out.view(cupy.uint32), want.view(cupy.uint32)), kw
-            assert cupy.array_equal(xr.view(cupy.uint32), ref.view(cupy.uint32)), kw
 
 
 @pytest.fixture(scope="module")

@@ -92,7 +92,6 @@ class CUDABackend(CUDALinear, CUDAFoldNorm, CUDAHandoff, CUDADecodeAttention, CU
                             else cp.zeros(1, np.int64))
             self._pos_host = cupyx.empty_pinned(1, np.int64)
             self._norm_counter = cp.zeros(1, np.int32)     # cuda_norm.py's norm-out launches
-            self._gated_records = None     # (the gated output, its x records) of the last such launch
             self._attn_counters = cupy_decode.new_counters()   # decode attention's split merge
         self.capturing = False
         self._graph_memory = []   # allocations captured graphs refer to, kept alive with them

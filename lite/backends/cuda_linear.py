@@ -18,10 +18,6 @@ from lite.kernels import matvec_epilogue
 # Decode products with the residual add or the FFN activation folded in (kernels/matvec_epilogue.py);
 # LITE_MATVEC_EPILOGUE=0: the separate launches, as before (for comparison).
 EPILOGUES = os.environ.get("LITE_MATVEC_EPILOGUE", "1") != "0"
-# A gated IQ3_XXS_B16 product also writes its output as the next product's x records (kernels/matvec_mma.py
-# mvbp: 2 bands a CTA), which the down product after it reads instead of launching the quantizer;
-# LITE_GATED_RECORDS=0: the quantizer (session 15's A/B).
-GATED_RECORDS = os.environ.get("LITE_GATED_RECORDS", "1") != "0"
 
 
 class CUDALinear:
@@ -79,8 +75,7 @@ class CUDALinear:
         res = self._arr(res)
         if name[: -len("weight")] + "bias" not in self.w:
             xa = self._ready(x)
-            later = (None if xa is None or not EPILOGUES
-                     else self._add_later(xa, self.w[name], res, self._gated_records_of(xa, self.w[name])))
+            later = None if xa is None or not EPILOGUES else self._add_later(xa, self.w[name], res)
             if later is not None:
                 return later
             out = self._one_launch(self.w[name], x, "add", res)
@@ -114,14 +109,7 @@ class CUDALinear:
         if (xa is None or xa.shape[0] > FUSED_MAX_TOKENS or w.data.ndim != 1
                 or not matvec_epilogue.supports(w.qtype, w.data, self.cp.ascontiguousarray(xa))):
             return None
-        return self._epilogue_launch(w, xa, epilogue, res, interleaved=interleaved,
-                                     x_records=self._gated_records_of(xa, w))
-
-    def _gated_records_of(self, x, w):
-        """x's records where x is the last records-writing gated launch's output (the very array: nothing else
-        can stand at its address while the backend holds it) and w's product reads them (IQ3_XXS_B16)."""
-        held = self._gated_records
-        return held[1] if held is not None and held[0] is x and w.qtype == "IQ3_XXS_B16" else None
+        return self._epilogue_launch(w, xa, epilogue, res, interleaved=interleaved)
 
     def _records_for(self, w, x):
         """A ScaledLater's x records where weight w's product reads them (IQ3_XXS_B16), else None."""
@@ -135,14 +123,8 @@ class CUDALinear:
         out = cp.empty((x.shape[0], rows if epilogue in (None, "add") else rows // 2), np.float32)
         if res is not None:
             res = cp.ascontiguousarray(res)
-        records = None
-        if GATED_RECORDS and w.qtype == "IQ3_XXS_B16" and epilogue not in (None, "add") and rows % 512 == 0:
-            records = cp.empty_like(out)                  # mvbp (kernels/matvec_mma.py): out's records too
         matvec_epilogue.launch(w.qtype, w.data, x, out, rows, w.shape[-1], epilogue, res,
-                               self.stream, scale_in=scale_in, interleaved=interleaved, x_records=x_records,
-                               records_out=records)
-        if records is not None:
-            self._gated_records = (out, records)
+                               self.stream, scale_in=scale_in, interleaved=interleaved, x_records=x_records)
         return out
 
     def output(self, x):

@@ -55,9 +55,8 @@ class AddLater(_Later):
     yet; launched by rms_norm with the norm out, or by _arr."""
     WHAT = "a residual add left for the next norm"
 
-    def __init__(self, x, w, res, records=None):
-        # records: x quantized as IQ3_XXS_B16's products read x (a gated launch wrote them), or None
-        self.x, self.w, self.res, self.records, self.shape, self.done = x, w, res, records, res.shape, None
+    def __init__(self, x, w, res):
+        self.x, self.w, self.res, self.shape, self.done = x, w, res, res.shape, None
 
 
 class ScaledLater(_Later):
@@ -83,12 +82,11 @@ class CUDAFoldNorm:
         323-331 -> 348 tok/s); LITE_FOLD_NORM=0 off. Read once a backend."""
         return os.environ.get("LITE_FOLD_NORM", "1") != "0"
 
-    def _add_later(self, x, w, res, records=None):
-        """linear_add's hook: an AddLater for one token's res + x @ W.T (x's records, if any, for its
-        product), else None."""
+    def _add_later(self, x, w, res):
+        """linear_add's hook: an AddLater for one token's res + x @ W.T, else None."""
         if (self.fold_norm and x.ndim == 2 and x.shape[0] == 1 and w.data.ndim == 1
                 and matvec_epilogue.supports(w.qtype, w.data, self.cp.ascontiguousarray(x))):
-            return AddLater(self.cp.ascontiguousarray(x), w, self.cp.ascontiguousarray(res), records)
+            return AddLater(self.cp.ascontiguousarray(x), w, self.cp.ascontiguousarray(res))
         return None
 
     def _norm_out(self, x, name, eps):
@@ -108,7 +106,7 @@ class CUDAFoldNorm:
         records = cp.empty((T, rows), np.float32) if w.qtype == "IQ3_XXS_B16" and rows % 256 == 0 else None
         matvec_epilogue.launch(w.qtype, w.data, x.x, out, rows, w.shape[-1], "add", x.res,
                                self.stream, norm_out=(g, eps, xg, part, scale, self._norm_counter),
-                               records_out=records, x_records=x.records)
+                               records_out=records)
         x.done = out
         return ScaledLater(xg, scale, records)
 
@@ -116,7 +114,7 @@ class CUDAFoldNorm:
         """h itself, or what a lazy value stands for (launched once)."""
         if isinstance(h, AddLater):
             if h.done is None:
-                h.done = self._epilogue_launch(h.w, h.x, "add", h.res, x_records=h.records)   # cuda_linear.py
+                h.done = self._epilogue_launch(h.w, h.x, "add", h.res)          # cuda_linear.py
             return h.done
         if isinstance(h, ScaledLater):
             if h.done is None:

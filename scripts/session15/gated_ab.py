@@ -5,6 +5,9 @@ launch): each pair captured 40 times into a graph over weight copies rotated thr
 medians of 7 replays; the down outputs must be equal bit for bit.
 
     python3 scripts/session15/gated_ab.py
+
+mvbp lost (call 8: the pair 32.33 -> 33.44 us, the gated product alone 22.48 -> 24.19; 8B tg128 506 -> 491-495) and
+was reverted: this script needs kernels/ and lite/ at commit fb49d98.
 """
 import statistics
 
