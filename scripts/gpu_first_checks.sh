@@ -93,6 +93,7 @@ step_iq3moe() {
 }
 
 # Session 14's `next` ran as session 15's call 1 (scripts/session15/call1.sh: every check passed).
+# First, before this step: scripts/session15/call9.sh (a long-prompt prefill A/B of B16 against G4, never run).
 # Next (~2 min): the baseline before changing IQ3_XXS_B16 again: its GPU tests, mvb alone / after qxe
 # (scripts/session15/mvbc_ab.py needs mvbc, removed: the table's rows instead), the kernel table's B16 row, the backend's tests.
 step_next() {
