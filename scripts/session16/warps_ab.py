@@ -2,7 +2,7 @@
 2) in 80, 72 and 64 registers without spills, so that 2 CTAs an SM hold 24-32 warps against 8 warps' 16) at the
 kernel table's shapes after qxe (the PDL wait, LITE_MVB_HANDOFF=0), timed as lite.kernels.bench times the table's
 matvec rows; the forms interleaved R times a shape, the medians of the R last. Outputs of every form equal the
-first's within float rounding of the warps' sums (the int8 sums are exact; the warps' order differs).
+first's within 1e-4 (float rounding of the warps' sums (the int8 sums are exact; the warps' order differs).
 
     python3 scripts/session16/warps_ab.py [R]
 """
@@ -44,7 +44,7 @@ for (rows, cols), forms in FORMS.items():
             ref = y
         else:
             err = float(cp.max(cp.abs(y - ref) / (cp.abs(ref) + 1e-3 * float(cp.max(cp.abs(ref))))))
-            assert err < 1e-5, (rows, cols, cta, err)
+            assert err < 1e-4, (rows, cols, cta, err)
     got = {cta: [] for cta in forms}
     for _ in range(R):
         for cta in forms:
