@@ -21,7 +21,6 @@ distributed shared memory (mvbc, 1.4-2x slower) and the gated product writing th
 at 28672x4096 with a counter a band pair, +1.7 us with 2 bands a CTA).
 """
 import functools
-import os
 
 import numpy as np
 
@@ -54,11 +53,10 @@ def c_source():
     return matvec_mma_src.c_source()
 
 
-def kernel_name(warps, prefetch, align=0, signs_add=0, epilogue=0, nm=0, handoff=0):
-    """mvb's (mvbh's with handoff: after QUANTIZER_ARRIVE), or mvbe's with an epilogue or a norm."""
+def kernel_name(warps, prefetch, align=0, signs_add=0, epilogue=0, nm=0):
     if epilogue or nm:
-        return f"mvbe<{warps}, {prefetch}, {align}, {signs_add}, {epilogue}, {nm}{', 1' if handoff else ''}>"
-    return f"mvb{'h' if handoff else ''}<{warps}, {prefetch}, {align}, {signs_add}>"
+        return f"mvbe<{warps}, {prefetch}, {align}, {signs_add}, {epilogue}, {nm}>"
+    return f"mvb<{warps}, {prefetch}, {align}, {signs_add}>"
 
 
 EPILOGUES = matvec_epilogue.EPILOGUES               # lt_mvb_end's E, mve's numbers
@@ -69,32 +67,6 @@ EPILOGUES = matvec_epilogue.EPILOGUES               # lt_mvb_end's E, mve's numb
 # Session 12: after qx 12.1 us, after qxe 10.9 (mvb alone 9.8); quantizing in mvb's own CTAs with a grid
 # barrier (3340ce5) lost: 12.6, and 6.3 against 4.5 at 4096x4096.
 QUANTIZER = "qxe<TIQ3_XXS, 18>"
-# Session 16: the quantizer counting its CTAs as they finish (kernels/matvec_q8.py qxa), the product starting on
-# that count (H = 1: mvbh, mvbe<..., 1>; kernels/matvec_mma_src.py lt_mvb_wait) instead of on the quantizer's
-# grid end. LITE_MVB_HANDOFF=0: the PDL wait (qxe) as before.
-QUANTIZER_ARRIVE = "qxa<TIQ3_XXS, 18>"
-
-
-def handoff_enabled():
-    return os.environ.get("LITE_MVB_HANDOFF", "1") != "0"
-
-
-_SYNC = {}        # (device, records' pointer, rows, cols) -> the hand-off's two uint64 counters
-
-
-def _sync_words(device, records, rows, cols):
-    """The hand-off's counters (tickets, arrivals) of one weight matrix, zeroed once on the current stream; None
-    while a stream capture is under way and there are none yet (that launch waits as H = 0 does: a zeroing
-    captured into the graph would reset them at every replay)."""
-    import cupy
-    key = (device, records.data.ptr, rows, cols)
-    words = _SYNC.get(key)
-    if words is None:
-        stream = cupy.cuda.get_current_stream()
-        if cupy.cuda.runtime.streamIsCapturing(stream.ptr):
-            return None
-        words = _SYNC[key] = cupy.zeros(2, np.uint64)
-    return words
 
 
 def module_head(stamps=False, extra=""):
@@ -148,23 +120,20 @@ def launch(records, x, out, rows, cols, stream=None, cta=None, epilogue=None, re
         raise ValueError(f"{NAME}: norm_out goes with epilogue 'add' alone")
     if records_out is not None and (nm != 1 or rows % 256):
         raise ValueError(f"{NAME}: records_out goes with norm_out, rows a multiple of 256")
+    names = (QUANTIZER, kernel_name(warps, prefetch, align, sg, e, nm))
+    mod = _module(device, names, module_head())
+    quant, mv = mod.get_function(names[0]), mod.get_function(names[1])
+    dyn = ALIGN_DYN if align else 0
+    if dyn and mv.max_dynamic_shared_size_bytes < dyn:
+        mv.max_dynamic_shared_size_bytes = dyn        # past the 48 KB a CTA takes without asking
     with stream if stream is not None else contextlib.nullcontext():
-        sync = _sync_words(device, records, rows, cols) if x_records is None and handoff_enabled() else None
-        h = int(sync is not None)
-        names = (QUANTIZER_ARRIVE if h else QUANTIZER, kernel_name(warps, prefetch, align, sg, e, nm, h))
-        mod = _module(device, names, module_head())
-        quant, mv = mod.get_function(names[0]), mod.get_function(names[1])
-        dyn = ALIGN_DYN if align else 0
-        if dyn and mv.max_dynamic_shared_size_bytes < dyn:
-            mv.max_dynamic_shared_size_bytes = dyn        # past the 48 KB a CTA takes without asking
         x = cupy.ascontiguousarray(x)
         if x_records is not None and x_records.shape != x.shape:
             raise ValueError(f"{NAME}: x_records {x_records.shape} for x {x.shape}")
         xq = cupy.empty_like(x) if x_records is None else x_records
-        qgrid = matvec_q8.quantize_grid(1, cols)
         for i in range(x.shape[0]):
             if x_records is None:
-                pdl.call(quant, qgrid, (128,), (x[i], xq[i], np.int32(cols)) + ((sync,) if h else ()))
+                pdl.call(quant, matvec_q8.quantize_grid(1, cols), (128,), (x[i], xq[i], np.int32(cols)))
             args = (records, xq[i], out[i], np.int32(rows), np.int32(cols))
             if e or nm:                                   # mve's arguments after cols; unread pointers as 0
                 z = np.uint64(0)
@@ -172,15 +141,7 @@ def launch(records, x, out, rows, cols, stream=None, cta=None, epilogue=None, re
                 args += (res[i] if e == 1 else z, g, xg[i] if nm == 1 else z, part[i] if nm == 1 else z,
                          scale[i:i + 1] if nm else z, counter, np.float32(eps),
                          records_out[i] if records_out is not None else z)
-                args += (sync if h else z, np.int32(qgrid[0]))
-            elif h:
-                args += (sync, np.int32(qgrid[0]))
-            try:
-                pdl.call(mv, (rows // 16,), (32 * warps,), args, shared_mem=dyn)
-            except Exception:
-                if h:                                     # qxa counted without its product: fresh counters
-                    _SYNC.pop((device, records.data.ptr, rows, cols), None)
-                raise
+            pdl.call(mv, (rows // 16,), (32 * warps,), args, shared_mem=dyn)
 
 
 @register_matvec(NAME)

@@ -141,14 +141,10 @@ __device__ __forceinline__ unsigned lt_b16_tab_word(unsigned off, unsigned tb) {
 // and the odd chunk's two through the grid's copies, then the pair's tail into acc0 / acc1 (rows g, g + 8).
 // LtX: a lane's x for the block, its x word and its run's d in each chunk pair (qxe<TIQ3_XXS, 18>'s
 // records, kernels/matvec_q8.py lt_q8w: 144 words a block, a lane's 4 words and 4 d in 16 bytes each).
-// H = 1 (x written by a quantizer still running beside this kernel: lt_mvb_wait): loads at L2 (ld.global.cg),
-// not through the non-coherent path, whose lines may hold an earlier launch's records.
 struct LtX {
     unsigned v[4], d[4];
-    template <int H>
     __device__ __forceinline__ void load(const unsigned* xj, int lane) {
-        const uint4 a = H ? __ldcg((const uint4*)xj + lane) : __ldg((const uint4*)xj + lane);
-        const uint4 b = H ? __ldcg((const uint4*)(xj + 128) + (lane & 3)) : __ldg((const uint4*)(xj + 128) + (lane & 3));
+        const uint4 a = __ldg((const uint4*)xj + lane), b = __ldg((const uint4*)(xj + 128) + (lane & 3));
         v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; d[0] = b.x; d[1] = b.y; d[2] = b.z; d[3] = b.w;
     }
 };
@@ -305,53 +301,9 @@ __device__ __forceinline__ void lt_mvb_end(float s, float* __restrict__ out, int
         }
     }
 }
-// The hand-off from the quantizer (session 16). H = 0: the PDL wait (griddepcontrol.wait: the quantizer's grid
-// ended and flushed). H = 1: qxa's count of CTAs done (sync[1]), reached by this launch's share: each CTA takes a
-// ticket (sync[0], before it lets the next kernel launch, so that one launch's tickets come before the next's),
-// its launch's number is ticket / gridDim.x, and it waits for (that + 1) * qn arrivals, qn qxa's CTAs a launch.
-// Both counters only grow (64 bits), so a captured graph replays without resets; every qxa launch must be paired
-// with one H = 1 launch over the same counters (kernels/matvec_mma.py launch). The records are then read at L2
-// (LtX::load<1>). What the PDL wait gave the kernels after this one (this grid ends after the one before it)
-// the wait at the end keeps: by then qxa has long ended. The host emulator runs launches one after another:
-// there the count must already be reached, and a launch that finds it short counts in lt_emu_handoff_errors.
-#ifndef __CUDA_ARCH__
-extern "C" { int lt_emu_handoff_errors = 0; }
-#endif
-template <int H>
-__device__ __forceinline__ unsigned long long lt_mvb_ticket(unsigned long long* sync, int qn) {
-    if constexpr (H == 0) return 0;
-    else return threadIdx.x == 0 ? (atomicAdd(sync, 1ull) / gridDim.x + 1) * (unsigned long long)qn : 0ull;
-}
-template <int H>
-__device__ __forceinline__ void lt_mvb_wait(const unsigned long long* sync, unsigned long long target) {
-    if constexpr (H == 0) {
-        PDL_PROLOGUE();
-    } else {
-        if (threadIdx.x == 0) {
-#ifdef __CUDA_ARCH__
-            for (unsigned n = 0;; n++) {
-                unsigned long long v;
-                asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(sync + 1) : "memory");
-                if (v >= target) break;
-                if (n > (1u << 26)) __trap();              // ~seconds: a launch not paired with qxa's
-                __nanosleep(32);
-            }
-#else
-            if (*(volatile const unsigned long long*)(sync + 1) < target)
-                __atomic_fetch_add(&lt_emu_handoff_errors, 1, __ATOMIC_SEQ_CST);
-#endif
-        }
-        __syncthreads();
-#if defined(__CUDA_ARCH__) && defined(LT_PDL)
-        asm volatile("griddepcontrol.launch_dependents;");
-#endif
-    }
-}
-template <int W, int P, int A, int SG, int E, int NM, int H = 0>
+template <int W, int P, int A, int SG, int E, int NM>
 __device__ __forceinline__ void mvb_body(const unsigned char* __restrict__ w, const float* __restrict__ xq,
-                                         float* __restrict__ out, int rows, int cols, LtEpi ep,
-                                         unsigned long long* sync = nullptr, int qn = 0) {
-    const unsigned long long target = lt_mvb_ticket<H>(sync, qn);   // first: its latency under the fill
+                                         float* __restrict__ out, int rows, int cols, LtEpi ep) {
     unsigned tb;
     uint4* const tab = lt_b16_table<A>(tb);
     uint4* const grid32 = lt_b16_grid32;
@@ -390,7 +342,7 @@ __device__ __forceinline__ void mvb_body(const unsigned char* __restrict__ w, co
     }
     __syncthreads();
     LT_STAMP(1);
-    lt_mvb_wait<H>(sync, target);
+    PDL_PROLOGUE();
     LT_STAMP(2);
     const unsigned* xw = (const unsigned*)xq;
     const unsigned m0 = (gq & 2) ? 0u : ~0u, m1 = ~m0, ma = half ? 0u : ~0u;   // B's column gq % 4: hi_a, lo_a, hi_b, lo_b
@@ -404,7 +356,7 @@ __device__ __forceinline__ void mvb_body(const unsigned char* __restrict__ w, co
             if (j >= nblk) break;
             if (j + P * W < nblk) lt_b16_load(ring[(u + P) % (P + 1)], base + (long long)LT_DIAG_W(j + P * W) * 1632, lane, ls);
             LtX x;
-            x.template load<H>(xw + 144 * LT_DIAG_X(j), lane);
+            x.load(xw + 144 * LT_DIAG_X(j), lane);
             lt_b16_block<A, SG>(ring[u], x, lane, qh, tb, m0, m1, ma, acc0, acc1);
         }
     }
@@ -424,9 +376,6 @@ __device__ __forceinline__ void mvb_body(const unsigned char* __restrict__ w, co
         s = 0.25f * s;                                    // (2 sc + 1) / 4 = (0.5 + sc) / 2
     }
     lt_mvb_end<E, NM>(s, out, rows, ep, band, (int*)tab + 16 * W);
-#if defined(__CUDA_ARCH__) && defined(LT_PDL)
-    if constexpr (H != 0) asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
     LT_STAMP(4);
 }
 template <int W, int P, int A, int SG = 0>
@@ -434,22 +383,13 @@ __global__ void __launch_bounds__(32 * W, 2) mvb(const unsigned char* __restrict
                                                  float* __restrict__ out, int rows, int cols) {
     mvb_body<W, P, A, SG, 0, 0>(w, xq, out, rows, cols, LtEpi{});
 }
-// mvbh: mvb after qxa (the hand-off H = 1, lt_mvb_wait): sync the two counters, qn qxa's CTAs a launch.
-template <int W, int P, int A, int SG = 0>
-__global__ void __launch_bounds__(32 * W, 2) mvbh(const unsigned char* __restrict__ w, const float* __restrict__ xq,
-                                                  float* __restrict__ out, int rows, int cols,
-                                                  unsigned long long* sync, int qn) {
-    mvb_body<W, P, A, SG, 0, 0, 1>(w, xq, out, rows, cols, LtEpi{}, sync, qn);
-}
-// mvbe: mvb with the epilogue E and the norm's NM of lt_mvb_end; the arguments after cols as mve's, then H's
-// (mvbh's sync and qn; unread at H = 0).
-template <int W, int P, int A, int SG, int E, int NM, int H = 0>
+// mvbe: mvb with the epilogue E and the norm's NM of lt_mvb_end; the arguments after cols as mve's.
+template <int W, int P, int A, int SG, int E, int NM>
 __global__ void __launch_bounds__(32 * W, 2) mvbe(const unsigned char* __restrict__ w, const float* __restrict__ xq,
                                                   float* __restrict__ out, int rows, int cols, const float* res,
                                                   const float* g, float* xg, float* part, float* scale, int* counter,
-                                                  float eps, unsigned* xr, unsigned long long* sync = nullptr,
-                                                  int qn = 0) {
-    mvb_body<W, P, A, SG, E, NM, H>(w, xq, out, rows, cols, LtEpi{res, g, xg, part, scale, counter, eps, xr}, sync, qn);
+                                                  float eps, unsigned* xr) {
+    mvb_body<W, P, A, SG, E, NM>(w, xq, out, rows, cols, LtEpi{res, g, xg, part, scale, counter, eps, xr});
 }
 """
 

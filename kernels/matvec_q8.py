@@ -129,23 +129,6 @@ __global__ void __launch_bounds__(128) qxe(const float* __restrict__ x, float* _
 #endif
     qx_one<T, RW>(x + row, (unsigned*)(xq + row), t >> 3, t & 7, (t >> 3) < chunks);
 }
-// qxa (session 16): qxe that also counts its CTA in sync[1] once its records are written (each thread's
-// stores fenced, then the CTA's barrier, then one atomic), so that the product after it (mvb's H = 1,
-// kernels/matvec_mma_src.py lt_mvb_wait) can start on that count instead of waiting for this grid to end.
-template <class T, int RW>
-__global__ void __launch_bounds__(128) qxa(const float* __restrict__ x, float* __restrict__ xq, int cols,
-                                           unsigned long long* sync) {
-    const int chunks = cols / T::BE * T::CPB, t = blockIdx.x * 128 + threadIdx.x;
-    const long long row = (long long)blockIdx.y * cols;
-#ifdef LT_PDL
-    asm volatile("griddepcontrol.launch_dependents;");
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-    qx_one<T, RW>(x + row, (unsigned*)(xq + row), t >> 3, t & 7, (t >> 3) < chunks);
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) atomicAdd(sync + 1, 1ull);
-}
 __device__ __forceinline__ uint4 lt_u4(float4 v) {
     return make_uint4(__float_as_uint(v.x), __float_as_uint(v.y), __float_as_uint(v.z), __float_as_uint(v.w));
 }

@@ -75,7 +75,6 @@ template <class A> inline A max(A a, A b) { return a > b ? a : b; }
 template <class A> inline A min(A a, A b) { return a < b ? a : b; }
 template <class A> inline A __ldcg(const A* p) { return *p; }
 inline int atomicAdd(int* p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
-inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
 inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 
 struct WarpState { std::barrier<>* bar; unsigned long long buf[32]; unsigned mma[32][6]; };   // mma: kernels/matvec_mma.py's fragments

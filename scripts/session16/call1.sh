@@ -1,4 +1,4 @@
-# Session 16, call 1 (commit "matvec_mma: the quantizer's hand-off by count ..."): the hand-off's GPU tests (the full-size
+# Session 16, call 1 (commit ce093de, the hand-off since removed: it measured even): the hand-off's GPU tests (the full-size
 # products now through qxa + mvbh, the chain against the PDL wait bit for bit), its A/B at the table's shapes, issue 3's
 # table row 5 times with the hand-off the default (median of the 5), then the backend's IQ3 tests.
 set -u

@@ -1,4 +1,4 @@
-"""Session 16: IQ3_XXS_B16's product with the quantizer's hand-off by count (qxa + mvbh, LITE_MVB_HANDOFF=1, the
+"""Session 16, call 1 (needs kernels/matvec_mma.py at ce093de; the hand-off was removed after this call: even): IQ3_XXS_B16's product with the quantizer's hand-off by count (qxa + mvbh, LITE_MVB_HANDOFF=1, the
 default) against the PDL wait (qxe + mvb, LITE_MVB_HANDOFF=0), at the kernel table's shapes, timed as
 lite.kernels.bench times the table's matvec rows (captured graphs, the weights' copies rotated past the L2); the
 two forms alternate R times a shape, each figure the median of its graph's replays; the medians of the R last.
