@@ -137,8 +137,6 @@ __device__ __forceinline__ unsigned lt_b16_tab_word(unsigned off, unsigned tb) {
 #endif
     return *(const unsigned*)((const unsigned char*)lt_b16_tab + off);
 }
-// One block of 256 columns of a band: 4 chunk pairs, each the even chunk's mma through the signed table
-// and the odd chunk's two through the grid's copies, then the pair's tail into acc0 / acc1 (rows g, g + 8).
 // LtX: a lane's x for the block, its x word and its run's d in each chunk pair (qxe<TIQ3_XXS, 18>'s
 // records, kernels/matvec_q8.py lt_q8w: 144 words a block, a lane's 4 words and 4 d in 16 bytes each).
 struct LtX {
@@ -148,6 +146,64 @@ struct LtX {
         v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; d[0] = b.x; d[1] = b.y; d[2] = b.z; d[3] = b.w;
     }
 };
+// A block's A fragments, what of its product needs no x (lt_b16_decode; session 16): the even chunks' words from the
+// signed table (e), the odd chunks' from the grid's copies with their signs XORed on (o) and, SG = 0, the sign masks
+// for the correction mma (m); the scales and d as loaded.
+struct LtA { unsigned e[4][4], o[4][4], m[4][4]; uint2 sc; unsigned d; };
+template <int A, int SG>
+__device__ __forceinline__ void lt_b16_decode(const LtB16& r, int lane, unsigned tb, LtA& a) {
+    #pragma unroll
+    for (int cp = 0; cp < 4; cp++) {                      // chunk pairs c, c + 1
+        #pragma unroll
+        for (int k = 0; k < 4; k++) a.e[cp][k] = lt_b16_tab_word<A>(lt_b16_off(r, 4 * cp + k), tb);
+        const unsigned iw = lt_b16_word(r, 6 + cp);
+        #pragma unroll
+        for (int k = 0; k < 4; k++) {                     // the odd chunk: grid copy, signs by XOR
+            const int n = 4 * cp + k;
+            const unsigned idx = (iw >> (8 * k)) & 255u;
+            const unsigned m = lt_topmask(lt_b16_word(r, 10 + (n >> 3)) << (7 - (n & 7)));
+#if defined(__CUDA_ARCH__) && defined(LT_MVB_DIAG_NOGRID)   // diagnostic: the address as the word (no LDS)
+            unsigned o = (idx * 128 + 4 * lane) ^ m;
+#else
+            unsigned o = *(const unsigned*)((const unsigned char*)lt_b16_grid32 + idx * 128 + 4 * lane) ^ m;
+#endif
+            if (SG) o += m & 0x01010101u;                 // SG: -g exactly ((g ^ 0xFF) + 1; g <= 62: no carry)
+            a.o[cp][k] = o;
+            a.m[cp][k] = m;
+        }
+    }
+    a.sc = r.sc;
+    a.d = r.d;
+}
+// The block's product with x: per chunk pair the even chunk's mma, the odd chunk's (and, SG = 0, its correction
+// against -x), then the pair's tail into acc0 / acc1 (rows g, g + 8).
+template <int SG>
+__device__ __forceinline__ void lt_b16_mul(const LtA& a, const LtX& x, int qh, unsigned m0, unsigned m1, unsigned ma,
+                                           float& acc0, float& acc1) {
+    float blk0 = 0.f, blk1 = 0.f;
+    #pragma unroll
+    for (int cp = 0; cp < 4; cp++) {
+        const unsigned v = x.v[cp];
+        const unsigned vn = __vsub4(0u, v);               // -x (|x| <= 127: no wrap)
+        const float dx = __uint_as_float(x.d[cp]);
+        int cc[4];
+        lt_imma(cc, a.e[cp][0], a.e[cp][1], a.e[cp][2], a.e[cp][3], make_uint2(v & m0 & ma, v & m1 & ma), false);
+        lt_imma(cc, a.o[cp][0], a.o[cp][1], a.o[cp][2], a.o[cp][3], make_uint2(v & m0 & ~ma, v & m1 & ~ma), true);
+        if (!SG) lt_imma(cc, a.m[cp][0], a.m[cp][1], a.m[cp][2], a.m[cp][3], make_uint2(vn & m0 & ~ma, vn & m1 & ~ma), true);
+        // 2 sc of this lane's chunk (2 cp + qh of the block) for rows g, g + 8; the tail: d_x (254 hi + lo) (2 sc + 1)
+        const unsigned s0q = a.sc.x >> (4 * qh), s1q = a.sc.y >> (4 * qh);
+        const int s0 = (cp == 0 ? s0q << 1 : s0q >> (8 * cp - 1)) & 0x1E, s1 = (cp == 0 ? s1q << 1 : s1q >> (8 * cp - 1)) & 0x1E;
+        const int t0 = cc[0] * 254 + cc[1], t1 = cc[2] * 254 + cc[3];
+        blk0 = fmaf(dx, (float)(t0 * s0 + t0), blk0);
+        blk1 = fmaf(dx, (float)(t1 * s1 + t1), blk1);
+    }
+    acc0 = fmaf(lt_h2f_lo(a.d), blk0, acc0);
+    acc1 = fmaf(lt_h2f_hi(a.d), blk1, acc1);
+}
+// One block of 256 columns of a band in one (the loop's form: lt_b16_decode + lt_b16_mul's text as one, which
+// ptxas schedules into 880 SASS instructions for mvb<8, 1, 1, 0> against 912 as the two's calls): 4 chunk pairs, each
+// the even chunk's mma through the signed table and the odd chunk's two through the grid's copies, then the pair's
+// tail into acc0 / acc1 (rows g, g + 8).
 template <int A, int SG>
 __device__ __forceinline__ void lt_b16_block(const LtB16& r, const LtX& x, int lane, int qh, unsigned tb,
                                              unsigned m0, unsigned m1, unsigned ma, float& acc0, float& acc1) {
@@ -341,6 +397,20 @@ __device__ __forceinline__ void mvb_body(const unsigned char* __restrict__ w, co
         }
     }
     __syncthreads();
+    // LT_MVB_PREDECODE (session 16): the warp's first block decoded (lt_b16_decode: its A fragments need no x)
+    // before the PDL wait, while the quantizer before this kernel runs; the ring moved up a slot behind it.
+#ifdef LT_MVB_PREDECODE
+    constexpr int PD = 1;
+#else
+    constexpr int PD = 0;
+#endif
+    LtA first;
+    if (PD) {
+        if (warp < nblk) lt_b16_decode<A, SG>(ring[0], lane, tb, first);
+        #pragma unroll
+        for (int k = 0; k + 1 < P; k++) ring[k] = ring[k + 1];
+        if (warp + P * W < nblk) lt_b16_load(ring[P - 1], base + (long long)LT_DIAG_W(warp + P * W) * 1632, lane, ls);
+    }
     LT_STAMP(1);
     PDL_PROLOGUE();
     LT_STAMP(2);
@@ -349,7 +419,12 @@ __device__ __forceinline__ void mvb_body(const unsigned char* __restrict__ w, co
     float acc0 = 0.f, acc1 = 0.f;                         // rows g, g + 8
     // The ring turns by unrolling P + 1 blocks (slot u's block computed, slot (u + P) % (P + 1) loaded):
     // with copies between slots (session 12, call 21) each copy waited for the load just issued.
-    for (int j0 = warp; j0 < nblk; j0 += (P + 1) * W) {
+    if (PD && warp < nblk) {
+        LtX x;
+        x.load(xw + 144 * LT_DIAG_X(warp), lane);
+        lt_b16_mul<SG>(first, x, qh, m0, m1, ma, acc0, acc1);
+    }
+    for (int j0 = warp + PD * W; j0 < nblk; j0 += (P + 1) * W) {
         #pragma unroll
         for (int u = 0; u <= P; u++) {
             const int j = j0 + u * W;
