@@ -41,11 +41,11 @@ ALIGN_DYN = 0x8000 - 16       # A = 1's dynamic shared memory: the 16 KB table 1
 
 
 def config(rows, cols, sms):
-    """(warps, prefetch, align, signs_add) of mvb for a rows x cols product on `sms` SMs."""
+    """(warps, prefetch, align, signs_add, predecode) of mvb for a rows x cols product on `sms` SMs."""
     bands = rows // 16
     if bands > 2 * sms:
-        return (4, 2, int(bands <= 3 * sms), 1)
-    return (8, 1, 1, 0)
+        return (4, 2, int(bands <= 3 * sms), 1, 0)
+    return (8, 1, 1, 0, 0)
 
 
 def c_source():
@@ -53,10 +53,11 @@ def c_source():
     return matvec_mma_src.c_source()
 
 
-def kernel_name(warps, prefetch, align=0, signs_add=0, epilogue=0, nm=0):
+def kernel_name(warps, prefetch, align=0, signs_add=0, predecode=0, epilogue=0, nm=0):
+    d = ", 1" if predecode else ""
     if epilogue or nm:
-        return f"mvbe<{warps}, {prefetch}, {align}, {signs_add}, {epilogue}, {nm}>"
-    return f"mvb<{warps}, {prefetch}, {align}, {signs_add}>"
+        return f"mvbe<{warps}, {prefetch}, {align}, {signs_add}, {epilogue}, {nm}{d}>"
+    return f"mvb<{warps}, {prefetch}, {align}, {signs_add}{d}>"
 
 
 EPILOGUES = matvec_epilogue.EPILOGUES               # lt_mvb_end's E, mve's numbers
@@ -109,7 +110,7 @@ def launch(records, x, out, rows, cols, stream=None, cta=None, epilogue=None, re
     from lite.kernels import matvec_q8
     iq3_b16.check_shape(rows, cols)
     device = cupy.cuda.runtime.getDevice()
-    warps, prefetch, align, sg = (tuple(cta) + (0, 0))[:4] if cta else config(rows, cols, _sms(device))
+    warps, prefetch, align, sg, d = (tuple(cta) + (0, 0, 0))[:5] if cta else config(rows, cols, _sms(device))
     e = 0 if epilogue is None else EPILOGUES[epilogue]
     if e == 1 and (res is None or res.shape != out.shape):
         raise ValueError(f"{NAME}: epilogue 'add' needs res shaped like out")
@@ -120,7 +121,7 @@ def launch(records, x, out, rows, cols, stream=None, cta=None, epilogue=None, re
         raise ValueError(f"{NAME}: norm_out goes with epilogue 'add' alone")
     if records_out is not None and (nm != 1 or rows % 256):
         raise ValueError(f"{NAME}: records_out goes with norm_out, rows a multiple of 256")
-    names = (QUANTIZER, kernel_name(warps, prefetch, align, sg, e, nm))
+    names = (QUANTIZER, kernel_name(warps, prefetch, align, sg, d, e, nm))
     mod = _module(device, names, module_head())
     quant, mv = mod.get_function(names[0]), mod.get_function(names[1])
     dyn = ALIGN_DYN if align else 0

@@ -357,7 +357,7 @@ __device__ __forceinline__ void lt_mvb_end(float s, float* __restrict__ out, int
         }
     }
 }
-template <int W, int P, int A, int SG, int E, int NM>
+template <int W, int P, int A, int SG, int E, int NM, int D>
 __device__ __forceinline__ void mvb_body(const unsigned char* __restrict__ w, const float* __restrict__ xq,
                                          float* __restrict__ out, int rows, int cols, LtEpi ep) {
     unsigned tb;
@@ -397,15 +397,10 @@ __device__ __forceinline__ void mvb_body(const unsigned char* __restrict__ w, co
         }
     }
     __syncthreads();
-    // LT_MVB_PREDECODE (session 16): the warp's first block decoded (lt_b16_decode: its A fragments need no x)
-    // before the PDL wait, while the quantizer before this kernel runs; the ring moved up a slot behind it.
-#ifdef LT_MVB_PREDECODE
-    constexpr int PD = 1;
-#else
-    constexpr int PD = 0;
-#endif
+    // D = 1 (session 16): the warp's first block decoded (lt_b16_decode: its A fragments need no x) before the
+    // PDL wait, while the quantizer before this kernel runs; the ring moved up a slot behind it.
     LtA first;
-    if (PD) {
+    if (D) {
         if (warp < nblk) lt_b16_decode<A, SG>(ring[0], lane, tb, first);
         #pragma unroll
         for (int k = 0; k + 1 < P; k++) ring[k] = ring[k + 1];
@@ -419,12 +414,12 @@ __device__ __forceinline__ void mvb_body(const unsigned char* __restrict__ w, co
     float acc0 = 0.f, acc1 = 0.f;                         // rows g, g + 8
     // The ring turns by unrolling P + 1 blocks (slot u's block computed, slot (u + P) % (P + 1) loaded):
     // with copies between slots (session 12, call 21) each copy waited for the load just issued.
-    if (PD && warp < nblk) {
+    if (D && warp < nblk) {
         LtX x;
         x.load(xw + 144 * LT_DIAG_X(warp), lane);
         lt_b16_mul<SG>(first, x, qh, m0, m1, ma, acc0, acc1);
     }
-    for (int j0 = warp + PD * W; j0 < nblk; j0 += (P + 1) * W) {
+    for (int j0 = warp + D * W; j0 < nblk; j0 += (P + 1) * W) {
         #pragma unroll
         for (int u = 0; u <= P; u++) {
             const int j = j0 + u * W;
@@ -453,18 +448,18 @@ __device__ __forceinline__ void mvb_body(const unsigned char* __restrict__ w, co
     lt_mvb_end<E, NM>(s, out, rows, ep, band, (int*)tab + 16 * W);
     LT_STAMP(4);
 }
-template <int W, int P, int A, int SG = 0>
+template <int W, int P, int A, int SG = 0, int D = 0>
 __global__ void __launch_bounds__(32 * W, 2) mvb(const unsigned char* __restrict__ w, const float* __restrict__ xq,
                                                  float* __restrict__ out, int rows, int cols) {
-    mvb_body<W, P, A, SG, 0, 0>(w, xq, out, rows, cols, LtEpi{});
+    mvb_body<W, P, A, SG, 0, 0, D>(w, xq, out, rows, cols, LtEpi{});
 }
 // mvbe: mvb with the epilogue E and the norm's NM of lt_mvb_end; the arguments after cols as mve's.
-template <int W, int P, int A, int SG, int E, int NM>
+template <int W, int P, int A, int SG, int E, int NM, int D = 0>
 __global__ void __launch_bounds__(32 * W, 2) mvbe(const unsigned char* __restrict__ w, const float* __restrict__ xq,
                                                   float* __restrict__ out, int rows, int cols, const float* res,
                                                   const float* g, float* xg, float* part, float* scale, int* counter,
                                                   float eps, unsigned* xr) {
-    mvb_body<W, P, A, SG, E, NM>(w, xq, out, rows, cols, LtEpi{res, g, xg, part, scale, counter, eps, xr});
+    mvb_body<W, P, A, SG, E, NM, D>(w, xq, out, rows, cols, LtEpi{res, g, xg, part, scale, counter, eps, xr});
 }
 """
 

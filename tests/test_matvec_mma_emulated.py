@@ -16,19 +16,20 @@ pytestmark = pytest.mark.skipif(not emu.available(), reason="needs g++ (C++20)")
 
 # (warps a CTA, blocks loaded ahead, the signed table aligned in dynamic shared memory: on the GPU only, the
 # emulator reads the static table either way) and SG (the odd chunk's signs by an add, no second mma)
-CONFIGS = [(8, 1, 1, 0), (8, 1, 0, 0), (4, 2, 1, 1), (4, 2, 0, 0), (2, 3, 0, 1), (2, 1, 1, 0)]
-EPI_CONFIGS = [(8, 1, 1, 0), (4, 2, 0, 1)]         # mvbe: config's two forms
+CONFIGS = [(8, 1, 1, 0, 0), (8, 1, 1, 1, 1), (8, 1, 0, 0, 1), (4, 2, 1, 1, 0), (4, 2, 0, 0, 1), (2, 3, 0, 1, 1),
+           (2, 1, 1, 0, 0)]
+EPI_CONFIGS = [(8, 1, 1, 1, 1), (4, 2, 0, 1, 0)]   # mvbe: config's two forms
 EPI_FORMS = [(e, nm) for e in (0, 1, 2, 3) for nm in (0, 2) if e or nm] + [(1, 1)]   # (epilogue, norm)
 
 
 @pytest.fixture(scope="module")
 def mma_lib():
-    wraps = "".join(f'extern "C" __global__ void mvb_{w}_{p}_{a}_{sg}({ARGS}) {{ mvb<{w}, {p}, {a}, {sg}>(w, x, out, rows, cols); }}\n'
-                    for w, p, a, sg in CONFIGS)
-    wraps += "".join(f'extern "C" __global__ void mvbe_{w}_{p}_{a}_{sg}_{e}_{nm}({ARGS}, const float* res, const float* g, '
-                     f'float* xg, float* part, float* scale, int* counter, float eps, unsigned* xr) {{ mvbe<{w}, {p}, {a}, {sg}, {e}, {nm}>'
+    wraps = "".join(f'extern "C" __global__ void mvb_{w}_{p}_{a}_{sg}_{d}({ARGS}) '
+                    f'{{ mvb<{w}, {p}, {a}, {sg}, {d}>(w, x, out, rows, cols); }}\n' for w, p, a, sg, d in CONFIGS)
+    wraps += "".join(f'extern "C" __global__ void mvbe_{w}_{p}_{a}_{sg}_{d}_{e}_{nm}({ARGS}, const float* res, const float* g, '
+                     f'float* xg, float* part, float* scale, int* counter, float eps, unsigned* xr) {{ mvbe<{w}, {p}, {a}, {sg}, {e}, {nm}, {d}>'
                      f'(w, x, out, rows, cols, res, g, xg, part, scale, counter, eps, xr); }}\n'
-                     for w, p, a, sg in EPI_CONFIGS for e, nm in EPI_FORMS)
+                     for w, p, a, sg, d in EPI_CONFIGS for e, nm in EPI_FORMS)
     wraps += ('extern "C" __global__ void emu_qx_IQ3_XXS(const float* x, float* xq, int cols) '
               f'{{ {matvec_q8.quantize_name("IQ3_XXS")}(x, xq, cols); }}\n')
     wraps += ('extern "C" __global__ void emu_qxe(const float* x, float* xq, int cols) '
@@ -114,12 +115,12 @@ def test_repack_refuses_ragged_shapes():
 
 
 @pytest.mark.parametrize("shape", [(32, 512), (48, 768), (16, 2048), (32, 4096)], ids=lambda s: f"{s[0]}x{s[1]}")
-@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"w{c[0]}p{c[1]}a{c[2]}sg{c[3]}")
+@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"w{c[0]}p{c[1]}a{c[2]}sg{c[3]}d{c[4]}")
 def test_mvb_matches_float64(mma_lib, cfg, shape):
     """Against float64 of gguf-py's dequantize of the file's blocks, within 1e-3 plus the x
     quantization's bound; a CTA a band; 768 columns: 3 blocks, warps with none or a last lone one; 4096
     columns: the ring turns."""
-    w, p, a, sg = cfg
+    w, p, a, sg, d = cfg
     rows, cols = shape
     rng = np.random.default_rng(rows + cols + w)
     blocks = random_blocks("IQ3_XXS", rows * cols // 256, rng)
@@ -127,13 +128,13 @@ def test_mvb_matches_float64(mma_lib, cfg, shape):
     x = _x(1, cols, rng)
     xq = np.zeros_like(x)
     mma_lib.launch("emu_qxe", matvec_q8.quantize_grid(1, cols), (128,), x, xq, np.int32(cols))
-    assert_product_matches(mma_lib, f"mvb_{w}_{p}_{a}_{sg}", (rows // 16,), records, blocks, "IQ3_XXS", x, rows, cols,
+    assert_product_matches(mma_lib, f"mvb_{w}_{p}_{a}_{sg}_{d}", (rows // 16,), records, blocks, "IQ3_XXS", x, rows, cols,
                            threads=32 * w, xq=xq)
 
 
 @pytest.mark.parametrize("nm", [0, 2], ids=["plain", "scale_in"])
 @pytest.mark.parametrize("e", [0, 1, 2, 3], ids=["none", "add", "silu", "gelu_tanh"])
-@pytest.mark.parametrize("cfg", EPI_CONFIGS, ids=lambda c: f"w{c[0]}p{c[1]}a{c[2]}sg{c[3]}")
+@pytest.mark.parametrize("cfg", EPI_CONFIGS, ids=lambda c: f"w{c[0]}p{c[1]}a{c[2]}sg{c[3]}d{c[4]}")
 def test_mvbe_epilogues_match_float64(mma_lib, cfg, e, nm):
     """mvbe (mvb with the decode step's next op, kernels/matvec_mma_src.py lt_mvb_end): the product (times the
     norm's scale with scale_in), plus res ("add") or act(gate) * up over [gate; up] rows interleaved (silu,
@@ -141,7 +142,7 @@ def test_mvbe_epilogues_match_float64(mma_lib, cfg, e, nm):
     if not (e or nm):
         pytest.skip("that is mvb (test_mvb_matches_float64)")
     from test_matvec_q8_emulated import quant_bound
-    w_, p, a, sg = cfg
+    w_, p, a, sg, d = cfg
     rows, cols = 64, 1024
     rng = np.random.default_rng(17 + e + nm)
     blocks = random_blocks("IQ3_XXS", rows * cols // 256, rng)
@@ -157,7 +158,7 @@ def test_mvbe_epilogues_match_float64(mma_lib, cfg, e, nm):
                + quant_bound("IQ3_XXS", x, wf))
     out = np.full((1, rows // 2 if e >= 2 else rows), np.nan, np.float32)
     z = np.zeros(1, np.float32)
-    mma_lib.launch(f"mvbe_{w_}_{p}_{a}_{sg}_{e}_{nm}", (rows // 16,), (32 * w_,), iq3_b16.repack(blocks, rows, cols),
+    mma_lib.launch(f"mvbe_{w_}_{p}_{a}_{sg}_{d}_{e}_{nm}", (rows // 16,), (32 * w_,), iq3_b16.repack(blocks, rows, cols),
                    xq, out, np.int32(rows), np.int32(cols), res, z, z, z, scale, np.zeros(1, np.int32), np.float32(0), None)
     ref, bound = _epilogue_reference(e, prod, tol, res)
     err = np.abs(out.astype(np.float64) - ref)
@@ -178,13 +179,13 @@ def _epilogue_reference(e, prod, tol, res):
     return ref, 1.2 * np.abs(u) * tg + (np.abs(act) + 1.2 * tg) * tu + 1e-5 * np.abs(ref) + 1e-6
 
 
-@pytest.mark.parametrize("cfg", EPI_CONFIGS, ids=lambda c: f"w{c[0]}p{c[1]}a{c[2]}sg{c[3]}")
+@pytest.mark.parametrize("cfg", EPI_CONFIGS, ids=lambda c: f"w{c[0]}p{c[1]}a{c[2]}sg{c[3]}d{c[4]}")
 def test_mvbe_norm_out_matches_float64(mma_lib, cfg):
     """mvbe's norm out ("add" with the next RMSNorm's first half): out = product + res, xg = out * g and scale =
     rsqrt(mean(out^2) + eps) from the CTAs' sums of squares (the last CTA's), against float64; twice, so that the
     counter the last CTA leaves at 0 serves again (a 9-band product: a partial round of every CTA shape)."""
     from test_matvec_q8_emulated import quant_bound
-    w_, p, a, sg = cfg
+    w_, p, a, sg, d = cfg
     rows, cols, eps = 144, 512, 1e-6
     rng = np.random.default_rng(29)
     blocks = random_blocks("IQ3_XXS", rows * cols // 256, rng)
@@ -201,7 +202,7 @@ def test_mvbe_norm_out_matches_float64(mma_lib, cfg):
     for _ in range(2):
         out, xg = np.full((1, rows), np.nan, np.float32), np.full((1, rows), np.nan, np.float32)
         part, scale = np.full(rows // 16, np.nan, np.float32), np.full(1, np.nan, np.float32)
-        mma_lib.launch(f"mvbe_{w_}_{p}_{a}_{sg}_1_1", (rows // 16,), (32 * w_,), iq3_b16.repack(blocks, rows, cols), xq,
+        mma_lib.launch(f"mvbe_{w_}_{p}_{a}_{sg}_{d}_1_1", (rows // 16,), (32 * w_,), iq3_b16.repack(blocks, rows, cols), xq,
                        out, np.int32(rows), np.int32(cols), res, g, xg, part, scale, counter, np.float32(eps), None)
         assert np.all(np.abs(out - ref) <= tol)
         assert np.all(np.abs(xg - ref * g) <= tol * g + 1e-6 * np.abs(ref * g))
@@ -211,12 +212,12 @@ def test_mvbe_norm_out_matches_float64(mma_lib, cfg):
         assert counter[0] == 0
 
 
-@pytest.mark.parametrize("cfg", EPI_CONFIGS, ids=lambda c: f"w{c[0]}p{c[1]}a{c[2]}sg{c[3]}")
+@pytest.mark.parametrize("cfg", EPI_CONFIGS, ids=lambda c: f"w{c[0]}p{c[1]}a{c[2]}sg{c[3]}d{c[4]}")
 def test_mvbe_norm_out_writes_the_next_products_x_records(mma_lib, cfg):
     """norm out with xr: the next product's x (xg = out * g) as matvec_mma.QUANTIZER's records, word for word
     what that quantizer writes from the xg this launch writes (zero runs and a tiny value included), so that
     the scale-in product after it needs no quantizer launch."""
-    w_, p, a, sg = cfg
+    w_, p, a, sg, d = cfg
     rows, cols = 512, 256
     rng = np.random.default_rng(31)
     blocks = random_blocks("IQ3_XXS", rows * cols // 256, rng)
@@ -229,7 +230,7 @@ def test_mvbe_norm_out_writes_the_next_products_x_records(mma_lib, cfg):
     g[70] = 1e-30                                       # tiny beside its run
     out, xg, xr = np.zeros((1, rows), np.float32), np.zeros((1, rows), np.float32), np.zeros((1, rows), np.float32)
     part, scale = np.zeros(rows // 16, np.float32), np.zeros(1, np.float32)
-    mma_lib.launch(f"mvbe_{w_}_{p}_{a}_{sg}_1_1", (rows // 16,), (32 * w_,), iq3_b16.repack(blocks, rows, cols), xq,
+    mma_lib.launch(f"mvbe_{w_}_{p}_{a}_{sg}_{d}_1_1", (rows // 16,), (32 * w_,), iq3_b16.repack(blocks, rows, cols), xq,
                    out, np.int32(rows), np.int32(cols), res, g, xg, part, scale, np.zeros(1, np.int32),
                    np.float32(1e-6), xr)
     want = np.zeros_like(xg)
@@ -306,7 +307,8 @@ def test_gpu_mvb_full_size():
         ref, scale = x.astype(np.float64) @ w.T, np.abs(x).astype(np.float64) @ np.abs(w).T
         records = iq3_b16.repack(cupy.asarray(blocks), rows, cols)
         assert np.array_equal(records.get(), iq3_b16.repack(blocks, rows, cols))
-        for cta in (None, (8, 2), (4, 1), (8, 1, 0), (4, 2, 1), (4, 2, 0, 1), (8, 1, 1, 1)):   # config's; others
+        for cta in (None, (8, 2), (4, 1), (8, 1, 0), (4, 2, 1), (4, 2, 0, 1), (8, 1, 1, 1), (8, 1, 1, 1, 1), (8, 1, 0, 0, 1),
+                    (4, 2, 0, 1, 1)):   # config's; others (the fifth: the first block decoded before the wait)
             out = cupy.full((n, rows), np.nan, cupy.float32)
             if cta is None:
                 mv(records, cupy.asarray(x), out, rows, cols)

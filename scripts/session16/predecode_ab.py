@@ -1,4 +1,4 @@
-"""Session 16: mvb with each warp's first block decoded before the PDL wait (LT_MVB_PREDECODE, kernels/matvec_mma_src.py:
+"""Session 16, call 4 (at commit "mvb: LT_MVB_PREDECODE ...": the define is mvb's template parameter D since): mvb with each warp's first block decoded before the PDL wait (kernels/matvec_mma_src.py:
 lt_b16_decode's A fragments need no x, so they are made while the quantizer before the product runs) against
 without, at the kernel table's shapes after qxe, timed as lite.kernels.bench times the table's matvec rows; the
 forms interleaved R times a shape, the medians of the R last. The outputs must be equal bit for bit (the same

@@ -15,8 +15,10 @@ import numpy as np
 from lite.kernels import iq3_b16, matvec_mma, matvec_q8, pdl
 
 ROWS, COLS, LAUNCHES = 4096, 14336, 40
-FORMS = [("(8,1,1,0)", (8, 1, 1, 0), ""), ("(8,1,1,0) predecode", (8, 1, 1, 0), "#define LT_MVB_PREDECODE\n"),
-         ("(8,1,1,1)", (8, 1, 1, 1), ""), ("(8,1,1,1) predecode", (8, 1, 1, 1), "#define LT_MVB_PREDECODE\n")]
+# Call 5 ran the predecode as the define LT_MVB_PREDECODE (commit "mvb: LT_MVB_PREDECODE ..."); since then it is mvb's
+# template parameter D (the cfg's fifth).
+FORMS = [("(8,1,1,0)", (8, 1, 1, 0, 0), ""), ("(8,1,1,0) predecode", (8, 1, 1, 0, 1), ""),
+         ("(8,1,1,1)", (8, 1, 1, 1, 0), ""), ("(8,1,1,1) predecode", (8, 1, 1, 1, 1), "")]
 
 
 def setup():
