@@ -41,13 +41,15 @@ NAME = iq3_b16.NAME
 ALIGN_DYN = 0x8000 - 16       # A = 1's dynamic shared memory: the 16 KB table 16 KB aligned wherever it starts
 
 
-def config(rows, cols, sms):
-    """(warps, prefetch, align, signs_add, predecode) of mvb for a rows x cols product on `sms` SMs."""
+def config(rows, cols, sms, epilogue=False):
+    """(warps, prefetch, align, signs_add, predecode) of mvb (mvbe with `epilogue`) for a rows x cols product on
+    `sms` SMs."""
     bands = rows // 16
     if bands > 2 * sms:
         return (4, 2, int(bands <= 3 * sms), 1, 0)
-    if os.environ.get("LITE_MVB_PREDECODE", "1") == "0":
-        return (8, 1, 1, 0, 0)                       # session 15's form (the A/B's baseline)
+    env = "LITE_MVBE_PREDECODE" if epilogue else "LITE_MVB_PREDECODE"
+    if os.environ.get(env, "0" if epilogue else "1") == "0":
+        return (8, 1, 1, 0, 0)                       # session 15's form
     return (8, 1, 1, 1, 1)
 
 
@@ -98,7 +100,7 @@ def launch(records, x, out, rows, cols, stream=None, cta=None, epilogue=None, re
     """Enqueue out = x @ W.T for IQ3_XXS_B16 records (what iq3_b16.repack made) on `stream` (CuPy; None: the
     current one): per row of x, QUANTIZER into a scratch buffer, then mvb (two launches under PDL, no
     host synchronization; meant to be captured into CUDA graphs). x (n, cols) float32, out (n, rows)
-    float32; cta: (warps, prefetch[, align, signs_add]), default config(rows, cols, the device's SMs).
+    float32; cta: (warps, prefetch[, align, signs_add, predecode]), default config(rows, cols, the device's SMs).
     As matvec_epilogue.launch (emulator-checked only, session 14): epilogue "add", out = x @ W.T + res (res
     shaped like out); "silu" / "gelu_tanh", W's rows [gate; up] interleaved (interleave_rows), out (n, rows /
     2) = act(gate) * up; scale_in (n,) f32: x is xg of a norm-out launch, the product is scaled by it;
@@ -113,13 +115,14 @@ def launch(records, x, out, rows, cols, stream=None, cta=None, epilogue=None, re
     from lite.kernels import matvec_q8
     iq3_b16.check_shape(rows, cols)
     device = cupy.cuda.runtime.getDevice()
-    warps, prefetch, align, sg, d = (tuple(cta) + (0, 0, 0))[:5] if cta else config(rows, cols, _sms(device))
     e = 0 if epilogue is None else EPILOGUES[epilogue]
+    nm = 1 if norm_out is not None else 2 if scale_in is not None else 0
+    warps, prefetch, align, sg, d = ((tuple(cta) + (0, 0, 0))[:5] if cta
+                                     else config(rows, cols, _sms(device), epilogue=bool(e or nm)))
     if e == 1 and (res is None or res.shape != out.shape):
         raise ValueError(f"{NAME}: epilogue 'add' needs res shaped like out")
     if e >= 2 and out.shape[-1] * 2 != rows:
         raise ValueError(f"{NAME}: a gated epilogue writes rows / 2 = {rows // 2} columns, out has {out.shape[-1]}")
-    nm = 1 if norm_out is not None else 2 if scale_in is not None else 0
     if nm == 1 and (e != 1 or scale_in is not None):
         raise ValueError(f"{NAME}: norm_out goes with epilogue 'add' alone")
     if records_out is not None and (nm != 1 or rows % 256):
