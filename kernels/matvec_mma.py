@@ -9,16 +9,19 @@ each) come from a 4096-word table of signed words by their 12-bit fields (grid i
 chunk's from the unsigned grid's 32 copies (lane l's in bank l) with the signs put on by XOR and taken back by
 a second mma against -x. x goes in as qx's int8 parts (hi and lo a run of 16: B's columns hi_a, lo_a, hi_b,
 lo_b; the odd chunk's in columns 4-7), in record layout 18 (kernels/matvec_q8.py lt_q8w: a lane's 4 words and
-4 d of a block in two 16-byte loads). H200, kernel table (qxe + mvb; BENCHMARKS, session 14 call 12):
-4096x14336 9.7 us, 59% of copy-vec16 (IQ3_XXS_G4's mv_iq2 13.4, 43%), 14336x4096 11.2, 4096x4096 4.4; alone
-~9.0 us at 4096x14336 (the quantizer's two grid dependencies ~0.9). The CUDA C: kernels/matvec_mma_src.py.
+4 d of a block in two 16-byte loads). H200, kernel table (qxe + mvb; BENCHMARKS, session 16 calls 7 and 9):
+4096x14336 9.5 us, 60.3% of copy-vec16 (median of 6 runs; IQ3_XXS_G4's mv_iq2 13.3, 43%), 14336x4096 11.3,
+4096x4096 4.1. Session 16's mvb<8, 1, 1, 1, 1> (SG = 1 and each warp's first block decoded before the PDL wait,
+config) took 4096x14336 from 9.77 to 9.43 us and 4096x4096 from 4.48 to 4.05 (forms_ab). The CUDA C:
+kernels/matvec_mma_src.py.
 Where the time goes (session 14, call 8, its diagnostics LT_MVB_DIAG_*): with no memory traffic at all the product takes 8.7 us alone (9.0 with it); taking
 away its 12 mma a block saves 1.6 us, the signed table's lookups 0.8, the grid copies' 0.7. Lost since (each
 in a commit, BENCHMARKS): every word through the grid's copies (16 mma a block), every word through the
 table (32 conflicting lookups), -x from the quantizer, a band's K split over 2 CTAs; the signs by an add (SG, 8
 mma a block) wins at 4 warps a CTA only; session 15: x quantized inside the product by clusters of CTAs through
 distributed shared memory (mvbc, 1.4-2x slower) and the gated product writing the down product's x records (+5 us
-at 28672x4096 with a counter a band pair, +1.7 us with 2 bands a CTA).
+at 28672x4096 with a counter a band pair, +1.7 us with 2 bands a CTA); session 16: the product starting on the
+quantizer's count of CTAs done instead of its grid's end (ce093de: even), 12-16 warps a CTA (10.9-11.4 us).
 """
 import functools
 import os
@@ -38,6 +41,15 @@ NAME = iq3_b16.NAME
 # 14336x4096 (4, 2, 0) 11.74 -> 11.43 / 11.67 -> 11.35, 6144x4096 (4, 2, 1) 5.79 -> 5.73 / 5.78 -> 5.70; at 8 warps
 # 4096x14336 9.93 -> 11.33 / 9.75 -> 10.74 (SG = 0 there). A band's K in two halves over 2 CTAs (call 11, 4 warps,
 # S = 2, commit 4165ed2): 4096x14336 11.41-11.79 against 9.75, 4096x4096 6.05 against 4.50: lost, removed.
+# D = 1 (session 16): each warp's first block decoded before the PDL wait. After qxe (scripts/session16/forms_ab.py,
+# call 6), (SG, D) = (0, 0) / (0, 1) / (1, 0) / (1, 1): 4096x14336 9.77 / 9.82 / 10.67 / 9.43 us, 4096x4096 4.48 /
+# 4.29 / 4.96 / 4.05, 768x2048 2.32 / 2.28 / 2.27 / 2.35; at 4 warps D loses (call 7: 14336x4096 11.23 -> 12.08,
+# 6144x4096 5.78 -> 5.74), and 8 warps lose there (13.86, 7.24). SG = 1 alone at 8 warps is session 14's loss again:
+# ptxas schedules the loop differently with the first block peeled (590 -> 570 SASS instructions); not understood
+# further. mvbe (the decode's epilogue forms) keeps (8, 1, 1, 0, 0): alone its (8, 1, 1, 1, 1) was faster (call 9,
+# add + norm out + records: 4096x14336 11.89 -> 11.64 us, 4096x4096 6.73 -> 6.30) but 8B IQ3_XXS decode slower
+# (call 10, 4 runs each alternating: 486.5-496.5 tok/s against 501.7-508.3); LITE_MVBE_PREDECODE=1 takes it,
+# LITE_MVB_PREDECODE=0 puts the plain product back to (8, 1, 1, 0, 0).
 ALIGN_DYN = 0x8000 - 16       # A = 1's dynamic shared memory: the 16 KB table 16 KB aligned wherever it starts
 
 
