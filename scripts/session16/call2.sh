@@ -6,7 +6,8 @@ source scripts/device_setup.sh >/dev/null 2>&1
 T0=$(date +%s)
 timeout 120 python3 -m pytest -q -x tests/test_matvec_mma_emulated.py -k "handoff_chain" 2>&1 | grep -E "assert|Error|passed|failed" | head -12
 echo "== warps ($(( $(date +%s) - T0 )) s)"
-PYTHONPATH=/tmp/site:tests timeout 240 python3 scripts/session16/warps_ab.py 5 2>&1 | tee $OUT/warps.md | tail -20
+# ran as warps_ab.py
+PYTHONPATH=/tmp/site:tests timeout 240 python3 scripts/session16/forms_ab.py 5 --warps 2>&1 | tee $OUT/warps.md | tail -20
 echo "== call9 ($(( $(date +%s) - T0 )) s)"
 [ $(( $(date +%s) - T0 )) -lt 330 ] && timeout $(( 590 - ($(date +%s) - T0) )) bash scripts/session15/call9.sh
 echo "== done $(( $(date +%s) - T0 )) s"
