@@ -92,10 +92,10 @@ step_iq3moe() {
   done
 }
 
-# Session 14's `next` ran as session 15's call 1 (scripts/session15/call1.sh: every check passed).
-# First, before this step: scripts/session15/call9.sh (a long-prompt prefill A/B of B16 against G4, never run).
-# Next (~2 min): the baseline before changing IQ3_XXS_B16 again: its GPU tests, mvb alone / after qxe
-# (scripts/session15/mvbc_ab.py needs mvbc, removed: the table's rows instead), the kernel table's B16 row, the backend's tests.
+# Session 14's `next` ran as session 15's call 1 (scripts/session15/call1.sh: every check passed); session 15's
+# call9.sh ran as session 16's call 2. Next (~2 min): the baseline before changing IQ3_XXS_B16 again (session 16's
+# defaults: mvb<8, 1, 1, 1, 1>): its GPU tests, the kernel table's B16 rows, the backend's tests; the forms' A/B is
+# scripts/session16/forms_ab.py (PYTHONPATH=/tmp/site:tests).
 step_next() {
   t python3 -m pytest -q tests/test_matvec_mma_emulated.py
   TAIL=12 t timeout 200 python3 -m lite.kernels.bench --no-numba IQ3_XXS_B16 IQ3_XXS_G4

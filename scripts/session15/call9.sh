@@ -1,4 +1,4 @@
-# Session 15, call 9 -- NOT RUN (refused: the session's device time was spent; run it first next session; carry .whl and .llb): 8B IQ3_XXS prefill with B16 the default against G4
+# Session 15, call 9 -- not run in session 15 (refused: no device time left); session 16 ran it as its call 2 (docs/bench/session16/call2): 8B IQ3_XXS prefill with B16 the default against G4
 # at a prompt long enough that the GPU's work outweighs the host's (pp4096, -r 5, alternating twice), and
 # llama.cpp's pp4096 (-r 3) on the same file.
 set -u
