@@ -113,7 +113,7 @@ def launch(records, x, out, rows, cols, stream=None, cta=None, epilogue=None, re
     current one): per row of x, QUANTIZER into a scratch buffer, then mvb (two launches under PDL, no
     host synchronization; meant to be captured into CUDA graphs). x (n, cols) float32, out (n, rows)
     float32; cta: (warps, prefetch[, align, signs_add, predecode]), default config(rows, cols, the device's SMs).
-    As matvec_epilogue.launch (emulator-checked only, session 14): epilogue "add", out = x @ W.T + res (res
+    As matvec_epilogue.launch (session 14; on the GPU since session 15): epilogue "add", out = x @ W.T + res (res
     shaped like out); "silu" / "gelu_tanh", W's rows [gate; up] interleaved (interleave_rows), out (n, rows /
     2) = act(gate) * up; scale_in (n,) f32: x is xg of a norm-out launch, the product is scaled by it;
     norm_out (g, eps, xg, part, scale, counter) with "add": also xg (n, rows) = out * g and scale (n,) =
