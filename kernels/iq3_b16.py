@@ -25,8 +25,13 @@ def nbytes(rows, cols):
     return rows // 16 * cols // 256 * RECORD
 
 
+def fits(rows, cols):
+    """Can a rows x cols matrix take this layout (whole bands of 16 rows, whole blocks of 256 columns)?"""
+    return rows % 16 == 0 and cols % 256 == 0
+
+
 def check_shape(rows, cols):
-    if rows % 16 or cols % 256:
+    if not fits(rows, cols):
         raise ValueError(f"{NAME}: rows must be a multiple of 16 and cols of 256 (got {rows}x{cols})")
 
 

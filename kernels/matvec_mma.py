@@ -59,10 +59,11 @@ def config(rows, cols, sms, epilogue=False):
     bands = rows // 16
     if bands > 2 * sms:
         return (4, 2, int(bands <= 3 * sms), 1, 0)
-    env = "LITE_MVBE_PREDECODE" if epilogue else "LITE_MVB_PREDECODE"
-    if os.environ.get(env, "0" if epilogue else "1") == "0":
-        return (8, 1, 1, 0, 0)                       # session 15's form
-    return (8, 1, 1, 1, 1)
+    if epilogue:                                     # mvbe: D on only with LITE_MVBE_PREDECODE=1 (call 10's decode)
+        predecode = os.environ.get("LITE_MVBE_PREDECODE", "0") != "0"
+    else:
+        predecode = os.environ.get("LITE_MVB_PREDECODE", "1") != "0"
+    return (8, 1, 1, 1, 1) if predecode else (8, 1, 1, 0, 0)   # (8, 1, 1, 0, 0): session 15's form
 
 
 def c_source():

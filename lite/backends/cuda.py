@@ -181,14 +181,14 @@ class CUDABackend(CUDALinear, CUDAFoldNorm, CUDAHandoff, CUDADecodeAttention, CU
         def layout(name, w):        # the module that repacks w, or None (token_embd: looked up by rows in G4)
             if not iq3_groups.regroupable(w.qtype, w.shape):
                 return None
-            if IQ3_B16 and name != "token_embd.weight" and w.shape[0] % 16 == 0 and w.shape[1] % 256 == 0:
+            if IQ3_B16 and name != "token_embd.weight" and iq3_b16.fits(*w.shape):
                 return iq3_b16
             return iq3_groups
         in_groups = set()
         for members, (gw, _, interleaved) in self.fused.items():
             in_groups.update(members)
             mod = layout("+".join(members), gw)
-            if mod is iq3_b16 and any(self.w[m].shape[0] % 16 for m in members if m in self.w):
+            if mod is iq3_b16 and any(not iq3_b16.fits(*self.w[m].shape) for m in members if m in self.w):
                 mod = iq3_groups                             # a member's byte range would cut a band
             if mod is None:
                 continue
