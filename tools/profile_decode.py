@@ -1,0 +1,101 @@
+"""Where a decode step's time goes on the GPU: graph replay alone against the whole step.
+
+    python3 tools/profile_decode.py MODEL.gguf [prompt_tokens]
+    LITE_GRAPH_IO=1 python3 tools/profile_decode.py MODEL.gguf [prompt_tokens]   (pinned graph I/O)
+"""
+import sys
+import time
+
+import numpy as np
+
+from lite.engine import Engine
+from lite.sampling import Sampler, SamplingParams
+
+
+def main():
+    path = sys.argv[1]
+    n = int(sys.argv[2]) if len(sys.argv) > 2 else 512
+    e = Engine(path, device="cuda", max_context=n + 256)
+    greedy = Sampler(SamplingParams.greedy())
+    ids = [int(x) for x in np.random.default_rng(0).integers(100, 30000, n)]
+    tok = greedy(e.prefill(ids))
+    for _ in range(3):
+        tok = greedy(e.decode_step(tok))           # warm-up and capture
+    st = e.stages[0]
+    ops = st.ops
+    reps = 50
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        tok = greedy(e.decode_step(tok))
+    step = (time.perf_counter() - t0) / reps
+    ops.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        ops.replay(st._graph)
+    ops.synchronize()
+    replay = (time.perf_counter() - t0) / reps
+    # GPU time of one replay from events
+    cp = ops.cp
+    a, b = cp.cuda.Event(), cp.cuda.Event()
+    a.record(ops.stream)
+    for _ in range(reps):
+        ops.replay(st._graph)
+    b.record(ops.stream)
+    b.synchronize()
+    gpu = cp.cuda.get_elapsed_time(a, b) / 1e3 / reps
+    nbytes = (sum(w.data.nbytes for w in ops.w.values())
+              + sum(g[0].data.nbytes for g in ops.fused.values() if g[2]))   # (members deleted)
+    print(f"decode step {step * 1e3:.2f} ms ({1 / step:.1f} tok/s); graph replay back to back "
+          f"{replay * 1e3:.2f} ms; GPU time per replay {gpu * 1e3:.2f} ms; weights {nbytes / 1e9:.2f} GB "
+          f"-> {nbytes / gpu / 1e9:.0f} GB/s")
+    # GPU time of each op of one decode step: every op call is captured into a graph of its own
+    # and replayed (a plain launch from Python would time the host, not the kernel)
+    from collections import defaultdict
+    times, counts = defaultdict(float), defaultdict(int)
+    # embed copies ids from the host: not capturable; a one-token rope only marks its input for
+    # attention, which rotates q and k in the launch that stores the KV cache (no GPU work)
+    # where the host's share goes: the step without sampling, the sampler alone
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        logits = e.decode_step(tok)
+    bare = (time.perf_counter() - t0) / reps
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        greedy(logits)
+    sample = (time.perf_counter() - t0) / reps
+    print(f"host: decode_step without sampling {bare * 1e3:.3f} ms (graph replay {replay * 1e3:.3f} ms, "
+          f"so {max(bare - replay, 0) * 1e3:.3f} ms of input, output copy and Python); greedy sampler "
+          f"{sample * 1e3:.3f} ms on {logits.size} logits")
+    io = getattr(e.stages[-1].ops, "graph_io", None)
+    print(f"host share per step (step without sampling - GPU time per replay): "
+          f"{(bare - gpu) * 1e6:.1f} us; LITE_GRAPH_IO={'1' if io is not None else '0'}"
+          + (f" (pinned logits buffers held {io.pool.held}/{io.pool.size}, steps that copied "
+             f"{io.copied_steps})" if io is not None else ""))
+    for name in ("linear", "linear_many", "linear_add", "linear_gated", "rms_norm", "add_rms_norm",
+                 "attention", "act_mul", "add", "output", "rope", "moe_route", "moe_experts"):
+        f = getattr(ops, name, None)
+        if f is None:
+            continue
+
+        def timed(*args, _f=f, _n=name, **kw):
+            graph, r = ops.capture(lambda: _f(*args, **kw))
+            a, b = cp.cuda.Event(), cp.cuda.Event()
+            a.record(ops.stream)
+            for _ in range(20):
+                ops.replay(graph)
+            b.record(ops.stream)
+            b.synchronize()
+            times[_n] += cp.cuda.get_elapsed_time(a, b) / 20
+            counts[_n] += 1
+            return r
+        setattr(ops, name, timed)
+    st.use_graphs = False
+    e.decode_step(tok)
+    total = sum(times.values())
+    print(f"per-op GPU time of one step (each op replayed alone): {total:.3f} ms")
+    for k in sorted(times, key=lambda k: -times[k]):
+        print(f"  {k:12s} {counts[k]:4d} calls {times[k]:8.3f} ms  {times[k] / counts[k] * 1e3:7.1f} us/call")
+
+
+if __name__ == "__main__":
+    main()
