@@ -30,5 +30,7 @@ setup(
         "test": ["pytest>=7"],
         "server": [],
     },
+    # the kernels' CUDA C (kernels/cuda_source.py reads them at run time)
+    package_data={"lite.kernels": ["cuda/*.cu", "cuda/*.cuh"]},
     entry_points={"console_scripts": ["lite=lite.cli.main:main"]},
 )

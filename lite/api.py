@@ -16,12 +16,13 @@ _SAMPLING_KEYS = {"temperature", "top_k", "top_p", "min_p", "repeat_penalty", "r
 class LLM:
     def __init__(self, model=None, device="auto", max_context=None, kv="f16",
                  prefill_chunk=None, layer_split=None, pipeline="chain", handoff_depth=1,
-                 devices=None, handoff="host", handoff_stream=False, experts="auto", expert_cache="auto"):
+                 devices=None, handoff="host", handoff_stream=False, experts="auto", expert_cache="auto",
+                 config=None):
         self.engine = Engine(resolve_model(model), device=device, max_context=max_context, kv=kv,
                              prefill_chunk=prefill_chunk, layer_split=layer_split,
                              pipeline=pipeline, handoff_depth=handoff_depth, devices=devices,
                              handoff=handoff, handoff_stream=handoff_stream, experts=experts,
-                             expert_cache=expert_cache)
+                             expert_cache=expert_cache, config=config)
         self.tokenizer = self.engine.tokenizer
         self.last_stats = None
 

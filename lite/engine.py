@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from lite.backend_config import BackendConfig
 from lite.backends import resolve_backend
 from lite.chunking import CostProfile, choose_chunk
 from lite.config import ModelConfig
@@ -50,7 +51,8 @@ class Engine:
     def __init__(self, model_path, device="auto", max_context=None, kv="f16",
                  prefill_chunk=None, layer_split=None, pipeline="chain", handoff_depth=1,
                  devices=None, handoff="host", handoff_stream=False, device_times=False,
-                 experts="auto", expert_cache="auto"):
+                 experts="auto", expert_cache="auto", config=None):
+        self.config = config if config is not None else BackendConfig()
         self.gguf = GGUFFile(model_path)
         self.cfg = ModelConfig.from_gguf(self.gguf.metadata, self.gguf.path)
         self.tokenizer = Tokenizer.from_metadata(self.gguf.metadata)
@@ -87,7 +89,7 @@ class Engine:
             raise LiteError(str(e)) from None
         self.stages = [Stage(self.gguf, self.cfg, spec, backend_cls, self.max_context, kv, dev,
                              experts=experts, expert_cache=expert_cache, handoff=self.handoff,
-                             handoff_stream=handoff_stream)
+                             handoff_stream=handoff_stream, config=self.config)
                        for spec, dev in zip(specs, stage_devs)]
         # Device time per stage-chunk (CUDA events) only when a timeline is asked for.
         self.chain = StageChain(self.stages, mode=pipeline, handoff_depth=handoff_depth,

@@ -56,7 +56,8 @@ class Stage:
     run() computes one chunk, and the hand-off buffers come from the backend (pinned on a GPU)."""
 
     def __init__(self, gguf, cfg, spec, backend_cls, max_context, kv_kind, device_id=None,
-                 experts="auto", expert_cache="auto", handoff="host", handoff_stream=False):
+                 experts="auto", expert_cache="auto", handoff="host", handoff_stream=False,
+                 config=None):
         self.cfg, self.spec = cfg, spec
         self.fwd = family(cfg.arch).forward_layer
         names = stage_tensor_names(gguf, cfg, spec)
@@ -67,8 +68,8 @@ class Stage:
         names = [n for n in names if n not in set(exps)]
         what = f"layers {spec.layers.start}-{spec.layers.stop - 1}"
         try:
-            self.ops = (backend_cls(gguf, names) if device_id is None
-                        else backend_cls(gguf, names, device_id=device_id))
+            self.ops = (backend_cls(gguf, names, config=config) if device_id is None
+                        else backend_cls(gguf, names, device_id=device_id, config=config))
         except MemoryError:
             gib = sum(gguf.tensors[n].nbytes for n in names) / 2**30
             raise DeviceError(

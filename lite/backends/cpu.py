@@ -48,7 +48,7 @@ class CPUBackend(HostHandoff):
     xp = np
     device_key = "cpu"
 
-    def __init__(self, gguf, names, tied_output=False):
+    def __init__(self, gguf, names, tied_output=False, config=None):   # config: the GPU's settings
         from lite.progress import Progress
         self.gguf = gguf
         self.w = {}

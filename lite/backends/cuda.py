@@ -15,6 +15,7 @@ import os
 
 import numpy as np
 
+from lite.backend_config import BackendConfig
 from lite.backends import cuda_graph_io
 from lite.backends.cuda_decode import CUDADecodeAttention
 from lite.backends.cuda_handoff import CUDAHandoff
@@ -61,10 +62,11 @@ class CUDABackend(CUDALinear, CUDAFoldNorm, CUDAHandoff, CUDADecodeAttention, CU
     name = "cuda"
     supports_graphs = True
 
-    def __init__(self, gguf, names, device_id=0):
+    def __init__(self, gguf, names, device_id=0, config=None):
         import cupy as cp
         import cupyx
         from lite.kernels import cupy_decode, cupy_ops
+        self.config = config if config is not None else BackendConfig()
         self.cp = self.xp = cp
         self.k = cupy_ops
         self.kd = cupy_decode
