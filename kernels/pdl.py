@@ -1,7 +1,5 @@
-"""Programmatic dependent launch (PDL, sm_90+) for the decode kernels (default on GPUs of compute
-capability 9.0 and up, LITE_PDL=0 off, =1 on): the matvecs of kernels/matvec_cuda.py and
-matvec_epilogue.py, the decode attention (RoPE + KV store, attention v1 and v2) and the MoE decode
-kernels.
+"""Programmatic dependent launch (PDL, sm_90+) for the decode kernels: the matvecs, the decode
+attention (RoPE + KV store, attention) and the MoE decode kernels.
 
 A decode step is ~200 (8B) to ~600 (30B-A3B) dependent launches; each waits for the previous to
 finish, drain and flush before its first block starts. With PDL the next kernel is launched while
@@ -12,41 +10,27 @@ attributes, so this launches through the driver's cuLaunchKernelEx with
 CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION; inside a stream capture the attribute becomes
 a programmatic edge of the graph.
 
-Measured (H200, session 5, decode tok/s, LITE_PDL 0 -> 1, two calls each): 30B-A3B Q4_K after 2K
-273.4 -> 282.5 and 295.7 -> 300.8 (after the moe_combine fix), IQ3_XXS 191.3 -> 203.5; 8B Q4_K
-after 512 362.4 -> 359.1 and 355.7 -> 357.7 (even). Two other designs lost: the trigger first (a
-chain of kernels may launch at once: 8B 361.4 -> 322.6) and the trigger after the wait with the
-matvec's weight rows prefetched into L2 before it (8B 331.9, 30B-A3B 271.8).
+Whether PDL is on is the backend's choice (BackendConfig.pdl, resolved once by `resolve`), passed
+to each wrapper as `pdl=`; a module compiled with it defines LT_PDL (`source_head`).
 """
 import ctypes
 import functools
-import os
 
 import numpy as np
+
+from lite.kernels.cuda_source import source
 
 # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION (cuda.h, CUlaunchAttributeID)
 ATTR_PROGRAMMATIC_STREAM_SERIALIZATION = 6
 
-# The CUDA C a kernel puts at its start under LT_PDL: wait for the previous kernel, then let the
-# next one launch (every thread; empty without LT_PDL).
-C_PDL = r"""
-#ifndef LT_PDL_HELPERS
-#define LT_PDL_HELPERS
-#ifdef LT_PDL
-#define PDL_PROLOGUE() do { asm volatile("griddepcontrol.wait;" ::: "memory"); \
-                            asm volatile("griddepcontrol.launch_dependents;"); } while (0)
-#else
-#define PDL_PROLOGUE() do { } while (0)
-#endif
-#endif
-"""
+# The prologue every decode kernel starts with (kernels/cuda/pdl.cuh).
+C_PDL = source("pdl.cuh")
 
 
-def enabled():
-    """Decode launches with programmatic dependencies (read at each launch): LITE_PDL=1 on, =0 off,
-    unset or auto: on where the current GPU has griddepcontrol (compute capability 9.0+)."""
-    v = os.environ.get("LITE_PDL", "auto")
-    return v == "1" or (v == "auto" and _current_device_has_pdl())
+def resolve(setting=None):
+    """PDL on or off: True / False as set, None (auto): on where the current GPU has griddepcontrol
+    (compute capability 9.0+) and the driver has cuLaunchKernelEx."""
+    return bool(setting) if setting is not None else _current_device_has_pdl()
 
 
 def _current_device_has_pdl():
@@ -78,15 +62,15 @@ def _has_pdl(device):
         return False
 
 
-def source_head():
-    """What a module's source starts with: LT_PDL defined when enabled() (then a separate module)."""
-    return "#define LT_PDL\n" if enabled() else ""
+def source_head(pdl=False):
+    """What a module's source starts with: LT_PDL defined when pdl (then a separate module)."""
+    return "#define LT_PDL\n" if pdl else ""
 
 
-def call(func, grid, block, args, stream=None, shared_mem=0):
+def call(func, grid, block, args, stream=None, shared_mem=0, pdl=False):
     """func(grid, block, args) on stream (a CuPy stream; None: the current one), through launch()
-    with programmatic dependencies when enabled()."""
-    if not enabled():
+    with programmatic dependencies when pdl."""
+    if not pdl:
         return func(grid, block, args, shared_mem=shared_mem, stream=stream)
     if stream is None:
         import cupy

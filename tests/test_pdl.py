@@ -59,43 +59,34 @@ def test_launch_sets_the_programmatic_attribute(monkeypatch):
 
 def test_kernels_take_the_pdl_code_only_when_asked(monkeypatch):
     assert "#define LT_PDL\n" not in matvec_epilogue.c_source()
-    monkeypatch.setenv("LITE_PDL", "0")
-    assert not pdl.enabled() and pdl.source_head() == ""
-    monkeypatch.delenv("LITE_PDL", raising=False)          # auto: on a GPU of compute capability 9.0+
-    assert pdl.enabled() == pdl._current_device_has_pdl()
+    assert not pdl.resolve(False) and pdl.source_head(False) == ""
+    assert pdl.resolve(None) == pdl._current_device_has_pdl()     # auto: compute capability 9.0+
     monkeypatch.setattr(pdl, "_current_device_has_pdl", lambda: False)
-    assert not pdl.enabled()
+    assert not pdl.resolve(None) and pdl.resolve(True)
     # a GPU of compute capability 9.0 but no cuLaunchKernelEx in the driver: plain launches
     monkeypatch.undo()
-    monkeypatch.delenv("LITE_PDL", raising=False)
     fake = types.SimpleNamespace(cuda=types.SimpleNamespace(runtime=types.SimpleNamespace(getDevice=lambda: 0)))
     monkeypatch.setitem(sys.modules, "cupy", fake)
     monkeypatch.setattr(pdl, "_has_pdl", lambda device: True)
     monkeypatch.setattr(pdl, "_driver_ok", lambda: False)
-    assert not pdl.enabled()
+    assert not pdl.resolve(None)
     monkeypatch.setattr(pdl, "_driver_ok", lambda: True)
-    assert pdl.enabled()
-    monkeypatch.setenv("LITE_PDL", "1")
-    assert pdl.enabled()
-    src = matvec_epilogue.c_source(pdl.source_head())
+    assert pdl.resolve(None)
+    src = matvec_epilogue.c_source(pdl.source_head(True))
     assert src.startswith("#define LT_PDL") and "griddepcontrol.wait" in src
     # the wait comes before the trigger: at most two kernels resident (the other order lost)
     assert src.index("griddepcontrol.wait") < src.index("griddepcontrol.launch_dependents")
-    monkeypatch.setenv("LITE_PDL", "2")
-    assert not pdl.enabled() and pdl.source_head() == ""
 
 
 def test_call_takes_the_plain_launch_unless_enabled(monkeypatch):
     calls = []
     func = types.SimpleNamespace(ptr=0x99)
     plain = lambda grid, block, args, shared_mem=0, stream=None: calls.append(("plain", grid, shared_mem))
-    monkeypatch.setenv("LITE_PDL", "0")
-    pdl.call(lambda *a, **k: plain(*a, **k), (3,), (64,), (), stream=None, shared_mem=128)
-    assert calls == [("plain", (3,), 128)] and pdl.source_head() == ""
-    monkeypatch.setenv("LITE_PDL", "1")
+    pdl.call(lambda *a, **k: plain(*a, **k), (3,), (64,), (), stream=None, shared_mem=128, pdl=False)
+    assert calls == [("plain", (3,), 128)] and pdl.source_head(False) == ""
     monkeypatch.setattr(pdl, "launch", lambda f, g, b, a, s, shared_mem=0: calls.append(("pdl", g, shared_mem, s)))
-    pdl.call(func, (3,), (64,), (), stream=types.SimpleNamespace(ptr=0x55), shared_mem=128)
-    assert calls[-1] == ("pdl", (3,), 128, 0x55) and pdl.source_head() == "#define LT_PDL\n"
+    pdl.call(func, (3,), (64,), (), stream=types.SimpleNamespace(ptr=0x55), shared_mem=128, pdl=True)
+    assert calls[-1] == ("pdl", (3,), 128, 0x55) and pdl.source_head(True) == "#define LT_PDL\n"
 
 
 def test_decode_kernels_open_with_the_prologue():

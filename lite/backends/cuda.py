@@ -67,6 +67,9 @@ class CUDABackend(CUDALinear, CUDAFoldNorm, CUDAHandoff, CUDADecodeAttention, CU
         import cupyx
         from lite.kernels import cupy_decode, cupy_ops
         self.config = config if config is not None else BackendConfig()
+        from lite.kernels import pdl
+        with cp.cuda.Device(device_id):
+            self.pdl = pdl.resolve(self.config.pdl)     # every decode wrapper takes it as pdl=
         self.cp = self.xp = cp
         self.k = cupy_ops
         self.kd = cupy_decode
