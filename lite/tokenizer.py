@@ -222,7 +222,7 @@ class Tokenizer:
             out.extend(ids)
 
     def _bpe_word(self, word):
-        """Lowest-rank merge first, leftmost on ties (llm_tokenizer_bpe_session)."""
+        """Lowest-rank merge first, leftmost on ties (as llama.cpp's BPE tokenizer does)."""
         vocab = self.vocab
         if self._ignore_merges and word in vocab:
             return [vocab[word]]
@@ -264,7 +264,7 @@ class Tokenizer:
         return ids
 
     def _encode_spm(self, text, out):
-        """Highest-score bigram first, leftmost on ties (llm_tokenizer_spm_session)."""
+        """Highest-score bigram first, leftmost on ties (as llama.cpp's SPM tokenizer does)."""
         vocab, scores = self.vocab, self.scores
         syms = list(text)
         n = len(syms)
