@@ -9,8 +9,8 @@ log = logging.getLogger(__name__)
 # --- device assignment and hand-off options (--devices, --handoff, --handoff-stream) -------------
 
 HANDOFFS = ("host", "p2p", "auto")
-# The CUDA backend copies device to device (lite/backends/cuda_handoff.py). Checked on the CPU
-# against a fake CuPy only: not run on two GPUs yet (tests/test_multi_gpu.py will).
+# The CUDA backend copies device to device (lite/backends/cuda_handoff.py); checked on the CPU
+# against a fake CuPy and on two GPUs (tests/test_multi_gpu.py).
 P2P_IMPLEMENTED = True
 
 
