@@ -89,37 +89,6 @@ def repack(blocks, rows, cols):
     return xp.ascontiguousarray(xp.concatenate(parts, axis=2)).reshape(-1)
 
 
-def repack12(blocks, rows, cols):
-    """Session 11's experiment (IQ3_XXS_W12; the sweep's mvt<TIQ3_XXSW> only): groups of 4 blocks as
-    408 bytes [32 words a][32 words b][32 words c][4 scale words][4 d], chunk j's words at 4 j of each
-    plane; its 8 grid words as 12-bit fields (grid index | the word's 4 signs << 8) one after another
-    in the 96 bits a | b << 32 | c << 64, so that one shift and one mask give a word's address in a
-    4096-entry table of signed grid words (kernels/matvec_q8_iq3.py)."""
-    if cols % GROUP_COLS:
-        raise ValueError(f"IQ3_XXS regroup: cols={cols} is not a multiple of {GROUP_COLS} (groups of 4 blocks)")
-    from lite.kernels.iq_tables import ksigns
-    xp, ng = _xp(blocks), cols // GROUP_COLS
-    b = blocks.reshape(rows, ng, 4, 98)
-    aux = xp.ascontiguousarray(b[..., 66:98]).view(xp.uint32).reshape(rows, ng, 32)
-    idx = b[..., 2:66].reshape(rows, ng, 32, 8).astype(xp.uint32)
-    ks = xp.asarray(ksigns().astype(np.uint32))
-    f = []
-    for w in range(8):
-        s8 = ks[(aux >> np.uint32(7 * (w // 2))) & np.uint32(127)]
-        f.append(idx[..., w] | (((s8 >> np.uint32(4 * (w % 2))) & np.uint32(15)) << np.uint32(8)))
-    u = np.uint32
-    a = f[0] | (f[1] << u(12)) | ((f[2] & u(0xFF)) << u(24))
-    bw = (f[2] >> u(8)) | (f[3] << u(4)) | (f[4] << u(16)) | ((f[5] & u(15)) << u(28))
-    c = (f[5] >> u(4)) | (f[6] << u(8)) | (f[7] << u(20))
-    aux4 = aux.reshape(rows, ng, 4, 8)
-    scales = xp.zeros((rows, ng, 4), xp.uint32)
-    for k in range(8):
-        scales |= (aux4[..., k] >> u(28)) << u(4 * k)
-    parts = [xp.ascontiguousarray(v).view(xp.uint8).reshape(rows, ng, -1) for v in (a, bw, c, scales)]
-    parts.append(b[..., 0:2].reshape(rows, ng, 8))
-    return xp.ascontiguousarray(xp.concatenate(parts, axis=2)).reshape(-1)
-
-
 def unpack(grouped, rows, cols):
     """The inverse of repack: the file's layout again (tests, and anyone who must hand the bytes on)."""
     xp, ng = _xp(grouped), cols // GROUP_COLS

@@ -22,59 +22,20 @@ instructions, not memory):
 """
 import contextlib
 import functools
-import os
 
 import numpy as np
 
-from lite.errors import SettingError
-from lite.kernels import matvec_half, matvec_staged, pdl
+from lite.kernels import pdl
 from lite.kernels.matvec_structs import C_TYPES, FAST_DOT  # noqa: F401  (C_TYPES: other modules read it here)
 from lite.kernels.pdl import C_PDL
 
 C_MAX_N = 8
 THREADS = 128
-# (rows a CTA, prefetch 0/1) per type: the best n=1 mean of 4096x14336 and 14336x4096 measured by
-# tests/gpu_bench_matvec.py on the H200 (GB/s: Q4_0 1953 vs 1650 without prefetch, Q8_0 2696 vs
-# 2549, Q4_K 1949, Q5_K 1966, Q6_K 2358; 16 rows a CTA lost everywhere).
+# (rows a CTA, prefetch 0/1) per type: the fastest at the decode shapes (BENCHMARKS.md); 16 rows a
+# CTA lost everywhere.
 CONFIG = {"Q4_0": (8, 1), "Q8_0": (8, 1), "Q4_K": (8, 0), "Q5_K": (4, 0), "Q6_K": (4, 0)}
-# The kernel each type's decode launches take (n <= 2): ("mv",) the register kernel with CONFIG,
-# ("mvs", rows a CTA, stages) the staged kernel, ("mvp", rows a CTA) the persistent register
-# kernel (both in kernels/matvec_staged.py), ("mvh", rows a CTA[, 64]) the half2 kernel of
-# kernels/matvec_half.py (Q4_K and Q6_K only, 64-weight chunks Q4_K only; measured slower, session 3). Others, and n > 2, take
-# CONFIG's register kernel.
-# mv won for every type here (H200, n=1, GB/s of weights, 4096x14336 / 14336x4096 / 4096x4096,
-# tests/gpu_sweep_matvec.py; best of mvs 8x3, mvs 4x3, mvp 2/4/8 after the slash):
-#   Q4_K 1837 1973 1411 / 1625 1597 1213     Q6_K 2280 2328 1817 / 1879 1886 1557
-#   Q8_0 2811 2524 1922 / 2336 2278 1844     Q4_0 2029 1795 1312 / 1503 1684 1152
-#   Q5_K 1920 1947 1462 / 1604 1669 1291
-# Q4_K: "mvf", the register kernel with the dot in 2 instructions a weight (kernels/matvec_structs.py),
-# in every Q4_K decode product (decode_struct: the epilogue kernels, the MoE experts). H200, session
-# 6 (BENCHMARKS): 8B Q4_K decode 352.9 / 358.5 -> 377.2 / 376.3 tok/s, 30B-A3B 312.8 -> 318.3;
-# LITE_MATVEC_CONFIG="Q4_K=mv" gives the three-instruction dot back.
-DEFAULT = {"Q4_0": ("mv",), "Q8_0": ("mv",), "Q4_K": ("mvf", 8, 0), "Q5_K": ("mv",), "Q6_K": ("mv",)}
-
-
-def config_from_env(text=None):
-    """LITE_MATVEC_CONFIG="Q4_K=mvh,8;Q6_K=mvh,4,32": DEFAULT overrides (see kernel_name), so that
-    another decode kernel can be timed end to end without a code change (opt-in, for benchmarks)."""
-    text = os.environ.get("LITE_MATVEC_CONFIG", "") if text is None else text
-    out = {}
-    for item in filter(None, (t.strip() for t in text.split(";"))):
-        qtype, _, spec = item.partition("=")
-        kind, *nums = spec.split(",")
-        if qtype not in DEFAULT or kind not in ("mv", "mvf", "mvs", "mvp", "mvh") or not all(
-                n.strip().isdigit() for n in nums):
-            raise SettingError(f"LITE_MATVEC_CONFIG: {item!r}: expected TYPE=mv|mvf|mvs|mvp|mvh[,int...] "
-                             f"with TYPE in {', '.join(DEFAULT)}")
-        out[qtype] = (kind,) + tuple(int(n) for n in nums)
-    return out
-
-
-DEFAULT.update(config_from_env())
-# Tried and removed (session 7): LITE_MATVEC_XS, mv/mvf and mve copying x into shared memory first
-# (all of a CTA's x loads in flight at once, for ncu's ~30% of cycles waiting on L1TEX). It lost on
-# the H200: 8B Q4_K decode 278-280 tok/s against 379 without it; sweep at 4096x14336 mv 17.9 us,
-# mv80x 34.2, mvf80x 33.3 (96 registers) (docs/bench/session7/call1/checks.log). Don't re-try it as it was.
+# The types whose register kernel takes the two-instruction dot (T<type>H, kernels/matvec_structs.py)
+# for n <= 2, in every decode product of the type (decode_struct: the epilogue kernels, the MoE experts).
 
 # Byte alignment the kernel needs of the block buffer (16-byte loads vs 32-bit word loads).
 ALIGN = {"Q4_0": 4, "Q8_0": 4, "Q4_K": 16, "Q5_K": 16, "Q6_K": 4}
@@ -255,38 +216,22 @@ __global__ void __launch_bounds__(128) mv(const unsigned char* __restrict__ w, c
 """
 
 TYPES = tuple(CONFIG)
-# (bytes, chunks of 32 weights) a block: the staged kernel's stage sizes
-BLOCK_LAYOUT = {"Q4_0": (18, 1), "Q8_0": (34, 1), "Q4_K": (144, 8), "Q5_K": (176, 8), "Q6_K": (210, 8)}
 
 
-def c_source(half=False):
-    """The kernels' CUDA C; `half` adds matvec_half's (only in modules that use it, so that the
-    default kernels keep compiling from the text that has run on a GPU)."""
-    return (C_HEAD + C_TYPES + C_KERNEL + matvec_staged.C_STAGED + matvec_staged.C_PERSISTENT
-            + (matvec_half.C_HALF if half else ""))
+def c_source():
+    """The kernels' CUDA C."""
+    return C_HEAD + C_TYPES + C_KERNEL
 
 
 def decode_struct(qtype):
     """The struct every decode product of qtype takes (mv, matvec_epilogue's mve, the MoE experts'
-    moe_mv/moe_mvw): T<type>, or T<type>H, the two-instruction dot (kernels/matvec_structs.py), where
-    DEFAULT makes "mvf" the type's decode kernel (Q4_K's default; LITE_MATVEC_CONFIG="Q4_K=mv": TQ4_K)."""
-    return f"TQ{qtype[1:]}" + ("H" if DEFAULT.get(qtype, ("",))[0] == "mvf" else "")
+    moe_mv/moe_mvw): T<type>, or T<type>H, the two-instruction dot, for the FAST_DOT types."""
+    return f"TQ{qtype[1:]}" + ("H" if qtype in FAST_DOT else "")
 
 
-def kernel_name(qtype, n, *config):
-    """The kernel of a config: (rows, prefetch) or ("mv", rows, prefetch), ("mvf", rows, prefetch), ("mvs", rows, stages), ("mvp", rows), ("mvh", rows[,
-    weights a chunk])."""
-    kind, *p = config if isinstance(config[0], str) else ("mv",) + tuple(config)
-    struct = f"TQ{qtype[1:]}"
-    if kind == "mvs":
-        return matvec_staged.kernel_name(struct, n, *p)
-    if kind == "mvp":
-        return matvec_staged.persistent_name(struct, n, *p)
-    if kind == "mvh":
-        return matvec_half.kernel_name(qtype, n, *p)
-    if kind == "mvf":                     # mv with the two-instruction dot (FAST_DOT types)
-        return f"mv<{struct}H, {n}, {p[0]}, {p[1]}>"
-    return f"mv<{struct}, {n}, {p[0]}, {p[1]}>"
+def kernel_name(qtype, n, fast, rows, prefetch):
+    """The register kernel over qtype's float struct (fast: its two-instruction dot)."""
+    return f"mv<TQ{qtype[1:]}{'H' if fast else ''}, {n}, {rows}, {prefetch}>"
 
 
 @functools.lru_cache(maxsize=None)
@@ -295,7 +240,7 @@ def raw_module(device, qtype, config, ns=tuple(range(1, C_MAX_N + 1)), head=""):
     ~0.5 s a kernel, so launch() builds only the type and n it meets). head: pdl.source_head()."""
     import cupy
     names = [kernel_name(qtype, n, *config) for n in ns]
-    return cupy.RawModule(code=head + c_source(half=config[0] == "mvh"), options=("--std=c++17",),
+    return cupy.RawModule(code=head + c_source(), options=("--std=c++17",),
                           name_expressions=names)
 
 
@@ -313,52 +258,31 @@ def qualifies(qtype, blocks, x):
     return qtype in CONFIG and _ptr(blocks) % ALIGN[qtype] == 0 and _ptr(x) % 16 == 0
 
 
-def _plan(qtype, config, n, staged_ok):
-    """The config of one launch of n rows of x: `config` (see kernel_name) or DEFAULT's; the staged
-    kernel only where its 16-byte copies can go, the half2 one only for Q4_K/Q6_K, the new kernels
-    only for n <= 2; otherwise CONFIG's register kernel, at most 4 rows a CTA when n > 2 (R * n
-    accumulators spill beyond)."""
-    config = tuple(config or DEFAULT[qtype])
-    if config == ("mv",):
-        config = ("mv",) + CONFIG[qtype]
-    elif not isinstance(config[0], str):
-        config = ("mv",) + config
-    if config[0] != "mv" and (n > 2 or (config[0] == "mvs" and not staged_ok)
-                              or (config[0] == "mvh" and not matvec_half.supports(qtype, config))
-                              or (config[0] == "mvf" and qtype not in FAST_DOT)):
-        config = ("mv",) + CONFIG[qtype]
-    if (config[0] == "mv" and n > 2) or (config[0] == "mvp" and n == 2):
-        config = (config[0], min(config[1], 4)) + config[2:]   # mvp<8 rows, n=2> spills
-    return config
+def plan(qtype, n):
+    """(fast, rows a CTA, prefetch) of one launch of n rows of x: CONFIG's, the two-instruction dot
+    for FAST_DOT types at n <= 2, at most 4 rows a CTA when n > 2 (R * n accumulators spill beyond)."""
+    rows, prefetch = CONFIG[qtype]
+    if n > 2:
+        return False, min(rows, 4), prefetch
+    return qtype in FAST_DOT, rows, prefetch
 
 
-def launch(qtype, blocks, x, out, rows, cols, stream=None, config=None):
+def launch(qtype, blocks, x, out, rows, cols, stream=None, cta=None):
     """Enqueue out = x @ W.T on `stream` (a CuPy stream, None: the current one). Inputs are checked
     by the caller (matvec_basic): blocks 1-D uint8 of rows x cols, x (n, cols) and out (n, rows)
-    C-contiguous float32, qualifies() true. `config` overrides DEFAULT (see _plan). One launch per
-    C_MAX_N rows of x and no host synchronization: meant to be captured into CUDA graphs."""
+    C-contiguous float32, qualifies() true. cta: (rows a CTA, prefetch) of the register kernel over
+    float x instead of plan()'s (tests). One launch per C_MAX_N rows of x and no host
+    synchronization: meant to be captured into CUDA graphs."""
     import cupy
     device = cupy.cuda.runtime.getDevice()
-    ts, cpb = BLOCK_LAYOUT[qtype]
-    staged_ok = matvec_staged.qualifies(_ptr(blocks), cols // (32 * cpb) * ts)
     with stream if stream is not None else contextlib.nullcontext():
         for i in range(0, x.shape[0], C_MAX_N):
             xs, os_ = x[i:i + C_MAX_N], out[i:i + C_MAX_N]
             n = xs.shape[0]
-            cfg = _plan(qtype, config, n, staged_ok)
-            args = (blocks, xs, os_, np.int32(rows), np.int32(cols))
-            if config is None and cfg[0] in ("mv", "mvf"):
-                from lite.kernels import matvec_q8       # (it imports this module)
-                if matvec_q8.applies(qtype):             # LITE_MATVEC_Q8: x quantized, mvq
-                    matvec_q8.launch(qtype, blocks, xs, cupy.empty_like(xs), os_, rows, cols)
-                    continue
-            if cfg[0] in ("mv", "mvf"):   # LITE_PDL (kernels/pdl.py): only mv has the prologue
-                pdl.call(_kernel(device, qtype, cfg, n, pdl.source_head()),
-                         ((rows + cfg[1] - 1) // cfg[1],), (THREADS,), args)
+            from lite.kernels import matvec_q8       # (it imports this module)
+            if cta is None and matvec_q8.applies(qtype):     # LITE_MATVEC_Q8: x quantized, mvq
+                matvec_q8.launch(qtype, blocks, xs, cupy.empty_like(xs), os_, rows, cols)
                 continue
-            func = _kernel(device, qtype, cfg, n)
-            if cfg[0] == "mvh":           # mv's grid: a CTA of THREADS per cfg[1] rows
-                func(((rows + cfg[1] - 1) // cfg[1],), (THREADS,), args)
-            else:
-                smem = matvec_staged.smem_bytes(ts, cpb, *cfg[1:]) if cfg[0] == "mvs" else 0
-                matvec_staged.launch(func, smem, device, rows, cfg[1], args)
+            cfg = plan(qtype, n) if cta is None else (False, min(cta[0], 4) if n > 2 else cta[0], cta[1])
+            pdl.call(_kernel(device, qtype, cfg, n, pdl.source_head()),
+                     ((rows + cfg[1] - 1) // cfg[1],), (THREADS,), (blocks, xs, os_, np.int32(rows), np.int32(cols)))

@@ -13,7 +13,7 @@ Two implementations of the same product:
   floats by the 2^23 exponent trick (PRMT + FADD, not the slow I2F unit), signs flip x's sign bit.
   Templated on n (up to C_MAX_N, larger n in chunks) so the accumulators stay in registers.
   For IQ3_XXS and n = 1 the same decode runs as a type (TIQ3_XXS) of the persistent kernel of
-  kernels/matvec_staged.py with 8 rows a CTA (DEFAULT: 17-21% faster on the H200).
+  kernels/matvec_persistent.py with 8 rows a CTA (faster than the register kernel there).
 LITE_MATVEC_IMPL=numba forces the Numba kernels on the GPU (for comparison).
 """
 import contextlib
@@ -27,7 +27,7 @@ from lite.errors import SettingError
 from lite.kernels.dequant_iq import (
     C_HELPERS, _p_iq3_xxs, _p_iq4_xs, _ptr, _v_grid_sign, _v_nonlinear, c_grid_array,
 )
-from lite.kernels import matvec_cuda, matvec_staged
+from lite.kernels import matvec_cuda, matvec_persistent
 from lite.kernels.iq_tables import KVALUES_IQ4, device_tables
 from lite.kernels.reduce import warp_sum
 from lite.kernels.registry import quant_info, register_matvec
@@ -126,7 +126,7 @@ __device__ __forceinline__ void finish(float (&acc)[R][N], float* __restrict__ o
 """
 
 C_IQ3_XXS = r"""
-#ifndef GCOPIES   // grid_copies() may set it first (LITE_IQ3_GCOPIES); 0: no shared copy, the grid
+#ifndef GCOPIES   // the modules set it first (GRID_COPIES); 0: no shared copy, the grid
 #define GCOPIES 0  // read through L1 (TIQ3_XXS; the register kernel mv_iq3xxs keeps one in shared memory)
 #endif
 #define GSTRIDE (GCOPIES > 0 ? GCOPIES : 1)
@@ -246,8 +246,8 @@ __global__ void __launch_bounds__(128) mv_iq4xs(const unsigned* __restrict__ w32
 """
 
 
-# IQ3_XXS as a type of the staged and persistent kernels (kernels/matvec_staged.py); the decode is
-# C_IQ3_XXS's, a thread per sub-block.
+# IQ3_XXS as a type of the register loops (matvec_cuda's, the persistent one, the MoE experts'); the
+# decode is C_IQ3_XXS's, a thread per sub-block.
 C_IQ3_XXS_STAGED = r"""
 __shared__ unsigned lt_iq3_grid[256 * GSTRIDE];
 struct TIQ3_XXS {   // d, qs[64] (grid indices, 8 a sub-block), then a word a sub-block: 4x7 sign bits, scale
@@ -273,40 +273,25 @@ struct TIQ3_XXS {   // d, qs[64] (grid indices, 8 a sub-block), then a word a su
     }
 };
 """
-# The kernel IQ3_XXS decode launches take: ("reg",) mv_iq3xxs above, ("mvs", rows a CTA, stages)
-# the staged kernel or ("mvp", rows a CTA) the persistent one (kernels/matvec_staged.py). H200,
-# n=1, GB/s of weights (tests/gpu_sweep_matvec.py), 4096x14336 / 14336x4096 / 4096x4096:
-# reg 569 / 633 / 438, mvp8 689 / 701 / 491, mvs<8 rows, 3 stages> 601 / 639 / 458, mvp4 598 / 606
-# / 422, mvp2 479 / 463 / 365. mvp takes n = 1 only (n = 2 spills registers): n = 2 is reg.
-DEFAULT = {"IQ3_XXS": ("mvp", 8)}
-# Opt-in (measured +8% at best, session 3): ("v2", rows, prefetch) / ("v2p", rows), kernels/matvec_iq_v2.py
-# (4.7 instead of 9.6 SASS instructions a weight); LITE_IQ_MV="v2,8,1" makes it IQ3_XXS's default.
-
-
-@functools.lru_cache(maxsize=None)
-def _env_config(text):
-    from lite.kernels import matvec_iq_v2
-    return matvec_iq_v2.parse(text)
+# IQ3_XXS's decode product over float x: the persistent kernel (kernels/matvec_persistent.py) with
+# TIQ3_XXS, 8 rows a CTA, for n = 1 (n = 2 spills registers there: mv_iq3xxs, the register kernel).
+PERSISTENT_ROWS = 8
+# The IQ3_XXS grid copies a CTA fills in shared memory (GCOPIES in C_IQ3_XXS): none, the 1 KB grid is
+# read from global memory through L1 (mv_iq3xxs keeps one copy in shared memory).
+GRID_COPIES = 0
 
 
 def grid_copies():
-    """The IQ3_XXS grid copies a CTA fills in shared memory (GCOPIES in C_IQ3_XXS): 0 by default,
-    the 1 KB grid read from global memory through L1 (the register kernel mv_iq3xxs keeps one copy in
-    shared memory); LITE_IQ3_GCOPIES=N for A/Bs. H200, session 6 (BENCHMARKS): against 8 copies,
-    30B-A3B IQ3_XXS decode 223.8 / 221.4 -> 236.2 / 230.9 tok/s (moe_mvw), 8B IQ3_XXS 205.4 / 205.6
-    -> 216.0 / 216.6 (mvp8: 32.3 -> 31.1 us at 4096x14336)."""
-    text = os.environ.get("LITE_IQ3_GCOPIES", "0").strip()
-    if text not in ("0", "1", "2", "4", "8", "16"):
-        raise SettingError(f"LITE_IQ3_GCOPIES={text!r}: expected 0, 1, 2, 4, 8 or 16")
-    return int(text)
+    """GRID_COPIES (kernels/moe_mvw.py's modules define GCOPIES from it)."""
+    return GRID_COPIES
 
 
 def c_source():
     kv = ", ".join(str(int(v)) for v in KVALUES_IQ4)
-    # the staged skeleton before C_COMMON, whose `#define R 4` would rename its template parameter
-    return (f"#define GCOPIES {grid_copies()}\n" + C_HELPERS + c_grid_array("IQ3XXS_GRID", "IQ3_XXS")
+    # the persistent skeleton before C_COMMON, whose `#define R 4` would rename its template parameter
+    return (f"#define GCOPIES {GRID_COPIES}\n" + C_HELPERS + c_grid_array("IQ3XXS_GRID", "IQ3_XXS")
             + f"__device__ const int IQ4_KVALUES[16] = {{{kv}}};\n"
-            + matvec_cuda.C_HEAD + matvec_staged.C_STAGED + matvec_staged.C_PERSISTENT
+            + matvec_cuda.C_HEAD + matvec_persistent.C_PERSISTENT
             + C_COMMON + C_IQ3_XXS + C_IQ4_XS + C_IQ3_XXS_STAGED)
 
 
@@ -314,56 +299,36 @@ _C_NAMES = {"IQ3_XXS": "mv_iq3xxs", "IQ4_XS": "mv_iq4xs"}
 _STRUCTS = {"IQ3_XXS": "TIQ3_XXS"}
 
 
-def kernel_name(name, n, config):
-    if config[0] == "mvs":
-        return matvec_staged.kernel_name(_STRUCTS[name], n, *config[1:])
-    if config[0] == "mvp":
-        return matvec_staged.persistent_name(_STRUCTS[name], n, *config[1:])
-    return f"{_C_NAMES[name]}<{n}>"
-
-
 @functools.lru_cache(maxsize=None)
-def _raw_module(device, extra=()):
-    """The kernels named by `extra` ((name, n, config) triples), or without it all register kernels."""
+def _raw_module(device, names=None):
+    """The kernels named, or without names every register kernel."""
     import cupy
-    exprs = [kernel_name(*e) for e in extra] or [
-        f"{k}<{n}>" for name, k in _C_NAMES.items() for n in range(1, C_MAX_N[name] + 1)]
+    exprs = list(names or [f"{k}<{n}>" for name, k in _C_NAMES.items() for n in range(1, C_MAX_N[name] + 1)])
     return cupy.RawModule(code=c_source(), options=("--std=c++17",), name_expressions=exprs)
 
 
-def launch_cuda(name, blocks, x, out, rows, cols, stream, config=None):
-    """`config` overrides LITE_IQ_MV, which overrides DEFAULT (IQ3_XXS; IQ4_XS has the register
-    kernel only)."""
+def launch_cuda(name, blocks, x, out, rows, cols, stream):
+    """IQ3_XXS (and IQ3_XXS_G4) on dp4a over quantized x where matvec_q8.applies, else IQ3_XXS's
+    persistent kernel for n = 1 and the register kernels."""
     import cupy
     from lite.kernels import matvec_q8
-    if config is None and matvec_q8.applies(name):   # IQ3_XXS on dp4a over quantized x (LITE_MATVEC_Q8)
+    if matvec_q8.applies(name):                      # IQ3_XXS on dp4a over quantized x (LITE_MATVEC_Q8)
         with stream if stream is not None else contextlib.nullcontext():
             for i in range(0, x.shape[0], matvec_q8.C_MAX_N):
                 xs = x[i:i + matvec_q8.C_MAX_N]
                 matvec_q8.launch(name, blocks, xs, cupy.empty_like(xs), out[i:i + matvec_q8.C_MAX_N], rows, cols)
         return
     device = cupy.cuda.runtime.getDevice()
-    cfg = tuple(config or (name == "IQ3_XXS" and _env_config(os.environ.get("LITE_IQ_MV", "")))
-                or DEFAULT.get(name, ("reg",)))
-    info = quant_info(name)
-    if cfg[0] in ("v2", "v2p") and name == "IQ3_XXS":
-        from lite.kernels import matvec_iq_v2
-        with stream if stream is not None else contextlib.nullcontext():
-            for i in range(0, x.shape[0], C_MAX_N[name]):
-                matvec_iq_v2.launch(blocks, x[i:i + C_MAX_N[name]], out[i:i + C_MAX_N[name]], rows, cols, cfg)
-        return
-    if cfg[0] == "mvs" and not matvec_staged.qualifies(_ptr(blocks), cols // info.block_elems * info.type_size):
-        cfg = ("reg",)
     with stream if stream is not None else contextlib.nullcontext():
         step = C_MAX_N[name]
         for i in range(0, x.shape[0], step):
             xs, os_ = x[i:i + step], out[i:i + step]
             n = xs.shape[0]
-            if cfg[0] != "reg" and not (cfg[0] == "mvp" and n == 2):   # mvp<TIQ3_XXS, 2, 4> spills
-                func = _raw_module(device, ((name, n, cfg),)).get_function(kernel_name(name, n, cfg))
-                smem = matvec_staged.smem_bytes(info.type_size, info.block_elems // 32, *cfg[1:]) if cfg[0] == "mvs" else 0
-                matvec_staged.launch(func, smem, device, rows, cfg[1],
-                                     (blocks, xs, os_, np.int32(rows), np.int32(cols)))
+            args = (blocks, xs, os_, np.int32(rows), np.int32(cols))
+            if name == "IQ3_XXS" and n == 1:
+                kname = matvec_persistent.persistent_name(_STRUCTS[name], n, PERSISTENT_ROWS)
+                func = _raw_module(device, (kname,)).get_function(kname)
+                matvec_persistent.launch(func, 0, device, rows, PERSISTENT_ROWS, args)
                 continue
             w = blocks.view(np.uint16 if name == "IQ3_XXS" else np.uint32)
             kern = _raw_module(device).get_function(f"{_C_NAMES[name]}<{n}>")

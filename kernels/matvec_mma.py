@@ -24,7 +24,6 @@ at 28672x4096 with a counter a band pair, +1.7 us with 2 bands a CTA); session 1
 quantizer's count of CTAs done instead of its grid's end (ce093de: even), 12-16 warps a CTA (10.9-11.4 us).
 """
 import functools
-import os
 
 import numpy as np
 
@@ -59,11 +58,8 @@ def config(rows, cols, sms, epilogue=False):
     bands = rows // 16
     if bands > 2 * sms:
         return (4, 2, int(bands <= 3 * sms), 1, 0)
-    if epilogue:                                     # mvbe: D on only with LITE_MVBE_PREDECODE=1 (call 10's decode)
-        predecode = os.environ.get("LITE_MVBE_PREDECODE", "0") != "0"
-    else:
-        predecode = os.environ.get("LITE_MVB_PREDECODE", "1") != "0"
-    return (8, 1, 1, 1, 1) if predecode else (8, 1, 1, 0, 0)   # (8, 1, 1, 0, 0): session 15's form
+    # the product decodes each warp's first block before the PDL wait; the epilogue forms do not (slower end to end)
+    return (8, 1, 1, 0, 0) if epilogue else (8, 1, 1, 1, 1)
 
 
 def c_source():

@@ -189,21 +189,8 @@ C_Q8 = C_Q8_BASE + C_Q8_K          # the K types' module text (after matvec_cuda
 
 
 # The record layout of quantized x by record size (LT_Q8_LAYOUT20 / 24 in C_Q8_BASE): layout 1 for
-# Q6_K's 24-word records, 0 for the 20-word ones (Q4_K, IQ3_XXS). H200, session 8: layout 1 took
-# Q6_K's 4096x14336 product from 20.0 us (4 rows a CTA) to 18.1 (2 rows; output head 128256x4096
-# 145 -> 125 us), and left Q4_K's sweep even, but the 8B Q4_K decode lost 2-3% with it (calls 3-4:
-# medians 410 against 419 tok/s) and IQ3_XXS's was even. LITE_Q8_LAYOUT=0 or 1 sets both.
-def layouts_from_env(text=None):
-    """{record words: layout} from LITE_Q8_LAYOUT: auto (default; by record size), 0 or 1 (both)."""
-    text = os.environ.get("LITE_Q8_LAYOUT", "auto") if text is None else text
-    if text.strip() in ("", "auto"):
-        return {20: 0, 24: 1}
-    if text.strip() not in ("0", "1"):
-        raise SettingError(f"LITE_Q8_LAYOUT={text!r}: expected auto, 0 or 1")
-    return dict.fromkeys((20, 24), int(text))
-
-
-LAYOUTS = layouts_from_env()
+# Q6_K's 24-word records, 0 for the 20-word ones (Q4_K, IQ3_XXS): the faster of each (BENCHMARKS.md).
+LAYOUTS = {20: 0, 24: 1}
 
 C_MAX_N = matvec_cuda.C_MAX_N      # rows of x a launch (the register loop's N)
 
@@ -224,7 +211,7 @@ TYPES = {"Q4_K": ("TQ4_K", "TQ4_KQ", 20), "Q6_K": ("TQ6_K", "TQ6_KQ", 24), "IQ3_
 # session 10, call 2, its signs placed: 13.8, 15.9 at 2 rows, 18.9 at 8), and prefetch 2 (session
 # 11, matvec_cuda.mv_rows_any: a row's last half trip spread over all 128 threads; call 14, 4096x14336
 # with the quantizer 13.2 us against 13.7, 14336x4096 14.2 / 14.7; LITE_IQ3_HALVES=0 for prefetch 0).
-IQ3_G4_PREFETCH = 0 if os.environ.get("LITE_IQ3_HALVES", "1") == "0" else 2
+IQ3_G4_PREFETCH = 2      # IQ3_XXS_G4: a row's last half trip spread over all 128 threads (mv_rows_any)
 CONFIGS = {"Q4_K": (2, 0), "Q6_K": (2, 0) if LAYOUTS[24] else (4, 0), "IQ3_XXS": (4, 0), "IQ3_XXS_G4": (4, IQ3_G4_PREFETCH)}
 # The types whose dense decode products (matvec_cuda.launch without a config, matvec_epilogue's mve,
 # matvec_iq.launch_cuda for IQ3_XXS) quantize x and take mvq, and the MoE experts' (LITE_MOE_Q8
@@ -309,8 +296,7 @@ def in_name(kernel_name):
 def c_source(qtype="Q4_K"):
     """The module text of qtype's quantizer and mvq kernels."""
     if qtype.startswith("IQ3_XXS"):
-        from lite.kernels import matvec_iq_v2       # matvec_iq's structs and v2's tables
-        return matvec_iq_v2.c_source() + layout_define() + C_Q8_BASE + matvec_q8_iq3.c_text()
+        return matvec_q8_iq3.c_base() + layout_define() + C_Q8_BASE + matvec_q8_iq3.c_text()
     return matvec_cuda.c_source() + layout_define() + C_Q8
 
 
@@ -318,8 +304,8 @@ def structs(qtype, tables=False):
     """The text that adds qtype's integer struct to a module holding its float struct (moe_mvw's);
     tables: also v2's IQ3_XXS tables (a module without them)."""
     if qtype.startswith("IQ3_XXS"):
-        from lite.kernels import matvec_iq_v2
-        return (matvec_iq_v2.c_tables() if tables else "") + layout_define() + C_Q8_BASE + matvec_q8_iq3.c_text()
+        from lite.kernels import iq_tables
+        return (iq_tables.c_offset_tables() if tables else "") + layout_define() + C_Q8_BASE + matvec_q8_iq3.c_text()
     return layout_define() + C_Q8
 
 
@@ -343,8 +329,7 @@ def kernel_name(qtype, n, rows=8, prefetch=0, tables=None):
 @functools.lru_cache(maxsize=None)
 def _module(device, qtype, names, head=""):
     import cupy
-    from lite.kernels import matvec_tma          # (the shared-memory rows experiment: only where named)
-    text = head + c_source(qtype) + (matvec_tma.C_TMA if matvec_tma.wanted(names) else "")
+    text = head + c_source(qtype)
     return cupy.RawModule(code=text, options=("--std=c++17",), name_expressions=list(names))
 
 

@@ -1,13 +1,11 @@
 """IQ3_XXS on dp4a over quantized x (kernels/matvec_q8.py's mvq): the integer struct TIQ3_XXSQV and
 where it finds its tables. matvec_q8 builds the modules (c_source, structs) and names the kernels;
 this file holds the IQ3_XXS text, apart from the K types', and the choice of table placement."""
-import os
-
-from lite.errors import SettingError
+from lite.kernels import iq_tables
 
 # IQ3_XXS (written in session 7, the default since session 8), after matvec_iq's TIQ3_XXS and
-# matvec_iq_v2's tables: each grid byte g as 64 + g (IQ3XXS_GRID64), 64 - g where its sign bit is set
-# (u - 2 (u & 0x3F mask), v2's masks as uint2 pairs: no borrow between bytes), so a word of 4 weights
+# iq_tables' offset-binary tables: each grid byte g as 64 + g (IQ3XXS_GRID64), 64 - g where its sign bit is set
+# (u - 2 (u & 0x3F mask), iq_tables' sign masks as uint2 pairs: no borrow between bytes), so a word of 4 weights
 # meets x in 2 dp4a; the offset 64 comes off once a run of 16 as 64 times the run's sum of quantized
 # x. Sums a run: |dp4a sums| <= 16 * 126 * 127 (exact), their 254-weighted total < 2^26 (one fp32
 # rounding, ~6e-8 of it, before the offset cancels): inside the x quantization's bound.
@@ -224,80 +222,38 @@ struct TIQ3_XXSG : TIQ3_XXSQV<GC, 2> {    // SC: how the sums become floats (lt_
         return h2f(r.d) * (0.5f + (float)((r.sc >> (4 * (c & 7))) & 15u)) * 0.5f * (ra + rb);
     }
 };
-// Session 11's experiment (the sweep's mvt only): iq3_groups.repack12's layout, a chunk's 8 grid words
-// as 12-bit fields (index | 4 signs << 8) in 3 words, read through a 4096-word table of signed grid
-// words in shared memory (16 KB, filled once a CTA: mvt runs one CTA an SM): a word's address is
-// one shift and one mask (a funnel shift for the 2 fields that cross words), against 6 instructions
-// for TIQ3_XXSG's index, mask and sign.
-__device__ __forceinline__ unsigned lt_funnel_r(unsigned lo, unsigned hi, unsigned n) {   // (hi:lo) >> n
-#ifdef __CUDA_ARCH__
-    return __funnelshift_r(lo, hi, n);
-#else
-    return (unsigned)((((unsigned long long)hi << 32) | lo) >> n);
-#endif
-}
-template <int SC = 2>   // SC: how the sums become floats (lt_iq3_dot)
-struct TIQ3_XXSW : TIQ3_XXSQV<0, 2> {
-    static constexpr int BE = 256, TS = 102, CPB = 8;
-    struct Raw { unsigned a, b, c, sc; unsigned short d; };
-    __device__ static __forceinline__ unsigned* wtab() {
-        __shared__ uint4 t[1024];
-        return (unsigned*)t;
-    }
-    __device__ static __forceinline__ void init() {   // (the loads first: a load-store loop took ~1 us)
-        unsigned* t = wtab();
-        unsigned g[8];
-        #pragma unroll
-        for (int k = 0; k < 8; k++) g[k] = __ldg(IQ3XXS_GRID64 + ((threadIdx.x + k * blockDim.x) & 255));
-        #pragma unroll
-        for (int k = 0; k < 8; k++) {
-            const unsigned i = threadIdx.x + k * blockDim.x, u = g[k], m = (((i >> 8) * 0x204081u) & 0x01010101u) * 0xFFu;
-            if (i < 4096) t[i] = u - 2u * (u & m & 0x3F3F3F3Fu);
-        }
-        for (unsigned i = threadIdx.x + 8 * blockDim.x; i < 4096; i += blockDim.x) {   // (blocks under 512 threads)
-            const unsigned u = __ldg(IQ3XXS_GRID64 + (i & 255)), m = (((i >> 8) * 0x204081u) & 0x01010101u) * 0xFFu;
-            t[i] = u - 2u * (u & m & 0x3F3F3F3Fu);
-        }
-        __syncthreads();
-    }
-    template <bool SH = false> __device__ static __forceinline__ void load(Raw& r, const unsigned char* row, int c) {
-        const unsigned char* g = row + (c >> 5) * 408;
-        const int j = c & 31;
-        r.a = SH ? *(const unsigned*)(g + 4 * j) : __ldg((const unsigned*)(g + 4 * j));
-        r.b = SH ? *(const unsigned*)(g + 128 + 4 * j) : __ldg((const unsigned*)(g + 128 + 4 * j));
-        r.c = SH ? *(const unsigned*)(g + 256 + 4 * j) : __ldg((const unsigned*)(g + 256 + 4 * j));
-        r.sc = SH ? *(const unsigned*)(g + 384 + 4 * (j >> 3)) : __ldg((const unsigned*)(g + 384 + 4 * (j >> 3)));
-        r.d = SH ? *(const unsigned short*)(g + 400 + 2 * (j >> 3)) : __ldg((const unsigned short*)(g + 400 + 2 * (j >> 3)));
-    }
-    __device__ static __forceinline__ float dot(const Raw& r, int c, const float4 (&xv)[8], float, float) {
-        const unsigned char* t = (const unsigned char*)wtab();
-        const unsigned off[8] = {(r.a << 2) & 0x3FFCu, (r.a >> 10) & 0x3FFCu, lt_funnel_r(r.a, r.b, 22) & 0x3FFCu,
-                                 (r.b >> 2) & 0x3FFCu, (r.b >> 14) & 0x3FFCu, lt_funnel_r(r.b, r.c, 26) & 0x3FFCu,
-                                 (r.c >> 6) & 0x3FFCu, (r.c >> 18) & 0x3FFCu};
-        return lt_iq3_dot<SC>([&](int w) { return *(const unsigned*)(t + off[w]); }, xv, r.d, (r.sc >> (4 * (c & 7))) & 15u);
-    }
-};
 """
 
 
-def parse_tables(text):
-    try:
-        gc, sc = (int(v) for v in text.split(","))
-    except ValueError:
-        gc = sc = -1
-    if gc not in (0, 1, 2, 4, 8, 16, 32) or sc not in (0, 1, 2, 3, 4):
-        raise SettingError(f"LITE_IQ3_Q8={text!r}: expected GC,SC with GC in 0,1,2,4,8,16,32 (grid copies in "
-                         "shared memory; 0: through L1) and SC 0 (sign masks through L1), 1 (shared) or 2 (computed); "
-                         "IQ3_XXS_G4's structs also 3 (sums to floats without I2F) or 4 (combined as integers)")
-    return gc, sc
+# Where TIQ3_XXSQV finds its tables (GC, SC, see C_Q8_IQ3): one grid copy in shared memory, the sign
+# masks computed (the fastest placement measured, BENCHMARKS.md).
+TABLES = (1, 2)
+
+# matvec_cuda's `mv` with the struct's table fill first: the kernel of every IQ3_XXS integer-dot product.
+C_MV_INIT = r"""
+// matvec_cuda's `mv` (mv_body: same grid, a CTA of 128 threads per RR rows; P = 1 prefetches the
+// next trip's weights, P = 2 spreads a row's last half trip: mv_rows_any) with the tables' fill first (`mv` has no T::init). RR, not R: matvec_iq.py
+// #defines R.
+template <class T, int N, int RR, int P>
+__global__ void __launch_bounds__(128) mv_iq2(const unsigned char* __restrict__ w, const float* __restrict__ x,
+                                              float* __restrict__ out, int rows, int cols) {
+    T::init();
+    mv_body<T, N, RR, P>(w, x, out, rows, cols);
+}
+"""
 
 
-# Where TIQ3_XXSQV finds its tables (LITE_IQ3_Q8="GC,SC", see C_Q8_IQ3): the grid in shared memory,
-# the sign masks computed. H200, session 8 (calls 2-3), 4096x14336 with the quantizer: (1, 2) 15.9
-# us, (0, 2) 17.5, (4, 2) 19.1, (1, 1) 22.0, (0, 0) (session 7's, both through L1) 25.3; decode 8B
-# IQ3_XXS 339.5 / 337.3 tok/s against 274.9 / 275.9 with (0, 0), 30B-A3B 337.4 / 336.2 against 320.0
-# / 325.6.
-TABLES = parse_tables(os.environ.get("LITE_IQ3_Q8", "1,2"))
+def c_base():
+    """The IQ3_XXS integer-dot module's base: matvec_iq's structs and kernels with their tables, the
+    offset-binary tables (iq_tables.c_offset_tables), matvec_cuda's loop and C_MV_INIT."""
+    from lite.kernels import matvec_cuda, matvec_iq
+    from lite.kernels.dequant_iq import C_HELPERS, c_grid_array
+    kv = ", ".join(str(int(v)) for v in iq_tables.KVALUES_IQ4)
+    return (f"#define GCOPIES {matvec_iq.GRID_COPIES}\n" + C_HELPERS + c_grid_array("IQ3XXS_GRID", "IQ3_XXS")
+            + iq_tables.c_offset_tables() + f"__device__ const int IQ4_KVALUES[16] = {{{kv}}};\n"
+            + matvec_cuda.C_HEAD + matvec_cuda.C_KERNEL
+            + matvec_iq.C_COMMON + matvec_iq.C_IQ3_XXS + matvec_iq.C_IQ4_XS + matvec_iq.C_IQ3_XXS_STAGED
+            + C_MV_INIT)
 
 
 def struct_name(tables=None, grouped=False):
@@ -307,9 +263,8 @@ def struct_name(tables=None, grouped=False):
 
 
 def c_text():
-    """C_Q8_IQ3 with its sign-mask table (matvec_iq_v2's masks as uint2, one load a group)."""
-    from lite.kernels import matvec_iq_v2
-    m = matvec_iq_v2.sign_masks()
+    """C_Q8_IQ3 with its sign-mask table (iq_tables.sign_masks as uint2, one load a group)."""
+    m = iq_tables.sign_masks()
     body = ", ".join(f"{{{int(a):#x}u, {int(b):#x}u}}" for a, b in m)
     return C_Q8_IQ3.replace("IQ3XXS_SMASK2_ARRAY", f"__device__ const uint2 IQ3XXS_SMASK2[128] = {{{body}}};")
 

@@ -173,32 +173,21 @@ def test_moe_gated_form_matches_the_separate_launches(tmp_path, monkeypatch, qua
     _on_off_agree(path, lambda on: monkeypatch.setenv("LITE_MOE_GATED", "1" if on else "0"))
 
 
-@pytest.mark.parametrize("form", ["mv", "mvf", "mvq"])
+@pytest.mark.parametrize("form", ["mvf", "mvq"])
 @pytest.mark.parametrize("arch", ["llama", "gemma3", "qwen3moe"])
 def test_both_q4k_dot_forms_match_cpu(tmp_path, monkeypatch, arch, form):
     """Q4_K decode products (mv, the epilogue kernels, the MoE experts' moe_mvw) with the dot in 2
-    instructions a weight (mvf, kernels/matvec_structs.py TQ4_KH: the default since session 6) or 3
-    (mv, LITE_MATVEC_CONFIG="Q4_K=mv"): each against the CPU backend as every GPU path is. (Not
-    against each other at 1e-5: the rearranged sums, ~6e-6 a 16-weight run, grow past that through
-    gemma3's and qwen3moe's layers; session 6's first GPU run.)"""
-    from lite.kernels import matvec_cuda as mc, matvec_q8
-    monkeypatch.setitem(mc.DEFAULT, "Q4_K", ("mvf", 8, 0) if form == "mvf" else ("mv",))
+    instructions a weight over float x (mvf, kernels/matvec_structs.py TQ4_KH) or on dp4a over
+    quantized x (mvq): each against the CPU backend as every GPU path is. (Not against each other
+    at 1e-5: the rearranged sums, ~6e-6 a 16-weight run, grow past that through gemma3's and
+    qwen3moe's layers.)"""
+    from lite.kernels import matvec_q8
     monkeypatch.setattr(matvec_q8, "ENABLED", ("Q4_K",) if form == "mvq" else ())  # mvq: matvec_q8, the default
     path = str(tmp_path / "m.gguf")
     synth(arch, "tiny", "Q4_K", path, seed=12)
     got, want = compare(path, list(range(5, 45)), 12)
     assert got[0] == want[0]
     assert sum(a == b for a, b in zip(got, want)) >= len(want) // 2
-
-
-@pytest.mark.parametrize("copies", ["0", "2"])
-def test_iq3_moe_grid_copies_change_nothing(tmp_path, monkeypatch, copies):
-    """LITE_IQ3_GCOPIES (kernels/matvec_iq.py grid_copies: the IQ3_XXS grid's shared copies a
-    moe_mvw CTA fills; 0, the default: none, read through L1): the same grid values in the same
-    sums, so the same logits and tokens as with 8 copies (the default before session 6)."""
-    path = str(tmp_path / "m.gguf")
-    synth("qwen3moe", "tiny", "IQ3_XXS", path, seed=9)
-    _on_off_agree(path, lambda on: monkeypatch.setenv("LITE_IQ3_GCOPIES", copies if on else "8"))
 
 
 @pytest.mark.parametrize("arch,quant,split", [("llama", "Q4_K", None), ("llama", "Q8_0", 2),

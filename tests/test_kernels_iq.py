@@ -90,10 +90,10 @@ def test_cuda_c_matches_numba_on_gpu(name, monkeypatch):
     rows, cols = 37, 2048                      # rows not a multiple of the 4 a CUDA block takes
     blocks = cupy.asarray(random_blocks(name, rows * cols // 256, rng))
     x = cupy.asarray(rng.standard_normal((5, cols)).astype(np.float32))
-    from lite.kernels import matvec_q8, matvec_staged
+    from lite.kernels import matvec_persistent, matvec_q8
     used, q8 = [], []
-    real, real_q8 = matvec_staged.launch, matvec_q8.launch
-    monkeypatch.setattr(matvec_staged, "launch", lambda *a, **k: used.append(1) or real(*a, **k))
+    real, real_q8 = matvec_persistent.launch, matvec_q8.launch
+    monkeypatch.setattr(matvec_persistent, "launch", lambda *a, **k: used.append(1) or real(*a, **k))
     monkeypatch.setattr(matvec_q8, "launch", lambda *a, **k: q8.append(1) or real_q8(*a, **k))
     results = {}
     for impl in ("cuda", "numba"):
@@ -108,15 +108,16 @@ def test_cuda_c_matches_numba_on_gpu(name, monkeypatch):
     # run; else (LITE_MATVEC_Q8 without it) its rows here are 784 bytes (16-aligned): a staged or
     # persistent default must have (this test asserted only the latter until session 9's GPU run)
     assert bool(q8) == matvec_q8.applies(name), q8
-    assert bool(used) == (not q8 and matvec_iq.DEFAULT.get(name, ("reg",))[0] != "reg"), used
+    assert bool(used) == (not q8 and name == "IQ3_XXS"), used    # the persistent kernel for n = 1
 
 
 @pytest.mark.skipif(K.SIMULATOR, reason="the CUDA C kernels run only on a GPU")
-@pytest.mark.parametrize("config", [("mvs", 4, 3), ("mvp", 4), ("reg",)])
-def test_iq3_xxs_cuda_c_kernels_match_float64(config):
-    # every IQ3_XXS CUDA C kernel, on 37 rows (not a multiple of any rows a CTA), n = 1, 2 and 3
-    # (mvp takes n = 1 only; n = 2 and n = 3 = 2 + 1 go through the others)
+def test_iq3_xxs_cuda_c_kernels_match_float64(monkeypatch):
+    # IQ3_XXS's CUDA C kernels over float x, on 37 rows (not a multiple of any rows a CTA), n = 1, 2
+    # and 3 (the persistent kernel takes n = 1; n = 2 and n = 3 = 2 + 1 the register kernel)
     import cupy
+    from lite.kernels import matvec_q8
+    monkeypatch.setattr(matvec_q8, "ENABLED", ())
     rng = np.random.default_rng(13)
     rows, cols = 37, 2048
     blocks = random_blocks("IQ3_XXS", rows * cols // 256, rng)
@@ -126,8 +127,7 @@ def test_iq3_xxs_cuda_c_kernels_match_float64(config):
     scale = np.abs(x.astype(np.float64)) @ np.abs(w).T + 1e-30
     for n in (1, 2, 3):
         out = cupy.full((n, rows), np.nan, np.float32)
-        matvec_iq.launch_cuda("IQ3_XXS", cupy.asarray(blocks), cupy.asarray(x[:n]), out, rows, cols, None,
-                              config=config)
+        matvec_iq.launch_cuda("IQ3_XXS", cupy.asarray(blocks), cupy.asarray(x[:n]), out, rows, cols, None)
         assert np.all(np.abs(out.get() - expect[:n]) <= 1e-5 * scale[:n] + 1e-4 * np.abs(expect[:n]))
 
 

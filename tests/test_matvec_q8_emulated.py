@@ -10,7 +10,7 @@ import cuda_c_emulator as emu
 from kernel_blocks import random_blocks, reference
 from test_kernels_matvec_emulated import HOST_SHIMS
 
-from lite.kernels import matvec_cuda, matvec_q8, matvec_tma, quant_info
+from lite.kernels import matvec_cuda, matvec_q8, quant_info
 
 pytestmark = pytest.mark.skipif(not emu.available(), reason="needs g++ (C++20)")
 
@@ -30,9 +30,6 @@ Q8_TYPES = ["Q4_K", "Q6_K"]          # on matvec_cuda's structs; IQ3_XXS below, 
 KERNELS = [(qt, f"emu_q8_{qt}_{n}_{r}_{p}", n, r, p) for qt in Q8_TYPES
            for n, r, p in ((1, 8, 0), (2, 8, 0), (1, 4, 1), (2, 4, 0), (1, 2, 0), (3, 2, 0))]
 SHAPES = [(37, 768), (11, 256 * 17)]   # ragged row groups; 136 chunks: a second trip with idle threads
-# kernels/matvec_tma.py's mvt (rows in dynamic shared memory by bulk copies; session 11, sweep only)
-# over TQ4_KQ: (n, rows a team, teams); rows of 3 and 17 blocks (16-byte multiples).
-MVT_K = [(1, 2, 1), (2, 4, 2)]
 
 
 @pytest.fixture(scope="module", params=[0, 1], ids=["layout0", "layout1"])
@@ -43,11 +40,9 @@ def lib(request):
                     for qt, name, n, r, p in KERNELS)
     wraps += "".join(f'extern "C" __global__ void emu_qx_{qt}(const float* x, float* xq, int cols) '
                      f'{{ {matvec_q8.quantize_name(qt)}(x, xq, cols); }}\n' for qt in Q8_TYPES)
-    wraps += "".join(f'extern "C" __global__ void emu_mvt_{n}_{r}_{tr}({ARGS}) {{ mvt<TQ4_KQ, {n}, {r}, {tr}, 0>'
-                     '(w, x, out, rows, cols); }\n' for n, r, tr in MVT_K)
     source = (HOST_SHIMS + Q8_SHIMS + matvec_cuda.C_HEAD + matvec_cuda.C_TYPES + matvec_cuda.C_KERNEL
               + f"#define LT_Q8_LAYOUT20 {request.param}\n#define LT_Q8_LAYOUT24 {request.param}\n"
-              + matvec_q8.C_Q8 + matvec_tma.C_TMA + wraps)
+              + matvec_q8.C_Q8 + wraps)
     lib = emu.compile_kernels(source)
     lib.layout = request.param
     return lib
@@ -151,19 +146,6 @@ def test_mvq_matches_float64(lib, kernel, shape):
     assert_product_matches(lib, name, (-(-rows // rows_per_cta),), blocks, blocks, qt, _x(n, cols, rng), rows, cols)
 
 
-@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s[0]}x{s[1]}")
-@pytest.mark.parametrize("k", MVT_K, ids=lambda k: "n{}_{}x{}".format(*k))
-def test_mvt_rows_in_shared_memory_match_float64(lib, k, shape):
-    """mvt (its rows copied whole into shared memory, a barrier a trip; the host emulator copies at
-    once) over Q4_K computes what mv does, one team a CTA and two."""
-    n, r, tr = k
-    rows, cols = shape
-    rng = np.random.default_rng(rows + 7 * n)
-    blocks = random_blocks("Q4_K", rows * cols // 256, rng)
-    assert_product_matches(lib, f"emu_mvt_{n}_{r}_{tr}", (-(-rows // (r * tr)),), blocks, blocks, "Q4_K",
-                           _x(n, cols, rng), rows, cols, threads=128 * tr)
-
-
 def test_unknown_type_is_a_clear_error():
     with pytest.raises(ValueError, match="Q8_0"):
         matvec_q8.launch("Q8_0", None, np.zeros((1, 256), np.float32), None, None, 1, 256)
@@ -175,16 +157,6 @@ def test_switch_parsing():
     assert matvec_q8.enabled_from_env("Q4_K, Q6_K") == ("Q4_K", "Q6_K")
     with pytest.raises(ValueError, match="Q5_K"):
         matvec_q8.enabled_from_env("Q5_K")
-    assert matvec_q8.layouts_from_env("auto") == {20: 0, 24: 1} and matvec_q8.layouts_from_env("1") == {20: 1, 24: 1}
-    from lite.errors import LiteError
-    with pytest.raises(LiteError, match="LITE_Q8_LAYOUT"):     # one line from the CLI, not an internal error
-        matvec_q8.layouts_from_env("2")
-    from lite.kernels import matvec_q8_iq3
-    assert matvec_q8_iq3.parse_tables("1,2") == (1, 2) and matvec_q8_iq3.parse_tables("0, 0") == (0, 0)
-    assert matvec_q8_iq3.parse_tables("1,3") == (1, 3)        # (IQ3_XXS_G4: the sums to floats without I2F)
-    for bad in ("3,2", "1,5", "1", "a,b"):
-        with pytest.raises(ValueError, match="LITE_IQ3_Q8"):
-            matvec_q8_iq3.parse_tables(bad)
 
 
 def _gpu():

@@ -11,7 +11,7 @@ from kernel_blocks import random_blocks, reference
 from test_kernels_matvec_emulated import HOST_SHIMS
 from test_matvec_q8_emulated import ARGS, EPI_ARGS, Q8_SHIMS, _gpu, _quantize, _x, assert_product_matches, quant_bound
 
-from lite.kernels import iq3_groups, matvec_cuda, matvec_q8, matvec_tma, quant_info
+from lite.kernels import iq3_groups, matvec_cuda, matvec_q8, quant_info
 
 pytestmark = pytest.mark.skipif(not emu.available(), reason="needs g++ (C++20)")
 
@@ -28,31 +28,21 @@ IQ3_GROUPED = [(1, 4, 0, (1, 2)), (2, 4, 0, (0, 0)), (1, 8, 1, (32, 2)), (1, 4, 
                (1, 4, 2, (1, 3)), (2, 4, 0, (1, 4)), (1, 4, 2, (32, 2))]
 
 
-# Session 11's mvt (kernels/matvec_tma.py: teams of 128 threads, the rows in dynamic shared memory by
-# bulk copies; sweep only): (n, rows a team,
-# teams, grid tables, X: x's records read as needed (0), copied into shared memory (1), quantized there
-# by the CTA from x's floats (2)).
-IQ3_TEAMS = [(1, 4, 2, (16, 2), 0), (2, 2, 3, (1, 2), 1), (2, 4, 2, (1, 2), 2), (1, 2, 2, (1, 2), 2), (1, 4, 2, (32, 2), 1)]
-# and over iq3_groups.repack12's layout (TIQ3_XXSW, 12-bit fields through a 4096-word table): (n, rows a
-# team, teams, X, SC: how the sums become floats, matvec_q8_iq3.lt_iq3_chunk).
-IQ3_W12 = [(1, 4, 2, 0, 2), (2, 2, 3, 1, 3), (1, 2, 2, 2, 4)]
-
-
 def _iq3_name(n, r, p, tables):
-    from lite.kernels import matvec_q8_iq3, matvec_staged
+    from lite.kernels import matvec_persistent, matvec_q8_iq3
     if p == "mvp":
-        return matvec_staged.persistent_name(matvec_q8_iq3.struct_name(tables), n, r)
+        return matvec_persistent.persistent_name(matvec_q8_iq3.struct_name(tables), n, r)
     return matvec_q8.kernel_name("IQ3_XXS", n, r, p, tables)
 
 
 def _iq3_source():
     """IQ3_XXS's mvq module text for the emulator (matvec_q8.c_source without the asm helpers)."""
-    from lite.kernels import dequant_iq, matvec_iq, matvec_iq_v2 as v2, matvec_staged
+    from lite.kernels import dequant_iq, iq_tables, matvec_iq, matvec_persistent, matvec_q8_iq3
     return ("#define GCOPIES 0\n" + HOST_SHIMS + Q8_SHIMS
             + "inline uint2 make_uint2(unsigned a, unsigned b) { return {a, b}; }\n"
-            + dequant_iq.c_grid_array("IQ3XXS_GRID", "IQ3_XXS") + v2.c_tables()
-            + matvec_cuda.C_HEAD + matvec_cuda.C_KERNEL + matvec_staged.C_PERSISTENT + matvec_iq.C_COMMON
-            + matvec_iq.C_IQ3_XXS + matvec_iq.C_IQ3_XXS_STAGED + v2.C_IQ3_XXS_V2 + matvec_q8.structs("IQ3_XXS"))
+            + dequant_iq.c_grid_array("IQ3XXS_GRID", "IQ3_XXS") + iq_tables.c_offset_tables()
+            + matvec_cuda.C_HEAD + matvec_cuda.C_KERNEL + matvec_persistent.C_PERSISTENT + matvec_iq.C_COMMON
+            + matvec_iq.C_IQ3_XXS + matvec_iq.C_IQ3_XXS_STAGED + matvec_q8_iq3.C_MV_INIT + matvec_q8.structs("IQ3_XXS"))
 
 
 @pytest.fixture(scope="module")
@@ -62,14 +52,9 @@ def iq3_lib():
                     for i, k in enumerate(IQ3_KERNELS))
     wraps += "".join(f'extern "C" __global__ void iq3g_{i}({ARGS}) {{ mv_iq2<{matvec_q8_iq3.struct_name(t, True)}, '
                      f'{n}, {r}, {p}>(w, x, out, rows, cols); }}\n' for i, (n, r, p, t) in enumerate(IQ3_GROUPED))
-    wraps += "".join(f'extern "C" __global__ void iq3w_{i}({ARGS}) {{ mvt<{matvec_q8_iq3.struct_name(t, True)}, '
-                     f'{n}, {r}, {tr}, 0, {xm}, TIQ3_XXS, 20>(w, x, out, rows, cols); }}\n'
-                     for i, (n, r, tr, t, xm) in enumerate(IQ3_TEAMS))
-    wraps += "".join(f'extern "C" __global__ void iq3v_{i}({ARGS}) {{ mvt<TIQ3_XXSW<{sc}>, {n}, {r}, {tr}, 0, {xm}, TIQ3_XXS, 20>'
-                     f'(w, x, out, rows, cols); }}\n' for i, (n, r, tr, xm, sc) in enumerate(IQ3_W12))
     wraps += ('extern "C" __global__ void emu_qx_IQ3_XXS(const float* x, float* xq, int cols) '
               f'{{ {matvec_q8.quantize_name("IQ3_XXS")}(x, xq, cols); }}\n')
-    return emu.compile_kernels(_iq3_source() + matvec_tma.C_TMA + wraps)
+    return emu.compile_kernels(_iq3_source() + wraps)
 
 
 @pytest.mark.parametrize("shape", [(37, 768), (11, 256 * 17)], ids=lambda s: f"{s[0]}x{s[1]}")
@@ -197,33 +182,3 @@ def test_mve_iq3xxs_matches_float64(iq3_epi_lib, case):
         tol = 2e-3 * (mag[:, :units] * np.abs(u) + np.abs(act) * mag[:, units:]) + 1e-6 \
             + 2 * (bound[:, :units] * np.abs(u) + np.abs(act) * bound[:, units:])
     assert np.all(np.abs(out - ref) <= tol), np.max(np.abs(out - ref) / tol)
-
-
-@pytest.mark.parametrize("shape", [(37, 2048), (6, 14336)], ids=lambda s: f"{s[0]}x{s[1]}")
-@pytest.mark.parametrize("k", range(len(IQ3_TEAMS)), ids=lambda i: "n{}_{}x{}_t{}{}_x{}".format(*IQ3_TEAMS[i][:3], *IQ3_TEAMS[i][3], IQ3_TEAMS[i][4]))
-def test_iq3xxs_teams_over_shared_rows_match_float64(iq3_lib, k, shape):
-    """mvt (teams of 128 threads, each on its own rows of the CTA's, all of them in dynamic shared
-    memory; a CTA's last team past the end) computes what mv_iq2 does, x's records read from qx's
-    output, copied into shared memory, or made there from x's floats (the 8 lanes of a chunk
-    together, the last trip's past the end)."""
-    n, r, tr, _, xm = IQ3_TEAMS[k]
-    rows, cols = shape
-    rng = np.random.default_rng(rows + cols + 7 * k)
-    blocks = random_blocks("IQ3_XXS", rows * cols // 256, rng)
-    assert_product_matches(iq3_lib, f"iq3w_{k}", (-(-rows // (r * tr)),), iq3_groups.repack(blocks, rows, cols), blocks,
-                           "IQ3_XXS", _x(n, cols, rng), rows, cols, threads=128 * tr, raw_x=xm == 2)
-
-
-@pytest.mark.parametrize("shape", [(37, 2048), (6, 14336)], ids=lambda s: f"{s[0]}x{s[1]}")
-@pytest.mark.parametrize("k", range(len(IQ3_W12)), ids=lambda i: "n{}_{}x{}_x{}_s{}".format(*IQ3_W12[i]))
-def test_iq3xxs_twelve_bit_fields_match_float64(iq3_lib, k, shape):
-    """TIQ3_XXSW over repack12's bytes (each grid word's index and 4 signs as one 12-bit field, two of
-    the 8 across a word boundary) under mvt computes what the file's blocks hold."""
-    n, r, tr, xm, _ = IQ3_W12[k]
-    rows, cols = shape
-    rng = np.random.default_rng(rows + cols + 11 * k)
-    blocks = random_blocks("IQ3_XXS", rows * cols // 256, rng)
-    packed = iq3_groups.repack12(blocks, rows, cols)
-    assert packed.nbytes == iq3_groups.nbytes(rows, cols)
-    assert_product_matches(iq3_lib, f"iq3v_{k}", (-(-rows // (r * tr)),), packed, blocks,
-                           "IQ3_XXS", _x(n, cols, rng), rows, cols, threads=128 * tr, raw_x=xm == 2)
