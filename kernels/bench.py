@@ -23,6 +23,7 @@ import statistics
 
 import numpy as np
 
+from lite.kernels.matvec_cuda import INT8_DOT_TYPES
 from lite.kernels.registry import dequant_types, get_dequant, get_matvec, gguf_type, quant_info
 
 log = logging.getLogger(__name__)
@@ -123,8 +124,8 @@ def _dequant_impls(qtype):
     _, launch = get_dequant(qtype)
     impls = [("dequant", launch)]
     if hasattr(launch, "launch"):             # dequant_basic/dequant_k kernels have two
-        impls = [("dequant", lambda b, o, s: launch.launch(b, o, s, "cuda")),
-                 ("dequant-numba", lambda b, o, s: launch.launch(b, o, s, "numba"))]
+        impls = [("dequant", lambda b, o, s: launch(b, o, s)),
+                 ("dequant-numba", lambda b, o, s: launch(b, o, s, reference=True))]
     return impls
 
 
@@ -134,10 +135,14 @@ def default_types():
     return sorted(set(dequant_types()) | set(matvec_types()))
 
 
-def bench_kernels(types=None, shapes=None, numba_variants=True):
+def bench_kernels(types=None, shapes=None, numba_variants=True, pdl=None, int8_dot_types=INT8_DOT_TYPES):
     """One dict per (type, shape, kernel): type, shape, kernel, us, gbps, pct_copy; plus a row
-    kernel="copy" with the device copy bandwidth used for pct_copy."""
+    kernel="copy" with the device copy bandwidth used for pct_copy. pdl and int8_dot_types as the
+    backend's (BackendConfig; pdl None: where the GPU has it)."""
     import cupy
+
+    from lite.kernels import pdl as pdl_mod
+    pdl = pdl_mod.resolve(pdl)
     stream = cupy.cuda.Stream(non_blocking=True)
     copies = {"copy": copy_bandwidth(stream), "copy-elementwise": copy_bandwidth(stream, elementwise=True)}
     try:
@@ -187,7 +192,8 @@ def bench_kernels(types=None, shapes=None, numba_variants=True):
                     rot = _rotation(blocks, stream)
                 weights = itertools.cycle(rot)       # each captured launch reads the next copy
                 try:
-                    t = _time_graph(lambda: mv(next(weights), x, y, r, c, stream), stream,
+                    t = _time_graph(lambda: mv(next(weights), x, y, r, c, stream, pdl=pdl,
+                                               int8_dot_types=int8_dot_types), stream,
                                     max(len(rot), _launches_for(nb)))
                 except Exception as e:  # noqa: BLE001
                     log.warning("%s %s matvec failed: %s", qtype, shape, e)

@@ -17,7 +17,7 @@ Every type's arithmetic exists twice, with the same operation order as gguf-py's
     and its launch costs ~7 us of host time against 50-200 us for a Numba launch.
 Products and sums use explicitly rounded operations (fmul_rn/__fmul_rn) so that no multiply-add
 is contracted into an FMA: results then equal the reference bit for bit.
-Set LITE_DEQUANT_IMPL=numba to run the Numba kernels on the GPU instead.
+reference=True (BackendConfig.reference_kernels) runs the Numba kernels on the GPU instead.
 """
 import logging
 import os
@@ -267,15 +267,6 @@ def make_numba_kernels(tb, be, decode):
 
 
 # ---------------------------------------------------------------- launchers
-def impl_choice():
-    """'cuda' (default on a GPU) or 'numba', from LITE_DEQUANT_IMPL; always 'numba' in the simulator.
-    (Every dequantize module's choice: dequant_iq's too.)"""
-    choice = os.environ.get("LITE_DEQUANT_IMPL", "cuda").lower()
-    if choice not in ("cuda", "numba"):
-        raise SettingError(f"LITE_DEQUANT_IMPL must be 'cuda' or 'numba', got {choice!r}")
-    return "numba" if SIMULATOR else choice
-
-
 class DequantKernel:
     """Both implementations of one type's dequantize, compiled lazily on first use."""
 
@@ -303,8 +294,9 @@ class DequantKernel:
     def tile_elems(self):
         return THREADS * EPT * _groups(self.tb, self.be)
 
-    def __call__(self, blocks, out, stream, impl=None):
-        self.launch(blocks, out, stream, impl or impl_choice())
+    def __call__(self, blocks, out, stream, reference=False):
+        """The CUDA C kernel on a GPU; the Numba one with reference (and in the simulator)."""
+        self.launch(blocks, out, stream, "numba" if SIMULATOR or reference else "cuda")
 
     def launch(self, blocks, out, stream, impl):
         if blocks.dtype != np.uint8 or blocks.ndim != 1 or blocks.size % self.tb:

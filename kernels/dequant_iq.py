@@ -22,10 +22,10 @@ import contextlib
 import numpy as np
 from numba import cuda, float32, uint32, uint64
 
-from lite.kernels.dequant_common import _ptr, impl_choice as impl  # noqa: F401  (impl: dequant_iq3_cuda's too)
+from lite.kernels.dequant_common import _ptr
 from lite.kernels.iq_tables import device_tables, grid_packed
 from lite.kernels.registry import quant_info, register_dequant
-from lite.kernels.util import numba_stream
+from lite.kernels.util import SIMULATOR, numba_stream
 
 _TPB = 256
 
@@ -314,11 +314,11 @@ __device__ __forceinline__ unsigned ksign(unsigned s7) { return s7 | ((__popc(s7
 
 def _register(name):
     @register_dequant(name)
-    def launch(blocks, out, stream):
+    def launch(blocks, out, stream, reference=False):
         if name == "IQ3_XXS_G4" and blocks.size % (group := 4 * quant_info(name).type_size):
             raise ValueError(f"IQ3_XXS_G4 blocks come in groups of four ({group} bytes; kernels/iq3_groups.py), "
                              f"got {blocks.size} bytes")
-        if name.startswith("IQ3_XXS") and impl() == "cuda" and _ptr(out) % 16 == 0:
+        if name.startswith("IQ3_XXS") and not (SIMULATOR or reference) and _ptr(out) % 16 == 0:
             from lite.kernels import dequant_iq3_cuda      # (imports this module)
             grouped = name == "IQ3_XXS_G4"
             if _ptr(blocks) % dequant_iq3_cuda.ALIGN[grouped] == 0:

@@ -15,7 +15,7 @@ import functools
 
 import numpy as np
 
-from lite.kernels.dequant_iq import C_HELPERS, c_grid_array, impl
+from lite.kernels.dequant_iq import C_HELPERS, c_grid_array
 from lite.kernels.registry import quant_info
 
 C_IQ3_XXS_DEQUANT = r"""
@@ -143,10 +143,11 @@ GATHER_TILE = 2048      # values a block of iq3xxs_gather_f16
 ALIGN = {False: 2, True: 4}     # the blocks' alignment launch() needs: the file's layout, IQ3_XXS_G4
 
 
-def gather_kernel(device):
+def gather_kernel(device, reference=False):
     """(iq3xxs_gather_f16, values a block) for kernels/moe_cuda.gather_dequant; None where the
-    Numba kernels serve IQ3_XXS (LITE_DEQUANT_IMPL=numba, the simulator)."""
-    return (_module(device)[0].get_function("iq3xxs_gather_f16"), GATHER_TILE) if impl() == "cuda" else None
+    Numba kernels serve IQ3_XXS (reference, the simulator)."""
+    from lite.kernels.util import SIMULATOR
+    return None if SIMULATOR or reference else (_module(device)[0].get_function("iq3xxs_gather_f16"), GATHER_TILE)
 
 
 def launch(blocks, out, stream, grouped=False):

@@ -32,7 +32,9 @@ whole groups; the expert streaming copies file bytes).
 """
 import numpy as np
 
+from lite.kernels.matvec_cuda import INT8_DOT_TYPES
 from lite.kernels.registry import register_matvec
+from lite.kernels.util import SIMULATOR
 
 NAME = "IQ3_XXS_G4"
 GROUP_COLS = 1024
@@ -107,20 +109,19 @@ def unpack(grouped, rows, cols):
 
 
 @register_matvec(NAME)
-def launch(blocks, x, out, rows, cols, stream):
+def launch(blocks, x, out, rows, cols, stream=None, pdl=False, int8_dot_types=INT8_DOT_TYPES, reference=False):
     """The decode product of IQ3_XXS_G4 weights: qx + mv_iq2<TIQ3_XXSG> (kernels/matvec_q8.py), the
     only kernel that reads this layout (the backend regroups only where it runs: applies() below)."""
     from lite.kernels import matvec_iq, matvec_q8
-    if not applies():
-        raise ValueError("IQ3_XXS_G4 weights need the integer-dot decode kernels (LITE_MATVEC_Q8 naming "
-                         "IQ3_XXS, the CUDA implementation on a GPU)")
+    if not applies(int8_dot_types, reference):
+        raise ValueError("IQ3_XXS_G4 weights need the integer-dot decode kernels (int8_dot_types naming "
+                         "IQ3_XXS, the CUDA C kernels on a GPU)")
     matvec_iq.check_args(NAME, x, out, rows, cols, GROUP_COLS)
     if not matvec_q8.qualifies(NAME, blocks, x):
         raise ValueError(f"IQ3_XXS_G4 matvec: blocks must be {matvec_q8.ALIGN[NAME]}-byte and x 16-byte aligned")
-    matvec_iq.launch_cuda(NAME, blocks, x, out, rows, cols, stream)
+    matvec_iq.launch_cuda(NAME, blocks, x, out, rows, cols, stream, pdl, int8_dot_types)
 
 
-def applies():
-    """Can the decode products read IQ3_XXS_G4 here (the GPU, mvq for IQ3_XXS)?"""
-    from lite.kernels import matvec_iq, matvec_q8
-    return matvec_iq.impl() == "cuda" and matvec_q8.applies("IQ3_XXS")
+def applies(int8_dot_types=INT8_DOT_TYPES, reference=False):
+    """Can the decode products read IQ3_XXS_G4 here (the GPU's CUDA C kernels, IQ3_XXS on dp4a)?"""
+    return not (SIMULATOR or reference) and "IQ3_XXS" in int8_dot_types

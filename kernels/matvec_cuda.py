@@ -25,7 +25,7 @@ import functools
 
 import numpy as np
 
-from lite.kernels import pdl
+from lite.kernels import pdl as pdl_mod
 from lite.kernels.matvec_structs import C_TYPES, FAST_DOT  # noqa: F401  (C_TYPES: other modules read it here)
 from lite.kernels.pdl import C_PDL
 
@@ -34,6 +34,9 @@ THREADS = 128
 # (rows a CTA, prefetch 0/1) per type: the fastest at the decode shapes (BENCHMARKS.md); 16 rows a
 # CTA lost everywhere.
 CONFIG = {"Q4_0": (8, 1), "Q8_0": (8, 1), "Q4_K": (8, 0), "Q5_K": (4, 0), "Q6_K": (4, 0)}
+# The types whose decode products can quantize x and run on dp4a (kernels/matvec_q8.py): the default
+# of BackendConfig.int8_dot_types and of every `int8_dot_types` argument of the kernels.
+INT8_DOT_TYPES = ("Q4_K", "Q6_K", "IQ3_XXS")
 # The types whose register kernel takes the two-instruction dot (T<type>H, kernels/matvec_structs.py)
 # for n <= 2, in every decode product of the type (decode_struct: the epilogue kernels, the MoE experts).
 
@@ -237,7 +240,7 @@ def kernel_name(qtype, n, fast, rows, prefetch):
 @functools.lru_cache(maxsize=None)
 def raw_module(device, qtype, config, ns=tuple(range(1, C_MAX_N + 1)), head=""):
     """The compiled kernels of one type and config (see CONFIG) for each n in ns (compiling is
-    ~0.5 s a kernel, so launch() builds only the type and n it meets). head: pdl.source_head()."""
+    ~0.5 s a kernel, so launch() builds only the type and n it meets). head: pdl.source_head(pdl)."""
     import cupy
     names = [kernel_name(qtype, n, *config) for n in ns]
     return cupy.RawModule(code=head + c_source(), options=("--std=c++17",),
@@ -267,22 +270,25 @@ def plan(qtype, n):
     return qtype in FAST_DOT, rows, prefetch
 
 
-def launch(qtype, blocks, x, out, rows, cols, stream=None, cta=None):
+def launch(qtype, blocks, x, out, rows, cols, stream=None, cta=None, pdl=False, int8_dot_types=INT8_DOT_TYPES):
     """Enqueue out = x @ W.T on `stream` (a CuPy stream, None: the current one). Inputs are checked
     by the caller (matvec_basic): blocks 1-D uint8 of rows x cols, x (n, cols) and out (n, rows)
-    C-contiguous float32, qualifies() true. cta: (rows a CTA, prefetch) of the register kernel over
-    float x instead of plan()'s (tests). One launch per C_MAX_N rows of x and no host
-    synchronization: meant to be captured into CUDA graphs."""
+    C-contiguous float32, qualifies() true. The types int8_dot_types names run on dp4a over quantized x (matvec_q8), the others the register kernel; cta: (rows a
+    CTA, prefetch) of the register kernel instead of plan()'s (tests). pdl: launched with PDL.
+    One launch per C_MAX_N rows of x and no host synchronization: meant to be captured."""
     import cupy
+
+    from lite.kernels import matvec_q8       # (it imports this module)
     device = cupy.cuda.runtime.getDevice()
+    int8 = cta is None and matvec_q8.applies(qtype, int8_dot_types)
     with stream if stream is not None else contextlib.nullcontext():
         for i in range(0, x.shape[0], C_MAX_N):
             xs, os_ = x[i:i + C_MAX_N], out[i:i + C_MAX_N]
             n = xs.shape[0]
-            from lite.kernels import matvec_q8       # (it imports this module)
-            if cta is None and matvec_q8.applies(qtype):     # LITE_MATVEC_Q8: x quantized, mvq
-                matvec_q8.launch(qtype, blocks, xs, cupy.empty_like(xs), os_, rows, cols)
+            if int8:
+                matvec_q8.launch(qtype, blocks, xs, cupy.empty_like(xs), os_, rows, cols, pdl=pdl)
                 continue
             cfg = plan(qtype, n) if cta is None else (False, min(cta[0], 4) if n > 2 else cta[0], cta[1])
-            pdl.call(_kernel(device, qtype, cfg, n, pdl.source_head()),
-                     ((rows + cfg[1] - 1) // cfg[1],), (THREADS,), (blocks, xs, os_, np.int32(rows), np.int32(cols)))
+            pdl_mod.call(_kernel(device, qtype, cfg, n, pdl_mod.source_head(pdl)),
+                         ((rows + cfg[1] - 1) // cfg[1],), (THREADS,),
+                         (blocks, xs, os_, np.int32(rows), np.int32(cols)), pdl=pdl)

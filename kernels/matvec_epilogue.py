@@ -28,7 +28,8 @@ import functools
 import numpy as np
 
 from lite.kernels import matvec_cuda as mc
-from lite.kernels import matvec_q8, pdl
+from lite.kernels import matvec_q8
+from lite.kernels import pdl as pdl_mod
 from lite.kernels.cupy_decode_src import C_LAST_OF_COLUMN
 
 EPILOGUES = {"add": 1, "silu": 2, "gelu_tanh": 3}
@@ -139,7 +140,7 @@ __global__ void __launch_bounds__(128) mve(const unsigned char* __restrict__ w, 
 
 
 def c_source(head="", q8=False, iq3=False):
-    """head: pdl.source_head() (programmatic dependent launch, kernels/pdl.py, LITE_PDL); q8: with
+    """head: pdl.source_head(pdl) (programmatic dependent launch, kernels/pdl.py); q8: with
     matvec_q8's integer structs (only where used: the default kernels keep their text); iq3: on
     IQ3_XXS's mvq module instead (matvec_q8.c_source: the IQ3 structs, their tables, mv_rows_any)."""
     if iq3:
@@ -149,7 +150,7 @@ def c_source(head="", q8=False, iq3=False):
 
 
 def kernel_name(qtype, n, rows_per_cta, prefetch, e, nm=0, interleaved=False, q8=None):
-    """q8: over matvec_q8's quantized x (None: where matvec_q8.applies)."""
+    """q8: over matvec_q8's quantized x (None: where matvec_q8.applies by default)."""
     q8 = matvec_q8.applies(qtype) if q8 is None else q8
     struct = matvec_q8.struct(qtype) if q8 else mc.decode_struct(qtype)
     return (f"mve<{struct}, {n}, {rows_per_cta}, {prefetch}, {e}, {nm}"
@@ -158,7 +159,7 @@ def kernel_name(qtype, n, rows_per_cta, prefetch, e, nm=0, interleaved=False, q8
 
 def config(qtype, n, q8=None):
     """(rows a CTA, prefetch): CONFIG's register kernel (matvec_q8's over quantized x: q8, None
-    where matvec_q8.applies), at most 4 rows a CTA when n > 2 (as matvec_cuda._plan); always even,
+    where matvec_q8.applies by default), at most 4 rows a CTA when n > 2 (as matvec_cuda.plan); always even,
     so a gated CTA takes R/2 units."""
     q8 = matvec_q8.applies(qtype) if q8 is None else q8
     rows_per_cta, prefetch = matvec_q8.config(qtype) if q8 else mc.CONFIG[qtype]
@@ -177,11 +178,11 @@ def interleave_rows(F):
     return np.stack([u, F + u], 1).reshape(-1)
 
 
-def norm_parts(qtype, n, rows):
+def norm_parts(qtype, n, rows, int8_dot_types=mc.INT8_DOT_TYPES):
     """Partial sums of squares a norm-out launch writes per token (its CTAs)."""
     if qtype == "IQ3_XXS_B16":
         return rows // 16                                  # mvbe: a CTA a band of 16 rows
-    return -(-rows // config(qtype, n)[0])
+    return -(-rows // config(qtype, n, matvec_q8.applies(qtype, int8_dot_types))[0])
 
 
 @functools.lru_cache(maxsize=None)
@@ -191,18 +192,19 @@ def _kernel(device, name, head=""):
                           options=("--std=c++17",), name_expressions=[name]).get_function(name)
 
 
-def supports(qtype, blocks, x):
+def supports(qtype, blocks, x, int8_dot_types=mc.INT8_DOT_TYPES):
     """True when mve can take these device arrays (matvec_cuda's types and alignment; IQ3_XXS, in
-    either layout, only on its mvq structs: session 9); IQ3_XXS_B16: kernels/matvec_mma.py's mvbe."""
+    either layout, only on its integer-dot structs); IQ3_XXS_B16: kernels/matvec_mma.py's mvbe."""
     if qtype == "IQ3_XXS_B16":
         return x.dtype == np.float32
     if qtype.startswith("IQ3_XXS"):
-        return matvec_q8.qualifies(qtype, blocks, x)
+        return matvec_q8.qualifies(qtype, blocks, x, int8_dot_types)
     return mc.qualifies(qtype, blocks, x)
 
 
 def launch(qtype, blocks, x, out, rows, cols, epilogue, res=None, stream=None, norm_out=None,
-           scale_in=None, interleaved=False, records_out=None, x_records=None):
+           scale_in=None, interleaved=False, records_out=None, x_records=None, pdl=False,
+           int8_dot_types=mc.INT8_DOT_TYPES):
     """Enqueue mve on `stream`. blocks: W (rows, cols) as GGUF blocks, 1-D uint8; x (n, cols) f32
     C-contiguous. epilogue "add": out (n, rows) = x @ W.T + res, res (n, rows) f32 C-contiguous.
     "silu" / "gelu_tanh": rows = 2F, out (n, F) = act(x @ W[:F].T) * (x @ W[F:].T). None (only
@@ -212,14 +214,15 @@ def launch(qtype, blocks, x, out, rows, cols, epilogue, res=None, stream=None, n
     norm_parts(...)) f32 is scratch, counter an int32 device scalar at 0 (left at 0).
     scale_in: scale (n,) as norm_out left it, x its xg: the product is of rms_norm(out) * g.
     interleaved (gated): W's rows are in interleave_rows' order. One launch per matvec_cuda.C_MAX_N
-    rows of x. IQ3_XXS_B16 goes to kernels/matvec_mma.launch (records_out, x_records: its x records)."""
+    rows of x. The types int8_dot_types names run over quantized x; pdl: launched with PDL.
+    IQ3_XXS_B16 goes to kernels/matvec_mma.launch (records_out, x_records: its x records)."""
     import cupy
     if qtype == "IQ3_XXS_B16":                             # mvbe (kernels/matvec_mma.py), the same contract
         from lite.kernels import matvec_mma
         if epilogue not in (None, "add") and not interleaved:
             raise ValueError("IQ3_XXS_B16's gated product takes [gate; up] rows interleaved")
         matvec_mma.launch(blocks, x, out, rows, cols, stream, epilogue=epilogue, res=res, scale_in=scale_in,
-                          norm_out=norm_out, records_out=records_out, x_records=x_records)
+                          norm_out=norm_out, records_out=records_out, x_records=x_records, pdl=pdl)
         return
     if records_out is not None or x_records is not None:
         raise ValueError("x's records (records_out, x_records) go with IQ3_XXS_B16 (kernels/matvec_mma.py)")
@@ -239,7 +242,8 @@ def launch(qtype, blocks, x, out, rows, cols, epilogue, res=None, stream=None, n
     if nm == 2 and x.shape[0] > mc.C_MAX_N:
         raise ValueError(f"scale_in takes at most {mc.C_MAX_N} tokens (one launch)")
     device = cupy.cuda.runtime.getDevice()
-    head = pdl.source_head()
+    head = pdl_mod.source_head(pdl)
+    q8 = matvec_q8.applies(qtype, int8_dot_types)
     with stream if stream is not None else contextlib.nullcontext():
         for i in range(0, x.shape[0], mc.C_MAX_N):
             xs, os_ = x[i:i + mc.C_MAX_N], out[i:i + mc.C_MAX_N]
@@ -250,12 +254,12 @@ def launch(qtype, blocks, x, out, rows, cols, epilogue, res=None, stream=None, n
             elif nm == 2:
                 scale = scale_in
             n = xs.shape[0]
-            if matvec_q8.applies(qtype):                       # x quantized for mvq (LITE_MATVEC_Q8)
-                xs = matvec_q8.quantize(qtype, xs)
-            r, p = config(qtype, n)
+            if q8:                                             # x quantized for the integer-dot structs
+                xs = matvec_q8.quantize(qtype, xs, pdl)
+            r, p = config(qtype, n, q8)
             units = r if e <= 1 else r // 2
-            func = _kernel(device, kernel_name(qtype, n, r, p, e, nm, interleaved), head)
+            func = _kernel(device, kernel_name(qtype, n, r, p, e, nm, interleaved, q8), head)
             grid, args = ((width + units - 1) // units,), (
                 blocks, xs, os_, np.int32(rows), np.int32(cols), rs, g, xg, part, scale, counter,
                 np.float32(eps))
-            pdl.call(func, grid, (mc.THREADS,), args)        # (on the current stream)
+            pdl_mod.call(func, grid, (mc.THREADS,), args, pdl=pdl)   # (on the current stream)

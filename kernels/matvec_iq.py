@@ -14,16 +14,14 @@ Two implementations of the same product:
   Templated on n (up to C_MAX_N, larger n in chunks) so the accumulators stay in registers.
   For IQ3_XXS and n = 1 the same decode runs as a type (TIQ3_XXS) of the persistent kernel of
   kernels/matvec_persistent.py with 8 rows a CTA (faster than the register kernel there).
-LITE_MATVEC_IMPL=numba forces the Numba kernels on the GPU (for comparison).
+reference=True (BackendConfig.reference_kernels) takes the Numba kernels on the GPU too.
 """
 import contextlib
 import functools
-import os
 
 import numpy as np
 from numba import cuda, float32
 
-from lite.errors import SettingError
 from lite.kernels.dequant_iq import (
     C_HELPERS, _p_iq3_xxs, _p_iq4_xs, _ptr, _v_grid_sign, _v_nonlinear, c_grid_array,
 )
@@ -307,16 +305,16 @@ def _raw_module(device, names=None):
     return cupy.RawModule(code=c_source(), options=("--std=c++17",), name_expressions=exprs)
 
 
-def launch_cuda(name, blocks, x, out, rows, cols, stream):
-    """IQ3_XXS (and IQ3_XXS_G4) on dp4a over quantized x where matvec_q8.applies, else IQ3_XXS's
-    persistent kernel for n = 1 and the register kernels."""
+def launch_cuda(name, blocks, x, out, rows, cols, stream, pdl=False, int8_dot_types=matvec_cuda.INT8_DOT_TYPES):
+    """IQ3_XXS (and IQ3_XXS_G4) on dp4a over quantized x where int8_dot_types names it (matvec_q8;
+    pdl: launched with PDL), else IQ3_XXS's persistent kernel for n = 1 and the register kernels."""
     import cupy
     from lite.kernels import matvec_q8
-    if matvec_q8.applies(name):                      # IQ3_XXS on dp4a over quantized x (LITE_MATVEC_Q8)
+    if matvec_q8.applies(name, int8_dot_types):      # IQ3_XXS on dp4a over quantized x
         with stream if stream is not None else contextlib.nullcontext():
             for i in range(0, x.shape[0], matvec_q8.C_MAX_N):
                 xs = x[i:i + matvec_q8.C_MAX_N]
-                matvec_q8.launch(name, blocks, xs, cupy.empty_like(xs), out[i:i + matvec_q8.C_MAX_N], rows, cols)
+                matvec_q8.launch(name, blocks, xs, cupy.empty_like(xs), out[i:i + matvec_q8.C_MAX_N], rows, cols, pdl=pdl)
         return
     device = cupy.cuda.runtime.getDevice()
     with stream if stream is not None else contextlib.nullcontext():
@@ -335,14 +333,6 @@ def launch_cuda(name, blocks, x, out, rows, cols, stream):
             kern((-(-rows // _ROWS_PER_CTA),), (128,), (w, xs, os_, np.int32(rows), np.int32(cols)))
 
 
-def impl():
-    """'cuda' (default on a GPU) or 'numba', from LITE_MATVEC_IMPL; always 'numba' in the simulator."""
-    choice = os.environ.get("LITE_MATVEC_IMPL", "cuda").lower()
-    if choice not in ("cuda", "numba"):
-        raise SettingError(f"LITE_MATVEC_IMPL must be 'cuda' or 'numba', got {choice!r}")
-    return "numba" if SIMULATOR else choice
-
-
 def check_args(name, x, out, rows, cols, col_multiple):
     """The launchers' input checks (kernels/iq3_groups.py's too): cols a multiple of col_multiple
     (a block's values, or a group's), C-contiguous float32 x (n, cols) and out (n, rows)."""
@@ -358,11 +348,12 @@ def _register(name):
     info = quant_info(name)
 
     @register_matvec(name)
-    def launch(blocks, x, out, rows, cols, stream):
+    def launch(blocks, x, out, rows, cols, stream=None, pdl=False, int8_dot_types=matvec_cuda.INT8_DOT_TYPES,
+               reference=False):
         check_args(name, x, out, rows, cols, info.block_elems)
         aligned = _ptr(blocks) % (2 if name == "IQ3_XXS" else 8) == 0 and _ptr(x) % 16 == 0
-        if impl() == "cuda" and aligned:
-            return launch_cuda(name, blocks, x, out, rows, cols, stream)
+        if not (SIMULATOR or reference) and aligned:
+            return launch_cuda(name, blocks, x, out, rows, cols, stream, pdl, int8_dot_types)
         return launch_numba(name, blocks, x, out, rows, cols, stream)
     return launch
 

@@ -27,7 +27,8 @@ import functools
 
 import numpy as np
 
-from lite.kernels import iq3_b16, matvec_epilogue, matvec_mma_src, pdl
+from lite.kernels import iq3_b16, matvec_epilogue, matvec_mma_src
+from lite.kernels import pdl as pdl_mod
 from lite.kernels.registry import register_matvec
 
 NAME = iq3_b16.NAME
@@ -84,10 +85,9 @@ EPILOGUES = matvec_epilogue.EPILOGUES               # lt_mvb_end's E, mve's numb
 QUANTIZER = "qxe<TIQ3_XXS, 18>"
 
 
-def module_head(stamps=False, extra=""):
-    """The defines a module of mvb starts with: PDL's and the timeline's stamps (scripts/session13/), then
-    `extra`."""
-    return pdl.source_head() + ("#define LT_MVB_STAMPS\n" if stamps else "") + extra
+def module_head(pdl=False):
+    """The defines a module of mvb starts with: PDL's."""
+    return pdl_mod.source_head(pdl)
 
 
 @functools.lru_cache(maxsize=None)
@@ -105,7 +105,7 @@ def _sms(device):
 
 
 def launch(records, x, out, rows, cols, stream=None, cta=None, epilogue=None, res=None, scale_in=None,
-           norm_out=None, records_out=None, x_records=None):
+           norm_out=None, records_out=None, x_records=None, pdl=False):
     """Enqueue out = x @ W.T for IQ3_XXS_B16 records (what iq3_b16.repack made) on `stream` (CuPy; None: the
     current one): per row of x, QUANTIZER into a scratch buffer, then mvb (two launches under PDL, no
     host synchronization; meant to be captured into CUDA graphs). x (n, cols) float32, out (n, rows)
@@ -137,7 +137,7 @@ def launch(records, x, out, rows, cols, stream=None, cta=None, epilogue=None, re
     if records_out is not None and (nm != 1 or rows % 256):
         raise ValueError(f"{NAME}: records_out goes with norm_out, rows a multiple of 256")
     names = (QUANTIZER, kernel_name(warps, prefetch, align, sg, d, e, nm))
-    mod = _module(device, names, module_head())
+    mod = _module(device, names, module_head(pdl))
     quant, mv = mod.get_function(names[0]), mod.get_function(names[1])
     dyn = ALIGN_DYN if align else 0
     if dyn and mv.max_dynamic_shared_size_bytes < dyn:
@@ -149,7 +149,7 @@ def launch(records, x, out, rows, cols, stream=None, cta=None, epilogue=None, re
         xq = cupy.empty_like(x) if x_records is None else x_records
         for i in range(x.shape[0]):
             if x_records is None:
-                pdl.call(quant, matvec_q8.quantize_grid(1, cols), (128,), (x[i], xq[i], np.int32(cols)))
+                pdl_mod.call(quant, matvec_q8.quantize_grid(1, cols), (128,), (x[i], xq[i], np.int32(cols)), pdl=pdl)
             args = (records, xq[i], out[i], np.int32(rows), np.int32(cols))
             if e or nm:                                   # mve's arguments after cols; unread pointers as 0
                 z = np.uint64(0)
@@ -157,9 +157,9 @@ def launch(records, x, out, rows, cols, stream=None, cta=None, epilogue=None, re
                 args += (res[i] if e == 1 else z, g, xg[i] if nm == 1 else z, part[i] if nm == 1 else z,
                          scale[i:i + 1] if nm else z, counter, np.float32(eps),
                          records_out[i] if records_out is not None else z)
-            pdl.call(mv, (rows // 16,), (32 * warps,), args, shared_mem=dyn)
+            pdl_mod.call(mv, (rows // 16,), (32 * warps,), args, shared_mem=dyn, pdl=pdl)
 
 
 @register_matvec(NAME)
-def _matvec(blocks, x, out, rows, cols, stream=None):
-    launch(blocks, x, out, rows, cols, stream)
+def _matvec(blocks, x, out, rows, cols, stream=None, pdl=False, int8_dot_types=None, reference=False):
+    launch(blocks, x, out, rows, cols, stream, pdl=pdl)      # (its only kernel: x always quantized)

@@ -28,12 +28,11 @@ vectors of a record (the loads of 3 more and load_x's sums of x go unused and ar
 compiler), and its dot reads them as integers; mv<TQ4_KQ, ...> is mv over quantized x.
 """
 import functools
-import os
 
 import numpy as np
 
-from lite.errors import SettingError
-from lite.kernels import matvec_cuda, matvec_q8_iq3, pdl
+from lite.kernels import matvec_cuda, matvec_q8_iq3
+from lite.kernels import pdl as pdl_mod
 
 C_Q8_BASE = r"""
 #ifndef LT_Q8_LAYOUT20   // the modules set them from LAYOUTS below (layout_define())
@@ -198,45 +197,12 @@ C_MAX_N = matvec_cuda.C_MAX_N      # rows of x a launch (the register loop's N)
 # IQ3_XXS_G4: IQ3_XXS's blocks regrouped by the GPU backend (kernels/iq3_groups.py), the same x.
 TYPES = {"Q4_K": ("TQ4_K", "TQ4_KQ", 20), "Q6_K": ("TQ6_K", "TQ6_KQ", 24), "IQ3_XXS": ("TIQ3_XXS", "TIQ3_XXSQV", 20),
          "IQ3_XXS_G4": ("TIQ3_XXS", "TIQ3_XXSG", 20)}
-# (rows a CTA, prefetch) of every mvq launch, the decode epilogue kernels' (matvec_epilogue) too:
-# the fastest at each of the 8B decode's Q4_K shapes in session 7's sweep (call 2: 4096x14336
-# 14.1 us with the quantizer, mvf 20.7; 28672x4096 22.8 / 30.8; 6144x4096 8.7 / 8.4; 4096x4096
-# 7.3 / 6.9): 48 registers, so 2 rows a CTA still keep ~10 warps a scheduler busy.
-# Q6_K: in record layout 0, 4 rows a CTA, the fastest with the quantizer at 3 of session 7 call 8's
-# 4 shapes (us, float mv<TQ6_K, 4> after the slash): 4096x14336 19.8 / 20.8, 14336x4096 19.3 /
-# 20.3, 128256x4096 (the 8B's output head) 129.0 / 158.5; in layout 1 (the default) 2 rows (session
-# 8, calls 2-3: 4096x14336 18.1 us against 22.9 at 4 rows, the head 125.0 / 145.1, 4096x4096 7.4 /
-# 8.4). IQ3_XXS: 4 rows (call 3, TIQ3_XXSQV<1, 2>: 15.9 us at 4096x14336, 18.8 at 2 rows, 21.3 at 8);
-# IQ3_XXS_G4 4 rows too (session 9, call 3: 15.0 us at 4096x14336, 16.8 at 2 rows, 19.7 at 8;
-# session 10, call 2, its signs placed: 13.8, 15.9 at 2 rows, 18.9 at 8), and prefetch 2 (session
-# 11, matvec_cuda.mv_rows_any: a row's last half trip spread over all 128 threads; call 14, 4096x14336
-# with the quantizer 13.2 us against 13.7, 14336x4096 14.2 / 14.7; LITE_IQ3_HALVES=0 for prefetch 0).
-IQ3_G4_PREFETCH = 2      # IQ3_XXS_G4: a row's last half trip spread over all 128 threads (mv_rows_any)
-CONFIGS = {"Q4_K": (2, 0), "Q6_K": (2, 0) if LAYOUTS[24] else (4, 0), "IQ3_XXS": (4, 0), "IQ3_XXS_G4": (4, IQ3_G4_PREFETCH)}
-# The types whose dense decode products (matvec_cuda.launch without a config, matvec_epilogue's mve,
-# matvec_iq.launch_cuda for IQ3_XXS) quantize x and take mvq, and the MoE experts' (LITE_MOE_Q8
-# below). LITE_MATVEC_Q8: 1 (default) all three, 0 none, or a list ("Q4_K,Q6_K").
-DEFAULT_TYPES = ("Q4_K", "Q6_K", "IQ3_XXS")
-
-
-def enabled_from_env(text=None):
-    text = os.environ.get("LITE_MATVEC_Q8", "1") if text is None else text   # "Q4_K,IQ3_XXS" etc.
-    if text in ("1", ""):
-        return DEFAULT_TYPES
-    if text == "0":
-        return ()
-    types = tuple(t.strip() for t in text.split(",") if t.strip())
-    bad = [t for t in types if t not in DEFAULT_TYPES]
-    if bad:
-        raise SettingError(f"LITE_MATVEC_Q8: no integer-dot kernel for {', '.join(bad)} (have {', '.join(DEFAULT_TYPES)}); "
-                         "use 1, 0 or a list of those")
-    return types
-
-
-ENABLED = enabled_from_env()
-# Tried and lost (session 7, call 10, deleted): the first trip of weights loaded before the PDL
-# wait for qx (so that fetch overlaps the quantizer): 4096x14336 13.4 -> 13.8 us, 8B decode
-# 413 / 419 -> 401 / 394 tok/s.
+# (rows a CTA, prefetch) of every integer-dot launch, the decode epilogue kernels' (matvec_epilogue)
+# too: the fastest at the decode shapes (BENCHMARKS.md). Few registers (~48), so 2 rows a CTA still
+# keep enough warps a scheduler; IQ3_XXS_G4's prefetch 2 spreads a row's last half trip over all
+# 128 threads (matvec_cuda's mv_rows_any).
+CONFIGS = {"Q4_K": (2, 0), "Q6_K": (2, 0) if LAYOUTS[24] else (4, 0), "IQ3_XXS": (4, 0), "IQ3_XXS_G4": (4, 2)}
+DEFAULT_TYPES = matvec_cuda.INT8_DOT_TYPES       # the types that can run on dp4a (all by default)
 
 
 def record_words(chunks, rw, layout=None):
@@ -248,17 +214,17 @@ def record_words(chunks, rw, layout=None):
     return rw * c + w
 
 
-def applies(qtype):
-    """True when qtype's decode products take mvq (LITE_MATVEC_Q8 names it; IQ3_XXS_G4: always,
-    its only kernel, which the backend uses only where IQ3_XXS's applies: iq3_groups.applies)."""
-    return qtype in ENABLED or qtype == "IQ3_XXS_G4"
+def applies(qtype, int8_dot_types=DEFAULT_TYPES):
+    """True when qtype's decode products take the integer-dot kernels: int8_dot_types names it
+    (IQ3_XXS_G4: always, its only kernel; the backend makes that layout only where IQ3_XXS's
+    applies, kernels/gpu_layout.py)."""
+    return qtype in int8_dot_types or qtype == "IQ3_XXS_G4"
 
 
-# LITE_MOE_Q8 (default 1 since session 8; 0 off): the MoE decode experts' moe_mvw (kernels/moe_mvw.py)
-# on the same structs, over x quantized by qx (the token rows for gate and up, the slots' rows for
-# down), for the types LITE_MATVEC_Q8 names. H200, session 8: 30B-A3B Q4_K decode after 2K 368.9 /
-# 368.8 -> 387.9 / 387.7 tok/s (call 1), IQ3_XXS 285.4 / 286.0 -> 337.4 / 336.2 (call 3).
-MOE = os.environ.get("LITE_MOE_Q8", "1") == "1"
+def applies_moe(qtype, int8_dot_types=DEFAULT_TYPES, moe_int8_dot=True):
+    """The MoE decode experts' products (kernels/moe_mvw.py) on the same structs over quantized x:
+    BackendConfig.moe_int8_dot, for the types int8_dot_types names."""
+    return moe_int8_dot and applies(qtype, int8_dot_types)
 
 
 # Block alignment the integer structs' loads need: the K types' as matvec_cuda.ALIGN; IQ3_XXS's
@@ -266,22 +232,19 @@ MOE = os.environ.get("LITE_MOE_Q8", "1") == "1"
 ALIGN = {"Q4_K": matvec_cuda.ALIGN["Q4_K"], "Q6_K": matvec_cuda.ALIGN["Q6_K"], "IQ3_XXS": 2, "IQ3_XXS_G4": 8}
 
 
-def qualifies(qtype, blocks, x):
-    """True when qtype's products take mvq here and these device arrays are aligned for it."""
-    return applies(qtype) and matvec_cuda._ptr(blocks) % ALIGN[qtype] == 0 and matvec_cuda._ptr(x) % 16 == 0
-
-
-def applies_moe(qtype):
-    return MOE and applies(qtype)
+def qualifies(qtype, blocks, x, int8_dot_types=DEFAULT_TYPES):
+    """True when qtype's products take the integer-dot kernels here and these device arrays are aligned for them."""
+    return (applies(qtype, int8_dot_types) and matvec_cuda._ptr(blocks) % ALIGN[qtype] == 0
+            and matvec_cuda._ptr(x) % 16 == 0)
 
 
 def config(qtype):
-    """(rows a CTA, prefetch) of qtype's mvq launches."""
+    """(rows a CTA, prefetch) of qtype's integer-dot launches."""
     return CONFIGS[qtype]
 
 
 def struct(qtype):
-    """The integer struct of qtype's mvq kernels (IQ3_XXS: with its table placement, matvec_q8_iq3.TABLES)."""
+    """The integer struct of qtype's kernels (IQ3_XXS: with its table placement, matvec_q8_iq3.TABLES)."""
     if qtype.startswith("IQ3_XXS"):
         return matvec_q8_iq3.struct_name(grouped=qtype == "IQ3_XXS_G4")
     return TYPES[qtype][1]
@@ -294,7 +257,7 @@ def in_name(kernel_name):
 
 
 def c_source(qtype="Q4_K"):
-    """The module text of qtype's quantizer and mvq kernels."""
+    """The module text of qtype's quantizer and integer-dot kernels."""
     if qtype.startswith("IQ3_XXS"):
         return matvec_q8_iq3.c_base() + layout_define() + C_Q8_BASE + matvec_q8_iq3.c_text()
     return matvec_cuda.c_source() + layout_define() + C_Q8
@@ -302,7 +265,7 @@ def c_source(qtype="Q4_K"):
 
 def structs(qtype, tables=False):
     """The text that adds qtype's integer struct to a module holding its float struct (moe_mvw's);
-    tables: also v2's IQ3_XXS tables (a module without them)."""
+    tables: also IQ3_XXS's offset-binary tables (a module without them)."""
     if qtype.startswith("IQ3_XXS"):
         from lite.kernels import iq_tables
         return (iq_tables.c_offset_tables() if tables else "") + layout_define() + C_Q8_BASE + matvec_q8_iq3.c_text()
@@ -319,7 +282,7 @@ def quantize_name(qtype):
 
 
 def kernel_name(qtype, n, rows=8, prefetch=0, tables=None):
-    """mv over quantized x; IQ3_XXS: matvec_iq_v2's mv_iq2 (mv with the struct's table fill first).
+    """mv over quantized x; IQ3_XXS: mv_iq2 (mv with the struct's table fill first, matvec_q8_iq3).
     tables: IQ3_XXS's (GC, SC) instead of matvec_q8_iq3.TABLES."""
     if qtype.startswith("IQ3_XXS"):
         return f"mv_iq2<{matvec_q8_iq3.struct_name(tables, qtype == 'IQ3_XXS_G4')}, {n}, {rows}, {prefetch}>"
@@ -329,14 +292,13 @@ def kernel_name(qtype, n, rows=8, prefetch=0, tables=None):
 @functools.lru_cache(maxsize=None)
 def _module(device, qtype, names, head=""):
     import cupy
-    text = head + c_source(qtype)
-    return cupy.RawModule(code=text, options=("--std=c++17",), name_expressions=list(names))
+    return cupy.RawModule(code=head + c_source(qtype), options=("--std=c++17",), name_expressions=list(names))
 
 
-def functions(device, qtype, n, rows=8, prefetch=0):
-    """(quantizer, matvec) CuPy kernels of one type, n and CTA shape."""
+def functions(device, qtype, n, rows=8, prefetch=0, pdl=False):
+    """(quantizer, matvec) CuPy kernels of one type, n and CTA shape (pdl: compiled for PDL)."""
     names = (quantize_name(qtype), kernel_name(qtype, n, rows, prefetch))
-    mod = _module(device, qtype, names, pdl.source_head())
+    mod = _module(device, qtype, names, pdl_mod.source_head(pdl))
     return mod.get_function(names[0]), mod.get_function(names[1])
 
 
@@ -345,25 +307,25 @@ def quantize_grid(n, cols):
     return ((cols // 4 + 127) // 128, n)
 
 
-def quantize(qtype, x):
+def quantize(qtype, x, pdl=False):
     """xq = qx(x) on CuPy's current stream (a new buffer shaped as x; one launch, PDL like the
     matvecs): what mv<TQ4_KQ> and mve<TQ4_KQ> read."""
     import cupy
     x = cupy.ascontiguousarray(x)                # rows cols floats apart, as qx reads them
     xq = cupy.empty_like(x)
-    _quantize_into(qtype, x, xq)
+    _quantize_into(qtype, x, xq, pdl)
     return xq
 
 
-def _quantize_into(qtype, x, xq):
+def _quantize_into(qtype, x, xq, pdl=False):
     """Enqueue qx(x) into xq (x C-contiguous (n, cols)); PDL like the matvecs."""
     import cupy
     # qx does not depend on n (grid y): take the module of n = 1, the decode step's
-    quant = functions(cupy.cuda.runtime.getDevice(), qtype, 1, *config(qtype))[0]
-    pdl.call(quant, quantize_grid(*x.shape), (128,), (x, xq, np.int32(x.shape[1])))
+    quant = functions(cupy.cuda.runtime.getDevice(), qtype, 1, *config(qtype), pdl=pdl)[0]
+    pdl_mod.call(quant, quantize_grid(*x.shape), (128,), (x, xq, np.int32(x.shape[1])), pdl=pdl)
 
 
-def launch(qtype, blocks, x, xq, out, rows, cols, cta=None):
+def launch(qtype, blocks, x, xq, out, rows, cols, cta=None, pdl=False):
     """Enqueue xq = qx(x), then out = x @ W.T from xq, on CuPy's current stream (two launches, no
     host synchronization; meant to be captured). x (n, cols) float32, xq a float32 buffer of the
     same shape (scratch), out (n, rows) float32; n <= matvec_cuda.C_MAX_N; blocks aligned as
@@ -372,7 +334,7 @@ def launch(qtype, blocks, x, xq, out, rows, cols, cta=None):
         raise ValueError(f"matvec_q8: no integer-dot kernel for {qtype} (have {', '.join(TYPES)})")
     import cupy
     n, cta = x.shape[0], cta or config(qtype)
-    _quantize_into(qtype, x, xq)
-    mv = functions(cupy.cuda.runtime.getDevice(), qtype, n, *cta)[1]
-    pdl.call(mv, ((rows + cta[0] - 1) // cta[0],), (matvec_cuda.THREADS,),
-             (blocks, xq, out, np.int32(rows), np.int32(cols)))
+    _quantize_into(qtype, x, xq, pdl)
+    mv = functions(cupy.cuda.runtime.getDevice(), qtype, n, *cta, pdl=pdl)[1]
+    pdl_mod.call(mv, ((rows + cta[0] - 1) // cta[0],), (matvec_cuda.THREADS,),
+                 (blocks, xq, out, np.int32(rows), np.int32(cols)), pdl=pdl)

@@ -97,27 +97,22 @@ def test_cuda_c_matches_numba_on_gpu(name, monkeypatch):
     monkeypatch.setattr(matvec_q8, "launch", lambda *a, **k: q8.append(1) or real_q8(*a, **k))
     results = {}
     for impl in ("cuda", "numba"):
-        monkeypatch.setenv("LITE_MATVEC_IMPL", impl)
-        monkeypatch.setenv("LITE_DEQUANT_IMPL", impl)
-        results[impl] = (K.matvec(blocks, name, x, rows, cols).get(),
-                         K.dequantize(blocks, name, np.float16).get())
+        ref = impl == "numba"
+        results[impl] = (K.matvec(blocks, name, x, rows, cols, reference=ref).get(),
+                         K.dequantize(blocks, name, np.float16, reference=ref).get())
     np.testing.assert_allclose(results["cuda"][0], results["numba"][0], rtol=1e-4,
                                atol=1e-4 * np.abs(results["numba"][0]).max())
     np.testing.assert_array_equal(results["cuda"][1].view(np.uint16), results["numba"][1].view(np.uint16))
-    # IQ3_XXS: the integer-dot kernel (kernels/matvec_q8.py, the default since session 8) must have
-    # run; else (LITE_MATVEC_Q8 without it) its rows here are 784 bytes (16-aligned): a staged or
-    # persistent default must have (this test asserted only the latter until session 9's GPU run)
+    # IQ3_XXS: the integer-dot kernel (kernels/matvec_q8.py, the default) must have run
     assert bool(q8) == matvec_q8.applies(name), q8
     assert bool(used) == (not q8 and name == "IQ3_XXS"), used    # the persistent kernel for n = 1
 
 
 @pytest.mark.skipif(K.SIMULATOR, reason="the CUDA C kernels run only on a GPU")
-def test_iq3_xxs_cuda_c_kernels_match_float64(monkeypatch):
+def test_iq3_xxs_cuda_c_kernels_match_float64():
     # IQ3_XXS's CUDA C kernels over float x, on 37 rows (not a multiple of any rows a CTA), n = 1, 2
     # and 3 (the persistent kernel takes n = 1; n = 2 and n = 3 = 2 + 1 the register kernel)
     import cupy
-    from lite.kernels import matvec_q8
-    monkeypatch.setattr(matvec_q8, "ENABLED", ())
     rng = np.random.default_rng(13)
     rows, cols = 37, 2048
     blocks = random_blocks("IQ3_XXS", rows * cols // 256, rng)
@@ -127,7 +122,8 @@ def test_iq3_xxs_cuda_c_kernels_match_float64(monkeypatch):
     scale = np.abs(x.astype(np.float64)) @ np.abs(w).T + 1e-30
     for n in (1, 2, 3):
         out = cupy.full((n, rows), np.nan, np.float32)
-        matvec_iq.launch_cuda("IQ3_XXS", cupy.asarray(blocks), cupy.asarray(x[:n]), out, rows, cols, None)
+        matvec_iq.launch_cuda("IQ3_XXS", cupy.asarray(blocks), cupy.asarray(x[:n]), out, rows, cols, None,
+                              int8_dot_types=())
         assert np.all(np.abs(out.get() - expect[:n]) <= 1e-5 * scale[:n] + 1e-4 * np.abs(expect[:n]))
 
 

@@ -187,13 +187,10 @@ def _both_impls(monkeypatch, qtype, blocks, x, rows, cols, config=None):
     spy.real = real
 
     monkeypatch.setattr(matvec_cuda, "launch", spy)
-    from lite.kernels import matvec_q8          # the float CUDA C kernel against its Numba twin:
-    monkeypatch.setattr(matvec_q8, "ENABLED", ())      # not the default mvq (own tests)
     b, xd = cupy.asarray(blocks), cupy.asarray(x)
     out = {}
-    for impl in ("cuda", "numba"):
-        monkeypatch.setenv("LITE_MATVEC_IMPL", impl)
-        out[impl] = matvec(b, qtype, xd, rows, cols).get()
+    for impl in ("cuda", "numba"):      # the float CUDA C kernel (not the integer-dot one) against its Numba twin
+        out[impl] = matvec(b, qtype, xd, rows, cols, int8_dot_types=(), reference=impl == "numba").get()
     assert calls == [qtype], "the CUDA C kernel was not used on aligned inputs"
     return out["cuda"], out["numba"]
 

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.skipif(not emu.available(), reason="needs g++ (C++20)")
 # emulator reads the static table either way) and SG (the odd chunk's signs by an add, no second mma)
 CONFIGS = [(8, 1, 1, 0, 0), (8, 1, 1, 1, 1), (8, 1, 0, 0, 1), (4, 2, 1, 1, 0), (4, 2, 0, 0, 1), (2, 3, 0, 1, 1),
            (2, 1, 1, 0, 0)]
-EPI_CONFIGS = [(8, 1, 1, 0, 0), (4, 2, 0, 1, 0), (8, 1, 1, 1, 1)]   # mvbe: config's two forms, LITE_MVBE_PREDECODE=1's
+EPI_CONFIGS = [(8, 1, 1, 0, 0), (4, 2, 0, 1, 0), (8, 1, 1, 1, 1)]   # mvbe: config's two forms, and the product's predecode form
 EPI_FORMS = [(e, nm) for e in (0, 1, 2, 3) for nm in (0, 2) if e or nm] + [(1, 1)]   # (epilogue, norm)
 
 

@@ -151,14 +151,6 @@ def test_unknown_type_is_a_clear_error():
         matvec_q8.launch("Q8_0", None, np.zeros((1, 256), np.float32), None, None, 1, 256)
 
 
-def test_switch_parsing():
-    assert matvec_q8.enabled_from_env("1") == matvec_q8.DEFAULT_TYPES == ("Q4_K", "Q6_K", "IQ3_XXS")
-    assert matvec_q8.enabled_from_env("0") == ()
-    assert matvec_q8.enabled_from_env("Q4_K, Q6_K") == ("Q4_K", "Q6_K")
-    with pytest.raises(ValueError, match="Q5_K"):
-        matvec_q8.enabled_from_env("Q5_K")
-
-
 def _gpu():
     from conftest import HAS_GPU
     from lite.kernels.util import SIMULATOR
@@ -206,7 +198,6 @@ def monkeypatch_module():
 @pytest.fixture(scope="module")
 def epi_lib(monkeypatch_module):
     from lite.kernels import matvec_epilogue
-    monkeypatch_module.setattr(matvec_q8, "ENABLED", tuple(Q8_TYPES))
     wraps = "".join(f'extern "C" __global__ void epi_{qt}_{n}_{e}_{nm}({EPI_ARGS}) {{ '
                     f'{matvec_epilogue.kernel_name(qt, n, *matvec_epilogue.config(qt, n), e, nm)}'
                     '(w, x, out, rows, cols, res, g, xg, part, scale, counter, eps); }\n'
@@ -248,17 +239,18 @@ def test_mve_over_quantized_x_matches_float64(epi_lib, case):
     assert np.all(np.abs(out - ref) <= tol), np.max(np.abs(out - ref) / tol)
 
 
-def test_q8_switch_routes_the_decode_products(monkeypatch):
-    """The types LITE_MATVEC_Q8 names take TQ*_KQ and matvec_q8's CTA shape; others the float structs."""
+def test_q8_switch_routes_the_decode_products():
+    """The types int8_dot_types names take TQ*_KQ and matvec_q8's CTA shape; others the float structs."""
     from lite.kernels import matvec_epilogue
-    monkeypatch.setattr(matvec_q8, "ENABLED", ())
-    assert "TQ4_KQ" not in matvec_epilogue.kernel_name("Q4_K", 1, 8, 0, 1)
-    assert matvec_epilogue.config("Q4_K", 1) == matvec_cuda.CONFIG["Q4_K"]
-    monkeypatch.setattr(matvec_q8, "ENABLED", ("Q4_K",))
-    assert matvec_epilogue.kernel_name("Q4_K", 1, 2, 0, 1).startswith("mve<TQ4_KQ, 1, 2, 0, 1")
-    assert matvec_epilogue.config("Q4_K", 1) == matvec_q8.config("Q4_K")
-    assert matvec_epilogue.config("Q6_K", 1) == matvec_cuda.CONFIG["Q6_K"]
-    assert "TQ6_K," in matvec_epilogue.kernel_name("Q6_K", 1, 4, 0, 1)
+    assert not matvec_q8.applies("Q4_K", ()) and matvec_q8.applies("Q4_K", ("Q4_K",))
+    assert not matvec_q8.applies("Q6_K", ("Q4_K",)) and matvec_q8.applies("IQ3_XXS_G4", ())
+    assert matvec_q8.applies_moe("Q4_K") and not matvec_q8.applies_moe("Q4_K", moe_int8_dot=False)
+    assert "TQ4_KQ" not in matvec_epilogue.kernel_name("Q4_K", 1, 8, 0, 1, q8=False)
+    assert matvec_epilogue.config("Q4_K", 1, q8=False) == matvec_cuda.CONFIG["Q4_K"]
+    assert matvec_epilogue.kernel_name("Q4_K", 1, 2, 0, 1, q8=True).startswith("mve<TQ4_KQ, 1, 2, 0, 1")
+    assert matvec_epilogue.config("Q4_K", 1, q8=True) == matvec_q8.config("Q4_K")
+    assert matvec_epilogue.config("Q6_K", 1, q8=False) == matvec_cuda.CONFIG["Q6_K"]
+    assert "TQ6_K," in matvec_epilogue.kernel_name("Q6_K", 1, 4, 0, 1, q8=False)
 
 
 def test_kernel_names_tell_which_modules_need_the_integer_structs(monkeypatch):
@@ -266,20 +258,18 @@ def test_kernel_names_tell_which_modules_need_the_integer_structs(monkeypatch):
     every integer struct's name, IQ3_XXS's included, must ask for structs(); float names must not.
     (IQ3_XXS_G4, the regrouped layout, has dense products only: experts keep the file's layout.)"""
     from lite.kernels import matvec_epilogue, moe_mvw
-    monkeypatch.setattr(matvec_q8, "ENABLED", matvec_q8.DEFAULT_TYPES)
-    monkeypatch.setattr(matvec_q8, "MOE", True)
     for qt in matvec_q8.DEFAULT_TYPES:
         assert matvec_q8.in_name(moe_mvw.name(qt, 768)) and matvec_q8.in_name(moe_mvw.name(qt, 2048, "silu"))
     assert matvec_q8.in_name(matvec_epilogue.kernel_name("Q4_K", 1, 2, 0, 1))
     assert matvec_q8.in_name(matvec_q8.kernel_name("IQ3_XXS_G4", 1, 4, 0))
     assert "TIQ3_XXSG<" in matvec_q8.kernel_name("IQ3_XXS_G4", 1, 4, 0)
-    monkeypatch.setattr(matvec_q8, "ENABLED", ())
+    monkeypatch.setattr(matvec_q8, "applies_moe", lambda *a, **k: False)   # (moe_mvw: moe_int8_dot off)
     for qt in matvec_q8.DEFAULT_TYPES:
         assert not matvec_q8.in_name(moe_mvw.name(qt, 768))
-    assert not matvec_q8.in_name(matvec_epilogue.kernel_name("Q4_K", 1, 8, 0, 1))
+    assert not matvec_q8.in_name(matvec_epilogue.kernel_name("Q4_K", 1, 8, 0, 1, q8=False))
 
 
-# moe_mvw (kernels/moe_mvw.py) over quantized x (LITE_MOE_Q8, opt-in): the MoE decode experts.
+# moe_mvw (kernels/moe_mvw.py) over quantized x (BackendConfig.moe_int8_dot): the MoE decode experts.
 MOE_ARGS = ("const unsigned char* w0, const unsigned char* w1, long long ebytes, const int* slot_of, "
             "const float* x, float* out0, float* out1, const int* blk_expert, const int* blk_rows, "
             "int kdiv, int S, int rows, int cols, int x_by_row")
@@ -290,8 +280,6 @@ def moe_lib(request, monkeypatch_module):
     """moe_mvw over quantized x: the K types' module, or IQ3_XXS's (its own structs and tables)."""
     from lite.kernels import moe_mvw
     types = Q8_TYPES if request.param == "K" else ["IQ3_XXS"]
-    monkeypatch_module.setattr(matvec_q8, "ENABLED", tuple(Q8_TYPES) + ("IQ3_XXS",))
-    monkeypatch_module.setattr(matvec_q8, "MOE", True)
     wraps = ""
     for qt in types:
         for cols in (512, 768):

@@ -16,7 +16,7 @@ from lite.kernels import iq3_groups, matvec_cuda, matvec_q8, quant_info
 pytestmark = pytest.mark.skipif(not emu.available(), reason="needs g++ (C++20)")
 
 
-# IQ3_XXS (opt-in: LITE_MATVEC_Q8 naming it): TIQ3_XXSQV on the register loop (matvec_iq_v2's mv_iq2:
+# IQ3_XXS: TIQ3_XXSQV on the register loop (matvec_q8_iq3's mv_iq2:
 # mv with the table fill) over quantized x, its tables (grid copies, sign masks) through L1, in shared
 # memory or (the masks) computed; one on the persistent loop (mvp). (n, rows a CTA, prefetch, tables).
 IQ3_KERNELS = [(1, 4, 0, (0, 0)), (1, 8, 0, (0, 0)), (2, 4, 0, (0, 0)), (1, 2, 1, (0, 0)), (1, 4, 0, (1, 1)),
@@ -106,12 +106,11 @@ def test_regrouped_rows_stay_whole_so_fused_members_slice_by_nbytes():
 
 
 @pytest.mark.skipif(not _gpu(), reason="needs a CUDA GPU (the CUDA C text runs above under the emulator)")
-def test_gpu_iq3xxs_mvq_full_size(monkeypatch):
-    """4096x14336 and a ragged 37x2048 through matvec_iq.launch_cuda with LITE_MATVEC_Q8 naming
+def test_gpu_iq3xxs_mvq_full_size():
+    """4096x14336 and a ragged 37x2048 through matvec_iq.launch_cuda with int8_dot_types naming
     IQ3_XXS: within 1e-3 of float64 plus the x quantization's bound."""
     import cupy
     from lite.kernels import matvec_iq
-    monkeypatch.setattr(matvec_q8, "ENABLED", ("Q4_K", "IQ3_XXS"))
     for rows, cols in ((4096, 14336), (37, 2048)):
         rng = np.random.default_rng(rows + 1)
         blocks = random_blocks("IQ3_XXS", rows * cols // 256, rng)
@@ -120,7 +119,8 @@ def test_gpu_iq3xxs_mvq_full_size(monkeypatch):
             x = _x(n, cols, rng)
             ref, scale = x.astype(np.float64) @ w.T, np.abs(x).astype(np.float64) @ np.abs(w).T
             out = cupy.full((n, rows), np.nan, cupy.float32)
-            matvec_iq.launch_cuda("IQ3_XXS", cupy.asarray(blocks), cupy.asarray(x), out, rows, cols, None)
+            matvec_iq.launch_cuda("IQ3_XXS", cupy.asarray(blocks), cupy.asarray(x), out, rows, cols, None,
+                                  int8_dot_types=("Q4_K", "IQ3_XXS"))
             err = np.abs(out.get().astype(np.float64) - ref)
             assert np.all(err <= 1e-3 * np.abs(ref) + 1e-5 * scale + quant_bound("IQ3_XXS", x, w))
 

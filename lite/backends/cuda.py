@@ -32,13 +32,7 @@ log = logging.getLogger(__name__)
 # back to the materialized path (scores through memory, cuBLAS), which serves every head dim.
 FLASH_ATTN = os.environ.get("LITE_FLASH_ATTN", "1") != "0"
 PINNED_STAGING_BYTES = 64 << 20
-GATE_UP_INTERLEAVE = os.environ.get("LITE_GATE_UP_INTERLEAVE", "1") != "0"   # CUDABackend._interleave
 ATTN_SCRATCH_BYTES = 2 << 30      # scores + probabilities of the heads attended at once
-IQ3_REGROUP = os.environ.get("LITE_IQ3_REGROUP", "1") != "0"   # CUDABackend._regroup_iq3
-# IQ3_XXS matrices of whole bands of 16 rows as IQ3_XXS_B16 (kernels/matvec_mma.py's mvb / mvbe, prefill through
-# kernels/dequant_b16.py) instead of IQ3_XXS_G4; LITE_IQ3_B16=0 keeps G4. Default since session 15 (H200, 8B
-# IQ3_XXS tg128 after 512: 404-420 -> 495-505 tok/s; BENCHMARKS, session 15).
-IQ3_B16 = os.environ.get("LITE_IQ3_B16", "1") != "0"
 
 
 def unavailable_reason():
@@ -173,52 +167,42 @@ class CUDABackend(CUDALinear, CUDAFoldNorm, CUDAHandoff, CUDADecodeAttention, CU
         self._regroup_iq3()
 
     def _regroup_iq3(self):
-        """IQ3_XXS matrices regrouped for the decode products (kernels/iq3_groups.py: 4096x14336 16.9
-        -> 13.8 us on the H200, 4% more bytes), named IQ3_XXS_G4; LITE_IQ3_REGROUP=0 keeps the file's
-        layout. Rows stay contiguous, so a fused group's members are views of its new buffer (nbytes apart).
-        By default (LITE_IQ3_B16=0: G4 everywhere) matrices of whole bands of 16 rows as IQ3_XXS_B16 instead
-        (kernels/iq3_b16.py; decode through kernels/matvec_mma.py, the epilogues through matvec_epilogue's
-        delegation, prefill through dequant_b16), token_embd kept in G4 (its rows are looked up)."""
-        from lite.kernels import iq3_b16, iq3_groups
-        if not (IQ3_REGROUP and iq3_groups.applies()):
-            return
-
-        def layout(name, w):        # the module that repacks w, or None (token_embd: looked up by rows in G4)
-            if not iq3_groups.regroupable(w.qtype, w.shape):
-                return None
-            if IQ3_B16 and name != "token_embd.weight" and iq3_b16.fits(*w.shape):
-                return iq3_b16
-            return iq3_groups
+        """Each IQ3_XXS matrix in the layout kernels/gpu_layout.py chooses for it (BackendConfig's
+        iq3_layout, int8_dot_types, reference_kernels). Rows stay contiguous, so a fused group's
+        members are views of its new buffer (nbytes apart); token_embd's rows are looked up."""
+        from lite.kernels import gpu_layout
+        cfg = self.config
+        opts = dict(int8_dot_types=tuple(cfg.int8_dot_types), iq3_layout=cfg.iq3_layout,
+                    reference=cfg.reference_kernels)
         in_groups = set()
         for members, (gw, _, interleaved) in self.fused.items():
             in_groups.update(members)
-            mod = layout("+".join(members), gw)
-            if mod is iq3_b16 and any(not iq3_b16.fits(*self.w[m].shape) for m in members if m in self.w):
-                mod = iq3_groups                             # a member's byte range would cut a band
-            if mod is None:
+            layout = gpu_layout.gpu_layout(gw.qtype, gw.shape, member_shapes=[
+                self.w[m].shape for m in members if m in self.w], **opts)
+            if layout == gw.qtype:
                 continue
-            gw.data, gw.qtype, off = mod.repack(gw.data, *gw.shape), mod.NAME, 0
+            gw.data, gw.qtype, off = gpu_layout.repack(layout, gw.data, *gw.shape), layout, 0
             for m in members if not interleaved else ():     # (interleaved: the members are gone)
-                w = self.w[m]                                # B16: whole bands, so a member is a byte range
-                size = mod.nbytes(*w.shape)
-                w.data, w.qtype = gw.data[off:off + size], mod.NAME
+                w = self.w[m]                                # whole bands or groups: a member is a byte range
+                size = gpu_layout.nbytes(layout, *w.shape)
+                w.data, w.qtype = gw.data[off:off + size], layout
                 off += size
         for n, w in self.w.items():
-            mod = None if n in in_groups else layout(n, w)
-            if mod is not None:
-                w.data, w.qtype = mod.repack(w.data, *w.shape), mod.NAME
+            if n in in_groups:
+                continue
+            layout = gpu_layout.gpu_layout(w.qtype, w.shape, looked_up=n == "token_embd.weight", **opts)
+            if layout != w.qtype:
+                w.data, w.qtype = gpu_layout.repack(layout, w.data, *w.shape), layout
 
     def _interleave(self, ws):
-        """Store [gate; up] rows alternating (kernels/matvec_epilogue.interleave_rows)?
-        For the gated decode kernel's types: measured on the H200 (session 4, 2 x 14336 x 4096) the
-        gated product takes 30.2 instead of 33.5 us (Q4_K), 39.1 instead of 40.5 (Q6_K), when a
-        CTA's gate and up rows are neighbours rather than 33 MB apart (measured with rows in pairs,
-        gate u, u+1, up u, u+1; alternating rows keep a CTA's rows contiguous the same way and let
-        prefill split the product by strided views). LITE_GATE_UP_INTERLEAVE=0: halves. IQ3_XXS too
-        where its products run on mvq (session 9: the gated epilogue on its structs)."""
+        """Store [gate; up] rows alternating (kernels/matvec_epilogue.interleave_rows), so that a
+        gated decode CTA's gate and up rows are neighbours rather than a matrix apart (faster, and
+        prefill splits the product by strided views): for the types of the gated decode kernel
+        (matvec_cuda's, and IQ3_XXS on its integer-dot structs). BackendConfig.gate_up_interleave."""
         from lite.kernels import matvec_q8
-        return (len(ws) == 2 and ws[0].name.endswith("ffn_gate.weight") and GATE_UP_INTERLEAVE
-                and (ws[0].qtype in matvec_cuda.CONFIG or (ws[0].qtype == "IQ3_XXS" and matvec_q8.applies("IQ3_XXS"))))
+        return (len(ws) == 2 and ws[0].name.endswith("ffn_gate.weight") and self.config.gate_up_interleave
+                and (ws[0].qtype in matvec_cuda.CONFIG
+                     or (ws[0].qtype == "IQ3_XXS" and matvec_q8.applies("IQ3_XXS", tuple(self.config.int8_dot_types)))))
 
     def activate(self):
         """Enter this backend's device and stream (CuPy ops then run on the stream)."""
@@ -305,7 +289,8 @@ class CUDABackend(CUDALinear, CUDAFoldNorm, CUDAHandoff, CUDADecodeAttention, CU
         if w.qtype in ("F32", "F16"):
             return w.data[ids_d].astype(np.float32)
         rows = w.data.reshape(n_vocab, -1)[ids_d].reshape(-1)
-        return dequantize(rows, w.qtype, np.float32, self.stream).reshape(len(ids), n_embd)
+        return dequantize(rows, w.qtype, np.float32, self.stream,
+                          reference=self.config.reference_kernels).reshape(len(ids), n_embd)
 
     def rms_norm(self, x, name, eps):
         later = self._norm_out(x, name, eps)    # split across the products (cuda_norm.py)
