@@ -22,6 +22,7 @@ import contextlib
 import numpy as np
 from numba import cuda, float32, uint32, uint64
 
+from lite.kernels.cuda_source import source
 from lite.kernels.dequant_common import _ptr
 from lite.kernels.iq_tables import device_tables, grid_packed
 from lite.kernels.registry import quant_info, register_dequant
@@ -303,13 +304,7 @@ def c_grid_array(cname, name):
     return f"__device__ const unsigned {cname}[{grid_packed(name).size}] = {{{vals}}};\n"
 
 
-C_HELPERS = r"""
-__device__ __forceinline__ unsigned short f2h(float f) {
-    unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
-__device__ __forceinline__ float h2f(unsigned short h) {
-    float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
-__device__ __forceinline__ unsigned ksign(unsigned s7) { return s7 | ((__popc(s7) & 1u) << 7); }
-"""
+C_HELPERS = source("iq_helpers.cuh")
 
 
 def _register(name):

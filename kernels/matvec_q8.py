@@ -32,163 +32,17 @@ import functools
 import numpy as np
 
 from lite.kernels import matvec_cuda, matvec_q8_iq3
+from lite.kernels.cuda_source import source
 from lite.kernels import pdl as pdl_mod
 
-C_Q8_BASE = r"""
-#ifndef LT_Q8_LAYOUT20   // the modules set them from LAYOUTS below (layout_define())
-#define LT_Q8_LAYOUT20 0
-#endif
-#ifndef LT_Q8_LAYOUT24
-#define LT_Q8_LAYOUT24 0
-#endif
-// Where word w (0..RW-1) of chunk c's record lies in a row of quantized x, by the layout of records
-// of RW words (20: Q4_K, IQ3_XXS; 24: Q6_K). Layout 0: records one after another (RW c + w).
-// Layout 1 (session 8): the 8 records of a 256-value block interleaved by float4, so that the 8
-// lanes walking a block's chunks read 128 contiguous bytes a float4 (a warp's float4 load of layout
-// 0 spans 32 records 80 bytes apart: 20 cache lines, against 4).
-// RW = 18 (session 13, kernels/matvec_mma.py's mvb): a block of 8 chunks in 144 words, so that each lane
-// of the mma's warp reads its x words of the block's 4 chunk pairs as one 16-byte load, and its runs' d
-// as another: word 4 L + p holds lane L's word of chunk pair p (L = 4 (4 (c & 1) + 2 run + lo) + w: its
-// B column and k), word 128 + 4 (2 (c & 1) + run) + p the d of chunk 2 p + (c & 1)'s run (w = 16 + run).
-template <int RW>
-__device__ __forceinline__ int lt_q8w(int c, int w) {
-    if (RW == 18) {
-        const int p = (c & 7) >> 1, h = c & 1;
-        if (w >= 16) return (c >> 3) * 144 + 128 + 4 * (2 * h + (w - 16)) + p;
-        return (c >> 3) * 144 + 4 * (4 * (4 * h + 2 * ((w >> 2) & 1) + (w >> 3)) + (w & 3)) + p;
-    }
-    if ((RW == 24 ? LT_Q8_LAYOUT24 : LT_Q8_LAYOUT20) != 0)
-        return (c >> 3) * (8 * RW) + (w >> 2) * 32 + (c & 7) * 4 + (w & 3);
-    return RW * c + w;
-}
-// 4 int8 (the low bytes of a..d) in a word, a first.
-__device__ __forceinline__ unsigned lt_pack4(int a, int b, int c, int d) {
-    return (unsigned)(a & 0xFF) | ((unsigned)(b & 0xFF) << 8) | ((unsigned)(c & 0xFF) << 16) | ((unsigned)d << 24);
-}
-// x (n rows of cols floats) -> its records in xq (rows cols floats apart), RW words a chunk. A
-// thread a float4 of x, 8 a chunk (4 a run of 16: T::xoff(c, 0..3) and (c, 4..7)), so that a
-// 4096-wide x takes 8 CTAs, not one (session 7's trace: 2.7 us a launch with a thread a chunk).
-// Grid (cols / 4 / 128 rounded up, n). T: the type's float struct, whose xoff says which x a chunk
-// meets. Words 0-15: hi of run a, hi of run b, lo of run a, lo of run b; then RW = 20 (Q4_K):
-// d_a, sum_a, d_b, sum_b; RW = 24 (Q6_K, whose scales go by 8 values): d_a, d_b, the sums of
-// the four 8-value halves (float4 pairs 0-1, 2-3, 4-5, 6-7), 2 unused.
-// qx_one: float4 k of chunk c of the row x (its record into the row o, global or shared memory);
-// all 8 lanes of a chunk call it together (shuffles), `live` false past the row's end.
-template <class T, int RW>
-__device__ __forceinline__ void qx_one(const float* __restrict__ x, unsigned* o, int c, int k, bool live) {
-    const float4 v = live ? __ldg((const float4*)(x + T::xoff(c, k))) : make_float4(0.f, 0.f, 0.f, 0.f);
-    float a = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
-    a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, 1));
-    a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, 2));
-    const float inv = a > 0.f ? 127.f / a : 0.f;
-    const float t4[4] = {v.x * inv, v.y * inv, v.z * inv, v.w * inv};
-    int qh[4], ql[4];
-    #pragma unroll
-    for (int i = 0; i < 4; i++) {
-        qh[i] = __float2int_rn(t4[i]);
-        ql[i] = __float2int_rn((t4[i] - (float)qh[i]) * 254.f);
-    }
-    // sums of the quantized values (exact integers, |.| <= 16 * 32385): the minimums (Q4_K) and the
-    // -32 offset (Q6_K) then meet the same x as the quants, so mvq is W times quantized x exactly
-    const int i4 = (254 * qh[0] + ql[0]) + (254 * qh[1] + ql[1]) + (254 * qh[2] + ql[2]) + (254 * qh[3] + ql[3]);
-    const int i8 = i4 + __shfl_xor_sync(0xffffffffu, i4, 1);
-    const int i16 = i8 + __shfl_xor_sync(0xffffffffu, i8, 2);
-    if (!live) return;
-    const int run = k >> 2, w = k & 3;
-    o[lt_q8w<RW>(c, 4 * run + w)] = lt_pack4(qh[0], qh[1], qh[2], qh[3]);
-    o[lt_q8w<RW>(c, 8 + 4 * run + w)] = lt_pack4(ql[0], ql[1], ql[2], ql[3]);
-    const float d = a * (1.f / (127.f * 254.f)), s8 = d * (float)i8, s16 = d * (float)i16;
-    if constexpr (RW == 18) {
-        if (w == 0) o[lt_q8w<RW>(c, 16 + run)] = __float_as_uint(d);
-    } else if constexpr (RW == 20) {
-        if (w == 0) { o[lt_q8w<RW>(c, 16 + 2 * run)] = __float_as_uint(d); o[lt_q8w<RW>(c, 17 + 2 * run)] = __float_as_uint(s16); }
-    } else {
-        if (w == 0) o[lt_q8w<RW>(c, 16 + run)] = __float_as_uint(d);
-        if ((k & 1) == 0) o[lt_q8w<RW>(c, 18 + (k >> 1))] = __float_as_uint(s8);
-    }
-}
-template <class T, int RW>
-__global__ void __launch_bounds__(128) qx(const float* __restrict__ x, float* __restrict__ xq, int cols) {
-    const int chunks = cols / T::BE * T::CPB, t = blockIdx.x * 128 + threadIdx.x;
-    const long long row = (long long)blockIdx.y * cols;
-    PDL_PROLOGUE();               // x is the previous kernel's output (LITE_PDL, kernels/pdl.py)
-    qx_one<T, RW>(x + row, (unsigned*)(xq + row), t >> 3, t & 7, (t >> 3) < chunks);   // (no early return)
-}
-// qxe (session 11; the sweep's LITE_SWEEP_QXE=1, and since session 12 kernels/matvec_mma.py's quantizer):
-// qx that lets the next kernel launch before it waits for the previous one, so that a product whose CTAs
-// need a whole SM (mvt), or that loads weights before its PDL wait (mvb), is already queued when the
-// product before qx ends.
-template <class T, int RW>
-__global__ void __launch_bounds__(128) qxe(const float* __restrict__ x, float* __restrict__ xq, int cols) {
-    const int chunks = cols / T::BE * T::CPB, t = blockIdx.x * 128 + threadIdx.x;
-    const long long row = (long long)blockIdx.y * cols;
-#ifdef LT_PDL
-    asm volatile("griddepcontrol.launch_dependents;");
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-    qx_one<T, RW>(x + row, (unsigned*)(xq + row), t >> 3, t & 7, (t >> 3) < chunks);
-}
-__device__ __forceinline__ uint4 lt_u4(float4 v) {
-    return make_uint4(__float_as_uint(v.x), __float_as_uint(v.y), __float_as_uint(v.z), __float_as_uint(v.w));
-}
-// 254 * (w . hi) + (w . lo) over 16 weights, 4 bytes a word (q of weights, h and l of x).
-__device__ __forceinline__ int lt_dot16q(unsigned q0, unsigned q1, unsigned q2, unsigned q3, uint4 h, uint4 l) {
-    int sh = __dp4a((int)q0, (int)h.x, 0), sl = __dp4a((int)q0, (int)l.x, 0);
-    sh = __dp4a((int)q1, (int)h.y, sh); sl = __dp4a((int)q1, (int)l.y, sl);
-    sh = __dp4a((int)q2, (int)h.z, sh); sl = __dp4a((int)q2, (int)l.z, sl);
-    sh = __dp4a((int)q3, (int)h.w, sh); sl = __dp4a((int)q3, (int)l.w, sl);
-    return sh * 254 + sl;
-}
-"""
-C_Q8_K = r"""struct TQ4_KQ : TQ4_K {   // TQ4_K's weights; x as qx's records
-    __device__ static __forceinline__ int xoff(int c, int k) { return lt_q8w<20>(c, 4 * k); }
-    __device__ static __forceinline__ float dot(const Raw& r, int c, const float4 (&xv)[8], float, float) {
-        const uint4 q = r.q, f = lt_u4(xv[4]);
-        const float sa = __uint_as_float(f.x) * (float)lt_dot16q(q.x & LO4, q.y & LO4, q.z & LO4, q.w & LO4,
-                                                                  lt_u4(xv[0]), lt_u4(xv[2]));
-        const float sb = __uint_as_float(f.z) * (float)lt_dot16q((q.x >> 4) & LO4, (q.y >> 4) & LO4, (q.z >> 4) & LO4,
-                                                                  (q.w >> 4) & LO4, lt_u4(xv[1]), lt_u4(xv[3]));
-        return kblock_scales(r.h, (c & 7) >> 1, sa, sb, __uint_as_float(f.y), __uint_as_float(f.w));
-    }
-};
-// 254 * (w . hi) + (w . lo) over 8 weights (2 words).
-__device__ __forceinline__ int lt_dot8q(unsigned q0, unsigned q1, unsigned h0, unsigned h1, unsigned l0, unsigned l1) {
-    const int sh = __dp4a((int)q1, (int)h1, __dp4a((int)q0, (int)h0, 0));
-    const int sl = __dp4a((int)q1, (int)l1, __dp4a((int)q0, (int)l0, 0));
-    return sh * 254 + sl;   // |.| <= 8 * 63 * 127 * 255 < 2^24: exact as a float too
-}
-struct TQ6_KQ : TQ6_K {   // TQ6_K's weights (values q in 0..63, q - 32 each); x as qx<TQ6_K, 24>'s records
-    __device__ static __forceinline__ int xoff(int c, int k) { return lt_q8w<24>(c, 4 * k); }
-    __device__ static __forceinline__ float dot(const Raw& r, int c, const float4 (&xv)[8], float, float) {
-        const unsigned a0 = __funnelshift_r(r.a[0], r.a[1], r.sh), a1 = __funnelshift_r(r.a[1], r.a[2], r.sh);
-        const unsigned b0 = __funnelshift_r(r.b[0], r.b[1], r.sh), b1 = __funnelshift_r(r.b[1], r.b[2], r.sh);
-        const unsigned h0 = __funnelshift_r(r.h[0], r.h[1], r.sh), h1 = __funnelshift_r(r.h[1], r.h[2], r.sh);
-        const unsigned sc0 = __funnelshift_r(r.s[0], r.s[1], r.sh) ^ 0x80808080u;   // as TQ6_K::dot
-        const unsigned sc1 = __funnelshift_r(r.s[1], r.s[2], r.sh) ^ 0x80808080u;
-        const int e = (c & 2) >> 1;
-        const uint4 ha = lt_u4(xv[0]), hb = lt_u4(xv[1]), la = lt_u4(xv[2]), lb = lt_u4(xv[3]);
-        const uint4 f = lt_u4(xv[4]), g = lt_u4(xv[5]);
-        const float da = __uint_as_float(f.x), db = __uint_as_float(f.y);
-        // run t: its 8 values' dot with x, less 32 * (the run's sum of x)
-        const float r0 = fmaf(da, (float)lt_dot8q((a0 & LO4) | ((h0 << 4) & 0x30303030u), (a1 & LO4) | ((h1 << 4) & 0x30303030u),
-                                                  ha.x, ha.y, la.x, la.y), -32.f * __uint_as_float(f.z));
-        const float r1 = fmaf(da, (float)lt_dot8q((b0 & LO4) | ((h0 << 2) & 0x30303030u), (b1 & LO4) | ((h1 << 2) & 0x30303030u),
-                                                  ha.z, ha.w, la.z, la.w), -32.f * __uint_as_float(f.w));
-        const float r2 = fmaf(db, (float)lt_dot8q(((a0 >> 4) & LO4) | (h0 & 0x30303030u), ((a1 >> 4) & LO4) | (h1 & 0x30303030u),
-                                                  hb.x, hb.y, lb.x, lb.y), -32.f * __uint_as_float(g.x));
-        const float r3 = fmaf(db, (float)lt_dot8q(((b0 >> 4) & LO4) | ((h0 >> 2) & 0x30303030u), ((b1 >> 4) & LO4) | ((h1 >> 2) & 0x30303030u),
-                                                  hb.z, hb.w, lb.z, lb.w), -32.f * __uint_as_float(g.y));
-        const float s = BF(sc0, e, 128.f) * r0 + BF(sc0, e + 2, 128.f) * r1 + BF(sc1, e, 128.f) * r2 + BF(sc1, e + 2, 128.f) * r3;
-        return lt_h2f(r.d) * s;
-    }
-};
-"""
+C_Q8_BASE = source("int8_x_records.cuh")
+C_Q8_K = source("int8_kquant_structs.cuh")
 
 C_Q8 = C_Q8_BASE + C_Q8_K          # the K types' module text (after matvec_cuda's C_HEAD, C_TYPES)
 
 
-# The record layout of quantized x by record size (LT_Q8_LAYOUT20 / 24 in C_Q8_BASE): layout 1 for
-# Q6_K's 24-word records, 0 for the 20-word ones (Q4_K, IQ3_XXS): the faster of each (BENCHMARKS.md).
+# The record layout of quantized x by record size (LT_Q8_LAYOUT20 / 24, int8_x_records.cuh's defaults):
+# layout 1 for Q6_K's 24-word records, 0 for the 20-word ones (Q4_K, IQ3_XXS): the faster of each.
 LAYOUTS = {20: 0, 24: 1}
 
 C_MAX_N = matvec_cuda.C_MAX_N      # rows of x a launch (the register loop's N)
@@ -257,18 +111,18 @@ def in_name(kernel_name):
 
 
 def c_source(qtype="Q4_K"):
-    """The module text of qtype's quantizer and integer-dot kernels."""
+    """The module text of qtype's quantizer and integer-dot kernels (kernels/cuda/matvec_int8.cu,
+    matvec_iq3_int8.cu)."""
     if qtype.startswith("IQ3_XXS"):
-        return matvec_q8_iq3.c_base() + layout_define() + C_Q8_BASE + matvec_q8_iq3.c_text()
-    return matvec_cuda.c_source() + layout_define() + C_Q8
+        return source("matvec_iq3_int8.cu")
+    return source("matvec_int8.cu")
 
 
 def structs(qtype, tables=False):
     """The text that adds qtype's integer struct to a module holding its float struct (moe_mvw's);
     tables: also IQ3_XXS's offset-binary tables (a module without them)."""
     if qtype.startswith("IQ3_XXS"):
-        from lite.kernels import iq_tables
-        return (iq_tables.c_offset_tables() if tables else "") + layout_define() + C_Q8_BASE + matvec_q8_iq3.c_text()
+        return (source("iq3_offset_tables.cuh") if tables else "") + layout_define() + C_Q8_BASE + matvec_q8_iq3.c_text()
     return layout_define() + C_Q8
 
 

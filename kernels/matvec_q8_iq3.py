@@ -1,7 +1,7 @@
 """IQ3_XXS on dp4a over quantized x (kernels/matvec_q8.py's mvq): the integer struct TIQ3_XXSQV and
 where it finds its tables. matvec_q8 builds the modules (c_source, structs) and names the kernels;
 this file holds the IQ3_XXS text, apart from the K types', and the choice of table placement."""
-from lite.kernels import iq_tables
+from lite.kernels.cuda_source import source
 
 # IQ3_XXS (written in session 7, the default since session 8), after matvec_iq's TIQ3_XXS and
 # iq_tables' offset-binary tables: each grid byte g as 64 + g (IQ3XXS_GRID64), 64 - g where its sign bit is set
@@ -9,220 +9,7 @@ from lite.kernels import iq_tables
 # meets x in 2 dp4a; the offset 64 comes off once a run of 16 as 64 times the run's sum of quantized
 # x. Sums a run: |dp4a sums| <= 16 * 126 * 127 (exact), their 254-weighted total < 2^26 (one fp32
 # rounding, ~6e-8 of it, before the offset cancels): inside the x quantization's bound.
-C_Q8_IQ3 = r"""
-IQ3XXS_SMASK2_ARRAY
-// GC: copies of the grid in shared memory, interleaved (lane l reads copy l % GC; 0: the grid read
-// through L1); SC: the sign masks read through L1 (0), from shared memory (1) or computed (2: parity
-// by __popc, 4 sign bits to 4 byte masks by one multiply). Why (session 8): a warp's 32 random
-// lookups through L1 touch most of a 1 KB table's 8 lines, about a cycle of L1 each, 12 lookups a
-// row and chunk: at 4096x14336 that alone is ~20 us of L1 time, what mvq took with (0, 0). Also
-// tried in session 8 and deleted: one 16 KB shared table of every grid entry under every 4 signs as
-// signed bytes (call 3: 21.0 us at 4096x14336 with the quantizer against 15.9 for (1, 2): bank
-// conflicts); the masks through PRMT's sign-replicate mode and one LOP3 (call 7: 562 SASS
-// instructions in the 4-row loop against 610, 16.4 against 16.5 us, decode even). Nsight Compute on
-// (1, 2) (call 8): L1/TEX 76% busy (the 16-bit block loads use 10 of a sector's 32 bytes; the grid
-// lookups meet 3.1-way bank conflicts), issue 54%. Session 9 (call 9, on the regrouped layout):
-// one 16 KB shared table of every grid entry under every 4 signs, filled from a global copy (a lookup
-// applies a word's signs: 437 SASS instructions in the 4-row loop against 556) lost again: 15.7 /
-// 19.1 us at 4096x14336 / 14336x4096 against 15.0 / 14.9, 8B decode 328.7 / 324.7 against 359.5 /
-// 358.4 tok/s; deleted.
-template <int GC, int SC>
-struct TIQ3_XXSQV : TIQ3_XXS {   // TIQ3_XXS's block layout, Raw and loads; x as qx<TIQ3_XXS, 20>'s records
-    __device__ static __forceinline__ unsigned* tables() {
-        __shared__ uint4 t[(GC > 0 ? 64 * GC : 0) + (SC == 1 ? 64 : 0) + 1];   // uint4: 16-byte aligned
-        return (unsigned*)t;
-    }
-    __device__ static __forceinline__ void init() {
-        if constexpr (GC >= 8 && SC != 1) {
-            // Session 12: many copies filled with the loads first (a thread's entries, then its copies as
-            // 16-byte stores, lane l starting at copy group l: 4 wavefronts a warp's store). The loop below
-            // waits a global load per store (GC = 32, 128 threads: 64 in a row); session 11's "16 / 32
-            // copies are slower" (mvt's compute alone 3.9 / 4.9 / 6.1 us for 1 / 16 / 32 copies, each
-            // copy ~1 us more) was that fill, not the lookups. (blockDim.x >= 128: 256 entries in two.)
-            unsigned* t = tables();
-            unsigned g[2];
-            #pragma unroll
-            for (int k = 0; k < 2; k++) {
-                const unsigned e = threadIdx.x + k * blockDim.x;
-                g[k] = e < 256 ? __ldg(IQ3XXS_GRID64 + e) : 0u;
-            }
-            #pragma unroll
-            for (int k = 0; k < 2; k++) {
-                const unsigned e = threadIdx.x + k * blockDim.x;
-                if (e < 256)
-                    #pragma unroll
-                    for (int j = 0; j < GC / 4; j++)
-                        ((uint4*)t)[e * (GC / 4) + ((j + threadIdx.x) & (GC / 4 - 1))] = make_uint4(g[k], g[k], g[k], g[k]);
-            }
-            __syncthreads();
-        } else if constexpr (GC > 0 || SC == 1) {
-            unsigned* t = tables();
-            for (int i = threadIdx.x; i < 256 * GC; i += blockDim.x) t[i] = IQ3XXS_GRID64[i / (GC > 0 ? GC : 1)];
-            if constexpr (SC == 1)
-                for (int i = threadIdx.x; i < 256; i += blockDim.x) t[256 * GC + i] = ((const unsigned*)IQ3XXS_SMASK2)[i];
-            __syncthreads();
-        }
-    }
-    __device__ static __forceinline__ unsigned grid(unsigned i) {
-        if constexpr (GC > 0) return tables()[i * GC + (threadIdx.x & (GC - 1))];
-        else return __ldg(IQ3XXS_GRID64 + i);
-    }
-    __device__ static __forceinline__ uint2 masks(unsigned e) {   // e: the 7 stored sign bits
-        if constexpr (SC == 0) return __ldg(IQ3XXS_SMASK2 + e);
-        else if constexpr (SC == 1) return ((const uint2*)(tables() + 256 * GC))[e];
-        else {
-            const unsigned s = e | ((__popc(e) & 1u) << 7);   // the 8th sign: even parity
-            // 4 bits b0..b3 -> bytes b0, b1, b2, b3: s4 * 0x204081 puts bit j at bit 8j (no carries)
-            return make_uint2(((s & 15u) * 0x204081u & 0x01010101u) * 0x3Fu, ((s >> 4) * 0x204081u & 0x01010101u) * 0x3Fu);
-        }
-    }
-    __device__ static __forceinline__ int xoff(int c, int k) { return lt_q8w<20>(c, 4 * k); }
-    __device__ static __forceinline__ float dot(const Raw& r, int, const float4 (&xv)[8], float, float) {
-        const uint4 f = lt_u4(xv[4]);
-        const uint4 hx[2] = {lt_u4(xv[0]), lt_u4(xv[1])}, lx[2] = {lt_u4(xv[2]), lt_u4(xv[3])};
-        int sh[2] = {0, 0}, sl[2] = {0, 0};
-        #pragma unroll
-        for (int l = 0; l < 4; l++) {   // sign group l: grid entries 2l, 2l+1, values 8l..8l+7 (run l / 2)
-            const unsigned qq = (l < 2 ? r.q0 : r.q1) >> (16 * (l & 1));
-            const unsigned e = (r.aux >> (7 * l)) & 127u;
-            unsigned u0 = grid(qq & 255u), u1 = grid((qq >> 8) & 255u);
-            const uint2 m = masks(e);
-            u0 -= 2u * (u0 & m.x);
-            u1 -= 2u * (u1 & m.y);
-            const int h = l >> 1;
-            const unsigned h0 = (l & 1) ? hx[h].z : hx[h].x, h1 = (l & 1) ? hx[h].w : hx[h].y;
-            const unsigned l0 = (l & 1) ? lx[h].z : lx[h].x, l1 = (l & 1) ? lx[h].w : lx[h].y;
-            sh[h] = __dp4a((int)u1, (int)h1, __dp4a((int)u0, (int)h0, sh[h]));
-            sl[h] = __dp4a((int)u1, (int)l1, __dp4a((int)u0, (int)l0, sl[h]));
-        }
-        const float ra = fmaf(__uint_as_float(f.x), fmaf(254.f, (float)sh[0], (float)sl[0]), -64.f * __uint_as_float(f.y));
-        const float rb = fmaf(__uint_as_float(f.z), fmaf(254.f, (float)sh[1], (float)sl[1]), -64.f * __uint_as_float(f.w));
-        return h2f(r.d) * (0.5f + (float)(r.aux >> 28)) * 0.5f * (ra + rb);
-    }
-};
-// The same decode over IQ3_XXS_G4 weights (kernels/iq3_groups.py; the GPU backend's since session
-// 9, its signs placed in session 10): per row, groups of 4 blocks (a warp's 32 chunks) as [64 x 4
-// bytes of grid indices][32 sign words][4 scale words][4 d], 408 bytes. A lane's chunk is one
-// 8-byte and one 4-byte load, each coalesced across the warp, and two broadcast ones; its sign
-// word holds word w's 4 signs at bits w, w+8, w+16, w+24, so one shift brings them to the byte tops
-// where PRMT's sign-replicate mode makes the byte mask (2 instructions a word against ~6 computing
-// masks from the file's 7-bit fields; sign and offset in one LOP3 and one IMAD). Rows must be
-// 8-aligned: cols a multiple of 1024. H200 (tests/gpu_sweep_matvec.py), 4096x14336 with the quantizer:
-// session 9's layout (the file's fields regrouped, 392 bytes, masks computed: 571 SASS instructions
-// in the 4-row loop) 14.9 us; this one (448 instructions) 13.7-13.8 (session 10, calls 2, 5, 7);
-// the product alone even (13.6 / 13.7: Nsight Compute, call 4, finds it waiting on the weights'
-// loads, not issuing).
-__device__ __forceinline__ unsigned lt_topmask(unsigned v) {   // byte i: 0xFF if bit 8i+7 of v is set
-#ifdef __CUDA_ARCH__
-    unsigned m;
-    asm("prmt.b32 %0, %1, 0, 0xBA98;" : "=r"(m) : "r"(v));
-    return m;
-#else   // the host emulator (tests/cuda_c_emulator.py)
-    unsigned m = 0;
-    for (int i = 0; i < 4; i++) m |= ((v >> (8 * i + 7)) & 1u) * (0xFFu << (8 * i));
-    return m;
-#endif
-}
-__device__ __forceinline__ unsigned lt_and3(unsigned a, unsigned b, unsigned c) {   // one LOP3
-#ifdef __CUDA_ARCH__
-    unsigned t;
-    asm("lop3.b32 %0, %1, %2, %3, 0x80;" : "=r"(t) : "r"(a), "r"(b), "r"(c));
-    return t;
-#else
-    return a & b & c;
-#endif
-}
-// The dp4a sums to floats (session 11, after its device time: to be swept first in session 12). SC = 2:
-// four I2F a chunk and one for the scale nibble. I2F runs 16 a clock an SM on sm_90 (FADD 128, IMAD
-// 64), and a chunk's five come together at its end: the "math pipe throttle" stalls Nsight found (mvt's
-// compute, session 11 call 8) may be these. SC = 3: the accumulators start at LT_MAGIC, the int whose
-// bits are the float 1.5 * 2^23, so that while |sum| < 2^22 (here <= 16 * 126 * 127) the bits read as
-// 12582912 + sum and one FADD gives the float: no I2F; the scale's 2s + 1 the same way. SC = 4: hi and
-// lo combined as integers first (254 sh + sl < 2^26, as Q4_K's lt_dot8q), two I2F a chunk.
-#define LT_MAGIC 0x4B400000
-__device__ __forceinline__ float lt_magic_f(int acc) { return __int_as_float(acc) - 12582912.f; }
-// A chunk's value from its 8 signed grid words (word(w): weights 4w..4w+3 as bytes 64 +- g), x's
-// record (qx<TIQ3_XXS, 20>: hi and lo parts, then d_a, sum_a, d_b, sum_b), the block's d and the
-// chunk's scale nibble: TIQ3_XXSG's and TIQ3_XXSW's dot, which differ only in where the words come from.
-template <int SC, class Word>
-__device__ __forceinline__ float lt_iq3_dot(Word word, const float4 (&xv)[8], unsigned short d, unsigned sc) {
-    const uint4 f = lt_u4(xv[4]);
-    const uint4 hx[2] = {lt_u4(xv[0]), lt_u4(xv[1])}, lx[2] = {lt_u4(xv[2]), lt_u4(xv[3])};
-    int sh[2] = {SC == 3 ? LT_MAGIC : 0, SC == 3 ? LT_MAGIC : 0}, sl[2] = {sh[0], sh[1]};
-    #pragma unroll
-    for (int w = 0; w < 8; w++) {   // grid word w: weights 4w..4w+3, run w / 4
-        const unsigned u = word(w);
-        const int h = w >> 2, k = w & 3;
-        const unsigned hv = k == 0 ? hx[h].x : k == 1 ? hx[h].y : k == 2 ? hx[h].z : hx[h].w;
-        const unsigned lv = k == 0 ? lx[h].x : k == 1 ? lx[h].y : k == 2 ? lx[h].z : lx[h].w;
-        sh[h] = __dp4a((int)u, (int)hv, sh[h]);
-        sl[h] = __dp4a((int)u, (int)lv, sl[h]);
-    }
-    if constexpr (SC == 3 || SC == 4) {
-        float ta, tb;   // 254 (w . hi) + (w . lo), runs a and b
-        if constexpr (SC == 3) {
-            ta = fmaf(254.f, lt_magic_f(sh[0]), lt_magic_f(sl[0]));
-            tb = fmaf(254.f, lt_magic_f(sh[1]), lt_magic_f(sl[1]));
-        } else {
-            ta = (float)(254 * sh[0] + sl[0]);
-            tb = (float)(254 * sh[1] + sl[1]);
-        }
-        const float ra = fmaf(__uint_as_float(f.x), ta, -64.f * __uint_as_float(f.y));
-        const float rb = fmaf(__uint_as_float(f.z), tb, -64.f * __uint_as_float(f.w));
-        if constexpr (SC == 3)   // 2 sc + 1 exactly, and (0.5 + sc) * 0.5 = (2 sc + 1) * 0.25
-            return h2f(d) * (__int_as_float(0x4B000001u | (sc << 1)) - 8388608.f) * 0.25f * (ra + rb);
-        return h2f(d) * (0.5f + (float)sc) * 0.5f * (ra + rb);
-    }
-    const float ra = fmaf(__uint_as_float(f.x), fmaf(254.f, (float)sh[0], (float)sl[0]), -64.f * __uint_as_float(f.y));
-    const float rb = fmaf(__uint_as_float(f.z), fmaf(254.f, (float)sh[1], (float)sl[1]), -64.f * __uint_as_float(f.w));
-    return h2f(d) * (0.5f + (float)sc) * 0.5f * (ra + rb);
-}
-template <int GC, int SC>
-struct TIQ3_XXSG : TIQ3_XXSQV<GC, 2> {    // SC: how the sums become floats (lt_iq3_dot); the masks come from PRMT
-    static constexpr int BE = 256, TS = 102, CPB = 8;
-    struct Raw { unsigned q0, q1, s, sc; unsigned short d; };
-    template <bool SH = false> __device__ static __forceinline__ void load(Raw& r, const unsigned char* row, int c) {
-        const unsigned char* g = row + (c >> 5) * 408;   // SH: row is in shared memory (matvec_staged's mvs)
-        const int j = c & 31;
-        const uint2 q = SH ? *(const uint2*)(g + 8 * j) : __ldg((const uint2*)(g + 8 * j));
-        r.q0 = q.x;
-        r.q1 = q.y;
-        r.s = SH ? *(const unsigned*)(g + 256 + 4 * j) : __ldg((const unsigned*)(g + 256 + 4 * j));
-        r.sc = SH ? *(const unsigned*)(g + 384 + 4 * (j >> 3)) : __ldg((const unsigned*)(g + 384 + 4 * (j >> 3)));
-        r.d = SH ? *(const unsigned short*)(g + 400 + 2 * (j >> 3)) : __ldg((const unsigned short*)(g + 400 + 2 * (j >> 3)));
-    }
-    __device__ static __forceinline__ float dot(const Raw& r, int c, const float4 (&xv)[8], float, float) {
-        auto word = [&](int w) {   // grid word w, its signs in: bytes 64 +- g
-            const unsigned qq = w < 4 ? r.q0 : r.q1;
-            const unsigned u = TIQ3_XXSQV<GC, 2>::grid((qq >> (8 * (w & 3))) & 255u);
-            const unsigned m = lt_topmask(r.s << (7 - w));
-            return u - 2u * lt_and3(u, m, 0x3F3F3F3Fu);   // one LOP3 (nvcc otherwise splits this step into four)
-        };
-        if constexpr (SC != 2) return lt_iq3_dot<SC>(word, xv, r.d, (r.sc >> (4 * (c & 7))) & 15u);
-        // SC = 2, the default, stays written out as measured: the same arithmetic through lt_iq3_dot
-        // compiles to the same instructions in another order and other registers (session 11), and this
-        // session's first prefetch 2 showed such a change can move the time by 3-5%: sweep it first.
-        const uint4 f = lt_u4(xv[4]);
-        const uint4 hx[2] = {lt_u4(xv[0]), lt_u4(xv[1])}, lx[2] = {lt_u4(xv[2]), lt_u4(xv[3])};
-        int sh[2] = {0, 0}, sl[2] = {0, 0};
-        #pragma unroll
-        for (int w = 0; w < 8; w++) {   // grid word w: weights 4w..4w+3, run w / 4
-            const unsigned qq = w < 4 ? r.q0 : r.q1;
-            unsigned u = TIQ3_XXSQV<GC, 2>::grid((qq >> (8 * (w & 3))) & 255u);
-            const unsigned m = lt_topmask(r.s << (7 - w));
-            u -= 2u * lt_and3(u, m, 0x3F3F3F3Fu);
-            const int h = w >> 2, k = w & 3;
-            const unsigned hv = k == 0 ? hx[h].x : k == 1 ? hx[h].y : k == 2 ? hx[h].z : hx[h].w;
-            const unsigned lv = k == 0 ? lx[h].x : k == 1 ? lx[h].y : k == 2 ? lx[h].z : lx[h].w;
-            sh[h] = __dp4a((int)u, (int)hv, sh[h]);
-            sl[h] = __dp4a((int)u, (int)lv, sl[h]);
-        }
-        const float ra = fmaf(__uint_as_float(f.x), fmaf(254.f, (float)sh[0], (float)sl[0]), -64.f * __uint_as_float(f.y));
-        const float rb = fmaf(__uint_as_float(f.z), fmaf(254.f, (float)sh[1], (float)sl[1]), -64.f * __uint_as_float(f.w));
-        return h2f(r.d) * (0.5f + (float)((r.sc >> (4 * (c & 7))) & 15u)) * 0.5f * (ra + rb);
-    }
-};
-"""
+C_Q8_IQ3 = source("int8_iq3_xxs_structs.cuh")
 
 
 # Where TIQ3_XXSQV finds its tables (GC, SC, see C_Q8_IQ3): one grid copy in shared memory, the sign
@@ -230,30 +17,8 @@ struct TIQ3_XXSG : TIQ3_XXSQV<GC, 2> {    // SC: how the sums become floats (lt_
 TABLES = (1, 2)
 
 # matvec_cuda's `mv` with the struct's table fill first: the kernel of every IQ3_XXS integer-dot product.
-C_MV_INIT = r"""
-// matvec_cuda's `mv` (mv_body: same grid, a CTA of 128 threads per RR rows; P = 1 prefetches the
-// next trip's weights, P = 2 spreads a row's last half trip: mv_rows_any) with the tables' fill first (`mv` has no T::init). RR, not R: matvec_iq.py
-// #defines R.
-template <class T, int N, int RR, int P>
-__global__ void __launch_bounds__(128) mv_iq2(const unsigned char* __restrict__ w, const float* __restrict__ x,
-                                              float* __restrict__ out, int rows, int cols) {
-    T::init();
-    mv_body<T, N, RR, P>(w, x, out, rows, cols);
-}
-"""
+C_MV_INIT = source("matvec_with_init.cuh")
 
-
-def c_base():
-    """The IQ3_XXS integer-dot module's base: matvec_iq's structs and kernels with their tables, the
-    offset-binary tables (iq_tables.c_offset_tables), matvec_cuda's loop and C_MV_INIT."""
-    from lite.kernels import matvec_cuda, matvec_iq
-    from lite.kernels.dequant_iq import C_HELPERS, c_grid_array
-    kv = ", ".join(str(int(v)) for v in iq_tables.KVALUES_IQ4)
-    return (f"#define GCOPIES {matvec_iq.GRID_COPIES}\n" + C_HELPERS + c_grid_array("IQ3XXS_GRID", "IQ3_XXS")
-            + iq_tables.c_offset_tables() + f"__device__ const int IQ4_KVALUES[16] = {{{kv}}};\n"
-            + matvec_cuda.C_HEAD + matvec_cuda.C_KERNEL
-            + matvec_iq.C_COMMON + matvec_iq.C_IQ3_XXS + matvec_iq.C_IQ4_XS + matvec_iq.C_IQ3_XXS_STAGED
-            + C_MV_INIT)
 
 
 def struct_name(tables=None, grouped=False):
@@ -263,8 +28,5 @@ def struct_name(tables=None, grouped=False):
 
 
 def c_text():
-    """C_Q8_IQ3 with its sign-mask table (iq_tables.sign_masks as uint2, one load a group)."""
-    m = iq_tables.sign_masks()
-    body = ", ".join(f"{{{int(a):#x}u, {int(b):#x}u}}" for a, b in m)
-    return C_Q8_IQ3.replace("IQ3XXS_SMASK2_ARRAY", f"__device__ const uint2 IQ3XXS_SMASK2[128] = {{{body}}};")
-
+    """C_Q8_IQ3 (with its sign-mask table, iq3_sign_masks.cuh: one load a group)."""
+    return C_Q8_IQ3

@@ -171,3 +171,18 @@ def test_regrouped_iq3xxs_matvec_matches_float64_or_refuses():
     got = _to_host(K.matvec(dev, iq3_groups.NAME, xd, rows, cols))
     scale = np.abs(x.astype(np.float64)) @ np.abs(w).T + 1e-30
     assert np.all(np.abs(got - expect) <= 1e-3 * scale)
+
+
+def test_table_headers_match_gguf_tables():
+    """kernels/cuda's table headers are gguf-py's tables as the generators write them."""
+    from lite.kernels import dequant_iq, iq_tables, matvec_mma_src
+    from lite.kernels.cuda_source import source
+    assert dequant_iq.c_grid_array("IQ3XXS_GRID", "IQ3_XXS") in source("iq3_grid.cuh")
+    assert iq_tables.c_offset_tables() in source("iq3_offset_tables.cuh")
+    kv = ", ".join(str(int(v)) for v in iq_tables.KVALUES_IQ4)
+    assert f"__device__ const int IQ4_KVALUES[16] = {{{kv}}};" in source("iq4_values.cuh")
+    m = iq_tables.sign_masks()
+    masks = ", ".join(f"{{{int(a):#x}u, {int(b):#x}u}}" for a, b in m)
+    assert f"IQ3XXS_SMASK2[128] = {{{masks}}};" in source("iq3_sign_masks.cuh")
+    words = ", ".join(f"{int(v)}u" for v in matvec_mma_src.table_words())
+    assert f"= {{{words}}};" in source("iq3_signed_grid_words.cuh")
