@@ -12,8 +12,8 @@ sizes (shared device notes). Bandwidths:
            so that the 50 MB L2 of an H100/H200 cannot serve them as it would a 9 MB matrix
   copy:    (bytes read + bytes written) / time of copying 1 GiB, same run: cudaMemcpyAsync device
            to device, a CuPy elementwise copy, and a copy kernel of 16-byte loads and stores
-           (copy-vec16, session 7: the first two measured ~2.7 TB/s on the H200 while the F16
-           dequant kernel, itself a copy, moved ~4.06); every % of copy is against the fastest
+           (copy-vec16: the first two fall short of what a kernel can move); every % of copy is
+           against the fastest
 A GPU layout of a GGUF type (registry.GPU_LAYOUTS: IQ3_XXS_G4 stores 4% more bytes than IQ3_XXS)
 counts its GGUF type's bytes: the bandwidth of the weights the file holds.
 """
@@ -95,8 +95,7 @@ DEVICE_BYTES_PER_S = 4e12      # about an H100 / H200's copy bandwidth
 def _launches_for(nbytes):
     """Enough launches of a kernel moving nbytes that a graph runs for several milliseconds (up to
     MAX_LAUNCHES), so that the graph's own start and the first launch's lone start weigh little in the
-    per-launch time. Until session 13 the rate here read 4e9 (4 GB/s): a 4096x14336 IQ3_XXS product's graph
-    held 11 launches (its weight copies), which put ~0.4 us of graph overhead on each (10.3 against 9.9 us)."""
+    per-launch time (too few launches a graph put its overhead, ~0.4 us, on each)."""
     return int(min(MAX_LAUNCHES, max(10, DEVICE_BYTES_PER_S * GRAPH_SECONDS / max(nbytes, 1))))
 
 

@@ -1,8 +1,7 @@
 """IQ3_XXS_B16 (kernels/iq3_b16.py's layout) dequantized to fp16 or fp32 rows: prefill's GEMMs over the GPU
 backend's B16 matrices (lite/backends/cuda_linear.py _dequant_f16). Not in the registry: a record interleaves
-16 rows, so unlike the registry's launchers this one needs the matrix's shape. H200 (session 15, call 2, fp16):
-4096x14336 42.6 us (3,284 GB/s read + written, 83% of copy-vec16), 28672x4096 78.9; bit for bit what session
-14's direct stores made (47.3, 91.4 us).
+16 rows, so unlike the registry's launchers this one needs the matrix's shape. Its bandwidth against the
+copy ceiling: BENCHMARKS.md. The CUDA C: kernels/cuda/dequant_iq3_b16.cuh.
 
 A warp a record (a band of 16 rows, a block of 256 columns), 4 records a CTA (2 for fp32); lane 4g + q
 decodes its 32 grid words (rows g and g + 8, words q and q + 4 of each chunk) as 4 values each into

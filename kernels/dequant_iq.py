@@ -13,8 +13,8 @@ Block bytes are read through three views of the same memory: uint8, uint16 and f
 IQ block size is even, so 16-bit fields stay aligned).
 
 On the GPU, IQ3_XXS (and IQ3_XXS_G4, its blocks regrouped by kernels/iq3_groups.py) runs a CUDA C
-kernel (kernels/dequant_iq3_cuda.py: 16-byte stores, grid in shared memory, 6-8 us launches instead
-of Numba's 30-200 us). Its Numba twin is what CI checks under the simulator; the device benchmark
+kernel (kernels/dequant_iq3_cuda.py: 16-byte stores, grid in shared memory, several times faster than
+Numba's). Its Numba twin is what CI checks under the simulator; the device benchmark
 checks the CUDA C kernel against the Numba one.
 """
 import contextlib

@@ -1,6 +1,5 @@
-"""IQ3_XXS's dequantize on the GPU in CUDA C (CuPy RawModule; moved here from dequant_iq.py in
-session 9): 16-byte stores, the grid in shared memory, 6-8 us launches instead of Numba's 30-200
-us. The same float operations as gguf-py, so fp32 output equals it and fp16 output is its
+"""IQ3_XXS's dequantize on the GPU in CUDA C (CuPy RawModule; kernels/cuda/dequant_iq3_xxs.cu):
+16-byte stores, the grid in shared memory, several times faster than the Numba kernels. The same float operations as gguf-py, so fp32 output equals it and fp16 output is its
 round-to-nearest cast; dequant_iq's Numba kernels are the reference CI checks under the simulator
 (and tests/test_iq3xxs_gather_emulated.py runs this text on the host).
 

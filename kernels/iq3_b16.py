@@ -1,4 +1,4 @@
-"""IQ3_XXS_B16: IQ3_XXS matrices in bands of 16 rows made for the int8 mma's fragments (session 12), what
+"""IQ3_XXS_B16: IQ3_XXS matrices in bands of 16 rows made for the int8 mma's fragments, what
 kernels/matvec_mma.py's mvb reads and kernels/dequant_b16.py dequantizes; `repack` makes it from the file's
 blocks (NumPy or CuPy).
 

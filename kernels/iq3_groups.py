@@ -1,9 +1,9 @@
-"""IQ3_XXS_G4: IQ3_XXS blocks regrouped for the GPU's decode products (session 9; signs placed, session 10).
+"""IQ3_XXS_G4: IQ3_XXS blocks regrouped for the GPU's decode products.
 
 An IQ3_XXS block is 98 bytes: d (2), 64 grid-index bytes, then a word a chunk of 32 weights: four
 7-bit sign fields (the eighth sign of each 8 completes an even parity) and a 4-bit scale. At 98
 bytes blocks are only 2-aligned, so the decode product (kernels/matvec_q8_iq3.py) read a lane's
-chunk as seven 16-bit loads (Nsight Compute, session 8: L1/TEX 76% busy), then spent ~6
+chunk as seven 16-bit loads (L1/TEX-bound in Nsight Compute), then spent ~6
 instructions a 4-weight word turning the 7-bit fields into byte masks. Regrouped, every 4 blocks
 of a row are 408 bytes (block k's parts k-th in each field):
 
@@ -17,9 +17,8 @@ of a row are 408 bytes (block k's parts k-th in each field):
 
 A lane's chunk is then one 8-byte and one 4-byte load, each coalesced across the warp, and two
 broadcast loads. 4% more bytes than the file (408 against 392: the parity bits and the scales'
-own words); the bandwidth figures count the file's bytes. H200, 4096x14336 with the quantizer:
-16.9 us (file layout) -> 14.9 (session 9's layout, the file's fields regrouped, 392 bytes) -> 13.8
-(this one; 448 against 571 SASS instructions in the 4-row loop). Rows stay whole byte ranges (row r
+own words); the bandwidth figures count the file's bytes. Faster than the file's layout (fewer
+SASS instructions in the loop: BENCHMARKS.md). Rows stay whole byte ranges (row r
 is bytes r*rb .. (r+1)*rb), so row slices and stacked rows (q/k/v) keep working; a row must be
 whole groups: cols a multiple of 1024.
 

@@ -1,7 +1,7 @@
 """Decode matvec with the next op folded into its end: one launch instead of two, a use (issue 4's
 decode step: 10 launches a layer -> 8). CUDA C on kernels/matvec_cuda.py's register kernel (its
 loop `mv_rows_any`, CONFIG's rows a CTA and prefetch; over quantized x, matvec_q8's structs and CTA
-shapes, IQ3_XXS's included since session 9), only the end differs:
+shapes, IQ3_XXS's included), only the end differs:
 
   add        out = x @ W.T + res: the residual add after the attention-output and down products,
              so the next norm is a plain rms_norm and the separate add is gone.
@@ -14,8 +14,8 @@ shapes, IQ3_XXS's included since session 9), only the end differs:
              weights) and each CTA's sum of out^2 (a fixed order, no atomics: deterministic);
   scale in   any of the above, or none, over such an xg: the CTA sums the producer's partial sums
              after its loop and scales its totals by rsqrt(mean + eps) before the epilogue.
-             Neither touches the loop (session 4: folding the norm into the loop, x * g and the
-             sum of x^2 per chunk, cost registers and made the gated product 50% slower).
+             Neither touches the loop (folding the norm into the loop, x * g and the sum of
+             x^2 per chunk, cost registers and made the gated product much slower).
 
 The add and the activations are written as cupy_ops' (`a + b`, silu_mul, gelu_tanh_mul), so a
 decode step's results do not depend on whether the epilogue ran (same fp32 operations in the same

@@ -7,9 +7,9 @@ Two implementations of the same product:
 - CUDA C (the GPU path, a CuPy RawModule): a 128-thread block per 4 rows, a thread per 32-weight
   sub-block. The x chunk a thread loads is reused for all 4 rows (x is 32 bits a weight against
   3-4.25 bits of weight, so without reuse x traffic would swamp L1); the sub-block scale
-  multiplies once per 32 weights. IQ3_XXS: the grid sits in shared memory as packed bytes in 8
-  interleaved copies (a first version with a float4 grid and a sign-mask table there ran at 8% of
-  copy bandwidth on the H200, bound by bank conflicts of random 16-byte gathers); bytes become
+  multiplies once per 32 weights. IQ3_XXS: the grid as packed bytes, read through L1 (mv_iq3xxs: one
+  copy in shared memory; a float4 grid and a sign-mask table there were bound by bank conflicts of
+  random 16-byte gathers); bytes become
   floats by the 2^23 exponent trick (PRMT + FADD, not the slow I2F unit), signs flip x's sign bit.
   Templated on n (up to C_MAX_N, larger n in chunks) so the accumulators stay in registers.
   For IQ3_XXS and n = 1 the same decode runs as a type (TIQ3_XXS) of the persistent kernel of

@@ -1,12 +1,11 @@
-"""Decode matvec on integer dot products (`mvq`, session 7): x quantized once per product to int8
-in two parts (`qx`), then 4 weights a `dp4a` instead of 2 instructions a weight. The default for
-every dense Q4_K decode product since session 7 (H200: 8B decode 371 -> 419 tok/s, BENCHMARKS);
-since session 8 also Q6_K, IQ3_XXS and the MoE experts' products (8B IQ3_XXS decode 217 -> 344,
-30B-A3B IQ3_XXS 286 -> 338, 30B-A3B Q4_K 369 -> 389; LITE_MATVEC_Q8, LITE_MOE_Q8, below).
+"""Decode matvec on integer dot products (`mvq`): x quantized once per product to int8 in two parts
+(`qx`, the x quantizer), then 4 weights a `dp4a` instead of 2 instructions a weight. The default for
+the dense decode products of Q4_K, Q6_K and IQ3_XXS and the MoE experts' (BackendConfig's
+int8_dot_types and moe_int8_dot; the gains: BENCHMARKS.md). CUDA C: kernels/cuda/int8_*.cuh.
 
-Why: Nsight Compute (session 5) found the register matvec (kernels/matvec_cuda.py `mv`) bound by
-issue and latency, not DRAM: ~5 instructions a weight for mv, ~2.5 for mvf, 80-95 registers, 4-5
-warps a scheduler; at 4096x14336 mv reaches 45% of 4,130 GB/s against the 60% of issue 3. Here a
+Why: Nsight Compute found the register matvec (kernels/matvec_cuda.py `mv`) bound by issue and
+latency, not DRAM: ~5 instructions a weight for mv, ~2.5 for mvf, 80-95 registers, 4-5 warps a
+scheduler. Here a
 32-weight chunk of one Q4_K row costs ~50 instructions (16 dp4a, 12 to split nibbles, 4 to
 combine, the sub-block scales) against mvf's ~80, and x takes 5 registers of 16 bytes a chunk
 against 8 float4 plus 2 sums. llama.cpp's mmvq does the same with x in one int8 part (q8_1); one

@@ -3,7 +3,7 @@ where it finds its tables. matvec_q8 builds the modules (c_source, structs) and 
 this file holds the IQ3_XXS text, apart from the K types', and the choice of table placement."""
 from lite.kernels.cuda_source import source
 
-# IQ3_XXS (written in session 7, the default since session 8), after matvec_iq's TIQ3_XXS and
+# IQ3_XXS, after matvec_iq's TIQ3_XXS and
 # iq_tables' offset-binary tables: each grid byte g as 64 + g (IQ3XXS_GRID64), 64 - g where its sign bit is set
 # (u - 2 (u & 0x3F mask), iq_tables' sign masks as uint2 pairs: no borrow between bytes), so a word of 4 weights
 # meets x in 2 dp4a; the offset 64 comes off once a run of 16 as 64 times the run's sum of quantized

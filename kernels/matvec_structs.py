@@ -1,13 +1,11 @@
 """The per-type decode structs of the register matvec kernels (kernels/matvec_cuda.py: mv; also
-matvec_epilogue's mve, moe_cuda's moe_mv / moe_mvw and matvec_staged's mvs / mvp), in CUDA C after
+matvec_epilogue's mve, moe_cuda's moe_mv / moe_mvw), in CUDA C after
 matvec_cuda.C_HEAD (its BF, LO4, dot16, dot8, kblock_scales): TQ4_0, TQ8_0, TQ4_K, TQ5_K, TQ6_K, and
 TQ4_KH, Q4_K with the dot in two instructions a weight (below).
 
-TQ4_KH ("mvf", Q4_K's default since session 6: 8B decode +4-6%, 30B-A3B about even, on the H200;
-LITE_MATVEC_CONFIG="Q4_K=mv" gives TQ4_K back).
+TQ4_KH ("mvf") is Q4_K's struct wherever x is not quantized (faster end to end than TQ4_K).
 
-Written after session 5's Nsight Compute reading of the register kernel (issue and latency bound
-at 4-5 warps a scheduler, ~5 instructions a weight): the exponent trick of matvec_cuda (BF) places
+Why: the register kernel is issue and latency bound (~5 instructions a weight): the exponent trick of matvec_cuda (BF) places
 a quant byte under 0x4B000000 (2^23 + b) and needs an FADD a weight to remove the 2^23 before the
 FFMA. Here the byte goes under the exponent of 0.5 as mantissa bits 16-22, which reads as the exact
 float 0.5 + b/256 for b < 128; the FFMA takes it as it is, and a 16-weight run's sum is corrected
@@ -19,7 +17,7 @@ far inside the 1e-3 the kernels are held to. nvcc sm_90: mv<TQ4_KH, 1, 8, 0>
 80 registers against mv<TQ4_K, 1, 8, 0>'s 95, PTX adds 419 -> 177.
 """
 
-# Types with a two-instruction struct T<type>H beside T<type> (matvec_cuda.kernel_name's "mvf").
+# Types with a two-instruction struct T<type>H beside T<type> (matvec_cuda.plan's fast dot).
 FAST_DOT = ("Q4_K",)
 
 # Each type: BE values and TS bytes a block, CPB chunks (of 32 weights) a block; Raw, what load()

@@ -12,8 +12,7 @@ __device__ __forceinline__ void lt_dqb_put(unsigned short* o, float a, float b, 
 }
 // A warp a record: lane 4g + q decodes its fields (rows g, g + 8; words q, q + 4 of each chunk) into the
 // warp's tile in shared memory, then the warp writes the tile's 16 rows out 16 bytes a lane, a row (fp16)
-// or half a row (fp32) a store. Session 15 (call 2, fp16): 4096x14336 47.3 -> 42.6 us, 28672x4096 91.4 -> 78.9,
-// against storing the fragments' 8 bytes straight to the rows (8 rows a store).
+// or half a row (fp32) a store: faster than storing the fragments' 8 bytes straight to the rows (8 rows a store).
 template <class O>
 __global__ void __launch_bounds__(32 * LtDqb<O>::W) dqb(const unsigned char* __restrict__ w, O* __restrict__ out,
                                                      int rows, int cols) {

@@ -2,19 +2,10 @@
 #include "iq3_sign_masks.cuh"
 // GC: copies of the grid in shared memory, interleaved (lane l reads copy l % GC; 0: the grid read
 // through L1); SC: the sign masks read through L1 (0), from shared memory (1) or computed (2: parity
-// by __popc, 4 sign bits to 4 byte masks by one multiply). Why (session 8): a warp's 32 random
-// lookups through L1 touch most of a 1 KB table's 8 lines, about a cycle of L1 each, 12 lookups a
-// row and chunk: at 4096x14336 that alone is ~20 us of L1 time, what mvq took with (0, 0). Also
-// tried in session 8 and deleted: one 16 KB shared table of every grid entry under every 4 signs as
-// signed bytes (call 3: 21.0 us at 4096x14336 with the quantizer against 15.9 for (1, 2): bank
-// conflicts); the masks through PRMT's sign-replicate mode and one LOP3 (call 7: 562 SASS
-// instructions in the 4-row loop against 610, 16.4 against 16.5 us, decode even). Nsight Compute on
-// (1, 2) (call 8): L1/TEX 76% busy (the 16-bit block loads use 10 of a sector's 32 bytes; the grid
-// lookups meet 3.1-way bank conflicts), issue 54%. Session 9 (call 9, on the regrouped layout):
-// one 16 KB shared table of every grid entry under every 4 signs, filled from a global copy (a lookup
-// applies a word's signs: 437 SASS instructions in the 4-row loop against 556) lost again: 15.7 /
-// 19.1 us at 4096x14336 / 14336x4096 against 15.0 / 14.9, 8B decode 328.7 / 324.7 against 359.5 /
-// 358.4 tok/s; deleted.
+// by __popc, 4 sign bits to 4 byte masks by one multiply). Why: a warp's 32 random lookups through
+// L1 touch most of a 1 KB table's 8 lines, about a cycle of L1 each, 12 lookups a row and chunk, so
+// both tables through L1 left the product L1-bound; (1, 2) is the fastest placement measured. A 16 KB
+// shared table of every grid entry under every 4 signs lost (bank conflicts).
 template <int GC, int SC>
 struct TIQ3_XXSQV : TIQ3_XXS {   // TIQ3_XXS's block layout, Raw and loads; x as qx<TIQ3_XXS, 20>'s records
     __device__ static __forceinline__ unsigned* tables() {
@@ -23,11 +14,9 @@ struct TIQ3_XXSQV : TIQ3_XXS {   // TIQ3_XXS's block layout, Raw and loads; x as
     }
     __device__ static __forceinline__ void init() {
         if constexpr (GC >= 8 && SC != 1) {
-            // Session 12: many copies filled with the loads first (a thread's entries, then its copies as
-            // 16-byte stores, lane l starting at copy group l: 4 wavefronts a warp's store). The loop below
-            // waits a global load per store (GC = 32, 128 threads: 64 in a row); session 11's "16 / 32
-            // copies are slower" (mvt's compute alone 3.9 / 4.9 / 6.1 us for 1 / 16 / 32 copies, each
-            // copy ~1 us more) was that fill, not the lookups. (blockDim.x >= 128: 256 entries in two.)
+            // Many copies filled with the loads first (a thread's entries, then its copies as 16-byte
+            // stores, lane l starting at copy group l: 4 wavefronts a warp's store): the loop below waits a
+            // global load per store, which made many copies look slow. (blockDim.x >= 128: 256 entries in two.)
             unsigned* t = tables();
             unsigned g[2];
             #pragma unroll
@@ -89,18 +78,14 @@ struct TIQ3_XXSQV : TIQ3_XXS {   // TIQ3_XXS's block layout, Raw and loads; x as
         return h2f(r.d) * (0.5f + (float)(r.aux >> 28)) * 0.5f * (ra + rb);
     }
 };
-// The same decode over IQ3_XXS_G4 weights (kernels/iq3_groups.py; the GPU backend's since session
-// 9, its signs placed in session 10): per row, groups of 4 blocks (a warp's 32 chunks) as [64 x 4
+// The same decode over IQ3_XXS_G4 weights (kernels/iq3_groups.py): per row, groups of 4 blocks (a warp's 32 chunks) as [64 x 4
 // bytes of grid indices][32 sign words][4 scale words][4 d], 408 bytes. A lane's chunk is one
 // 8-byte and one 4-byte load, each coalesced across the warp, and two broadcast ones; its sign
 // word holds word w's 4 signs at bits w, w+8, w+16, w+24, so one shift brings them to the byte tops
 // where PRMT's sign-replicate mode makes the byte mask (2 instructions a word against ~6 computing
 // masks from the file's 7-bit fields; sign and offset in one LOP3 and one IMAD). Rows must be
-// 8-aligned: cols a multiple of 1024. H200 (tests/gpu_sweep_matvec.py), 4096x14336 with the quantizer:
-// session 9's layout (the file's fields regrouped, 392 bytes, masks computed: 571 SASS instructions
-// in the 4-row loop) 14.9 us; this one (448 instructions) 13.7-13.8 (session 10, calls 2, 5, 7);
-// the product alone even (13.6 / 13.7: Nsight Compute, call 4, finds it waiting on the weights'
-// loads, not issuing).
+// 8-aligned: cols a multiple of 1024. Fewer instructions in the loop than the file's fields regrouped
+// (448 against 571 SASS instructions at 4 rows a CTA); the product then waits on the weights' loads.
 __device__ __forceinline__ unsigned lt_topmask(unsigned v) {   // byte i: 0xFF if bit 8i+7 of v is set
 #ifdef __CUDA_ARCH__
     unsigned m;
@@ -121,10 +106,9 @@ __device__ __forceinline__ unsigned lt_and3(unsigned a, unsigned b, unsigned c) 
     return a & b & c;
 #endif
 }
-// The dp4a sums to floats (session 11, after its device time: to be swept first in session 12). SC = 2:
+// The dp4a sums to floats. SC = 2 (the default):
 // four I2F a chunk and one for the scale nibble. I2F runs 16 a clock an SM on sm_90 (FADD 128, IMAD
-// 64), and a chunk's five come together at its end: the "math pipe throttle" stalls Nsight found (mvt's
-// compute, session 11 call 8) may be these. SC = 3: the accumulators start at LT_MAGIC, the int whose
+// 64), and a chunk's five come together at its end (the "math pipe throttle" stalls Nsight finds). SC = 3: the accumulators start at LT_MAGIC, the int whose
 // bits are the float 1.5 * 2^23, so that while |sum| < 2^22 (here <= 16 * 126 * 127) the bits read as
 // 12582912 + sum and one FADD gives the float: no I2F; the scale's 2s + 1 the same way. SC = 4: hi and
 // lo combined as integers first (254 sh + sl < 2^26, as Q4_K's lt_dot8q), two I2F a chunk.
@@ -132,7 +116,7 @@ __device__ __forceinline__ unsigned lt_and3(unsigned a, unsigned b, unsigned c) 
 __device__ __forceinline__ float lt_magic_f(int acc) { return __int_as_float(acc) - 12582912.f; }
 // A chunk's value from its 8 signed grid words (word(w): weights 4w..4w+3 as bytes 64 +- g), x's
 // record (qx<TIQ3_XXS, 20>: hi and lo parts, then d_a, sum_a, d_b, sum_b), the block's d and the
-// chunk's scale nibble: TIQ3_XXSG's and TIQ3_XXSW's dot, which differ only in where the words come from.
+// chunk's scale nibble: TIQ3_XXSG's dot for SC != 2.
 template <int SC, class Word>
 __device__ __forceinline__ float lt_iq3_dot(Word word, const float4 (&xv)[8], unsigned short d, unsigned sc) {
     const uint4 f = lt_u4(xv[4]);
@@ -171,7 +155,7 @@ struct TIQ3_XXSG : TIQ3_XXSQV<GC, 2> {    // SC: how the sums become floats (lt_
     static constexpr int BE = 256, TS = 102, CPB = 8;
     struct Raw { unsigned q0, q1, s, sc; unsigned short d; };
     template <bool SH = false> __device__ static __forceinline__ void load(Raw& r, const unsigned char* row, int c) {
-        const unsigned char* g = row + (c >> 5) * 408;   // SH: row is in shared memory (matvec_staged's mvs)
+        const unsigned char* g = row + (c >> 5) * 408;
         const int j = c & 31;
         const uint2 q = SH ? *(const uint2*)(g + 8 * j) : __ldg((const uint2*)(g + 8 * j));
         r.q0 = q.x;
@@ -189,8 +173,7 @@ struct TIQ3_XXSG : TIQ3_XXSQV<GC, 2> {    // SC: how the sums become floats (lt_
         };
         if constexpr (SC != 2) return lt_iq3_dot<SC>(word, xv, r.d, (r.sc >> (4 * (c & 7))) & 15u);
         // SC = 2, the default, stays written out as measured: the same arithmetic through lt_iq3_dot
-        // compiles to the same instructions in another order and other registers (session 11), and this
-        // session's first prefetch 2 showed such a change can move the time by 3-5%: sweep it first.
+        // compiles to the same instructions in another order and other registers, which can move the time.
         const uint4 f = lt_u4(xv[4]);
         const uint4 hx[2] = {lt_u4(xv[0]), lt_u4(xv[1])}, lx[2] = {lt_u4(xv[2]), lt_u4(xv[3])};
         int sh[2] = {0, 0}, sl[2] = {0, 0};

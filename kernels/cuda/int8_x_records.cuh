@@ -7,10 +7,10 @@
 #endif
 // Where word w (0..RW-1) of chunk c's record lies in a row of quantized x, by the layout of records
 // of RW words (20: Q4_K, IQ3_XXS; 24: Q6_K). Layout 0: records one after another (RW c + w).
-// Layout 1 (session 8): the 8 records of a 256-value block interleaved by float4, so that the 8
+// Layout 1: the 8 records of a 256-value block interleaved by float4, so that the 8
 // lanes walking a block's chunks read 128 contiguous bytes a float4 (a warp's float4 load of layout
 // 0 spans 32 records 80 bytes apart: 20 cache lines, against 4).
-// RW = 18 (session 13, kernels/matvec_mma.py's mvb): a block of 8 chunks in 144 words, so that each lane
+// RW = 18 (kernels/matvec_mma.py's mvb): a block of 8 chunks in 144 words, so that each lane
 // of the mma's warp reads its x words of the block's 4 chunk pairs as one 16-byte load, and its runs' d
 // as another: word 4 L + p holds lane L's word of chunk pair p (L = 4 (4 (c & 1) + 2 run + lo) + w: its
 // B column and k), word 128 + 4 (2 (c & 1) + run) + p the d of chunk 2 p + (c & 1)'s run (w = 16 + run).
@@ -31,7 +31,7 @@ __device__ __forceinline__ unsigned lt_pack4(int a, int b, int c, int d) {
 }
 // x (n rows of cols floats) -> its records in xq (rows cols floats apart), RW words a chunk. A
 // thread a float4 of x, 8 a chunk (4 a run of 16: T::xoff(c, 0..3) and (c, 4..7)), so that a
-// 4096-wide x takes 8 CTAs, not one (session 7's trace: 2.7 us a launch with a thread a chunk).
+// 4096-wide x takes 8 CTAs, not one (a thread a chunk made a slow launch).
 // Grid (cols / 4 / 128 rounded up, n). T: the type's float struct, whose xoff says which x a chunk
 // meets. Words 0-15: hi of run a, hi of run b, lo of run a, lo of run b; then RW = 20 (Q4_K):
 // d_a, sum_a, d_b, sum_b; RW = 24 (Q6_K, whose scales go by 8 values): d_a, d_b, the sums of
@@ -75,12 +75,12 @@ template <class T, int RW>
 __global__ void __launch_bounds__(128) qx(const float* __restrict__ x, float* __restrict__ xq, int cols) {
     const int chunks = cols / T::BE * T::CPB, t = blockIdx.x * 128 + threadIdx.x;
     const long long row = (long long)blockIdx.y * cols;
-    PDL_PROLOGUE();               // x is the previous kernel's output (LITE_PDL, kernels/pdl.py)
+    PDL_PROLOGUE();               // x is the previous kernel's output (kernels/pdl.py)
     qx_one<T, RW>(x + row, (unsigned*)(xq + row), t >> 3, t & 7, (t >> 3) < chunks);   // (no early return)
 }
-// qxe (session 11; the sweep's LITE_SWEEP_QXE=1, and since session 12 kernels/matvec_mma.py's quantizer):
+// qxe (kernels/matvec_mma.py's quantizer):
 // qx that lets the next kernel launch before it waits for the previous one, so that a product whose CTAs
-// need a whole SM (mvt), or that loads weights before its PDL wait (mvb), is already queued when the
+// need a whole SM, or that loads weights before its PDL wait (mvb), is already queued when the
 // product before qx ends.
 template <class T, int RW>
 __global__ void __launch_bounds__(128) qxe(const float* __restrict__ x, float* __restrict__ xq, int cols) {

@@ -1,14 +1,13 @@
 #include "pdl.cuh"
 
-#ifndef LITE_HOST_SHIM
+#ifndef LITE_HOST_SHIM   // (the host emulator of the tests brings its own)
 __device__ __forceinline__ float lt_h2f(unsigned short h) {
     float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
 #endif
 // Byte j of w as an exact float, minus `off`: 0x4B0000bb reads as 2^23 + bb.
 #define BF(w, j, off) (__int_as_float(__byte_perm((w), 0x4B000000u, 0x7440u | (j))) - (8388608.f + (off)))
 #define LO4 0x0F0F0F0Fu
-// Loads of block bytes: from global memory through the read-only path, or (SH, the staged
-// kernel of matvec_staged.py) from a stage in shared memory.
+// Loads of block bytes: from global memory through the read-only path, or (SH) from shared memory.
 template <bool SH> __device__ __forceinline__ unsigned ldw(const unsigned char* p) {
     if constexpr (SH) return *(const unsigned*)p; else return __ldg((const unsigned*)p); }
 template <bool SH> __device__ __forceinline__ uint4 ld16(const unsigned char* p) {

@@ -92,7 +92,7 @@ __global__ void __launch_bounds__(128) mve(const unsigned char* __restrict__ w, 
     for (int r = 0; r < R; r++)   // units past the end re-read the last one and are not written
         rowp[r] = w + (IL ? (long long)min(2 * u0 + r, rows - 1)
                           : (long long)min(u0 + r % H, F - 1) + (r >= H ? F : 0)) * rb;
-    PDL_PROLOGUE();               // (LITE_PDL, kernels/pdl.py)
+    PDL_PROLOGUE();               // (kernels/pdl.py)
     float acc[R][N];
     mv_rows_any<T, N, R, P>(rowp, x, cols, chunks, acc);
     __shared__ float red[4][R * N];

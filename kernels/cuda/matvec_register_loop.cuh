@@ -35,12 +35,11 @@ __device__ __forceinline__ void mv_rows(const unsigned char* const (&rowp)[R], c
         }
     }
 }
-// P = 2 (session 11): mv_rows<P = 0>, but where a row's chunks end in half a trip (448: 14336
+// P = 2: mv_rows<P = 0>, but where a row's chunks end in half a trip (448: 14336
 // columns) that half goes to all 128 threads with half the rows each, so that the warps reach the
-// closing barrier together (else warps 0-1 do one trip more than 2-3; session 10's Nsight put ~12%
+// closing barrier together (else warps 0-1 do one trip more than 2-3; Nsight put ~12%
 // of IQ3_XXS's stall samples on that barrier). The P = 0 loop is called as it is: folding the half
-// into its loop changed its code (session 11, call 13: 13.7 -> 14.0 us, and 14.7 -> 15.4 at 4096
-// columns, where there is no half trip).
+// into its loop changed its code and made it slower, also at 4096 columns, where there is no half trip.
 template <class T, int N, int R, int P>
 __device__ __forceinline__ void mv_rows_any(const unsigned char* const (&rowp)[R], const float* __restrict__ x,
                                             int cols, int chunks, float (&acc)[R][N]) {
@@ -69,7 +68,7 @@ __device__ __forceinline__ void mv_rows_any(const unsigned char* const (&rowp)[R
         }
     }
 }
-// mv's whole body, also the body of kernels that set something up first (matvec_iq_v2's mv_iq2).
+// mv's whole body, also the body of kernels that set something up first (matvec_with_init.cuh: mv_iq2).
 template <class T, int N, int R, int P>
 __device__ __forceinline__ void mv_body(const unsigned char* __restrict__ w, const float* __restrict__ x,
                                         float* __restrict__ out, int rows, int cols) {
@@ -79,7 +78,7 @@ __device__ __forceinline__ void mv_body(const unsigned char* __restrict__ w, con
     #pragma unroll
     for (int r = 0; r < R; r++)   // rows past the end re-read the last row and are not written
         rowp[r] = w + (long long)min(row0 + r, rows - 1) * rb;
-    PDL_PROLOGUE();               // (LITE_PDL, kernels/pdl.py)
+    PDL_PROLOGUE();               // (kernels/pdl.py)
     float acc[R][N];
     mv_rows_any<T, N, R, P>(rowp, x, cols, chunks, acc);
     __shared__ float red[4][R * N];

@@ -4,10 +4,6 @@
 // at k = 4q..4q+3 (a0, a1) and 16 + 4q.. (a2, a3), B's column g at the same k (b.x, b.y), C's rows
 // g, g + 8 at columns 2q, 2q + 1.
 __device__ __forceinline__ void lt_imma(int (&c)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, uint2 b, bool acc) {
-#ifdef LT_MVB_DIAG_NOMMA   // session 14's diagnostic: no mma, its operands still consumed (2 LOP3s in its place)
-    c[0] = (acc ? c[0] : 0) ^ a0 ^ a1 ^ a2; c[1] = (acc ? c[1] : 0) ^ a3 ^ b.x ^ b.y;
-    return;
-#endif
     if (acc)
         asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
             : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3]) : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b.x), "r"(b.y));
@@ -42,7 +38,7 @@ inline void lt_imma(int (&c)[4], unsigned a0, unsigned a1, unsigned a2, unsigned
 #endif
 #include "iq3_signed_grid_words.cuh"
 struct LtB16 { uint4 f[3]; uint2 sc; unsigned d; };   // a lane's part of a record
-// The weights stream through L2 once a product: loaded with an evict-first policy (session 13), so that they
+// The weights stream through L2 once a product: loaded with an evict-first policy, so that they
 // do not push out what the next kernels read (x, its records, the outputs, the KV cache).
 // LT_MVB_NO_EVICT_FIRST: plain loads (the A/B's baseline).
 #if defined(__CUDA_ARCH__) && !defined(LT_MVB_NO_EVICT_FIRST)
@@ -89,11 +85,11 @@ __device__ __forceinline__ unsigned lt_b16_off(const LtB16& r, int n) {
     return (sh >= 2 ? lt_b16_word(r, wi) >> (sh - 2) : lt_b16_word(r, wi) << (2 - sh)) & 0x3FFCu;
 }
 // The tables, at file scope (through pointers passed in, the compiler added a shared window base to each
-// x address as well). Session 13, call 9 aligned the signed table at every shape and lost at 14336x4096 (64 KB
-// a CTA: 3 CTAs an SM of 4 warps, 14.2 against 11.6 us); A = 1 below takes it where it fits.
+// x address as well). The signed table aligned at every shape lost at 14336x4096 (64 KB a CTA: 3 CTAs an SM
+// of 4 warps where 4 fit); A = 1 below takes it where it fits.
 __shared__ uint4 lt_b16_tab[1024];                        // LT_TAB4096; then (the products done) the warps' sums
 __shared__ uint4 lt_b16_grid32[2048];                     // entry e's copy l at word 32 e + l
-// A = 1 (session 14): the signed table 16 KB aligned in dynamic shared memory (ALIGN_DYN bytes), tb its shared
+// A = 1: the signed table 16 KB aligned in dynamic shared memory (ALIGN_DYN bytes), tb its shared
 // address, so that a lookup's address is one LOP3 ((field << 2) & 0x3FFC | tb), not that and an add of the
 // base (SASS 257 instructions a block against 270). 65 KB a CTA: where 2 CTAs of 8 warps or 3 of 4 fit the
 // product's CTAs in one round (config). The emulator reads the static table either way.
@@ -116,9 +112,6 @@ __device__ __forceinline__ uint4* lt_b16_table(unsigned& tb) {
 }
 template <int A>
 __device__ __forceinline__ unsigned lt_b16_tab_word(unsigned off, unsigned tb) {
-#if defined(__CUDA_ARCH__) && defined(LT_MVB_DIAG_NOTAB)   // diagnostic: the address as the word (no LDS)
-    return off | tb;
-#endif
 #ifdef __CUDA_ARCH__
     if constexpr (A != 0) {
         unsigned v;
@@ -137,7 +130,7 @@ struct LtX {
         v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; d[0] = b.x; d[1] = b.y; d[2] = b.z; d[3] = b.w;
     }
 };
-// A block's A fragments, what of its product needs no x (lt_b16_decode; session 16): the even chunks' words from the
+// A block's A fragments, what of its product needs no x (lt_b16_decode): the even chunks' words from the
 // signed table (e), the odd chunks' from the grid's copies with their signs XORed on (o) and, SG = 0, the sign masks
 // for the correction mma (m); the scales and d as loaded.
 struct LtA { unsigned e[4][4], o[4][4], m[4][4]; uint2 sc; unsigned d; };
@@ -153,11 +146,7 @@ __device__ __forceinline__ void lt_b16_decode(const LtB16& r, int lane, unsigned
             const int n = 4 * cp + k;
             const unsigned idx = (iw >> (8 * k)) & 255u;
             const unsigned m = lt_topmask(lt_b16_word(r, 10 + (n >> 3)) << (7 - (n & 7)));
-#if defined(__CUDA_ARCH__) && defined(LT_MVB_DIAG_NOGRID)   // diagnostic: the address as the word (no LDS)
-            unsigned o = (idx * 128 + 4 * lane) ^ m;
-#else
             unsigned o = *(const unsigned*)((const unsigned char*)lt_b16_grid32 + idx * 128 + 4 * lane) ^ m;
-#endif
             if (SG) o += m & 0x01010101u;                 // SG: -g exactly ((g ^ 0xFF) + 1; g <= 62: no carry)
             a.o[cp][k] = o;
             a.m[cp][k] = m;
@@ -215,11 +204,7 @@ __device__ __forceinline__ void lt_b16_block(const LtB16& r, const LtX& x, int l
             const int n = 4 * cp + k;
             const unsigned idx = (iw >> (8 * k)) & 255u;
             m[k] = lt_topmask(lt_b16_word(r, 10 + (n >> 3)) << (7 - (n & 7)));
-#if defined(__CUDA_ARCH__) && defined(LT_MVB_DIAG_NOGRID)   // diagnostic: the address as the word (no LDS)
-            a[k] = (idx * 128 + 4 * lane) ^ m[k];
-#else
             a[k] = *(const unsigned*)((const unsigned char*)lt_b16_grid32 + idx * 128 + 4 * lane) ^ m[k];
-#endif
             if (SG) a[k] += m[k] & 0x01010101u;           // SG: -g exactly ((g ^ 0xFF) + 1; g <= 62: no carry)
         }
         lt_imma(cc, a[0], a[1], a[2], a[3], make_uint2(v & m0 & ~ma, v & m1 & ~ma), true);
@@ -239,9 +224,8 @@ __device__ __forceinline__ void lt_b16_block(const LtB16& r, const LtX& x, int l
 // for one row of x, quantized by qxe<TIQ3_XXS, 18> (xq). Of each chunk pair, the even chunk's words come from
 // the signed table (4096 words: ~3.5-way bank conflicts), the odd chunk's from the unsigned grid's 32 copies,
 // lane l's in bank l, its signs put on by XOR with byte masks (g ^ m: g or -g - 1) and taken back by a second
-// mma of the masks against -x (session 12, call 18: 4096x14336 10.2 us against 11.1 with every word from the
-// table), or (SG = 1) by adding the masks' low bits.
-#ifdef LT_MVB_STAMPS   // session 13's timeline (scripts/session13/mvb_final.py --timeline): thread 0's globaltimer, its SM
+// mma of the masks against -x (faster than every word from the table), or (SG = 1) by adding the masks' low bits.
+#ifdef LT_MVB_STAMPS   // a timeline of the CTAs (profiling): thread 0's globaltimer, its SM
 __device__ unsigned long long lt_mvb_stamps[64][4096][8];     // [launch][CTA][event]
 __device__ unsigned lt_mvb_count[4096];
 #define LT_STAMP(k) do { if (threadIdx.x == 0) { unsigned long long t_; \
@@ -249,17 +233,4 @@ __device__ unsigned lt_mvb_count[4096];
     unsigned sm_; asm volatile("mov.u32 %0, %%smid;" : "=r"(sm_)); lt_mvb_stamps[stamp_n & 63][blockIdx.x][7] = sm_; } } while (0)
 #else
 #define LT_STAMP(k) do { } while (0)
-#endif
-// Diagnostics (session 14, call 8; wrong products on purpose, to see what each part costs): LT_MVB_DIAG_W, every
-// warp's weights from its band's first 2 records (no DRAM traffic); LT_MVB_DIAG_X, x from the first block (no L2
-// reads); LT_MVB_DIAG_NOMMA / NOTAB / NOGRID above (the mma, the signed table's, the grid copies' lookups away).
-#ifdef LT_MVB_DIAG_W
-#define LT_DIAG_W(j) ((j) & 1)
-#else
-#define LT_DIAG_W(j) (j)
-#endif
-#ifdef LT_MVB_DIAG_X
-#define LT_DIAG_X(j) ((j) & (nblk >> 20))          // 0, not known to the compiler: the loads stay in the loop
-#else
-#define LT_DIAG_X(j) (j)
 #endif

@@ -17,7 +17,7 @@ __device__ __forceinline__ void mvb_body(const unsigned char* __restrict__ w, co
     LtB16 ring[P + 1];
     #pragma unroll
     for (int k = 0; k < P; k++)
-        if (warp + k * W < nblk) lt_b16_load(ring[k], base + (long long)LT_DIAG_W(warp + k * W) * 1632, lane, ls);
+        if (warp + k * W < nblk) lt_b16_load(ring[k], base + (long long)(warp + k * W) * 1632, lane, ls);
     {   // the loads first (a load-store loop waits a load a store)
         uint4 t[(1024 + 32 * W - 1) / (32 * W)];
         constexpr int GK = (256 + 32 * W - 1) / (32 * W);   // grid entries a thread
@@ -39,14 +39,14 @@ __device__ __forceinline__ void mvb_body(const unsigned char* __restrict__ w, co
         }
     }
     __syncthreads();
-    // D = 1 (session 16): the warp's first block decoded (lt_b16_decode: its A fragments need no x) before the
+    // D = 1: the warp's first block decoded (lt_b16_decode: its A fragments need no x) before the
     // PDL wait, while the quantizer before this kernel runs; the ring moved up a slot behind it.
     LtA first;
     if (D) {
         if (warp < nblk) lt_b16_decode<A, SG>(ring[0], lane, tb, first);
         #pragma unroll
         for (int k = 0; k + 1 < P; k++) ring[k] = ring[k + 1];
-        if (warp + P * W < nblk) lt_b16_load(ring[P - 1], base + (long long)LT_DIAG_W(warp + P * W) * 1632, lane, ls);
+        if (warp + P * W < nblk) lt_b16_load(ring[P - 1], base + (long long)(warp + P * W) * 1632, lane, ls);
     }
     LT_STAMP(1);
     PDL_PROLOGUE();
@@ -55,10 +55,10 @@ __device__ __forceinline__ void mvb_body(const unsigned char* __restrict__ w, co
     const unsigned m0 = (gq & 2) ? 0u : ~0u, m1 = ~m0, ma = half ? 0u : ~0u;   // B's column gq % 4: hi_a, lo_a, hi_b, lo_b
     float acc0 = 0.f, acc1 = 0.f;                         // rows g, g + 8
     // The ring turns by unrolling P + 1 blocks (slot u's block computed, slot (u + P) % (P + 1) loaded):
-    // with copies between slots (session 12, call 21) each copy waited for the load just issued.
+    // with copies between slots each copy waited for the load just issued.
     if (D && warp < nblk) {
         LtX x;
-        x.load(xw + 144 * LT_DIAG_X(warp), lane);
+        x.load(xw + 144 * (warp), lane);
         lt_b16_mul<SG>(first, x, qh, m0, m1, ma, acc0, acc1);
     }
     for (int j0 = warp + D * W; j0 < nblk; j0 += (P + 1) * W) {
@@ -66,9 +66,9 @@ __device__ __forceinline__ void mvb_body(const unsigned char* __restrict__ w, co
         for (int u = 0; u <= P; u++) {
             const int j = j0 + u * W;
             if (j >= nblk) break;
-            if (j + P * W < nblk) lt_b16_load(ring[(u + P) % (P + 1)], base + (long long)LT_DIAG_W(j + P * W) * 1632, lane, ls);
+            if (j + P * W < nblk) lt_b16_load(ring[(u + P) % (P + 1)], base + (long long)(j + P * W) * 1632, lane, ls);
             LtX x;
-            x.load(xw + 144 * LT_DIAG_X(j), lane);
+            x.load(xw + 144 * (j), lane);
             lt_b16_block<A, SG>(ring[u], x, lane, qh, tb, m0, m1, ma, acc0, acc1);
         }
     }

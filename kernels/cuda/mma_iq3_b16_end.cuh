@@ -1,5 +1,5 @@
 
-// The end of mvb with the decode step's next op folded in (session 14; on the GPU since session 15):
+// The end of mvb with the decode step's next op folded in:
 // warp 0's lanes r < 16 hold row 16 band + r's product s. NM = 2 (scale in): s times scale[0] (x was xg =
 // out * g of the norm before, kernels/matvec_epilogue.py); E = 1: out = s + res; E = 2 / 3 (silu / gelu_tanh):
 // the band's rows are [gate u, up u] alternating (matvec_epilogue.interleave_rows), out (rows / 2) = act(gate)
