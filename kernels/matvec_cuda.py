@@ -65,7 +65,7 @@ def decode_struct(qtype):
 
 def kernel_name(qtype, n, fast, rows, prefetch):
     """The register kernel over qtype's float struct (fast: its two-instruction dot)."""
-    return f"mv<TQ{qtype[1:]}{'H' if fast else ''}, {n}, {rows}, {prefetch}>"
+    return f"matvec_rows<TQ{qtype[1:]}{'H' if fast else ''}, {n}, {rows}, {prefetch}>"
 
 
 @functools.lru_cache(maxsize=None)

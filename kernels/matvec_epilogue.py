@@ -51,7 +51,7 @@ def kernel_name(qtype, n, rows_per_cta, prefetch, e, nm=0, interleaved=False, q8
     """q8: over matvec_q8's quantized x (None: where matvec_q8.applies by default)."""
     q8 = matvec_q8.applies(qtype) if q8 is None else q8
     struct = matvec_q8.struct(qtype) if q8 else mc.decode_struct(qtype)
-    return (f"mve<{struct}, {n}, {rows_per_cta}, {prefetch}, {e}, {nm}"
+    return (f"matvec_fused_end<{struct}, {n}, {rows_per_cta}, {prefetch}, {e}, {nm}"
             + (", true>" if interleaved else ">"))
 
 

@@ -50,8 +50,8 @@ def kernel_name(form, epilogue=0, nm=0):
     f = BandsForm(*form)
     d = ", 1" if f.predecode else ""
     if epilogue or nm:
-        return f"mvbe<{f.warps}, {f.prefetch}, {f.align}, {f.signs_add}, {epilogue}, {nm}{d}>"
-    return f"mvb<{f.warps}, {f.prefetch}, {f.align}, {f.signs_add}{d}>"
+        return f"bands16_product_fused_end<{f.warps}, {f.prefetch}, {f.align}, {f.signs_add}, {epilogue}, {nm}{d}>"
+    return f"bands16_product<{f.warps}, {f.prefetch}, {f.align}, {f.signs_add}{d}>"
 
 
 EPILOGUES = matvec_epilogue.EPILOGUES               # lt_mvb_end's E, mve's numbers
@@ -59,7 +59,7 @@ EPILOGUES = matvec_epilogue.EPILOGUES               # lt_mvb_end's E, mve's numb
 
 # The quantizer before mvb: qxe (kernels/matvec_q8.py), which lets mvb launch before it waits for the product
 # before it (mvb's first loads, before its PDL wait, then meet that product's tail); records in layout 18.
-QUANTIZER = "qxe<TIQ3_XXS, 18>"
+QUANTIZER = "quantize_x_early<TIQ3_XXS, 18>"
 
 
 def module_head(pdl=False):

@@ -15,7 +15,7 @@ C_PERSISTENT = source("matvec_persistent.cuh")
 
 
 def persistent_name(struct, n, rows_per_cta):
-    return f"mvp<{struct}, {n}, {rows_per_cta}>"
+    return f"matvec_persistent<{struct}, {n}, {rows_per_cta}>"
 
 
 def _blocks_per_sm(func, smem, device):

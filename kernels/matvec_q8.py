@@ -24,7 +24,7 @@ Layout of quantized x (`qx` writes it, 8 threads a chunk): for chunk c of a row,
 sum_b) (Q6_K: 96 bytes, the sums by 8 values); rows of x `cols` floats apart, as x itself. So TQ4_KQ
 below is a struct of matvec_cuda's register loop as it stands: its xoff points load_x at the 5
 vectors of a record (the loads of 3 more and load_x's sums of x go unused and are dropped by the
-compiler), and its dot reads them as integers; mv<TQ4_KQ, ...> is mv over quantized x.
+compiler), and its dot reads them as integers; matvec_rows<TQ4_KQ, ...> is mv over quantized x.
 """
 import functools
 
@@ -48,8 +48,8 @@ C_MAX_N = matvec_cuda.C_MAX_N      # rows of x a launch (the register loop's N)
 
 # The float struct whose x layout qx quantizes, the integer struct, and qx's words a chunk, per type.
 # IQ3_XXS_G4: IQ3_XXS's blocks regrouped by the GPU backend (kernels/iq3_groups.py), the same x.
-TYPES = {"Q4_K": ("TQ4_K", "TQ4_KQ", 20), "Q6_K": ("TQ6_K", "TQ6_KQ", 24), "IQ3_XXS": ("TIQ3_XXS", "TIQ3_XXSQV", 20),
-         "IQ3_XXS_G4": ("TIQ3_XXS", "TIQ3_XXSG", 20)}
+TYPES = {"Q4_K": ("TQ4_K", "TQ4_KQ", 20), "Q6_K": ("TQ6_K", "TQ6_KQ", 24), "IQ3_XXS": ("TIQ3_XXS", "TIQ3_XXS_INT8", 20),
+         "IQ3_XXS_G4": ("TIQ3_XXS", "TIQ3_XXS_G4_INT8", 20)}
 # (rows a CTA, prefetch) of every integer-dot launch, the decode epilogue kernels' (matvec_epilogue)
 # too: the fastest at the decode shapes (BENCHMARKS.md). Few registers (~48), so 2 rows a CTA still
 # keep enough warps a scheduler; IQ3_XXS_G4's prefetch 2 spreads a row's last half trip over all
@@ -106,7 +106,7 @@ def struct(qtype):
 def in_name(kernel_name):
     """True when a kernel's name instantiates one of the integer structs, so its module needs
     structs() (matvec_epilogue's and moe_mvw's kernel caches build the source from the name)."""
-    return any(f"<{s}" in kernel_name for _, s, _ in TYPES.values())   # TIQ3_XXSQV<GC, SC> by its prefix
+    return any(f"<{s}" in kernel_name for _, s, _ in TYPES.values())   # TIQ3_XXS_INT8<GC, SC> by its prefix
 
 
 def c_source(qtype="Q4_K"):
@@ -131,15 +131,15 @@ def layout_define():
 
 
 def quantize_name(qtype):
-    return f"qx<{TYPES[qtype][0]}, {TYPES[qtype][2]}>"
+    return f"quantize_x<{TYPES[qtype][0]}, {TYPES[qtype][2]}>"
 
 
 def kernel_name(qtype, n, rows=8, prefetch=0, tables=None):
     """mv over quantized x; IQ3_XXS: mv_iq2 (mv with the struct's table fill first, matvec_q8_iq3).
     tables: IQ3_XXS's (GC, SC) instead of matvec_q8_iq3.TABLES."""
     if qtype.startswith("IQ3_XXS"):
-        return f"mv_iq2<{matvec_q8_iq3.struct_name(tables, qtype == 'IQ3_XXS_G4')}, {n}, {rows}, {prefetch}>"
-    return f"mv<{TYPES[qtype][1]}, {n}, {rows}, {prefetch}>"
+        return f"matvec_with_init<{matvec_q8_iq3.struct_name(tables, qtype == 'IQ3_XXS_G4')}, {n}, {rows}, {prefetch}>"
+    return f"matvec_rows<{TYPES[qtype][1]}, {n}, {rows}, {prefetch}>"
 
 
 @functools.lru_cache(maxsize=None)
@@ -162,7 +162,7 @@ def quantize_grid(n, cols):
 
 def quantize(qtype, x, pdl=False):
     """xq = qx(x) on CuPy's current stream (a new buffer shaped as x; one launch, PDL like the
-    matvecs): what mv<TQ4_KQ> and mve<TQ4_KQ> read."""
+    matvecs): what matvec_rows<TQ4_KQ> and matvec_fused_end<TQ4_KQ> read."""
     import cupy
     x = cupy.ascontiguousarray(x)                # rows cols floats apart, as qx reads them
     xq = cupy.empty_like(x)

@@ -1,4 +1,4 @@
-"""IQ3_XXS on dp4a over quantized x (kernels/matvec_q8.py's mvq): the integer struct TIQ3_XXSQV and
+"""IQ3_XXS on dp4a over quantized x (kernels/matvec_q8.py's mvq): the integer struct TIQ3_XXS_INT8 and
 where it finds its tables. matvec_q8 builds the modules (c_source, structs) and names the kernels;
 this file holds the IQ3_XXS text, apart from the K types', and the choice of table placement."""
 from lite.kernels.cuda_source import source
@@ -12,7 +12,7 @@ from lite.kernels.cuda_source import source
 C_Q8_IQ3 = source("int8_iq3_xxs_structs.cuh")
 
 
-# Where TIQ3_XXSQV finds its tables (GC, SC, see C_Q8_IQ3): one grid copy in shared memory, the sign
+# Where TIQ3_XXS_INT8 finds its tables (GC, SC, see C_Q8_IQ3): one grid copy in shared memory, the sign
 # masks computed (the fastest placement measured, BENCHMARKS.md).
 TABLES = (1, 2)
 
@@ -22,9 +22,9 @@ C_MV_INIT = source("matvec_with_init.cuh")
 
 
 def struct_name(tables=None, grouped=False):
-    """The struct's C++ name for (GC, SC) tables (default TABLES); grouped: IQ3_XXS_G4's (TIQ3_XXSG)."""
+    """The struct's C++ name for (GC, SC) tables (default TABLES); grouped: IQ3_XXS_G4's (TIQ3_XXS_G4_INT8)."""
     gc, sc = TABLES if tables is None else tables
-    return f"{'TIQ3_XXSG' if grouped else 'TIQ3_XXSQV'}<{gc}, {sc}>"
+    return f"{'TIQ3_XXS_G4_INT8' if grouped else 'TIQ3_XXS_INT8'}<{gc}, {sc}>"
 
 
 def c_text():

@@ -13,8 +13,8 @@ once: sum x*b = 256 * sum x*(0.5 + b/256) - 128 * sum x (both scalings exact; th
 load_x's, which the K-quants' minimums already use). The 0.5 * x parts cancel in the correction:
 a run's error relative to sum |x|*b is ~5e-7 typical, 6e-6 at worst (NumPy fp32 model of the
 arithmetic, 20,000 random runs, half of them all-positive x; the three-instruction dot: 3e-7),
-far inside the 1e-3 the kernels are held to. nvcc sm_90: mv<TQ4_KH, 1, 8, 0>
-80 registers against mv<TQ4_K, 1, 8, 0>'s 95, PTX adds 419 -> 177.
+far inside the 1e-3 the kernels are held to. nvcc sm_90: matvec_rows<TQ4_KH, 1, 8, 0>
+80 registers against matvec_rows<TQ4_K, 1, 8, 0>'s 95, PTX adds 419 -> 177.
 """
 
 # Types with a two-instruction struct T<type>H beside T<type> (matvec_cuda.plan's fast dot).

@@ -154,7 +154,7 @@ def test_regrouped_iq3xxs_dequantizes_as_the_file_layout():
 
 
 def test_regrouped_iq3xxs_matvec_matches_float64_or_refuses():
-    """The decode product of IQ3_XXS_G4 weights (qx + mv_iq2<TIQ3_XXSG>) on the GPU, within the
+    """The decode product of IQ3_XXS_G4 weights (qx + matvec_with_init<TIQ3_XXS_G4_INT8>) on the GPU, within the
     bound of the raw layout's; without the GPU kernels (CI) a clear error, never wrong numbers."""
     from lite.kernels import iq3_groups
     rng = np.random.default_rng(43)

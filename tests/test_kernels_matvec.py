@@ -248,5 +248,5 @@ def test_launch_plan():
     assert mc.plan("Q4_K", 3) == (False, 4, 0)                                         # n > 2: at most 4 rows
     assert mc.plan("Q8_0", 1) == (False, 8, 1) and mc.plan("Q8_0", 5) == (False, 4, 1)
     assert mc.plan("Q6_K", 1) == (False,) + mc.CONFIG["Q6_K"]
-    assert mc.kernel_name("Q4_K", 2, False, 8, 0) == "mv<TQ4_K, 2, 8, 0>"
-    assert mc.kernel_name("Q4_K", 1, True, 8, 0) == "mv<TQ4_KH, 1, 8, 0>"
+    assert mc.kernel_name("Q4_K", 2, False, 8, 0) == "matvec_rows<TQ4_K, 2, 8, 0>"
+    assert mc.kernel_name("Q4_K", 1, True, 8, 0) == "matvec_rows<TQ4_KH, 1, 8, 0>"

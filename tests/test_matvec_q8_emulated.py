@@ -247,7 +247,7 @@ def test_q8_switch_routes_the_decode_products():
     assert matvec_q8.applies_moe("Q4_K") and not matvec_q8.applies_moe("Q4_K", moe_int8_dot=False)
     assert "TQ4_KQ" not in matvec_epilogue.kernel_name("Q4_K", 1, 8, 0, 1, q8=False)
     assert matvec_epilogue.config("Q4_K", 1, q8=False) == matvec_cuda.CONFIG["Q4_K"]
-    assert matvec_epilogue.kernel_name("Q4_K", 1, 2, 0, 1, q8=True).startswith("mve<TQ4_KQ, 1, 2, 0, 1")
+    assert matvec_epilogue.kernel_name("Q4_K", 1, 2, 0, 1, q8=True).startswith("matvec_fused_end<TQ4_KQ, 1, 2, 0, 1")
     assert matvec_epilogue.config("Q4_K", 1, q8=True) == matvec_q8.config("Q4_K")
     assert matvec_epilogue.config("Q6_K", 1, q8=False) == matvec_cuda.CONFIG["Q6_K"]
     assert "TQ6_K," in matvec_epilogue.kernel_name("Q6_K", 1, 4, 0, 1, q8=False)
@@ -262,7 +262,7 @@ def test_kernel_names_tell_which_modules_need_the_integer_structs(monkeypatch):
         assert matvec_q8.in_name(moe_mvw.name(qt, 768)) and matvec_q8.in_name(moe_mvw.name(qt, 2048, "silu"))
     assert matvec_q8.in_name(matvec_epilogue.kernel_name("Q4_K", 1, 2, 0, 1))
     assert matvec_q8.in_name(matvec_q8.kernel_name("IQ3_XXS_G4", 1, 4, 0))
-    assert "TIQ3_XXSG<" in matvec_q8.kernel_name("IQ3_XXS_G4", 1, 4, 0)
+    assert "TIQ3_XXS_G4_INT8<" in matvec_q8.kernel_name("IQ3_XXS_G4", 1, 4, 0)
     monkeypatch.setattr(matvec_q8, "applies_moe", lambda *a, **k: False)   # (moe_mvw: moe_int8_dot off)
     for qt in matvec_q8.DEFAULT_TYPES:
         assert not matvec_q8.in_name(moe_mvw.name(qt, 768))

@@ -1,5 +1,5 @@
-"""IQ3_XXS's decode matvec on dp4a over quantized x (kernels/matvec_q8_iq3.py: TIQ3_XXSQV over the
-file's blocks, TIQ3_XXSG over IQ3_XXS_G4's, kernels/iq3_groups.py), its CUDA C on the host through
+"""IQ3_XXS's decode matvec on dp4a over quantized x (kernels/matvec_q8_iq3.py: TIQ3_XXS_INT8 over the
+file's blocks, TIQ3_XXS_G4_INT8 over IQ3_XXS_G4's, kernels/iq3_groups.py), its CUDA C on the host through
 tests/cuda_c_emulator.py against float64 products of gguf-py's dequantize, as the K types' in
 tests/test_matvec_q8_emulated.py (whose helpers these share); the epilogue kernels (mve) over them;
 the layout's repack; on a GPU the product at full size. Split from that file in session 10."""
@@ -16,14 +16,14 @@ from lite.kernels import iq3_groups, matvec_cuda, matvec_q8, quant_info
 pytestmark = pytest.mark.skipif(not emu.available(), reason="needs g++ (C++20)")
 
 
-# IQ3_XXS: TIQ3_XXSQV on the register loop (matvec_q8_iq3's mv_iq2:
+# IQ3_XXS: TIQ3_XXS_INT8 on the register loop (matvec_q8_iq3's mv_iq2:
 # mv with the table fill) over quantized x, its tables (grid copies, sign masks) through L1, in shared
 # memory or (the masks) computed; one on the persistent loop (mvp). (n, rows a CTA, prefetch, tables).
 IQ3_KERNELS = [(1, 4, 0, (0, 0)), (1, 8, 0, (0, 0)), (2, 4, 0, (0, 0)), (1, 2, 1, (0, 0)), (1, 4, 0, (1, 1)),
                (1, 4, 0, (4, 2)), (2, 4, 0, (8, 2)), (1, 4, 0, (0, 2)), (1, 8, 1, (16, 1)), (1, 4, "mvp", (2, 2)), (2, 2, 0, (1, 2)), (2, 4, 1, (1, 2))]
 
 
-# The grouped layout (matvec_q8_iq3.TIQ3_XXSG over iq3_groups.repack's bytes: the GPU backend's).
+# The grouped layout (matvec_q8_iq3.TIQ3_XXS_G4_INT8 over iq3_groups.repack's bytes: the GPU backend's).
 IQ3_GROUPED = [(1, 4, 0, (1, 2)), (2, 4, 0, (0, 0)), (1, 8, 1, (32, 2)), (1, 4, 2, (1, 2)), (2, 2, 2, (1, 2)),
                (1, 4, 2, (1, 3)), (2, 4, 0, (1, 4)), (1, 4, 2, (32, 2))]
 
@@ -50,7 +50,7 @@ def iq3_lib():
     from lite.kernels import matvec_q8_iq3
     wraps = "".join(f'extern "C" __global__ void iq3q_{i}({ARGS}) {{ {_iq3_name(*k)}(w, x, out, rows, cols); }}\n'
                     for i, k in enumerate(IQ3_KERNELS))
-    wraps += "".join(f'extern "C" __global__ void iq3g_{i}({ARGS}) {{ mv_iq2<{matvec_q8_iq3.struct_name(t, True)}, '
+    wraps += "".join(f'extern "C" __global__ void iq3g_{i}({ARGS}) {{ matvec_with_init<{matvec_q8_iq3.struct_name(t, True)}, '
                      f'{n}, {r}, {p}>(w, x, out, rows, cols); }}\n' for i, (n, r, p, t) in enumerate(IQ3_GROUPED))
     wraps += ('extern "C" __global__ void emu_qx_IQ3_XXS(const float* x, float* xq, int cols) '
               f'{{ {matvec_q8.quantize_name("IQ3_XXS")}(x, xq, cols); }}\n')
@@ -73,7 +73,7 @@ def test_iq3xxs_mvq_matches_float64(iq3_lib, k, shape):
 @pytest.mark.parametrize("shape", [(37, 1024), (11, 2048), (5, 14336)], ids=lambda s: f"{s[0]}x{s[1]}")
 @pytest.mark.parametrize("k", range(len(IQ3_GROUPED)), ids=lambda i: "n{}_{}_{}_t{}{}".format(*IQ3_GROUPED[i][:3], *IQ3_GROUPED[i][3]))
 def test_iq3xxs_grouped_layout_matches_float64(iq3_lib, k, shape):
-    """TIQ3_XXSG over the repacked bytes computes what the raw layout does: float64 of gguf-py's
+    """TIQ3_XXS_G4_INT8 over the repacked bytes computes what the raw layout does: float64 of gguf-py's
     dequantize of the raw blocks, within the same bound."""
     n, r, _, _ = IQ3_GROUPED[k]
     rows, cols = shape
@@ -141,7 +141,7 @@ def iq3_epi_lib():
                     for qt, n, e, nm, il in IQ3_EPI_CASES)
     wraps += ('extern "C" __global__ void emu_qx_IQ3_XXS(const float* x, float* xq, int cols) '
               f'{{ {matvec_q8.quantize_name("IQ3_XXS")}(x, xq, cols); }}\n')
-    assert "TIQ3_XXSG<" in wraps and "TIQ3_XXSQV<" in wraps
+    assert "TIQ3_XXS_G4_INT8<" in wraps and "TIQ3_XXS_INT8<" in wraps
     return emu.compile_kernels(_iq3_source() + "#undef R\n" + C_LAST_OF_COLUMN + matvec_epilogue.C_EPI + wraps)
 
 

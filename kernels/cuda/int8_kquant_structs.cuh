@@ -1,4 +1,4 @@
-struct TQ4_KQ : TQ4_K {   // TQ4_K's weights; x as qx's records
+struct TQ4_KQ : TQ4_K {   // TQ4_K's weights; x as quantize_x's records
     __device__ static __forceinline__ int xoff(int c, int k) { return lt_q8w<20>(c, 4 * k); }
     __device__ static __forceinline__ float dot(const Raw& r, int c, const float4 (&xv)[8], float, float) {
         const uint4 q = r.q, f = lt_u4(xv[4]);
@@ -15,7 +15,7 @@ __device__ __forceinline__ int lt_dot8q(unsigned q0, unsigned q1, unsigned h0, u
     const int sl = __dp4a((int)q1, (int)l1, __dp4a((int)q0, (int)l0, 0));
     return sh * 254 + sl;   // |.| <= 8 * 63 * 127 * 255 < 2^24: exact as a float too
 }
-struct TQ6_KQ : TQ6_K {   // TQ6_K's weights (values q in 0..63, q - 32 each); x as qx<TQ6_K, 24>'s records
+struct TQ6_KQ : TQ6_K {   // TQ6_K's weights (values q in 0..63, q - 32 each); x as quantize_x<TQ6_K, 24>'s records
     __device__ static __forceinline__ int xoff(int c, int k) { return lt_q8w<24>(c, 4 * k); }
     __device__ static __forceinline__ float dot(const Raw& r, int c, const float4 (&xv)[8], float, float) {
         const unsigned a0 = __funnelshift_r(r.a[0], r.a[1], r.sh), a1 = __funnelshift_r(r.a[1], r.a[2], r.sh);

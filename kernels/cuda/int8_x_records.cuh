@@ -10,7 +10,7 @@
 // Layout 1: the 8 records of a 256-value block interleaved by float4, so that the 8
 // lanes walking a block's chunks read 128 contiguous bytes a float4 (a warp's float4 load of layout
 // 0 spans 32 records 80 bytes apart: 20 cache lines, against 4).
-// RW = 18 (kernels/matvec_mma.py's mvb): a block of 8 chunks in 144 words, so that each lane
+// RW = 18 (kernels/matvec_mma.py's bands16_product): a block of 8 chunks in 144 words, so that each lane
 // of the mma's warp reads its x words of the block's 4 chunk pairs as one 16-byte load, and its runs' d
 // as another: word 4 L + p holds lane L's word of chunk pair p (L = 4 (4 (c & 1) + 2 run + lo) + w: its
 // B column and k), word 128 + 4 (2 (c & 1) + run) + p the d of chunk 2 p + (c & 1)'s run (w = 16 + run).
@@ -36,10 +36,10 @@ __device__ __forceinline__ unsigned lt_pack4(int a, int b, int c, int d) {
 // meets. Words 0-15: hi of run a, hi of run b, lo of run a, lo of run b; then RW = 20 (Q4_K):
 // d_a, sum_a, d_b, sum_b; RW = 24 (Q6_K, whose scales go by 8 values): d_a, d_b, the sums of
 // the four 8-value halves (float4 pairs 0-1, 2-3, 4-5, 6-7), 2 unused.
-// qx_one: float4 k of chunk c of the row x (its record into the row o, global or shared memory);
+// quantize_x_float4: float4 k of chunk c of the row x (its record into the row o, global or shared memory);
 // all 8 lanes of a chunk call it together (shuffles), `live` false past the row's end.
 template <class T, int RW>
-__device__ __forceinline__ void qx_one(const float* __restrict__ x, unsigned* o, int c, int k, bool live) {
+__device__ __forceinline__ void quantize_x_float4(const float* __restrict__ x, unsigned* o, int c, int k, bool live) {
     const float4 v = live ? __ldg((const float4*)(x + T::xoff(c, k))) : make_float4(0.f, 0.f, 0.f, 0.f);
     float a = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
     a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, 1));
@@ -72,25 +72,25 @@ __device__ __forceinline__ void qx_one(const float* __restrict__ x, unsigned* o,
     }
 }
 template <class T, int RW>
-__global__ void __launch_bounds__(128) qx(const float* __restrict__ x, float* __restrict__ xq, int cols) {
+__global__ void __launch_bounds__(128) quantize_x(const float* __restrict__ x, float* __restrict__ xq, int cols) {
     const int chunks = cols / T::BE * T::CPB, t = blockIdx.x * 128 + threadIdx.x;
     const long long row = (long long)blockIdx.y * cols;
     PDL_PROLOGUE();               // x is the previous kernel's output (kernels/pdl.py)
-    qx_one<T, RW>(x + row, (unsigned*)(xq + row), t >> 3, t & 7, (t >> 3) < chunks);   // (no early return)
+    quantize_x_float4<T, RW>(x + row, (unsigned*)(xq + row), t >> 3, t & 7, (t >> 3) < chunks);   // (no early return)
 }
-// qxe (kernels/matvec_mma.py's quantizer):
-// qx that lets the next kernel launch before it waits for the previous one, so that a product whose CTAs
-// need a whole SM, or that loads weights before its PDL wait (mvb), is already queued when the
-// product before qx ends.
+// quantize_x_early (kernels/matvec_mma.py's quantizer):
+// quantize_x that lets the next kernel launch before it waits for the previous one, so that a product whose CTAs
+// need a whole SM, or that loads weights before its PDL wait (bands16_product), is already queued when the
+// product before quantize_x ends.
 template <class T, int RW>
-__global__ void __launch_bounds__(128) qxe(const float* __restrict__ x, float* __restrict__ xq, int cols) {
+__global__ void __launch_bounds__(128) quantize_x_early(const float* __restrict__ x, float* __restrict__ xq, int cols) {
     const int chunks = cols / T::BE * T::CPB, t = blockIdx.x * 128 + threadIdx.x;
     const long long row = (long long)blockIdx.y * cols;
 #ifdef LT_PDL
     asm volatile("griddepcontrol.launch_dependents;");
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
-    qx_one<T, RW>(x + row, (unsigned*)(xq + row), t >> 3, t & 7, (t >> 3) < chunks);
+    quantize_x_float4<T, RW>(x + row, (unsigned*)(xq + row), t >> 3, t & 7, (t >> 3) < chunks);
 }
 __device__ __forceinline__ uint4 lt_u4(float4 v) {
     return make_uint4(__float_as_uint(v.x), __float_as_uint(v.y), __float_as_uint(v.z), __float_as_uint(v.w));

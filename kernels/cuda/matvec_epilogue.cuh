@@ -1,5 +1,5 @@
 
-// mv with the next decode op folded into its end (one launch fewer a use, see EPILOGUES):
+// matvec_rows with the next decode op folded into its end (one launch fewer a use, see EPILOGUES):
 // E = 1: out = x @ W.T + res (the residual add after the attention-output and down products).
 // E = 2 / 3: W is [gate; up] (rows = 2F); a CTA takes R/2 units, i.e. gate rows u0.. and up rows
 // F+u0.., and writes act(g) * u, silu (2) or gelu_tanh (3), as (n, F): the FFN's activation.
@@ -32,7 +32,7 @@ __device__ __forceinline__ void norm_scale(const float* part, int nparts, int co
         scale[threadIdx.x] = rsqrtf(((sred[0][n] + sred[1][n]) + (sred[2][n] + sred[3][n])) / cols + eps);
     }
 }
-// The end of mve: total (thread r*N+n: row r, x n) through epilogue E into out.
+// The end of matvec_fused_end: total (thread r*N+n: row r, x n) through epilogue E into out.
 template <int N, int R, int E, int NM, bool IL>
 __device__ __forceinline__ void mve_end(float total, float* __restrict__ out, int rows, int F, int H,
                                         int u0, const float* __restrict__ res, const float* __restrict__ g,
@@ -77,7 +77,7 @@ __device__ __forceinline__ void mve_end(float total, float* __restrict__ out, in
     }
 }
 template <class T, int N, int R, int P, int E, int NM, bool IL = false>
-__global__ void __launch_bounds__(128) mve(const unsigned char* __restrict__ w, const float* __restrict__ x,
+__global__ void __launch_bounds__(128) matvec_fused_end(const unsigned char* __restrict__ w, const float* __restrict__ x,
                                            float* __restrict__ out, int rows, int cols,
                                            const float* __restrict__ res, const float* __restrict__ g,
                                            float* xg, float* part, float* scale,

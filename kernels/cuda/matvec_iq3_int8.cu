@@ -1,5 +1,5 @@
 // IQ3_XXS's decode products on dp4a over quantized x (kernels/matvec_q8.py, matvec_q8_iq3.py): the x
-// quantizer and mv_iq2 over TIQ3_XXSQV (the file's layout) or TIQ3_XXSG (IQ3_XXS_G4); also the base of
+// quantizer and matvec_with_init over TIQ3_XXS_INT8 (the file's layout) or TIQ3_XXS_G4_INT8 (IQ3_XXS_G4); also the base of
 // the tensor-core product's module (mma_iq3_b16.cu) and the epilogue kernels' IQ3_XXS module.
 #include "iq_helpers.cuh"
 #include "iq3_grid.cuh"

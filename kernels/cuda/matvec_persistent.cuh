@@ -1,9 +1,9 @@
 
-// The register kernel's loop (matvec_cuda.py `mv`) made persistent: a CTA walks row groups
+// The register kernel's loop (matvec_cuda.py `matvec_rows`) made persistent: a CTA walks row groups
 // blockIdx.x, +gridDim.x, ... and loads the next item (row group, trip) into registers before
 // computing this one, across row-group boundaries too, so loads stay in flight between groups.
 template <class T, int N, int R>
-__global__ void __launch_bounds__(128) mvp(const unsigned char* __restrict__ w, const float* __restrict__ x,
+__global__ void __launch_bounds__(128) matvec_persistent(const unsigned char* __restrict__ w, const float* __restrict__ x,
                                            float* __restrict__ out, int rows, int cols) {
     T::init();
     const int nb = cols / T::BE, chunks = nb * T::CPB, trips = (chunks + 127) >> 7;

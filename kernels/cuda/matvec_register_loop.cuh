@@ -68,7 +68,7 @@ __device__ __forceinline__ void mv_rows_any(const unsigned char* const (&rowp)[R
         }
     }
 }
-// mv's whole body, also the body of kernels that set something up first (matvec_with_init.cuh: mv_iq2).
+// matvec_rows's whole body, also the body of kernels that set something up first (matvec_with_init.cuh: matvec_with_init).
 template <class T, int N, int R, int P>
 __device__ __forceinline__ void mv_body(const unsigned char* __restrict__ w, const float* __restrict__ x,
                                         float* __restrict__ out, int rows, int cols) {
@@ -89,7 +89,7 @@ __device__ __forceinline__ void mv_body(const unsigned char* __restrict__ w, con
     }
 }
 template <class T, int N, int R, int P>
-__global__ void __launch_bounds__(128) mv(const unsigned char* __restrict__ w, const float* __restrict__ x,
+__global__ void __launch_bounds__(128) matvec_rows(const unsigned char* __restrict__ w, const float* __restrict__ x,
                                           float* __restrict__ out, int rows, int cols) {
     mv_body<T, N, R, P>(w, x, out, rows, cols);
 }

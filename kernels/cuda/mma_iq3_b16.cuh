@@ -121,7 +121,7 @@ __device__ __forceinline__ unsigned lt_b16_tab_word(unsigned off, unsigned tb) {
 #endif
     return *(const unsigned*)((const unsigned char*)lt_b16_tab + off);
 }
-// LtX: a lane's x for the block, its x word and its run's d in each chunk pair (qxe<TIQ3_XXS, 18>'s
+// LtX: a lane's x for the block, its x word and its run's d in each chunk pair (quantize_x_early<TIQ3_XXS, 18>'s
 // records, kernels/matvec_q8.py lt_q8w: 144 words a block, a lane's 4 words and 4 d in 16 bytes each).
 struct LtX {
     unsigned v[4], d[4];
@@ -181,7 +181,7 @@ __device__ __forceinline__ void lt_b16_mul(const LtA& a, const LtX& x, int qh, u
     acc1 = fmaf(lt_h2f_hi(a.d), blk1, acc1);
 }
 // One block of 256 columns of a band in one (the loop's form: lt_b16_decode + lt_b16_mul's text as one, which
-// ptxas schedules into 880 SASS instructions for mvb<8, 1, 1, 0> against 912 as the two's calls): 4 chunk pairs, each
+// ptxas schedules into 880 SASS instructions for bands16_product<8, 1, 1, 0> against 912 as the two's calls): 4 chunk pairs, each
 // the even chunk's mma through the signed table and the odd chunk's two through the grid's copies, then the pair's
 // tail into acc0 / acc1 (rows g, g + 8).
 template <int A, int SG>
@@ -219,9 +219,9 @@ __device__ __forceinline__ void lt_b16_block(const LtB16& r, const LtX& x, int l
     acc0 = fmaf(lt_h2f_lo(r.d), blk0, acc0);
     acc1 = fmaf(lt_h2f_hi(r.d), blk1, acc1);
 }
-// mvb<W, P, A, SG>: a CTA of W warps a band; warp w takes blocks w, w + W, ..., P of them loaded ahead (the
+// bands16_product<W, P, A, SG>: a CTA of W warps a band; warp w takes blocks w, w + W, ..., P of them loaded ahead (the
 // first before the PDL wait); A: the signed table aligned in dynamic shared memory (lt_b16_table); out = x W^T
-// for one row of x, quantized by qxe<TIQ3_XXS, 18> (xq). Of each chunk pair, the even chunk's words come from
+// for one row of x, quantized by quantize_x_early<TIQ3_XXS, 18> (xq). Of each chunk pair, the even chunk's words come from
 // the signed table (4096 words: ~3.5-way bank conflicts), the odd chunk's from the unsigned grid's 32 copies,
 // lane l's in bank l, its signs put on by XOR with byte masks (g ^ m: g or -g - 1) and taken back by a second
 // mma of the masks against -x (faster than every word from the table), or (SG = 1) by adding the masks' low bits.

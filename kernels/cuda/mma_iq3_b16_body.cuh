@@ -1,6 +1,6 @@
 
 template <int W, int P, int A, int SG, int E, int NM, int D>
-__device__ __forceinline__ void mvb_body(const unsigned char* __restrict__ w, const float* __restrict__ xq,
+__device__ __forceinline__ void bands16_product_body(const unsigned char* __restrict__ w, const float* __restrict__ xq,
                                          float* __restrict__ out, int rows, int cols, LtEpi ep) {
     unsigned tb;
     uint4* const tab = lt_b16_table<A>(tb);
@@ -91,15 +91,15 @@ __device__ __forceinline__ void mvb_body(const unsigned char* __restrict__ w, co
     LT_STAMP(4);
 }
 template <int W, int P, int A, int SG = 0, int D = 0>
-__global__ void __launch_bounds__(32 * W, 2) mvb(const unsigned char* __restrict__ w, const float* __restrict__ xq,
+__global__ void __launch_bounds__(32 * W, 2) bands16_product(const unsigned char* __restrict__ w, const float* __restrict__ xq,
                                                  float* __restrict__ out, int rows, int cols) {
-    mvb_body<W, P, A, SG, 0, 0, D>(w, xq, out, rows, cols, LtEpi{});
+    bands16_product_body<W, P, A, SG, 0, 0, D>(w, xq, out, rows, cols, LtEpi{});
 }
-// mvbe: mvb with the epilogue E and the norm's NM of lt_mvb_end; the arguments after cols as mve's.
+// bands16_product_fused_end: bands16_product with the epilogue E and the norm's NM of lt_mvb_end; the arguments after cols as matvec_fused_end's.
 template <int W, int P, int A, int SG, int E, int NM, int D = 0>
-__global__ void __launch_bounds__(32 * W, 2) mvbe(const unsigned char* __restrict__ w, const float* __restrict__ xq,
+__global__ void __launch_bounds__(32 * W, 2) bands16_product_fused_end(const unsigned char* __restrict__ w, const float* __restrict__ xq,
                                                   float* __restrict__ out, int rows, int cols, const float* res,
                                                   const float* g, float* xg, float* part, float* scale, int* counter,
                                                   float eps, unsigned* xr) {
-    mvb_body<W, P, A, SG, E, NM, D>(w, xq, out, rows, cols, LtEpi{res, g, xg, part, scale, counter, eps, xr});
+    bands16_product_body<W, P, A, SG, E, NM, D>(w, xq, out, rows, cols, LtEpi{res, g, xg, part, scale, counter, eps, xr});
 }

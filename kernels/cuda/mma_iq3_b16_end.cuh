@@ -1,5 +1,5 @@
 
-// The end of mvb with the decode step's next op folded in:
+// The end of bands16_product with the decode step's next op folded in:
 // warp 0's lanes r < 16 hold row 16 band + r's product s. NM = 2 (scale in): s times scale[0] (x was xg =
 // out * g of the norm before, kernels/matvec_epilogue.py); E = 1: out = s + res; E = 2 / 3 (silu / gelu_tanh):
 // the band's rows are [gate u, up u] alternating (matvec_epilogue.interleave_rows), out (rows / 2) = act(gate)
@@ -7,11 +7,11 @@
 // of out^2 (a fixed order); the last CTA to count (counter, left at 0) sums the parts in a fixed order (warp 0,
 // then a tree) and writes scale[0] = rsqrt(mean + eps). flag: a shared word (past the warps' sums):
 // cupy_decode_src's last_block_to_count counts the same way with a static shared int, past 48 KB at A = 0. With xr, norm
-// out also writes xg quantized as the next product's x (qxe<TIQ3_XXS, 18>'s records, the same words: a band's 16
+// out also writes xg quantized as the next product's x (quantize_x_early<TIQ3_XXS, 18>'s records, the same words: a band's 16
 // outputs are one run of 16 of the next product's x), so that a scale-in product needs no quantizer launch.
 struct LtEpi { const float* res; const float* g; float* xg; float* part; float* scale; int* counter; float eps;
                unsigned* xr; };
-// The 16 lanes' values v (lane r: value r of run `band` of x) as qx_one's records of layout 18 (its arithmetic).
+// The 16 lanes' values v (lane r: value r of run `band` of x) as quantize_x_float4's records of layout 18 (its arithmetic).
 __device__ __forceinline__ void lt_mvb_quantize_run(float v, unsigned* __restrict__ o, int band) {
     const int r = threadIdx.x;                            // lanes 0-15 (16-31 carry 0 and write nothing)
     float a = fabsf(v);
