@@ -44,3 +44,27 @@ def repack(layout, blocks, rows, cols):
 def nbytes(layout, rows, cols):
     """Bytes of a rows x cols matrix in a repacked layout."""
     return REPACKERS[layout].nbytes(rows, cols)
+
+
+def interleaves_gate_up(qtype, int8_dot_types=INT8_DOT_TYPES):
+    """Are a fused [gate; up] pair's rows of this type stored alternating (matvec_epilogue.interleave_rows),
+    so that a gated decode CTA's gate and up rows are neighbours? For the types of the gated decode kernel:
+    matvec_cuda's, and IQ3_XXS on its integer-dot structs (BackendConfig.gate_up_interleave turns it off)."""
+    from lite.kernels import matvec_cuda, matvec_q8
+    return qtype in matvec_cuda.CONFIG or (qtype == "IQ3_XXS" and matvec_q8.applies(qtype, int8_dot_types))
+
+
+def reads_x_records(layout):
+    """Does this layout's decode product read x as records quantized ahead (the norm-out launch can write
+    them for the products after it: IQ3_XXS_B16's)?"""
+    return layout == iq3_b16.NAME
+
+
+def dequantize_matrix(blocks, layout, rows, cols, out_dtype, stream=None, out=None, reference=False):
+    """A rows x cols weight in `layout` dequantized (flat, out_dtype): IQ3_XXS_B16 needs the shape
+    (kernels/dequant_b16.py), the others are the registry's dequantize of whole blocks."""
+    if layout == iq3_b16.NAME:
+        from lite.kernels import dequant_b16
+        return dequant_b16.dequantize(blocks, rows, cols, out_dtype, stream, out=out).reshape(-1)
+    from lite.kernels import dequantize
+    return dequantize(blocks, layout, out_dtype, stream, out=out, reference=reference)

@@ -89,3 +89,10 @@ def test_gpu_layout_choice():
     assert gpu_layout.gpu_layout("IQ3_XXS", (4096, 768)) == "IQ3_XXS"           # not whole groups
     with pytest.raises(ValueError, match="iq3_layout"):
         gpu_layout.gpu_layout("IQ3_XXS", (4096, 4096), iq3_layout="b16")
+
+
+def test_interleave_and_x_records_choices():
+    assert gpu_layout.interleaves_gate_up("Q4_K") and gpu_layout.interleaves_gate_up("Q6_K", ())
+    assert gpu_layout.interleaves_gate_up("IQ3_XXS") and not gpu_layout.interleaves_gate_up("IQ3_XXS", ("Q4_K",))
+    assert not gpu_layout.interleaves_gate_up("IQ4_XS")
+    assert gpu_layout.reads_x_records(iq3_b16.NAME) and not gpu_layout.reads_x_records(iq3_groups.NAME)

@@ -33,15 +33,12 @@ class CUDALinear:
         return matvec_epilogue.supports(w.qtype, w.data, x, int8_dot_types=self._kernel_options["int8_dot_types"])
 
     def _dequant_f16(self, w):
-        from lite.kernels import dequantize
+        from lite.kernels import gpu_layout
         n = int(np.prod(w.shape))
         if self._scratch is None or self._scratch.size < n:
             self._scratch = self.cp.empty(max(n, self._scratch_elems), np.float16)
-        if w.qtype == "IQ3_XXS_B16":                   # bands of 16 rows: its dequantize needs the shape
-            from lite.kernels import dequant_b16
-            return dequant_b16.dequantize(w.data, *w.shape, np.float16, self.stream, out=self._scratch[:n]).reshape(-1)
-        return dequantize(w.data, w.qtype, np.float16, self.stream, out=self._scratch[:n],
-                          reference=self.config.reference_kernels)
+        return gpu_layout.dequantize_matrix(w.data, w.qtype, w.shape[-2], w.shape[-1], np.float16, self.stream,
+                                            out=self._scratch[:n], reference=self.config.reference_kernels)
 
     def _matmul(self, x, w):                                # (T, in) @ W(out, in).T -> (T, out) f32
         from lite.kernels import get_matvec, matvec
@@ -125,7 +122,8 @@ class CUDALinear:
 
     def _records_for(self, w, x):
         """A ScaledLater's x records where weight w's product reads them (IQ3_XXS_B16), else None."""
-        return x.records if w.qtype == "IQ3_XXS_B16" else None
+        from lite.kernels import gpu_layout
+        return x.records if gpu_layout.reads_x_records(w.qtype) else None
 
     def _epilogue_launch(self, w, x, epilogue, res=None, scale_in=None, interleaved=False, x_records=None):
         """kernels/matvec_epilogue.launch for weight w and the array x (see there)."""

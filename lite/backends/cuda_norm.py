@@ -23,7 +23,7 @@ __init__: the int32 the producer's CTAs count on, left at 0 by each launch).
 """
 import numpy as np
 
-from lite.kernels import matvec_epilogue
+from lite.kernels import gpu_layout, matvec_epilogue
 
 # CUDABackend ops that take a ScaledLater (the scale-in launch where the weight has a matvec_cuda
 # kernel); all the others materialize lazy inputs (MATERIALIZE: those that can meet rms_norm's or
@@ -97,7 +97,7 @@ class CUDAFoldNorm:
         part = cp.empty((T, matvec_epilogue.norm_parts(w.qtype, T, rows, opts["int8_dot_types"])), np.float32)
         scale = cp.empty(T, np.float32)
         # IQ3_XXS_B16: xg also quantized for the B16 products after the norm (no quantizer launch there)
-        records = cp.empty((T, rows), np.float32) if w.qtype == "IQ3_XXS_B16" and rows % 256 == 0 else None
+        records = cp.empty((T, rows), np.float32) if gpu_layout.reads_x_records(w.qtype) and rows % 256 == 0 else None
         matvec_epilogue.launch(w.qtype, w.data, x.x, out, rows, w.shape[-1], "add", x.res,
                                self.stream, norm_out=(g, eps, xg, part, scale, self._norm_counter),
                                records_out=records, pdl=opts["pdl"], int8_dot_types=opts["int8_dot_types"])

@@ -5,7 +5,6 @@ for it (BackendConfig's iq3_layout, int8_dot_types, reference_kernels, gate_up_i
 import numpy as np
 
 from lite.backends.cuda_moe import _Weight
-from lite.kernels import matvec_cuda
 from lite.kernels.matvec_epilogue import interleave_rows
 
 PINNED_STAGING_BYTES = 64 << 20
@@ -115,7 +114,6 @@ class CUDAWeights:
         gated decode CTA's gate and up rows are neighbours rather than a matrix apart (faster, and
         prefill splits the product by strided views): for the types of the gated decode kernel
         (matvec_cuda's, and IQ3_XXS on its integer-dot structs). BackendConfig.gate_up_interleave."""
-        from lite.kernels import matvec_q8
+        from lite.kernels import gpu_layout
         return (len(ws) == 2 and ws[0].name.endswith("ffn_gate.weight") and self.config.gate_up_interleave
-                and (ws[0].qtype in matvec_cuda.CONFIG
-                     or (ws[0].qtype == "IQ3_XXS" and matvec_q8.applies("IQ3_XXS", tuple(self.config.int8_dot_types)))))
+                and gpu_layout.interleaves_gate_up(ws[0].qtype, tuple(self.config.int8_dot_types)))
