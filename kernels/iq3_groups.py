@@ -109,7 +109,7 @@ def unpack(grouped, rows, cols):
 
 @register_matvec(NAME)
 def launch(blocks, x, out, rows, cols, stream=None, pdl=False, int8_dot_types=INT8_DOT_TYPES, reference=False):
-    """The decode product of IQ3_XXS_G4 weights: qx + matvec_with_init<TIQ3_XXS_G4_INT8> (kernels/matvec_q8.py), the
+    """The decode product of IQ3_XXS_G4 weights: quantize_x + matvec_with_init<TIQ3_XXS_G4_INT8> (kernels/matvec_q8.py), the
     only kernel that reads this layout (the backend regroups only where it runs: applies() below)."""
     from lite.kernels import matvec_iq, matvec_q8
     if not applies(int8_dot_types, reference):

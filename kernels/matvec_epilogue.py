@@ -41,7 +41,7 @@ C_EPI = source("matvec_epilogue.cuh")
 def c_source(head="", q8=False, iq3=False):
     """head: pdl.source_head(pdl) (programmatic dependent launch, kernels/pdl.py); q8: with
     matvec_q8's integer structs (only where used: the default kernels keep their text); iq3: on
-    IQ3_XXS's mvq module instead (matvec_q8.c_source: the IQ3 structs, their tables, mv_rows_any)."""
+    IQ3_XXS's integer-dot module instead (matvec_q8.c_source: the IQ3 structs, their tables, mv_rows_any)."""
     if iq3:
         return head + matvec_q8.c_source("IQ3_XXS") + C_LAST_OF_COLUMN + C_EPI
     return head + mc.c_source() + (matvec_q8.structs("Q4_K") if q8 else "") + C_LAST_OF_COLUMN + C_EPI
@@ -79,7 +79,7 @@ def interleave_rows(F):
 def norm_parts(qtype, n, rows, int8_dot_types=mc.INT8_DOT_TYPES):
     """Partial sums of squares a norm-out launch writes per token (its CTAs)."""
     if qtype == "IQ3_XXS_B16":
-        return rows // 16                                  # mvbe: a CTA a band of 16 rows
+        return rows // 16                                  # bands16_product_fused_end: a CTA a band of 16 rows
     return -(-rows // config(qtype, n, matvec_q8.applies(qtype, int8_dot_types))[0])
 
 
@@ -91,8 +91,8 @@ def _kernel(device, name, head=""):
 
 
 def supports(qtype, blocks, x, int8_dot_types=mc.INT8_DOT_TYPES):
-    """True when mve can take these device arrays (matvec_cuda's types and alignment; IQ3_XXS, in
-    either layout, only on its integer-dot structs); IQ3_XXS_B16: kernels/matvec_mma.py's mvbe."""
+    """True when matvec_fused_end can take these device arrays (matvec_cuda's types and alignment; IQ3_XXS, in
+    either layout, only on its integer-dot structs); IQ3_XXS_B16: kernels/matvec_mma.py's bands16_product_fused_end."""
     if qtype == "IQ3_XXS_B16":
         return x.dtype == np.float32
     if qtype.startswith("IQ3_XXS"):
@@ -103,7 +103,7 @@ def supports(qtype, blocks, x, int8_dot_types=mc.INT8_DOT_TYPES):
 def launch(qtype, blocks, x, out, rows, cols, epilogue, res=None, stream=None, norm_out=None,
            scale_in=None, interleaved=False, records_out=None, x_records=None, pdl=False,
            int8_dot_types=mc.INT8_DOT_TYPES):
-    """Enqueue mve on `stream`. blocks: W (rows, cols) as GGUF blocks, 1-D uint8; x (n, cols) f32
+    """Enqueue matvec_fused_end on `stream`. blocks: W (rows, cols) as GGUF blocks, 1-D uint8; x (n, cols) f32
     C-contiguous. epilogue "add": out (n, rows) = x @ W.T + res, res (n, rows) f32 C-contiguous.
     "silu" / "gelu_tanh": rows = 2F, out (n, F) = act(x @ W[:F].T) * (x @ W[F:].T). None (only
     with scale_in): out (n, rows) = the product.
@@ -115,7 +115,7 @@ def launch(qtype, blocks, x, out, rows, cols, epilogue, res=None, stream=None, n
     rows of x. The types int8_dot_types names run over quantized x; pdl: launched with PDL.
     IQ3_XXS_B16 goes to kernels/matvec_mma.launch (records_out, x_records: its x records)."""
     import cupy
-    if qtype == "IQ3_XXS_B16":                             # mvbe (kernels/matvec_mma.py), the same contract
+    if qtype == "IQ3_XXS_B16":                             # bands16_product_fused_end (kernels/matvec_mma.py), the same contract
         from lite.kernels import matvec_mma
         if epilogue not in (None, "add") and not interleaved:
             raise ValueError("IQ3_XXS_B16's gated product takes [gate; up] rows interleaved")

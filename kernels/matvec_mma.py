@@ -1,4 +1,4 @@
-"""IQ3_XXS's decode product on the tensor cores over bands of 16 rows: the kernel `mvb` (and `mvbe`, the
+"""IQ3_XXS's decode product on the tensor cores over bands of 16 rows: the kernel `bands16_product` (and `bands16_product_fused_end`, the
 same with the decode step's next op folded in), over IQ3_XXS_B16 (kernels/iq3_b16.py: bands of 16 rows laid
 out for the int8 mma's fragments). Registered as the IQ3_XXS_B16 matvec; the GPU backend's layout for
 IQ3_XXS matrices of whole bands (kernels/gpu_layout.py). The CUDA C: kernels/cuda/mma_iq3_b16*.cuh.
@@ -30,7 +30,7 @@ ALIGN_DYN = 0x8000 - 16       # align's dynamic shared memory: the 16 KB table 1
 
 
 def config(rows, cols, sms, epilogue=False):
-    """The BandsForm of mvb (mvbe with `epilogue`) for a rows x cols product on `sms` SMs: where the bands
+    """The BandsForm of bands16_product (bands16_product_fused_end with `epilogue`) for a rows x cols product on `sms` SMs: where the bands
     pass 2 an SM, CTAs of 4 warps (4 an SM) fill the rounds, the table aligned only where 3 CTAs an SM
     hold the bands; else 8 warps (2 CTAs an SM), predecoding in the plain product only (the epilogue
     forms with it were faster alone but slower end to end)."""
@@ -41,12 +41,12 @@ def config(rows, cols, sms, epilogue=False):
 
 
 def c_source():
-    """mvb's CUDA C (kernels/matvec_mma_src.py), after matvec_q8's IQ3_XXS text."""
+    """bands16_product's CUDA C (kernels/matvec_mma_src.py), after matvec_q8's IQ3_XXS text."""
     return matvec_mma_src.c_source()
 
 
 def kernel_name(form, epilogue=0, nm=0):
-    """The kernel of a BandsForm (its fields as template arguments); epilogue, nm: mvbe's E and NM."""
+    """The kernel of a BandsForm (its fields as template arguments); epilogue, nm: bands16_product_fused_end's E and NM."""
     f = BandsForm(*form)
     d = ", 1" if f.predecode else ""
     if epilogue or nm:
@@ -54,16 +54,16 @@ def kernel_name(form, epilogue=0, nm=0):
     return f"bands16_product<{f.warps}, {f.prefetch}, {f.align}, {f.signs_add}{d}>"
 
 
-EPILOGUES = matvec_epilogue.EPILOGUES               # lt_mvb_end's E, mve's numbers
+EPILOGUES = matvec_epilogue.EPILOGUES               # lt_mvb_end's E, matvec_fused_end's numbers
 
 
-# The quantizer before mvb: qxe (kernels/matvec_q8.py), which lets mvb launch before it waits for the product
-# before it (mvb's first loads, before its PDL wait, then meet that product's tail); records in layout 18.
+# The quantizer before bands16_product: quantize_x_early (kernels/matvec_q8.py), which lets bands16_product launch before it waits for the product
+# before it (bands16_product's first loads, before its PDL wait, then meet that product's tail); records in layout 18.
 QUANTIZER = "quantize_x_early<TIQ3_XXS, 18>"
 
 
 def module_head(pdl=False):
-    """The defines a module of mvb starts with: PDL's."""
+    """The defines a module of bands16_product starts with: PDL's."""
     return pdl_mod.source_head(pdl)
 
 
@@ -84,7 +84,7 @@ def _sms(device):
 def launch(records, x, out, rows, cols, stream=None, cta=None, epilogue=None, res=None, scale_in=None,
            norm_out=None, records_out=None, x_records=None, pdl=False):
     """Enqueue out = x @ W.T for IQ3_XXS_B16 records (what iq3_b16.repack made) on `stream` (CuPy; None: the
-    current one): per row of x, QUANTIZER into a scratch buffer, then mvb (two launches under PDL, no
+    current one): per row of x, QUANTIZER into a scratch buffer, then bands16_product (two launches under PDL, no
     host synchronization; meant to be captured into CUDA graphs). x (n, cols) float32, out (n, rows)
     float32; cta: a BandsForm (or its fields as a tuple), default config(rows, cols, the device's SMs).
     As matvec_epilogue.launch: epilogue "add", out = x @ W.T + res (res
@@ -127,7 +127,7 @@ def launch(records, x, out, rows, cols, stream=None, cta=None, epilogue=None, re
             if x_records is None:
                 pdl_mod.call(quant, matvec_q8.quantize_grid(1, cols), (128,), (x[i], xq[i], np.int32(cols)), pdl=pdl)
             args = (records, xq[i], out[i], np.int32(rows), np.int32(cols))
-            if e or nm:                                   # mve's arguments after cols; unread pointers as 0
+            if e or nm:                                   # matvec_fused_end's arguments after cols; unread pointers as 0
                 z = np.uint64(0)
                 g, eps, xg, part, scale, counter = norm_out if nm == 1 else (z, 0.0, None, None, scale_in, z)
                 args += (res[i] if e == 1 else z, g, xg[i] if nm == 1 else z, part[i] if nm == 1 else z,

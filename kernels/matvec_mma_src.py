@@ -1,4 +1,4 @@
-"""The CUDA C of kernels/matvec_mma.py's mvb (IQ3_XXS_B16's decode product on the tensor cores), apart from its
+"""The CUDA C of kernels/matvec_mma.py's bands16_product (IQ3_XXS_B16's decode product on the tensor cores), apart from its
 launcher as cupy_decode_src / moe_cuda_src are: the int8 mma and its host emulation, the tables, a block's
 products (lt_b16_block; lt_b16_decode and lt_b16_mul, its two halves, for the block decoded before the PDL wait),
 then (C_BODY, after kernels/matvec_mma_end.py's lt_mvb_end: the decode step's next op folded in) the kernel (mvb_body,
@@ -26,6 +26,6 @@ def table_words():
 
 
 def c_source():
-    """kernels/cuda/mma_iq3_b16.cu (after matvec_q8's IQ3_XXS text, which holds qx, lt_q8w, lt_topmask and the
+    """kernels/cuda/mma_iq3_b16.cu (after matvec_q8's IQ3_XXS text, which holds quantize_x, lt_q8w, lt_topmask and the
     unsigned grid IQ3XXS_GRID)."""
     return source("mma_iq3_b16.cu")

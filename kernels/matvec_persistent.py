@@ -1,9 +1,9 @@
-"""The persistent register kernel `mvp`: matvec_cuda's register loop on a grid of as many CTAs as
+"""The persistent register kernel `matvec_persistent`: matvec_cuda's register loop on a grid of as many CTAs as
 fit the device at once, each walking row groups blockIdx.x, +gridDim.x, ... and loading the next
 item (row group, trip) into registers before computing this one, across row groups too.
 
 IQ3_XXS's decode product where x is not quantized (kernels/matvec_iq.py: TIQ3_XXS, 8 rows a CTA,
-faster than its register kernel mv_iq3xxs there); the K types' register kernel `mv` beat it.
+faster than its register kernel mv_iq3xxs there); the K types' register kernel `matvec_rows` beat it.
 """
 import functools
 

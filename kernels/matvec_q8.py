@@ -1,13 +1,13 @@
-"""Decode matvec on integer dot products (`mvq`): x quantized once per product to int8 in two parts
-(`qx`, the x quantizer), then 4 weights a `dp4a` instead of 2 instructions a weight. The default for
+"""Decode matvec on integer dot products: x quantized once per product to int8 in two parts
+(`quantize_x`, the x quantizer), then 4 weights a `dp4a` instead of 2 instructions a weight. The default for
 the dense decode products of Q4_K, Q6_K and IQ3_XXS and the MoE experts' (BackendConfig's
 int8_dot_types and moe_int8_dot; the gains: BENCHMARKS.md). CUDA C: kernels/cuda/int8_*.cuh.
 
-Why: Nsight Compute found the register matvec (kernels/matvec_cuda.py `mv`) bound by issue and
-latency, not DRAM: ~5 instructions a weight for mv, ~2.5 for mvf, 80-95 registers, 4-5 warps a
+Why: Nsight Compute found the register matvec (kernels/matvec_cuda.py `matvec_rows`) bound by issue and
+latency, not DRAM: ~5 instructions a weight for matvec_rows, ~2.5 for the two-instruction dot, 80-95 registers, 4-5 warps a
 scheduler. Here a
 32-weight chunk of one Q4_K row costs ~50 instructions (16 dp4a, 12 to split nibbles, 4 to
-combine, the sub-block scales) against mvf's ~80, and x takes 5 registers of 16 bytes a chunk
+combine, the sub-block scales) against the two-instruction dot's ~80, and x takes 5 registers of 16 bytes a chunk
 against 8 float4 plus 2 sums. llama.cpp's mmvq does the same with x in one int8 part (q8_1); one
 part alone is ~0.3% off in a product, far outside the 1e-3 the kernels here are held to, so:
 
@@ -17,14 +17,14 @@ t = x * 127 / a, hi = rint(t), lo = rint((t - hi) * 254): x = d * (254 hi + lo) 
 off by at most a / 64,516 (t - hi is exact; both parts lie in [-127, 127]). A row's run then sums
 as the exact integer 254 * dp4a(w, hi) + dp4a(w, lo) (|.| < 2^23, so also exact as a float) times d.
 The Q4_K minimums (and Q6_K's -32 offset) take the run's sum of the quantized x, so that what
-mvq computes is W times quantized x, up to fp32 rounding.
+the integer-dot product computes is W times quantized x, up to fp32 rounding.
 
-Layout of quantized x (`qx` writes it, 8 threads a chunk): for chunk c of a row, 80 bytes at byte
+Layout of quantized x (`quantize_x` writes it, 8 threads a chunk): for chunk c of a row, 80 bytes at byte
 80 c: hi of run a, hi of run b, lo of run a, lo of run b (16 int8 each), then float4 (d_a, sum_a, d_b,
 sum_b) (Q6_K: 96 bytes, the sums by 8 values); rows of x `cols` floats apart, as x itself. So TQ4_KQ
 below is a struct of matvec_cuda's register loop as it stands: its xoff points load_x at the 5
 vectors of a record (the loads of 3 more and load_x's sums of x go unused and are dropped by the
-compiler), and its dot reads them as integers; matvec_rows<TQ4_KQ, ...> is mv over quantized x.
+compiler), and its dot reads them as integers; matvec_rows<TQ4_KQ, ...> is matvec_rows over quantized x.
 """
 import functools
 
@@ -46,7 +46,7 @@ LAYOUTS = {20: 0, 24: 1}
 
 C_MAX_N = matvec_cuda.C_MAX_N      # rows of x a launch (the register loop's N)
 
-# The float struct whose x layout qx quantizes, the integer struct, and qx's words a chunk, per type.
+# The float struct whose x layout quantize_x quantizes, the integer struct, and quantize_x's words a chunk, per type.
 # IQ3_XXS_G4: IQ3_XXS's blocks regrouped by the GPU backend (kernels/iq3_groups.py), the same x.
 TYPES = {"Q4_K": ("TQ4_K", "TQ4_KQ", 20), "Q6_K": ("TQ6_K", "TQ6_KQ", 24), "IQ3_XXS": ("TIQ3_XXS", "TIQ3_XXS_INT8", 20),
          "IQ3_XXS_G4": ("TIQ3_XXS", "TIQ3_XXS_G4_INT8", 20)}
@@ -135,7 +135,7 @@ def quantize_name(qtype):
 
 
 def kernel_name(qtype, n, rows=8, prefetch=0, tables=None):
-    """mv over quantized x; IQ3_XXS: mv_iq2 (mv with the struct's table fill first, matvec_q8_iq3).
+    """matvec_rows over quantized x; IQ3_XXS: matvec_with_init (matvec_rows with the struct's table fill first, matvec_q8_iq3).
     tables: IQ3_XXS's (GC, SC) instead of matvec_q8_iq3.TABLES."""
     if qtype.startswith("IQ3_XXS"):
         return f"matvec_with_init<{matvec_q8_iq3.struct_name(tables, qtype == 'IQ3_XXS_G4')}, {n}, {rows}, {prefetch}>"
@@ -156,30 +156,30 @@ def functions(device, qtype, n, rows=8, prefetch=0, pdl=False):
 
 
 def quantize_grid(n, cols):
-    """qx's grid for n rows of x of cols values: a thread a float4."""
+    """quantize_x's grid for n rows of x of cols values: a thread a float4."""
     return ((cols // 4 + 127) // 128, n)
 
 
 def quantize(qtype, x, pdl=False):
-    """xq = qx(x) on CuPy's current stream (a new buffer shaped as x; one launch, PDL like the
+    """xq = quantize_x(x) on CuPy's current stream (a new buffer shaped as x; one launch, PDL like the
     matvecs): what matvec_rows<TQ4_KQ> and matvec_fused_end<TQ4_KQ> read."""
     import cupy
-    x = cupy.ascontiguousarray(x)                # rows cols floats apart, as qx reads them
+    x = cupy.ascontiguousarray(x)                # rows cols floats apart, as quantize_x reads them
     xq = cupy.empty_like(x)
     _quantize_into(qtype, x, xq, pdl)
     return xq
 
 
 def _quantize_into(qtype, x, xq, pdl=False):
-    """Enqueue qx(x) into xq (x C-contiguous (n, cols)); PDL like the matvecs."""
+    """Enqueue quantize_x(x) into xq (x C-contiguous (n, cols)); PDL like the matvecs."""
     import cupy
-    # qx does not depend on n (grid y): take the module of n = 1, the decode step's
+    # quantize_x does not depend on n (grid y): take the module of n = 1, the decode step's
     quant = functions(cupy.cuda.runtime.getDevice(), qtype, 1, *config(qtype), pdl=pdl)[0]
     pdl_mod.call(quant, quantize_grid(*x.shape), (128,), (x, xq, np.int32(x.shape[1])), pdl=pdl)
 
 
 def launch(qtype, blocks, x, xq, out, rows, cols, cta=None, pdl=False):
-    """Enqueue xq = qx(x), then out = x @ W.T from xq, on CuPy's current stream (two launches, no
+    """Enqueue xq = quantize_x(x), then out = x @ W.T from xq, on CuPy's current stream (two launches, no
     host synchronization; meant to be captured). x (n, cols) float32, xq a float32 buffer of the
     same shape (scratch), out (n, rows) float32; n <= matvec_cuda.C_MAX_N; blocks aligned as
     matvec_cuda.ALIGN. cta: (rows a CTA, prefetch), default config(qtype)."""

@@ -1,4 +1,4 @@
-"""IQ3_XXS on dp4a over quantized x (kernels/matvec_q8.py's mvq): the integer struct TIQ3_XXS_INT8 and
+"""IQ3_XXS on dp4a over quantized x (kernels/matvec_q8.py's the integer-dot product): the integer struct TIQ3_XXS_INT8 and
 where it finds its tables. matvec_q8 builds the modules (c_source, structs) and names the kernels;
 this file holds the IQ3_XXS text, apart from the K types', and the choice of table placement."""
 from lite.kernels.cuda_source import source
@@ -16,7 +16,7 @@ C_Q8_IQ3 = source("int8_iq3_xxs_structs.cuh")
 # masks computed (the fastest placement measured, BENCHMARKS.md).
 TABLES = (1, 2)
 
-# matvec_cuda's `mv` with the struct's table fill first: the kernel of every IQ3_XXS integer-dot product.
+# matvec_cuda's `matvec_rows` with the struct's table fill first: the kernel of every IQ3_XXS integer-dot product.
 C_MV_INIT = source("matvec_with_init.cuh")
 
 

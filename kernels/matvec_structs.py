@@ -1,9 +1,9 @@
-"""The per-type decode structs of the register matvec kernels (kernels/matvec_cuda.py: mv; also
-matvec_epilogue's mve, moe_cuda's moe_mv / moe_mvw), in CUDA C after
+"""The per-type decode structs of the register matvec kernels (kernels/matvec_cuda.py: matvec_rows; also
+matvec_epilogue's matvec_fused_end, moe_cuda's moe_mv / moe_mvw), in CUDA C after
 matvec_cuda.C_HEAD (its BF, LO4, dot16, dot8, kblock_scales): TQ4_0, TQ8_0, TQ4_K, TQ5_K, TQ6_K, and
 TQ4_KH, Q4_K with the dot in two instructions a weight (below).
 
-TQ4_KH ("mvf") is Q4_K's struct wherever x is not quantized (faster end to end than TQ4_K).
+TQ4_KH ("the two-instruction dot") is Q4_K's struct wherever x is not quantized (faster end to end than TQ4_K).
 
 Why: the register kernel is issue and latency bound (~5 instructions a weight): the exponent trick of matvec_cuda (BF) places
 a quant byte under 0x4B000000 (2^23 + b) and needs an FADD a weight to remove the 2^23 before the
