@@ -158,9 +158,10 @@ def bench_kernels(types=None, shapes=None, numba_variants=True, pdl=None, int8_d
                 out = cupy.empty(n, dtype=np.float16)
             shape = f"{r}x{c}"
             impls = _dequant_impls(qtype) if info.name in dequant_types() else []
-            if info.name == "IQ3_XXS_B16":         # its dequantize needs the shape (not in the registry)
-                from lite.kernels import dequant_b16
-                impls = [("dequant", lambda b, o, s, r=r, c=c: dequant_b16.dequantize(b, r, c, np.float16, s, out=o))]
+            if info.name not in dequant_types():   # a layout whose dequantize needs the shape (IQ3_XXS_B16)
+                from lite.kernels import gpu_layout
+                impls = [("dequant", lambda b, o, s, q=info.name, r=r, c=c:
+                          gpu_layout.dequantize_matrix(b, q, r, c, np.float16, s, out=o))]
             for label, launch in impls:
                 if label.endswith("numba") and not numba_variants:
                     continue
