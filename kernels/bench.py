@@ -12,8 +12,8 @@ sizes (shared device notes). Bandwidths:
            so that the 50 MB L2 of an H100/H200 cannot serve them as it would a 9 MB matrix
   copy:    (bytes read + bytes written) / time of copying 1 GiB, same run: cudaMemcpyAsync device
            to device, a CuPy elementwise copy, and a copy kernel of 16-byte loads and stores
-           (copy-vec16, session 7: the first two measured ~2.7 TB/s on the H200 while the F16
-           dequant kernel, itself a copy, moved ~4.06); every % of copy is against the fastest
+           (copy-vec16: the first two fall short of what a kernel can move); every % of copy is
+           against the fastest
 A GPU layout of a GGUF type (registry.GPU_LAYOUTS: IQ3_XXS_G4 stores 4% more bytes than IQ3_XXS)
 counts its GGUF type's bytes: the bandwidth of the weights the file holds.
 """
@@ -23,6 +23,8 @@ import statistics
 
 import numpy as np
 
+from lite.kernels.cuda_source import source
+from lite.kernels.matvec_cuda import INT8_DOT_TYPES
 from lite.kernels.registry import dequant_types, get_dequant, get_matvec, gguf_type, quant_info
 
 log = logging.getLogger(__name__)
@@ -70,19 +72,7 @@ def copy_bandwidth(stream, nbytes=1 << 30, elementwise=False):
     return 2 * nbytes / t / 1e9
 
 
-C_COPY16 = r"""
-extern "C" __global__ void __launch_bounds__(256) copy16(const uint4* __restrict__ src, uint4* __restrict__ dst,
-                                                         long long n) {
-    // grid-stride, 4 independent 16-byte loads in flight a thread before their stores
-    const long long stride = (long long)gridDim.x * blockDim.x;
-    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    for (; i + 3 * stride < n; i += 4 * stride) {
-        const uint4 a = src[i], b = src[i + stride], c = src[i + 2 * stride], d = src[i + 3 * stride];
-        dst[i] = a; dst[i + stride] = b; dst[i + 2 * stride] = c; dst[i + 3 * stride] = d;
-    }
-    for (; i < n; i += stride) dst[i] = src[i];
-}
-"""
+C_COPY16 = source("copy16.cu")
 
 
 def copy16_bandwidth(stream, nbytes=1 << 30):
@@ -105,8 +95,7 @@ DEVICE_BYTES_PER_S = 4e12      # about an H100 / H200's copy bandwidth
 def _launches_for(nbytes):
     """Enough launches of a kernel moving nbytes that a graph runs for several milliseconds (up to
     MAX_LAUNCHES), so that the graph's own start and the first launch's lone start weigh little in the
-    per-launch time. Until session 13 the rate here read 4e9 (4 GB/s): a 4096x14336 IQ3_XXS product's graph
-    held 11 launches (its weight copies), which put ~0.4 us of graph overhead on each (10.3 against 9.9 us)."""
+    per-launch time (too few launches a graph put its overhead, ~0.4 us, on each)."""
     return int(min(MAX_LAUNCHES, max(10, DEVICE_BYTES_PER_S * GRAPH_SECONDS / max(nbytes, 1))))
 
 
@@ -123,8 +112,8 @@ def _dequant_impls(qtype):
     _, launch = get_dequant(qtype)
     impls = [("dequant", launch)]
     if hasattr(launch, "launch"):             # dequant_basic/dequant_k kernels have two
-        impls = [("dequant", lambda b, o, s: launch.launch(b, o, s, "cuda")),
-                 ("dequant-numba", lambda b, o, s: launch.launch(b, o, s, "numba"))]
+        impls = [("dequant", lambda b, o, s: launch(b, o, s)),
+                 ("dequant-numba", lambda b, o, s: launch(b, o, s, reference=True))]
     return impls
 
 
@@ -134,10 +123,14 @@ def default_types():
     return sorted(set(dequant_types()) | set(matvec_types()))
 
 
-def bench_kernels(types=None, shapes=None, numba_variants=True):
+def bench_kernels(types=None, shapes=None, numba_variants=True, pdl=None, int8_dot_types=INT8_DOT_TYPES):
     """One dict per (type, shape, kernel): type, shape, kernel, us, gbps, pct_copy; plus a row
-    kernel="copy" with the device copy bandwidth used for pct_copy."""
+    kernel="copy" with the device copy bandwidth used for pct_copy. pdl and int8_dot_types as the
+    backend's (BackendConfig; pdl None: where the GPU has it)."""
     import cupy
+
+    from lite.kernels import pdl as pdl_mod
+    pdl = pdl_mod.resolve(pdl)
     stream = cupy.cuda.Stream(non_blocking=True)
     copies = {"copy": copy_bandwidth(stream), "copy-elementwise": copy_bandwidth(stream, elementwise=True)}
     try:
@@ -165,9 +158,10 @@ def bench_kernels(types=None, shapes=None, numba_variants=True):
                 out = cupy.empty(n, dtype=np.float16)
             shape = f"{r}x{c}"
             impls = _dequant_impls(qtype) if info.name in dequant_types() else []
-            if info.name == "IQ3_XXS_B16":         # its dequantize needs the shape (not in the registry)
-                from lite.kernels import dequant_b16
-                impls = [("dequant", lambda b, o, s, r=r, c=c: dequant_b16.dequantize(b, r, c, np.float16, s, out=o))]
+            if info.name not in dequant_types():   # a layout whose dequantize needs the shape (IQ3_XXS_B16)
+                from lite.kernels import gpu_layout
+                impls = [("dequant", lambda b, o, s, q=info.name, r=r, c=c:
+                          gpu_layout.dequantize_matrix(b, q, r, c, np.float16, s, out=o))]
             for label, launch in impls:
                 if label.endswith("numba") and not numba_variants:
                     continue
@@ -187,7 +181,8 @@ def bench_kernels(types=None, shapes=None, numba_variants=True):
                     rot = _rotation(blocks, stream)
                 weights = itertools.cycle(rot)       # each captured launch reads the next copy
                 try:
-                    t = _time_graph(lambda: mv(next(weights), x, y, r, c, stream), stream,
+                    t = _time_graph(lambda: mv(next(weights), x, y, r, c, stream, pdl=pdl,
+                                               int8_dot_types=int8_dot_types), stream,
                                     max(len(rot), _launches_for(nb)))
                 except Exception as e:  # noqa: BLE001
                     log.warning("%s %s matvec failed: %s", qtype, shape, e)

@@ -24,21 +24,9 @@ def _dec_f32(sm, base, j, v):
         v[i] = u2f(sm[(base >> 2) + i])
 
 
-define("F16", _dec_f16, r"""
-__device__ __forceinline__ void dec_f16(const uchar* b, int j, float* v) {
-    #pragma unroll
-    for (int i = 0; i < 8; i++) v[i] = hf(b, 2 * i);
-}""")
-define("BF16", _dec_bf16, r"""
-__device__ __forceinline__ void dec_bf16(const uchar* b, int j, float* v) {
-    #pragma unroll
-    for (int i = 0; i < 8; i++) v[i] = __uint_as_float(u16(b, 2 * i) << 16);
-}""")
-define("F32", _dec_f32, r"""
-__device__ __forceinline__ void dec_f32(const uchar* b, int j, float* v) {
-    #pragma unroll
-    for (int i = 0; i < 8; i++) v[i] = ((const float*)b)[i];
-}""")
+define("F16", _dec_f16)
+define("BF16", _dec_bf16)
+define("F32", _dec_f32)
 
 
 # ---------------------------------------------------------------- legacy 32-value blocks
@@ -101,60 +89,9 @@ def _dec_mxfp4(sm, base, j, v):
         v[i] = mul(d, mxfp4_value((b8(sm, base + 1 + ((j + i) & 15)) >> sh) & 15))
 
 
-C_NIBBLE = r"""
-__device__ __forceinline__ void nibbles(const uchar* qs, int j, int* q) {
-    const int sh = (j >> 4) * 4;
-    #pragma unroll
-    for (int i = 0; i < 8; i++) q[i] = (qs[((j + i) & 15)] >> sh) & 15;
-}"""
-define("Q4_0", _dec_q4_0, C_NIBBLE + r"""
-__device__ __forceinline__ void dec_q4_0(const uchar* b, int j, float* v) {
-    const float d = hf(b, 0); int q[8]; nibbles(b + 2, j, q);
-    #pragma unroll
-    for (int i = 0; i < 8; i++) v[i] = MUL(d, (float)(q[i] - 8));
-}""")
-define("Q4_1", _dec_q4_1, C_NIBBLE + r"""
-__device__ __forceinline__ void dec_q4_1(const uchar* b, int j, float* v) {
-    const float d = hf(b, 0), m = hf(b, 2); int q[8]; nibbles(b + 4, j, q);
-    #pragma unroll
-    for (int i = 0; i < 8; i++) v[i] = ADD(MUL(d, (float)q[i]), m);
-}""")
-define("Q5_0", _dec_q5_0, C_NIBBLE + r"""
-__device__ __forceinline__ void dec_q5_0(const uchar* b, int j, float* v) {
-    const float d = hf(b, 0); const unsigned qh = u16(b, 2) | (u16(b, 4) << 16);
-    int q[8]; nibbles(b + 6, j, q);
-    #pragma unroll
-    for (int i = 0; i < 8; i++) v[i] = MUL(d, (float)((q[i] | (int)(((qh >> (j + i)) & 1) << 4)) - 16));
-}""")
-define("Q5_1", _dec_q5_1, C_NIBBLE + r"""
-__device__ __forceinline__ void dec_q5_1(const uchar* b, int j, float* v) {
-    const float d = hf(b, 0), m = hf(b, 2); const unsigned qh = u16(b, 4) | (u16(b, 6) << 16);
-    int q[8]; nibbles(b + 8, j, q);
-    #pragma unroll
-    for (int i = 0; i < 8; i++) v[i] = ADD(MUL(d, (float)(q[i] | (((qh >> (j + i)) & 1) << 4))), m);
-}""")
-define("Q8_0", _dec_q8_0, r"""
-__device__ __forceinline__ void dec_q8_0(const uchar* b, int j, float* v) {
-    const float d = hf(b, 0);
-    #pragma unroll
-    for (int i = 0; i < 8; i++) v[i] = MUL((float)(signed char)b[2 + j + i], d);
-}""")
-define("MXFP4", _dec_mxfp4, C_NIBBLE + r"""
-__device__ __forceinline__ void dec_mxfp4(const uchar* b, int j, float* v) {
-    const unsigned e = b[0];
-    const float d = __uint_as_float(e < 2 ? (0x00200000u << e) : ((e - 1) << 23));
-    int q[8]; nibbles(b + 1, j, q);
-    #pragma unroll
-    for (int i = 0; i < 8; i++) {
-        const int mag = (int)((0x0C08060403020100ull >> ((q[i] & 7) * 8)) & 0xFF);
-        if (e >= 2 || mag == 0) {
-            v[i] = MUL(d, (float)((q[i] & 8) ? -mag : mag));   // integer negate: no -0.0
-        } else {
-            // d is subnormal here and the GPU run flushed d*mag to zero although the reference
-            // keeps it: build mag * 2^(e-128) from bits instead (exact).
-            const unsigned n = (unsigned)mag << (21 + e);
-            const unsigned bits = n < (1u << 23) ? n : __float_as_uint((float)n) - (149u << 23);
-            v[i] = __uint_as_float(bits | ((q[i] & 8) ? 0x80000000u : 0u));
-        }
-    }
-}""")
+define("Q4_0", _dec_q4_0)
+define("Q4_1", _dec_q4_1)
+define("Q5_0", _dec_q5_0)
+define("Q5_1", _dec_q5_1)
+define("Q8_0", _dec_q8_0)
+define("MXFP4", _dec_mxfp4)

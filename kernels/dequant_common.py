@@ -17,7 +17,7 @@ Every type's arithmetic exists twice, with the same operation order as gguf-py's
     and its launch costs ~7 us of host time against 50-200 us for a Numba launch.
 Products and sums use explicitly rounded operations (fmul_rn/__fmul_rn) so that no multiply-add
 is contracted into an FMA: results then equal the reference bit for bit.
-Set LITE_DEQUANT_IMPL=numba to run the Numba kernels on the GPU instead.
+reference=True (BackendConfig.reference_kernels) runs the Numba kernels on the GPU instead.
 """
 import logging
 import os
@@ -26,6 +26,7 @@ import numpy as np
 
 from lite.errors import SettingError
 from lite.kernels.util import SIMULATOR, numba_stream
+from lite.kernels.cuda_source import source
 from lite.kernels.registry import array_module, quant_info, register_dequant
 from numba import cuda, float32, uint32
 
@@ -116,81 +117,13 @@ def mxfp4_value(n):
 
 
 # ---------------------------------------------------------------- the shared CUDA C pieces
-C_COMMON = r"""
-typedef unsigned char uchar;
-__device__ __forceinline__ unsigned short f2h(float f) {
-    unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
-__device__ __forceinline__ float h2f(unsigned short h) {
-    float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
-__device__ __forceinline__ unsigned u16(const uchar* p, int i) { return p[i] | (p[i + 1] << 8); }
-__device__ __forceinline__ float hf(const uchar* p, int i) { return h2f((unsigned short)u16(p, i)); }
-// 8 bytes from shared memory at a 2-byte aligned address, as four 16-bit loads.
-__device__ __forceinline__ uint2 ld8_a2(const uchar* p) {
-    const unsigned short* h = (const unsigned short*)p;
-    return make_uint2(h[0] | ((unsigned)h[1] << 16), h[2] | ((unsigned)h[3] << 16)); }
-__device__ __forceinline__ unsigned byte_of(uint2 w, int i) { return ((i < 4 ? w.x : w.y) >> (8 * (i & 3))) & 0xFF; }
-#define MUL __fmul_rn
-#define ADD __fadd_rn
-#define SUB __fsub_rn
-"""
+C_COMMON = source("dequant_common.cuh")
 
 # One tile: stage bytes in shared memory with 16-byte loads (byte loads if the source is not
 # 16-byte aligned, e.g. an odd slice), then decode GROUPS runs of 8 values a thread.
-C_KERNEL = r"""
-extern "C" __global__ void __launch_bounds__(THREADS) deq_NAME_OUT(
-        const uchar* __restrict__ src, long long nbytes, OUT_T* __restrict__ out, long long n) {
-    __shared__ __align__(16) uchar sm[TILE_BYTES];
-    const long long byte0 = (long long)blockIdx.x * TILE_BYTES;
-    const long long left = nbytes - byte0;
-    const int have = left < TILE_BYTES ? (int)left : TILE_BYTES;
-    const uchar* g = src + byte0;
-    if ((((size_t)g) & 15) == 0) {
-        // Reading up to 15 bytes past the end stays inside the last aligned 16-byte chunk.
-        const int nv = (have + 15) >> 4;
-        uint4 r[VEC_PER_THREAD];
-        #pragma unroll
-        for (int k = 0; k < VEC_PER_THREAD; k++) {
-            int i = threadIdx.x + k * THREADS;
-            if (i < nv) r[k] = __ldg((const uint4*)g + i);
-        }
-        #pragma unroll
-        for (int k = 0; k < VEC_PER_THREAD; k++) {
-            int i = threadIdx.x + k * THREADS;
-            if (i < nv) ((uint4*)sm)[i] = r[k];
-        }
-    } else {
-        for (int i = threadIdx.x; i < have; i += THREADS) sm[i] = g[i];
-    }
-    __syncthreads();
-    const bool vec_ok = (((size_t)out) & 15) == 0;
-    #pragma unroll
-    for (int grp = 0; grp < GROUPS; grp++) {
-        const int le = (grp * THREADS + threadIdx.x) * 8;
-        const long long e = (long long)blockIdx.x * TILE_ELEMS + le;
-        if (e >= n) break;
-        const int lb = le / BE;
-        float v[8];
-        dec_NAME(sm + lb * TB, le - lb * BE, v);
-        STORE
-    }
-}
-"""
-C_STORE_F16 = r"""
-        if (vec_ok && e + 8 <= n) {
-            uint4 w;
-            w.x = f2h(v[0]) | ((unsigned)f2h(v[1]) << 16); w.y = f2h(v[2]) | ((unsigned)f2h(v[3]) << 16);
-            w.z = f2h(v[4]) | ((unsigned)f2h(v[5]) << 16); w.w = f2h(v[6]) | ((unsigned)f2h(v[7]) << 16);
-            *(uint4*)(out + e) = w;
-        } else {
-            for (int i = 0; i < 8 && e + i < n; i++) out[e + i] = f2h(v[i]);
-        }"""
-C_STORE_F32 = r"""
-        if (vec_ok && e + 8 <= n) {
-            *(float4*)(out + e) = make_float4(v[0], v[1], v[2], v[3]);
-            *(float4*)(out + e + 4) = make_float4(v[4], v[5], v[6], v[7]);
-        } else {
-            for (int i = 0; i < 8 && e + i < n; i++) out[e + i] = v[i];
-        }"""
+C_KERNEL = source("dequant_tile.cu")
+C_STORE_F16 = source("dequant_store_f16.cuh")
+C_STORE_F32 = source("dequant_store_f32.cuh")
 
 
 def _groups(tb, be):
@@ -199,15 +132,17 @@ def _groups(tb, be):
     return max(1, min(4, 6144 // per_group_bytes))
 
 
-def c_source(name, tb, be, c_decode):
-    """CUDA C for one type: the common helpers, its decoder and an f16 and an f32 kernel."""
+def c_source(name, tb, be, c_decode=None):
+    """CUDA C for one type: the common helpers, the decoders (kernels/cuda/dequant_decoders.cuh: dec_<type>)
+    and the tile kernel (dequant_tile.cu) for f16 and f32 output, its placeholders filled in. (c_decode:
+    unused, for callers that passed DequantKernel.c_decode.)"""
     groups = _groups(tb, be)
     tile_elems = THREADS * EPT * groups
     tile_bytes = tile_elems // be * tb
     defs = {"NAME": name.lower(), "THREADS": str(THREADS), "GROUPS": str(groups), "TB": str(tb),
             "BE": str(be), "TILE_ELEMS": str(tile_elems), "TILE_BYTES": str(tile_bytes),
             "VEC_PER_THREAD": str(-(-tile_bytes // (16 * THREADS)))}
-    src = C_COMMON + c_decode
+    src = source("dequant_common.cuh", "dequant_decoders.cuh")
     for out_name, out_t, store in (("f16", "unsigned short", C_STORE_F16), ("f32", "float", C_STORE_F32)):
         k = C_KERNEL.replace("STORE", store).replace("OUT_T", out_t).replace("_OUT(", f"_{out_name}(")
         for key, val in defs.items():
@@ -267,22 +202,14 @@ def make_numba_kernels(tb, be, decode):
 
 
 # ---------------------------------------------------------------- launchers
-def impl_choice():
-    """'cuda' (default on a GPU) or 'numba', from LITE_DEQUANT_IMPL; always 'numba' in the simulator.
-    (Every dequantize module's choice: dequant_iq's too.)"""
-    choice = os.environ.get("LITE_DEQUANT_IMPL", "cuda").lower()
-    if choice not in ("cuda", "numba"):
-        raise SettingError(f"LITE_DEQUANT_IMPL must be 'cuda' or 'numba', got {choice!r}")
-    return "numba" if SIMULATOR else choice
-
-
 class DequantKernel:
     """Both implementations of one type's dequantize, compiled lazily on first use."""
 
-    def __init__(self, name, decode, c_decode):
+    def __init__(self, name, decode):
         info = quant_info(name)
         self.name, self.tb, self.be = info.name, info.type_size, info.block_elems
-        self.decode, self.c_decode = decode, c_decode
+        self.decode = decode
+        self.c_decode = None          # (the CUDA C decoder is dec_<type> in dequant_decoders.cuh)
         self._numba = None
         self._raw = None
 
@@ -294,7 +221,7 @@ class DequantKernel:
     def raw_kernels(self):
         if self._raw is None:
             import cupy
-            mod = cupy.RawModule(code=c_source(self.name, self.tb, self.be, self.c_decode),
+            mod = cupy.RawModule(code=c_source(self.name, self.tb, self.be),
                                  options=("--std=c++17", "--ftz=false", "--fmad=false"))
             n = self.name.lower()
             self._raw = (mod.get_function(f"deq_{n}_f16"), mod.get_function(f"deq_{n}_f32"))
@@ -303,8 +230,9 @@ class DequantKernel:
     def tile_elems(self):
         return THREADS * EPT * _groups(self.tb, self.be)
 
-    def __call__(self, blocks, out, stream, impl=None):
-        self.launch(blocks, out, stream, impl or impl_choice())
+    def __call__(self, blocks, out, stream, reference=False):
+        """The CUDA C kernel on a GPU; the Numba one with reference (and in the simulator)."""
+        self.launch(blocks, out, stream, "numba" if SIMULATOR or reference else "cuda")
 
     def launch(self, blocks, out, stream, impl):
         if blocks.dtype != np.uint8 or blocks.ndim != 1 or blocks.size % self.tb:
@@ -359,9 +287,10 @@ def _ptr(a):
 KERNELS = {}
 
 
-def define(name, decode, c_decode):
-    """Create and register the dequantize launcher for one type."""
-    k = DequantKernel(name, decode, c_decode)
+def define(name, decode):
+    """Create and register the dequantize launcher for one type (decode: its Numba decoder; the CUDA C
+    one is dec_<type> in kernels/cuda/dequant_decoders.cuh)."""
+    k = DequantKernel(name, decode)
     KERNELS[k.name] = k
     register_dequant(k.name)(k)
     return k

@@ -13,8 +13,8 @@ Block bytes are read through three views of the same memory: uint8, uint16 and f
 IQ block size is even, so 16-bit fields stay aligned).
 
 On the GPU, IQ3_XXS (and IQ3_XXS_G4, its blocks regrouped by kernels/iq3_groups.py) runs a CUDA C
-kernel (kernels/dequant_iq3_cuda.py: 16-byte stores, grid in shared memory, 6-8 us launches instead
-of Numba's 30-200 us). Its Numba twin is what CI checks under the simulator; the device benchmark
+kernel (kernels/dequant_iq3_cuda.py: 16-byte stores, grid in shared memory, several times faster than
+Numba's). Its Numba twin is what CI checks under the simulator; the device benchmark
 checks the CUDA C kernel against the Numba one.
 """
 import contextlib
@@ -22,10 +22,11 @@ import contextlib
 import numpy as np
 from numba import cuda, float32, uint32, uint64
 
-from lite.kernels.dequant_common import _ptr, impl_choice as impl  # noqa: F401  (impl: dequant_iq3_cuda's too)
+from lite.kernels.cuda_source import source
+from lite.kernels.dequant_common import _ptr
 from lite.kernels.iq_tables import device_tables, grid_packed
 from lite.kernels.registry import quant_info, register_dequant
-from lite.kernels.util import numba_stream
+from lite.kernels.util import SIMULATOR, numba_stream
 
 _TPB = 256
 
@@ -303,22 +304,16 @@ def c_grid_array(cname, name):
     return f"__device__ const unsigned {cname}[{grid_packed(name).size}] = {{{vals}}};\n"
 
 
-C_HELPERS = r"""
-__device__ __forceinline__ unsigned short f2h(float f) {
-    unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
-__device__ __forceinline__ float h2f(unsigned short h) {
-    float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
-__device__ __forceinline__ unsigned ksign(unsigned s7) { return s7 | ((__popc(s7) & 1u) << 7); }
-"""
+C_HELPERS = source("iq_helpers.cuh")
 
 
 def _register(name):
     @register_dequant(name)
-    def launch(blocks, out, stream):
+    def launch(blocks, out, stream, reference=False):
         if name == "IQ3_XXS_G4" and blocks.size % (group := 4 * quant_info(name).type_size):
             raise ValueError(f"IQ3_XXS_G4 blocks come in groups of four ({group} bytes; kernels/iq3_groups.py), "
                              f"got {blocks.size} bytes")
-        if name.startswith("IQ3_XXS") and impl() == "cuda" and _ptr(out) % 16 == 0:
+        if name.startswith("IQ3_XXS") and not (SIMULATOR or reference) and _ptr(out) % 16 == 0:
             from lite.kernels import dequant_iq3_cuda      # (imports this module)
             grouped = name == "IQ3_XXS_G4"
             if _ptr(blocks) % dequant_iq3_cuda.ALIGN[grouped] == 0:

@@ -95,67 +95,12 @@ def _dec_q6_k(sm, base, j, v):
         v[i] = mul(dd, np.float32(q - 32))
 
 
-define("Q2_K", _dec_q2_k, r"""
-__device__ __forceinline__ void dec_q2_k(const uchar* b, int j, float* v) {
-    const float d = hf(b, 80), dmin = hf(b, 82);
-    const int sc = b[j >> 4];
-    const float dl = MUL(d, (float)(sc & 15)), ml = MUL(dmin, (float)(sc >> 4));
-    const uint2 q = ld8_a2(b + 16 + 32 * (j >> 7) + (j & 31));
-    const int sh = ((j & 127) >> 5) * 2;
-    #pragma unroll
-    for (int i = 0; i < 8; i++) v[i] = SUB(MUL(dl, (float)((byte_of(q, i) >> sh) & 3)), ml);
-}""")
+define("Q2_K", _dec_q2_k)
 
-define("Q3_K", _dec_q3_k, r"""
-__device__ __forceinline__ void dec_q3_k(const uchar* b, int j, float* v) {
-    const float d = hf(b, 108);
-    const int k = j >> 4;
-    const int lo = (b[96 + (k & 7)] >> (4 * (k >> 3))) & 15, hi = (b[104 + (k & 3)] >> (2 * (k >> 2))) & 3;
-    const float dl = MUL(d, (float)((lo | (hi << 4)) - 32));
-    // Blocks are 110 bytes: fields are only 2-byte aligned in shared memory.
-    const uint2 q = ld8_a2(b + 32 + 32 * (j >> 7) + (j & 31)), hm = ld8_a2(b + (j & 31));
-    const int sh = ((j & 127) >> 5) * 2, hb = j >> 5;
-    #pragma unroll
-    for (int i = 0; i < 8; i++)
-        v[i] = MUL(dl, (float)((int)((byte_of(q, i) >> sh) & 3) - (int)((((byte_of(hm, i) >> hb) & 1) ^ 1) << 2)));
-}""")
+define("Q3_K", _dec_q3_k)
 
-C_SCALE_MIN_K4 = r"""
-__device__ __forceinline__ void scale_min_k4(const uchar* s, int k, int* sc, int* m) {
-    if (k < 4) { *sc = s[k] & 63; *m = s[k + 4] & 63; }
-    else { *sc = (s[k + 4] & 15) | ((s[k - 4] >> 6) << 4); *m = (s[k + 4] >> 4) | ((s[k] >> 6) << 4); }
-}"""
+define("Q4_K", _dec_q4_k)
 
-define("Q4_K", _dec_q4_k, C_SCALE_MIN_K4 + r"""
-__device__ __forceinline__ void dec_q4_k(const uchar* b, int j, float* v) {
-    int sc, m; scale_min_k4(b + 4, j >> 5, &sc, &m);
-    const float dd = MUL(hf(b, 0), (float)sc), dm = MUL(hf(b, 2), (float)m);
-    // 16 + 32*c + l with l a multiple of 8 and the block 16-aligned in shared memory: 8-byte aligned.
-    const uint2 w = *(const uint2*)(b + 16 + 32 * (j >> 6) + (j & 31));
-    const int sh = ((j >> 5) & 1) * 4;
-    #pragma unroll
-    for (int i = 0; i < 8; i++) v[i] = SUB(MUL(dd, (float)((byte_of(w, i) >> sh) & 15)), dm);
-}""")
+define("Q5_K", _dec_q5_k)
 
-define("Q5_K", _dec_q5_k, C_SCALE_MIN_K4 + r"""
-__device__ __forceinline__ void dec_q5_k(const uchar* b, int j, float* v) {
-    int sc, m; scale_min_k4(b + 4, j >> 5, &sc, &m);
-    const float dd = MUL(hf(b, 0), (float)sc), dm = MUL(hf(b, 2), (float)m);
-    // 176-byte blocks stay 16-aligned in shared memory, so both fields are 8-byte aligned.
-    const uint2 q = *(const uint2*)(b + 48 + 32 * (j >> 6) + (j & 31)), qh = *(const uint2*)(b + 16 + (j & 31));
-    const int sh = ((j >> 5) & 1) * 4, hb = j >> 5;
-    #pragma unroll
-    for (int i = 0; i < 8; i++) v[i] = SUB(MUL(dd, (float)(((byte_of(q, i) >> sh) & 15) | (((byte_of(qh, i) >> hb) & 1) << 4))), dm);
-}""")
-
-define("Q6_K", _dec_q6_k, r"""
-__device__ __forceinline__ void dec_q6_k(const uchar* b, int j, float* v) {
-    const float dd = MUL(hf(b, 208), (float)(signed char)b[192 + (j >> 4)]);
-    const int h = j >> 7, r = j & 127;
-    // 210-byte blocks: fields are only 2-byte aligned in shared memory.
-    const uint2 ql = ld8_a2(b + 64 * h + (r & 63)), qh = ld8_a2(b + 128 + 32 * h + (r & 31));
-    const int lsh = (r >> 6) * 4, hsh = (r >> 5) * 2;
-    #pragma unroll
-    for (int i = 0; i < 8; i++)
-        v[i] = MUL(dd, (float)((int)(((byte_of(ql, i) >> lsh) & 15) | (((byte_of(qh, i) >> hsh) & 3) << 4)) - 32));
-}""")
+define("Q6_K", _dec_q6_k)

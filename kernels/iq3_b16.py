@@ -1,5 +1,5 @@
-"""IQ3_XXS_B16: IQ3_XXS matrices in bands of 16 rows made for the int8 mma's fragments (session 12), what
-kernels/matvec_mma.py's mvb reads and kernels/dequant_b16.py dequantizes; `repack` makes it from the file's
+"""IQ3_XXS_B16: IQ3_XXS matrices in bands of 16 rows made for the int8 mma's fragments, what
+kernels/matvec_mma.py's bands16_product reads and kernels/dequant_b16.py dequantizes; `repack` makes it from the file's
 blocks (NumPy or CuPy).
 
 IQ3_XXS_B16: rows a multiple of 16, cols of 256. Band b (rows 16b..16b+15), block j (columns 256j..)

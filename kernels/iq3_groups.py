@@ -1,9 +1,9 @@
-"""IQ3_XXS_G4: IQ3_XXS blocks regrouped for the GPU's decode products (session 9; signs placed, session 10).
+"""IQ3_XXS_G4: IQ3_XXS blocks regrouped for the GPU's decode products.
 
 An IQ3_XXS block is 98 bytes: d (2), 64 grid-index bytes, then a word a chunk of 32 weights: four
 7-bit sign fields (the eighth sign of each 8 completes an even parity) and a 4-bit scale. At 98
 bytes blocks are only 2-aligned, so the decode product (kernels/matvec_q8_iq3.py) read a lane's
-chunk as seven 16-bit loads (Nsight Compute, session 8: L1/TEX 76% busy), then spent ~6
+chunk as seven 16-bit loads (L1/TEX-bound in Nsight Compute), then spent ~6
 instructions a 4-weight word turning the 7-bit fields into byte masks. Regrouped, every 4 blocks
 of a row are 408 bytes (block k's parts k-th in each field):
 
@@ -17,22 +17,23 @@ of a row are 408 bytes (block k's parts k-th in each field):
 
 A lane's chunk is then one 8-byte and one 4-byte load, each coalesced across the warp, and two
 broadcast loads. 4% more bytes than the file (408 against 392: the parity bits and the scales'
-own words); the bandwidth figures count the file's bytes. H200, 4096x14336 with the quantizer:
-16.9 us (file layout) -> 14.9 (session 9's layout, the file's fields regrouped, 392 bytes) -> 13.8
-(this one; 448 against 571 SASS instructions in the 4-row loop). Rows stay whole byte ranges (row r
+own words); the bandwidth figures count the file's bytes. Faster than the file's layout (fewer
+SASS instructions in the loop: BENCHMARKS.md). Rows stay whole byte ranges (row r
 is bytes r*rb .. (r+1)*rb), so row slices and stacked rows (q/k/v) keep working; a row must be
 whole groups: cols a multiple of 1024.
 
 Who reads it: the GPU backend regroups its 2-D IQ3_XXS weights after loading (lite/backends/cuda.py,
 LITE_IQ3_REGROUP) and names them IQ3_XXS_G4 (registry.GPU_LAYOUTS, 102 bytes a block); the decode
-products take mv_iq2<TIQ3_XXSG> (matvec_q8) or, with an epilogue, mve<TIQ3_XXSG> (matvec_epilogue),
+products take matvec_with_init<TIQ3_XXS_G4_INT8> (matvec_q8) or, with an epilogue, matvec_fused_end<TIQ3_XXS_G4_INT8> (matvec_epilogue),
 the prefill's and the embedding rows' dequantize kernels/dequant_iq3_cuda.py's g4 kernels (Numba:
 dequant_iq's _p_iq3_xxs_g4). MoE experts stay in the file's layout (768-column experts are not
 whole groups; the expert streaming copies file bytes).
 """
 import numpy as np
 
+from lite.kernels.matvec_cuda import INT8_DOT_TYPES
 from lite.kernels.registry import register_matvec
+from lite.kernels.util import SIMULATOR
 
 NAME = "IQ3_XXS_G4"
 GROUP_COLS = 1024
@@ -89,37 +90,6 @@ def repack(blocks, rows, cols):
     return xp.ascontiguousarray(xp.concatenate(parts, axis=2)).reshape(-1)
 
 
-def repack12(blocks, rows, cols):
-    """Session 11's experiment (IQ3_XXS_W12; the sweep's mvt<TIQ3_XXSW> only): groups of 4 blocks as
-    408 bytes [32 words a][32 words b][32 words c][4 scale words][4 d], chunk j's words at 4 j of each
-    plane; its 8 grid words as 12-bit fields (grid index | the word's 4 signs << 8) one after another
-    in the 96 bits a | b << 32 | c << 64, so that one shift and one mask give a word's address in a
-    4096-entry table of signed grid words (kernels/matvec_q8_iq3.py)."""
-    if cols % GROUP_COLS:
-        raise ValueError(f"IQ3_XXS regroup: cols={cols} is not a multiple of {GROUP_COLS} (groups of 4 blocks)")
-    from lite.kernels.iq_tables import ksigns
-    xp, ng = _xp(blocks), cols // GROUP_COLS
-    b = blocks.reshape(rows, ng, 4, 98)
-    aux = xp.ascontiguousarray(b[..., 66:98]).view(xp.uint32).reshape(rows, ng, 32)
-    idx = b[..., 2:66].reshape(rows, ng, 32, 8).astype(xp.uint32)
-    ks = xp.asarray(ksigns().astype(np.uint32))
-    f = []
-    for w in range(8):
-        s8 = ks[(aux >> np.uint32(7 * (w // 2))) & np.uint32(127)]
-        f.append(idx[..., w] | (((s8 >> np.uint32(4 * (w % 2))) & np.uint32(15)) << np.uint32(8)))
-    u = np.uint32
-    a = f[0] | (f[1] << u(12)) | ((f[2] & u(0xFF)) << u(24))
-    bw = (f[2] >> u(8)) | (f[3] << u(4)) | (f[4] << u(16)) | ((f[5] & u(15)) << u(28))
-    c = (f[5] >> u(4)) | (f[6] << u(8)) | (f[7] << u(20))
-    aux4 = aux.reshape(rows, ng, 4, 8)
-    scales = xp.zeros((rows, ng, 4), xp.uint32)
-    for k in range(8):
-        scales |= (aux4[..., k] >> u(28)) << u(4 * k)
-    parts = [xp.ascontiguousarray(v).view(xp.uint8).reshape(rows, ng, -1) for v in (a, bw, c, scales)]
-    parts.append(b[..., 0:2].reshape(rows, ng, 8))
-    return xp.ascontiguousarray(xp.concatenate(parts, axis=2)).reshape(-1)
-
-
 def unpack(grouped, rows, cols):
     """The inverse of repack: the file's layout again (tests, and anyone who must hand the bytes on)."""
     xp, ng = _xp(grouped), cols // GROUP_COLS
@@ -138,20 +108,19 @@ def unpack(grouped, rows, cols):
 
 
 @register_matvec(NAME)
-def launch(blocks, x, out, rows, cols, stream):
-    """The decode product of IQ3_XXS_G4 weights: qx + mv_iq2<TIQ3_XXSG> (kernels/matvec_q8.py), the
+def launch(blocks, x, out, rows, cols, stream=None, pdl=False, int8_dot_types=INT8_DOT_TYPES, reference=False):
+    """The decode product of IQ3_XXS_G4 weights: quantize_x + matvec_with_init<TIQ3_XXS_G4_INT8> (kernels/matvec_q8.py), the
     only kernel that reads this layout (the backend regroups only where it runs: applies() below)."""
     from lite.kernels import matvec_iq, matvec_q8
-    if not applies():
-        raise ValueError("IQ3_XXS_G4 weights need the integer-dot decode kernels (LITE_MATVEC_Q8 naming "
-                         "IQ3_XXS, the CUDA implementation on a GPU)")
+    if not applies(int8_dot_types, reference):
+        raise ValueError("IQ3_XXS_G4 weights need the integer-dot decode kernels (int8_dot_types naming "
+                         "IQ3_XXS, the CUDA C kernels on a GPU)")
     matvec_iq.check_args(NAME, x, out, rows, cols, GROUP_COLS)
     if not matvec_q8.qualifies(NAME, blocks, x):
         raise ValueError(f"IQ3_XXS_G4 matvec: blocks must be {matvec_q8.ALIGN[NAME]}-byte and x 16-byte aligned")
-    matvec_iq.launch_cuda(NAME, blocks, x, out, rows, cols, stream)
+    matvec_iq.launch_cuda(NAME, blocks, x, out, rows, cols, stream, pdl, int8_dot_types)
 
 
-def applies():
-    """Can the decode products read IQ3_XXS_G4 here (the GPU, mvq for IQ3_XXS)?"""
-    from lite.kernels import matvec_iq, matvec_q8
-    return matvec_iq.impl() == "cuda" and matvec_q8.applies("IQ3_XXS")
+def applies(int8_dot_types=INT8_DOT_TYPES, reference=False):
+    """Can the decode products read IQ3_XXS_G4 here (the GPU's CUDA C kernels, IQ3_XXS on dp4a)?"""
+    return not (SIMULATOR or reference) and "IQ3_XXS" in int8_dot_types

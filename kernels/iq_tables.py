@@ -98,3 +98,28 @@ def device_tables(name):
 
 
 __all__ = ["KVALUES_IQ4", "ksigns", "ksigns_formula", "grid_values", "grid_packed", "device_tables"]
+
+
+# IQ3_XXS in offset binary (the integer-dot products, kernels/matvec_q8_iq3.py): grid bytes as
+# 64 + g, and per 7 stored sign bits the byte masks of the negative weights.
+def grid64():
+    """IQ3_XXS grid entries with every byte g replaced by 64 + g (uint32, 256)."""
+    return (grid_packed("IQ3_XXS").view(np.uint8) + np.uint8(64)).view(np.uint32)
+
+
+def sign_masks():
+    """(128, 2) uint32: for the 7 stored sign bits, byte j of word h is 0x3F where weight
+    4h + j of the group of 8 is negative (ksigns: the 8th bit completes an even parity)."""
+    ks = ksigns().astype(np.uint32)
+    bits = (ks[:, None] >> np.arange(8, dtype=np.uint32)) & 1
+    b = (bits * 0x3F).astype(np.uint8).reshape(128, 8)
+    return b.view(np.uint32).reshape(128, 2)
+
+
+def _c_array(cname, vals):
+    return f"__device__ const unsigned {cname}[{vals.size}] = {{{', '.join(f'{int(v):#x}u' for v in vals.reshape(-1))}}};\n"
+
+
+def c_offset_tables():
+    """The CUDA C arrays of grid64 and sign_masks."""
+    return _c_array("IQ3XXS_GRID64", grid64()) + _c_array("IQ3XXS_SMASK", sign_masks())

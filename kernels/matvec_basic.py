@@ -2,7 +2,7 @@
 in Numba.
 
 On a GPU the launcher hands aligned inputs to the CUDA C kernels of kernels/matvec_cuda.py (2-4x
-faster: these Numba kernels are bound by instructions); LITE_MATVEC_IMPL=numba keeps them here. The
+faster: these Numba kernels are bound by instructions); reference=True keeps them here. The
 Numba kernels are the twin CI runs under the simulator, checked against the CUDA C ones on the GPU.
 
 out (n, rows) f32 = x (n, cols) f32 @ W.T, W (rows, cols) as GGUF blocks, fp32 accumulation.
@@ -29,7 +29,6 @@ import numpy as np
 from numba import cuda, float32
 
 from lite.kernels import matvec_cuda
-from lite.kernels.matvec_iq import impl
 from lite.kernels.matvec_units import SPECS
 from lite.kernels.reduce import warp_sum
 from lite.kernels.registry import array_module, quant_info, register_matvec
@@ -153,7 +152,8 @@ def as_words(blocks_u8):
 def _launch(name):
     info = quant_info(name)
 
-    def launch(blocks_u8, x, out, rows, cols, stream=None):
+    def launch(blocks_u8, x, out, rows, cols, stream=None, pdl=False,
+               int8_dot_types=matvec_cuda.INT8_DOT_TYPES, reference=False):
         if blocks_u8.dtype != np.uint8 or blocks_u8.ndim != 1:
             raise ValueError(f"blocks must be a 1-D uint8 array, got {blocks_u8.dtype} {blocks_u8.shape}")
         if cols % info.block_elems or blocks_u8.size != rows * (cols // info.block_elems) * info.type_size:
@@ -165,9 +165,9 @@ def _launch(name):
             raise ValueError(f"out must be a C-contiguous ({n}, {rows}) float32 array, got {out.shape} {out.dtype}")
         if n == 0 or rows == 0:
             return
-        if (not SIMULATOR and impl() == "cuda" and array_module(blocks_u8) is not np
+        if (not SIMULATOR and not reference and array_module(blocks_u8) is not np
                 and matvec_cuda.qualifies(name, blocks_u8, x)):
-            return matvec_cuda.launch(name, blocks_u8, x, out, rows, cols, stream)
+            return matvec_cuda.launch(name, blocks_u8, x, out, rows, cols, stream, pdl=pdl, int8_dot_types=int8_dot_types)
         w = as_words(blocks_u8)
         wh = w.view(np.float16)
         ns = numba_stream(stream)

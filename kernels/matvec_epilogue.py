@@ -1,7 +1,7 @@
 """Decode matvec with the next op folded into its end: one launch instead of two, a use (issue 4's
 decode step: 10 launches a layer -> 8). CUDA C on kernels/matvec_cuda.py's register kernel (its
 loop `mv_rows_any`, CONFIG's rows a CTA and prefetch; over quantized x, matvec_q8's structs and CTA
-shapes, IQ3_XXS's included since session 9), only the end differs:
+shapes, IQ3_XXS's included), only the end differs:
 
   add        out = x @ W.T + res: the residual add after the attention-output and down products,
              so the next norm is a plain rms_norm and the separate add is gone.
@@ -14,8 +14,8 @@ shapes, IQ3_XXS's included since session 9), only the end differs:
              weights) and each CTA's sum of out^2 (a fixed order, no atomics: deterministic);
   scale in   any of the above, or none, over such an xg: the CTA sums the producer's partial sums
              after its loop and scales its totals by rsqrt(mean + eps) before the epilogue.
-             Neither touches the loop (session 4: folding the norm into the loop, x * g and the
-             sum of x^2 per chunk, cost registers and made the gated product 50% slower).
+             Neither touches the loop (folding the norm into the loop, x * g and the sum of
+             x^2 per chunk, cost registers and made the gated product much slower).
 
 The add and the activations are written as cupy_ops' (`a + b`, silu_mul, gelu_tanh_mul), so a
 decode step's results do not depend on whether the epilogue ran (same fp32 operations in the same
@@ -28,137 +28,36 @@ import functools
 import numpy as np
 
 from lite.kernels import matvec_cuda as mc
-from lite.kernels import matvec_q8, pdl
+from lite.kernels import matvec_q8
+from lite.kernels import pdl as pdl_mod
+from lite.kernels.cuda_source import source
 from lite.kernels.cupy_decode_src import C_LAST_OF_COLUMN
 
 EPILOGUES = {"add": 1, "silu": 2, "gelu_tanh": 3}
 
-C_EPI = r"""
-// mv with the next decode op folded into its end (one launch fewer a use, see EPILOGUES):
-// E = 1: out = x @ W.T + res (the residual add after the attention-output and down products).
-// E = 2 / 3: W is [gate; up] (rows = 2F); a CTA takes R/2 units, i.e. gate rows u0.. and up rows
-// F+u0.., and writes act(g) * u, silu (2) or gelu_tanh (3), as (n, F): the FFN's activation.
-// IL (gated only): W's rows are [gate; up] interleaved (gate u, up u, gate u+1, ...: a CTA's 2H
-// rows are contiguous) instead of F gate rows then F up rows.
-// E = 0 (only with NM = 2): out = the product.
-// NM, the RMSNorm split across two launches (lite/backends/cuda_norm.py):
-//   1 (norm out, E = 1): also xg = out * g and part[n * gridDim.x + blockIdx.x] = this CTA's sum of
-//     out^2; the last CTA to finish (counter) sums them in a fixed order (the same in every run)
-//     and writes scale[n] = rsqrt(mean + eps);
-//   2 (scale in): x is such an xg; each total is multiplied by scale[n] before the epilogue, so
-//     that the product is of rms_norm(out) * g.
-// The arithmetic of the add and the activations is cupy_ops' (`a + b`, silu_mul, gelu_tanh_mul).
-// NM = 1, the last CTA: scale[n] = rsqrt(mean + eps) of out n from the CTAs' sums of squares.
-template <int N>
-__device__ __forceinline__ void norm_scale(const float* part, int nparts, int cols, float eps,
-                                           float* __restrict__ scale) {
-    __shared__ float sred[4][N];
-    #pragma unroll
-    for (int n = 0; n < N; n++) {
-        float v = 0.f;
-        for (int p = threadIdx.x; p < nparts; p += 128) v += __ldcg(part + (long long)n * nparts + p);
-        #pragma unroll
-        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-        if ((threadIdx.x & 31) == 0) sred[threadIdx.x >> 5][n] = v;
-    }
-    __syncthreads();
-    if (threadIdx.x < N) {
-        const int n = threadIdx.x;
-        scale[threadIdx.x] = rsqrtf(((sred[0][n] + sred[1][n]) + (sred[2][n] + sred[3][n])) / cols + eps);
-    }
-}
-// The end of mve: total (thread r*N+n: row r, x n) through epilogue E into out.
-template <int N, int R, int E, int NM, bool IL>
-__device__ __forceinline__ void mve_end(float total, float* __restrict__ out, int rows, int F, int H,
-                                        int u0, const float* __restrict__ res, const float* __restrict__ g,
-                                        float* xg, float* __restrict__ part,
-                                        float* __restrict__ scale, int* counter, float eps) {
-    if constexpr (NM == 1) {      // E == 1, R * N <= 32: warp 0 holds every total
-        if (threadIdx.x < 32) {
-            const int r = threadIdx.x / N, n = threadIdx.x % N;
-            const long long i = (long long)n * rows + u0 + r;
-            float y = 0.f;
-            if (threadIdx.x < R * N && u0 + r < rows) {
-                y = total + res[i];
-                out[i] = y;
-                xg[i] = y * g[u0 + r];
-            }
-            float sq = y * y;     // lanes r*N+n, r = 0..R-1: xor over multiples of N keeps n
-            #pragma unroll
-            for (int o = N; o < R * N; o <<= 1) sq += __shfl_xor_sync(0xffffffffu, sq, o);
-            if (threadIdx.x < N) part[(long long)n * gridDim.x + blockIdx.x] = sq;
-        }
-        if (last_block_to_count(counter, gridDim.x)) norm_scale<N>(part, gridDim.x, rows, eps, scale);
-    } else if constexpr (E <= 1) {
-        if (threadIdx.x < R * N) {
-            const int r = threadIdx.x / N, n = threadIdx.x % N;
-            const long long i = (long long)n * rows + u0 + r;
-            if constexpr (E == 1) { if (u0 + r < rows) out[i] = total + res[i]; }
-            else { if (u0 + r < rows) out[i] = total; }
-        }
-    } else {
-        __shared__ float tot[R * N];
-        if (threadIdx.x < R * N) tot[threadIdx.x] = total;
-        __syncthreads();
-        if (threadIdx.x < H * N) {
-            const int r = threadIdx.x / N, n = threadIdx.x % N;
-            const int rg = IL ? 2 * r : r, ru = IL ? 2 * r + 1 : r + H;
-            const float g = tot[rg * N + n], u = tot[ru * N + n];
-            float y;
-            if constexpr (E == 2) y = g / (1.0f + expf(-g)) * u;
-            else y = 0.5f * g * (1.0f + tanhf(0.7978845608028654f * (g + 0.044715f * g * g * g))) * u;
-            if (u0 + r < F) out[(long long)n * F + u0 + r] = y;
-        }
-    }
-}
-template <class T, int N, int R, int P, int E, int NM, bool IL = false>
-__global__ void __launch_bounds__(128) mve(const unsigned char* __restrict__ w, const float* __restrict__ x,
-                                           float* __restrict__ out, int rows, int cols,
-                                           const float* __restrict__ res, const float* __restrict__ g,
-                                           float* xg, float* part, float* scale,
-                                           int* counter, float eps) {
-    constexpr int H = E >= 2 ? R / 2 : R;                 // output units a CTA
-    const int F = E >= 2 ? rows / 2 : rows;               // output width
-    const int u0 = blockIdx.x * H, nb = cols / T::BE, chunks = nb * T::CPB;
-    const long long rb = (long long)nb * T::TS;
-    T::init();                    // per-type tables in shared memory (IQ3_XXS's grid; K types: none)
-    const unsigned char* rowp[R];
-    #pragma unroll
-    for (int r = 0; r < R; r++)   // units past the end re-read the last one and are not written
-        rowp[r] = w + (IL ? (long long)min(2 * u0 + r, rows - 1)
-                          : (long long)min(u0 + r % H, F - 1) + (r >= H ? F : 0)) * rb;
-    PDL_PROLOGUE();               // (LITE_PDL, kernels/pdl.py)
-    float acc[R][N];
-    mv_rows_any<T, N, R, P>(rowp, x, cols, chunks, acc);
-    __shared__ float red[4][R * N];
-    float total = block_sum<R, N>(acc, red);
-    if constexpr (NM == 2) total *= __ldg(scale + threadIdx.x % N);
-    mve_end<N, R, E, NM, IL>(total, out, rows, F, H, u0, res, g, xg, part, scale, counter, eps);
-}
-"""
+C_EPI = source("matvec_epilogue.cuh")
 
 
 def c_source(head="", q8=False, iq3=False):
-    """head: pdl.source_head() (programmatic dependent launch, kernels/pdl.py, LITE_PDL); q8: with
+    """head: pdl.source_head(pdl) (programmatic dependent launch, kernels/pdl.py); q8: with
     matvec_q8's integer structs (only where used: the default kernels keep their text); iq3: on
-    IQ3_XXS's mvq module instead (matvec_q8.c_source: the IQ3 structs, their tables, mv_rows_any)."""
+    IQ3_XXS's integer-dot module instead (matvec_q8.c_source: the IQ3 structs, their tables, mv_rows_any)."""
     if iq3:
-        return head + matvec_q8.c_source("IQ3_XXS") + "#undef R\n" + C_LAST_OF_COLUMN + C_EPI   # (matvec_iq's R)
-    return (head + mc.C_HEAD + mc.C_TYPES + mc.C_KERNEL + (matvec_q8.structs("Q4_K") if q8 else "")
-            + C_LAST_OF_COLUMN + C_EPI)
+        return head + matvec_q8.c_source("IQ3_XXS") + C_LAST_OF_COLUMN + C_EPI
+    return head + mc.c_source() + (matvec_q8.structs("Q4_K") if q8 else "") + C_LAST_OF_COLUMN + C_EPI
 
 
 def kernel_name(qtype, n, rows_per_cta, prefetch, e, nm=0, interleaved=False, q8=None):
-    """q8: over matvec_q8's quantized x (None: where matvec_q8.applies)."""
+    """q8: over matvec_q8's quantized x (None: where matvec_q8.applies by default)."""
     q8 = matvec_q8.applies(qtype) if q8 is None else q8
     struct = matvec_q8.struct(qtype) if q8 else mc.decode_struct(qtype)
-    return (f"mve<{struct}, {n}, {rows_per_cta}, {prefetch}, {e}, {nm}"
+    return (f"matvec_fused_end<{struct}, {n}, {rows_per_cta}, {prefetch}, {e}, {nm}"
             + (", true>" if interleaved else ">"))
 
 
 def config(qtype, n, q8=None):
     """(rows a CTA, prefetch): CONFIG's register kernel (matvec_q8's over quantized x: q8, None
-    where matvec_q8.applies), at most 4 rows a CTA when n > 2 (as matvec_cuda._plan); always even,
+    where matvec_q8.applies by default), at most 4 rows a CTA when n > 2 (as matvec_cuda.plan); always even,
     so a gated CTA takes R/2 units."""
     q8 = matvec_q8.applies(qtype) if q8 is None else q8
     rows_per_cta, prefetch = matvec_q8.config(qtype) if q8 else mc.CONFIG[qtype]
@@ -177,11 +76,11 @@ def interleave_rows(F):
     return np.stack([u, F + u], 1).reshape(-1)
 
 
-def norm_parts(qtype, n, rows):
+def norm_parts(qtype, n, rows, int8_dot_types=mc.INT8_DOT_TYPES):
     """Partial sums of squares a norm-out launch writes per token (its CTAs)."""
     if qtype == "IQ3_XXS_B16":
-        return rows // 16                                  # mvbe: a CTA a band of 16 rows
-    return -(-rows // config(qtype, n)[0])
+        return rows // 16                                  # bands16_product_fused_end: a CTA a band of 16 rows
+    return -(-rows // config(qtype, n, matvec_q8.applies(qtype, int8_dot_types))[0])
 
 
 @functools.lru_cache(maxsize=None)
@@ -191,19 +90,20 @@ def _kernel(device, name, head=""):
                           options=("--std=c++17",), name_expressions=[name]).get_function(name)
 
 
-def supports(qtype, blocks, x):
-    """True when mve can take these device arrays (matvec_cuda's types and alignment; IQ3_XXS, in
-    either layout, only on its mvq structs: session 9); IQ3_XXS_B16: kernels/matvec_mma.py's mvbe."""
+def supports(qtype, blocks, x, int8_dot_types=mc.INT8_DOT_TYPES):
+    """True when matvec_fused_end can take these device arrays (matvec_cuda's types and alignment; IQ3_XXS, in
+    either layout, only on its integer-dot structs); IQ3_XXS_B16: kernels/matvec_mma.py's bands16_product_fused_end."""
     if qtype == "IQ3_XXS_B16":
         return x.dtype == np.float32
     if qtype.startswith("IQ3_XXS"):
-        return matvec_q8.qualifies(qtype, blocks, x)
+        return matvec_q8.qualifies(qtype, blocks, x, int8_dot_types)
     return mc.qualifies(qtype, blocks, x)
 
 
 def launch(qtype, blocks, x, out, rows, cols, epilogue, res=None, stream=None, norm_out=None,
-           scale_in=None, interleaved=False, records_out=None, x_records=None):
-    """Enqueue mve on `stream`. blocks: W (rows, cols) as GGUF blocks, 1-D uint8; x (n, cols) f32
+           scale_in=None, interleaved=False, records_out=None, x_records=None, pdl=False,
+           int8_dot_types=mc.INT8_DOT_TYPES):
+    """Enqueue matvec_fused_end on `stream`. blocks: W (rows, cols) as GGUF blocks, 1-D uint8; x (n, cols) f32
     C-contiguous. epilogue "add": out (n, rows) = x @ W.T + res, res (n, rows) f32 C-contiguous.
     "silu" / "gelu_tanh": rows = 2F, out (n, F) = act(x @ W[:F].T) * (x @ W[F:].T). None (only
     with scale_in): out (n, rows) = the product.
@@ -212,14 +112,15 @@ def launch(qtype, blocks, x, out, rows, cols, epilogue, res=None, stream=None, n
     norm_parts(...)) f32 is scratch, counter an int32 device scalar at 0 (left at 0).
     scale_in: scale (n,) as norm_out left it, x its xg: the product is of rms_norm(out) * g.
     interleaved (gated): W's rows are in interleave_rows' order. One launch per matvec_cuda.C_MAX_N
-    rows of x. IQ3_XXS_B16 goes to kernels/matvec_mma.launch (records_out, x_records: its x records)."""
+    rows of x. The types int8_dot_types names run over quantized x; pdl: launched with PDL.
+    IQ3_XXS_B16 goes to kernels/matvec_mma.launch (records_out, x_records: its x records)."""
     import cupy
-    if qtype == "IQ3_XXS_B16":                             # mvbe (kernels/matvec_mma.py), the same contract
+    if qtype == "IQ3_XXS_B16":                             # bands16_product_fused_end (kernels/matvec_mma.py), the same contract
         from lite.kernels import matvec_mma
         if epilogue not in (None, "add") and not interleaved:
             raise ValueError("IQ3_XXS_B16's gated product takes [gate; up] rows interleaved")
         matvec_mma.launch(blocks, x, out, rows, cols, stream, epilogue=epilogue, res=res, scale_in=scale_in,
-                          norm_out=norm_out, records_out=records_out, x_records=x_records)
+                          norm_out=norm_out, records_out=records_out, x_records=x_records, pdl=pdl)
         return
     if records_out is not None or x_records is not None:
         raise ValueError("x's records (records_out, x_records) go with IQ3_XXS_B16 (kernels/matvec_mma.py)")
@@ -239,7 +140,8 @@ def launch(qtype, blocks, x, out, rows, cols, epilogue, res=None, stream=None, n
     if nm == 2 and x.shape[0] > mc.C_MAX_N:
         raise ValueError(f"scale_in takes at most {mc.C_MAX_N} tokens (one launch)")
     device = cupy.cuda.runtime.getDevice()
-    head = pdl.source_head()
+    head = pdl_mod.source_head(pdl)
+    q8 = matvec_q8.applies(qtype, int8_dot_types)
     with stream if stream is not None else contextlib.nullcontext():
         for i in range(0, x.shape[0], mc.C_MAX_N):
             xs, os_ = x[i:i + mc.C_MAX_N], out[i:i + mc.C_MAX_N]
@@ -250,12 +152,12 @@ def launch(qtype, blocks, x, out, rows, cols, epilogue, res=None, stream=None, n
             elif nm == 2:
                 scale = scale_in
             n = xs.shape[0]
-            if matvec_q8.applies(qtype):                       # x quantized for mvq (LITE_MATVEC_Q8)
-                xs = matvec_q8.quantize(qtype, xs)
-            r, p = config(qtype, n)
+            if q8:                                             # x quantized for the integer-dot structs
+                xs = matvec_q8.quantize(qtype, xs, pdl)
+            r, p = config(qtype, n, q8)
             units = r if e <= 1 else r // 2
-            func = _kernel(device, kernel_name(qtype, n, r, p, e, nm, interleaved), head)
+            func = _kernel(device, kernel_name(qtype, n, r, p, e, nm, interleaved, q8), head)
             grid, args = ((width + units - 1) // units,), (
                 blocks, xs, os_, np.int32(rows), np.int32(cols), rs, g, xg, part, scale, counter,
                 np.float32(eps))
-            pdl.call(func, grid, (mc.THREADS,), args)        # (on the current stream)
+            pdl_mod.call(func, grid, (mc.THREADS,), args, pdl=pdl)   # (on the current stream)

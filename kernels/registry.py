@@ -1,9 +1,12 @@
 """Registry of device kernels by GGUF quant type, and the public entry points.
 
 Each quant module registers a *launcher* per type:
-  dequant launcher:  launch(blocks_u8, out, stream)      blocks (n_blocks*type_size,) uint8, out (n_blocks*block_elems,) f16/f32
-  matvec launcher:   launch(blocks_u8, x, out, rows, cols, stream)
+  dequant launcher:  launch(blocks_u8, out, stream, reference=False)
+                     blocks (n_blocks*type_size,) uint8, out (n_blocks*block_elems,) f16/f32
+  matvec launcher:   launch(blocks_u8, x, out, rows, cols, stream, pdl=False, int8_dot_types=..., reference=False)
                      weight (rows, cols) as blocks; x (n, cols) f32; out (n, rows) f32
+The keywords are the backend's settings passed down (BackendConfig): PDL on the launches, the types
+on dp4a over quantized x, the Numba twins instead of the CUDA C kernels.
 Launchers own their launch configuration and enqueue on `stream` without synchronizing the host.
 """
 from dataclasses import dataclass

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from lite.backend_config import BackendConfig
 from lite.backends import cuda_unavailable_reason
 from lite.engine import Engine
 from lite.sampling import Sampler, SamplingParams
@@ -30,10 +31,10 @@ def synth_model(request, tmp_path_factory):
     return str(path)
 
 
-def compare(path, ids, n_gen, kv="f16", rtol=1e-2, chunk=16):
+def compare(path, ids, n_gen, kv="f16", rtol=1e-2, chunk=16, config=None):
     ctx = max(256, len(ids) + n_gen + 8)
     cpu = Engine(path, device="cpu", max_context=ctx, kv=kv, prefill_chunk=chunk)
-    gpu = Engine(path, device="cuda", max_context=ctx, kv=kv, prefill_chunk=chunk)
+    gpu = Engine(path, device="cuda", max_context=ctx, kv=kv, prefill_chunk=chunk, config=config)
     lc = cpu.prefill(ids, all_logits=True)
     lg = gpu.prefill(ids, all_logits=True)
     close = np.isclose(lg, lc, rtol=rtol, atol=rtol * np.abs(lc).max())
@@ -61,16 +62,16 @@ def test_synth_gpu_matches_cpu(synth_model, kv):
 
 
 @pytest.mark.parametrize("fold", ["0", "1"])
-def test_virtual_stages_identical_on_gpu(synth_model, monkeypatch, fold):
+def test_virtual_stages_identical_on_gpu(synth_model, fold):
     """Stages change no result: logits bit for bit with the decode norms as separate launches
-    (LITE_FOLD_NORM=0). With them split across the products (the default) a stage boundary runs
+    (BackendConfig(fold_norm=False)). With them split across the products (the default) a stage boundary runs
     the plain norm where one stage runs the split one (sums of squares in another order: ~1e-6)
     for every one-token step (decode, and here the prefill's last chunk: 57 = 8 x 7 + 1), so
     those logits agree to that, step by step on the same inputs; chunks of 7 stay bit for bit."""
-    monkeypatch.setenv("LITE_FOLD_NORM", fold)
+    cfg = BackendConfig(fold_norm=fold == "1")
     ids = list(range(3, 60))
-    one = Engine(synth_model, device="cuda", max_context=128, prefill_chunk=7)
-    many = Engine(synth_model, device="cuda", max_context=128, prefill_chunk=7, layer_split=3)
+    one = Engine(synth_model, device="cuda", max_context=128, prefill_chunk=7, config=cfg)
+    many = Engine(synth_model, device="cuda", max_context=128, prefill_chunk=7, layer_split=3, config=cfg)
     pairs = [(one.prefill(ids, all_logits=True), many.prefill(ids, all_logits=True))]
     assert np.array_equal(pairs[0][0][:-1], pairs[0][1][:-1])
     tok = int(np.argmax(pairs[0][0][-1]))
@@ -109,13 +110,14 @@ def test_real_model_gpu_matches_cpu(key):
 
 def _on_off_agree(path, switch, split=None):
     """Prefill and 8 greedy decode steps (graphs on; the first token after prefill through the
-    plain path) with switch(on) then switch(off) called before each engine is made: the logits
-    agree to ~1e-6 and the tokens exactly. Returns the two engines."""
+    plain path) with switch(on) then switch(off) called before each engine is made (a switch that
+    returns a BackendConfig: the engine's config): the logits agree to ~1e-6 and the tokens
+    exactly. Returns the two engines."""
     ids = list(range(5, 37))
     runs, engines = {}, {}
     for on in (True, False):
-        switch(on)
-        e = engines[on] = Engine(path, device="cuda", max_context=128, layer_split=split)
+        config = switch(on)
+        e = engines[on] = Engine(path, device="cuda", max_context=128, layer_split=split, config=config)
         logits = [e.prefill(ids)]
         for _ in range(8):
             logits.append(e.decode_step(int(np.argmax(logits[-1]))))
@@ -131,8 +133,8 @@ def q8_atol(path):
     operations, reordered), or 2e-4 where Q4_K products run on kernels/matvec_q8.py's quantized x
     (the default): paths that hand the product x scaled differently (the folded norm's xg against
     the normed x) quantize it differently, each within max|x| / 64,516 of its run, and the
-    differences go through every layer and step (session 7 on the H200, tiny llama: 1.4e-5 of the
-    max logit in call 3, 5.4e-5 after 8 steps in call 4; tokens equal)."""
+    differences go through every layer and step (measured on the H200, tiny llama: up to 5.4e-5 of
+    the max logit after 8 steps; tokens equal)."""
     from lite.gguf_file import GGUFFile
     from lite.kernels import matvec_q8
     f = GGUFFile(path)
@@ -145,23 +147,22 @@ def q8_atol(path):
                                         ("gemma3", "Q4_K"), ("llama", "IQ3_XXS")])
 def test_matvec_epilogues_equal_the_separate_launches(tmp_path, monkeypatch, arch, quant):
     """Decode with the residual add and the FFN activation folded into the products
-    (kernels/matvec_epilogue.py, the default) against the separate launches (LITE_MATVEC_EPILOGUE=0):
-    the same fp32 operations, so the logits agree to the last bits and the tokens exactly."""
-    import lite.backends.cuda_linear as cuda_linear
+    (kernels/matvec_epilogue.py, the default) against the separate launches (BackendConfig.epilogues
+    off): the same fp32 operations, so the logits agree to the last bits and the tokens exactly."""
     path = str(tmp_path / "m.gguf")
     synth(arch, "tiny", quant, path, seed=6)
-    _on_off_agree(path, lambda on: monkeypatch.setattr(cuda_linear, "EPILOGUES", on))
+    _on_off_agree(path, lambda on: BackendConfig(epilogues=on))
 
 
 @pytest.mark.parametrize("arch,quant", [("llama", "Q4_K"), ("qwen3", "Q6_K"), ("llama", "Q8_0"),
                                         ("qwen3moe", "Q4_K"), ("gemma3", "Q4_K")])
 def test_programmatic_dependent_launch_changes_nothing(tmp_path, monkeypatch, arch, quant):
-    """LITE_PDL (kernels/pdl.py, default on GPUs of compute capability 9.0+): the decode matvecs,
+    """BackendConfig.pdl (kernels/pdl.py, default on GPUs of compute capability 9.0+): the decode matvecs,
     attention and MoE kernels launched with programmatic dependencies, inside captured graphs too:
     the same arithmetic, so the same logits (to the tolerance of _on_off_agree) and tokens."""
     path = str(tmp_path / "m.gguf")
     synth(arch, "tiny", quant, path, seed=12)
-    _on_off_agree(path, lambda on: monkeypatch.setenv("LITE_PDL", "1" if on else "0"))
+    _on_off_agree(path, lambda on: BackendConfig(pdl=on))
 
 
 @pytest.mark.parametrize("quant", ["Q4_K", "Q8_0"])
@@ -173,89 +174,70 @@ def test_moe_gated_form_matches_the_separate_launches(tmp_path, monkeypatch, qua
     _on_off_agree(path, lambda on: monkeypatch.setenv("LITE_MOE_GATED", "1" if on else "0"))
 
 
-@pytest.mark.parametrize("form", ["mv", "mvf", "mvq"])
+@pytest.mark.parametrize("form", ["mvf", "mvq"])
 @pytest.mark.parametrize("arch", ["llama", "gemma3", "qwen3moe"])
 def test_both_q4k_dot_forms_match_cpu(tmp_path, monkeypatch, arch, form):
     """Q4_K decode products (mv, the epilogue kernels, the MoE experts' moe_mvw) with the dot in 2
-    instructions a weight (mvf, kernels/matvec_structs.py TQ4_KH: the default since session 6) or 3
-    (mv, LITE_MATVEC_CONFIG="Q4_K=mv"): each against the CPU backend as every GPU path is. (Not
-    against each other at 1e-5: the rearranged sums, ~6e-6 a 16-weight run, grow past that through
-    gemma3's and qwen3moe's layers; session 6's first GPU run.)"""
-    from lite.kernels import matvec_cuda as mc, matvec_q8
-    monkeypatch.setitem(mc.DEFAULT, "Q4_K", ("mvf", 8, 0) if form == "mvf" else ("mv",))
-    monkeypatch.setattr(matvec_q8, "ENABLED", ("Q4_K",) if form == "mvq" else ())  # mvq: matvec_q8, the default
+    instructions a weight over float x (mvf, kernels/matvec_structs.py TQ4_KH) or on dp4a over
+    quantized x (mvq): each against the CPU backend as every GPU path is. (Not against each other
+    at 1e-5: the rearranged sums, ~6e-6 a 16-weight run, grow past that through gemma3's and
+    qwen3moe's layers.)"""
+    types = ("Q4_K",) if form == "mvq" else ()         # mvq: matvec_q8, the default
     path = str(tmp_path / "m.gguf")
     synth(arch, "tiny", "Q4_K", path, seed=12)
-    got, want = compare(path, list(range(5, 45)), 12)
+    got, want = compare(path, list(range(5, 45)), 12, config=BackendConfig(int8_dot_types=types))
     assert got[0] == want[0]
     assert sum(a == b for a, b in zip(got, want)) >= len(want) // 2
-
-
-@pytest.mark.parametrize("copies", ["0", "2"])
-def test_iq3_moe_grid_copies_change_nothing(tmp_path, monkeypatch, copies):
-    """LITE_IQ3_GCOPIES (kernels/matvec_iq.py grid_copies: the IQ3_XXS grid's shared copies a
-    moe_mvw CTA fills; 0, the default: none, read through L1): the same grid values in the same
-    sums, so the same logits and tokens as with 8 copies (the default before session 6)."""
-    path = str(tmp_path / "m.gguf")
-    synth("qwen3moe", "tiny", "IQ3_XXS", path, seed=9)
-    _on_off_agree(path, lambda on: monkeypatch.setenv("LITE_IQ3_GCOPIES", copies if on else "8"))
 
 
 @pytest.mark.parametrize("arch,quant,split", [("llama", "Q4_K", None), ("llama", "Q8_0", 2),
                                               ("qwen3", "Q6_K", None), ("qwen3moe", "Q4_K", None),
                                               ("llama", "IQ3_XXS", None)])
 def test_folded_norms_match_the_separate_launches(tmp_path, monkeypatch, arch, quant, split):
-    """LITE_FOLD_NORM=1 (lite/backends/cuda_norm.py: the decode RMSNorms split across the residual
+    """BackendConfig.fold_norm (lite/backends/cuda_norm.py: the decode RMSNorms split across the residual
     add's product and the products that read the norm, kernels/matvec_epilogue.py's norm out and
     scale in) against the separate rms_norm launches: the sums of squares in another order and
     the scale after the product, so logits agree to ~1e-6, greedy tokens exactly. Two stages (the
     first stage's last residual add is materialized for the hand-off)."""
     path = str(tmp_path / "m.gguf")
     synth(arch, "tiny", quant, path, seed=8)
-    engines = _on_off_agree(path, lambda on: monkeypatch.setenv("LITE_FOLD_NORM", "1" if on else "0"),
-                            split)
+    engines = _on_off_agree(path, lambda on: BackendConfig(fold_norm=on), split)
     assert all(b.ops.fold_norm == on for on, e in engines.items() for b in e.stages)
 
 
-def test_regrouped_iq3xxs_weights_match_cpu_and_the_file_layout(tmp_path, monkeypatch):
-    """LITE_IQ3_REGROUP (default on: lite/backends/cuda.py _regroup_iq3, kernels/iq3_groups.py): the
-    IQ3_XXS matrices (q/k/v stacked, gate/up, o, down: every row whole groups at this shape) stored
-    regrouped, read by the decode products (TIQ3_XXSG) and the prefill's dequantize: against the
-    CPU, and against the file's layout (the same integer sums: the logits agree to _on_off_agree's
-    tolerance). With LITE_IQ3_B16=0: G4 everywhere (the default since session 15 puts whole bands in B16)."""
-    from lite.backends import cuda as cuda_backend
-    monkeypatch.setattr(cuda_backend, "IQ3_B16", False)
+def test_regrouped_iq3xxs_weights_match_cpu_and_the_file_layout(tmp_path):
+    """BackendConfig(iq3_layout="groups4") (lite/backends/cuda.py _regroup_iq3, kernels/gpu_layout.py,
+    kernels/iq3_groups.py): the IQ3_XXS matrices (q/k/v stacked, gate/up, o, down: every row whole
+    groups at this shape) stored regrouped, read by the decode products (TIQ3_XXS_G4_INT8) and the
+    prefill's dequantize: against the CPU, and against the file's layout (iq3_layout="file"; the
+    same integer sums: the logits agree to _on_off_agree's tolerance)."""
+    g4 = BackendConfig(iq3_layout="groups4")
     path = str(tmp_path / "m.gguf")
     synth("llama", "small", "IQ3_XXS", path, seed=4)
-    kinds = {w.qtype for w in Engine(path, device="cuda", max_context=64).stages[0].ops.w.values()}
+    kinds = {w.qtype for w in Engine(path, device="cuda", max_context=64, config=g4).stages[0].ops.w.values()}
     assert "IQ3_XXS_G4" in kinds and "IQ3_XXS" not in kinds, kinds
-    got, want = compare(path, list(range(5, 45)), 12)
+    got, want = compare(path, list(range(5, 45)), 12, config=g4)
     assert got[0] == want[0]
     assert sum(a == b for a, b in zip(got, want)) >= len(want) // 2
-    _on_off_agree(path, lambda on: monkeypatch.setattr(cuda_backend, "IQ3_REGROUP", on))
+    _on_off_agree(path, lambda on: BackendConfig(iq3_layout="groups4" if on else "file"))
     # the epilogue kernels (residual add, gated activation over interleaved rows) on the regrouped
-    # weights against the separate launches (session 9: IQ3_XXS joined the epilogue types)
-    import lite.backends.cuda_linear as cuda_linear
-    _on_off_agree(path, lambda on: monkeypatch.setattr(cuda_linear, "EPILOGUES", on))
+    # weights against the separate launches
+    _on_off_agree(path, lambda on: BackendConfig(iq3_layout="groups4", epilogues=on))
 
 
-def test_iq3_b16_weights_match_cpu_and_g4(tmp_path, monkeypatch):
-    """LITE_IQ3_B16 (session 14; the default since session 15; lite/backends/cuda.py _regroup_iq3): the IQ3_XXS matrices of whole
+def test_iq3_b16_weights_match_cpu_and_g4(tmp_path):
+    """BackendConfig(iq3_layout="bands16") (the default; lite/backends/cuda.py _regroup_iq3): the IQ3_XXS matrices of whole
     bands as IQ3_XXS_B16, their decode products through kernels/matvec_mma.py (mvb, and mvbe for the residual
     add, the gated activation, the norm's scale in and norm out), prefill through kernels/dequant_b16.py:
     against the CPU, and against the G4 layout (the same integer sums up to the products' own float orders:
     _on_off_agree's tolerance), with the epilogues and the folded norms on and off."""
-    from lite.backends import cuda as cuda_backend
-    import lite.backends.cuda_linear as cuda_linear
     path = str(tmp_path / "m.gguf")
     synth("llama", "small", "IQ3_XXS", path, seed=4)
-    monkeypatch.setattr(cuda_backend, "IQ3_B16", True)
     kinds = {w.qtype for w in Engine(path, device="cuda", max_context=64).stages[0].ops.w.values()}
     assert "IQ3_XXS_B16" in kinds, kinds
     got, want = compare(path, list(range(5, 45)), 12)
     assert got[0] == want[0]
     assert sum(a == b for a, b in zip(got, want)) >= len(want) // 2
-    _on_off_agree(path, lambda on: monkeypatch.setattr(cuda_backend, "IQ3_B16", on))
-    monkeypatch.setattr(cuda_backend, "IQ3_B16", True)   # (the switch above ends off)
-    _on_off_agree(path, lambda on: monkeypatch.setattr(cuda_linear, "EPILOGUES", on))
-    _on_off_agree(path, lambda on: monkeypatch.setenv("LITE_FOLD_NORM", "1" if on else "0"))
+    _on_off_agree(path, lambda on: BackendConfig(iq3_layout="bands16" if on else "groups4"))
+    _on_off_agree(path, lambda on: BackendConfig(epilogues=on))
+    _on_off_agree(path, lambda on: BackendConfig(fold_norm=on))

@@ -1,4 +1,4 @@
-"""LITE_FOLD_NORM=1's wiring (lite/backends/cuda_norm.py): for one token linear_add returns an
+"""BackendConfig.fold_norm's wiring (lite/backends/cuda_norm.py): for one token linear_add returns an
 AddLater; rms_norm of an AddLater launches it with the norm out and returns a ScaledLater, which
 only the ops in TAKE use as such (the CUDA backend's scale-in kernels) while every op in
 MATERIALIZE, and the end of a stage, turn lazy values into arrays. Checked on the CPU with a

@@ -90,32 +90,28 @@ def test_cuda_c_matches_numba_on_gpu(name, monkeypatch):
     rows, cols = 37, 2048                      # rows not a multiple of the 4 a CUDA block takes
     blocks = cupy.asarray(random_blocks(name, rows * cols // 256, rng))
     x = cupy.asarray(rng.standard_normal((5, cols)).astype(np.float32))
-    from lite.kernels import matvec_q8, matvec_staged
+    from lite.kernels import matvec_persistent, matvec_q8
     used, q8 = [], []
-    real, real_q8 = matvec_staged.launch, matvec_q8.launch
-    monkeypatch.setattr(matvec_staged, "launch", lambda *a, **k: used.append(1) or real(*a, **k))
+    real, real_q8 = matvec_persistent.launch, matvec_q8.launch
+    monkeypatch.setattr(matvec_persistent, "launch", lambda *a, **k: used.append(1) or real(*a, **k))
     monkeypatch.setattr(matvec_q8, "launch", lambda *a, **k: q8.append(1) or real_q8(*a, **k))
     results = {}
     for impl in ("cuda", "numba"):
-        monkeypatch.setenv("LITE_MATVEC_IMPL", impl)
-        monkeypatch.setenv("LITE_DEQUANT_IMPL", impl)
-        results[impl] = (K.matvec(blocks, name, x, rows, cols).get(),
-                         K.dequantize(blocks, name, np.float16).get())
+        ref = impl == "numba"
+        results[impl] = (K.matvec(blocks, name, x, rows, cols, reference=ref).get(),
+                         K.dequantize(blocks, name, np.float16, reference=ref).get())
     np.testing.assert_allclose(results["cuda"][0], results["numba"][0], rtol=1e-4,
                                atol=1e-4 * np.abs(results["numba"][0]).max())
     np.testing.assert_array_equal(results["cuda"][1].view(np.uint16), results["numba"][1].view(np.uint16))
-    # IQ3_XXS: the integer-dot kernel (kernels/matvec_q8.py, the default since session 8) must have
-    # run; else (LITE_MATVEC_Q8 without it) its rows here are 784 bytes (16-aligned): a staged or
-    # persistent default must have (this test asserted only the latter until session 9's GPU run)
+    # IQ3_XXS: the integer-dot kernel (kernels/matvec_q8.py, the default) must have run
     assert bool(q8) == matvec_q8.applies(name), q8
-    assert bool(used) == (not q8 and matvec_iq.DEFAULT.get(name, ("reg",))[0] != "reg"), used
+    assert bool(used) == (not q8 and name == "IQ3_XXS"), used    # the persistent kernel for n = 1
 
 
 @pytest.mark.skipif(K.SIMULATOR, reason="the CUDA C kernels run only on a GPU")
-@pytest.mark.parametrize("config", [("mvs", 4, 3), ("mvp", 4), ("reg",)])
-def test_iq3_xxs_cuda_c_kernels_match_float64(config):
-    # every IQ3_XXS CUDA C kernel, on 37 rows (not a multiple of any rows a CTA), n = 1, 2 and 3
-    # (mvp takes n = 1 only; n = 2 and n = 3 = 2 + 1 go through the others)
+def test_iq3_xxs_cuda_c_kernels_match_float64():
+    # IQ3_XXS's CUDA C kernels over float x, on 37 rows (not a multiple of any rows a CTA), n = 1, 2
+    # and 3 (the persistent kernel takes n = 1; n = 2 and n = 3 = 2 + 1 the register kernel)
     import cupy
     rng = np.random.default_rng(13)
     rows, cols = 37, 2048
@@ -127,7 +123,7 @@ def test_iq3_xxs_cuda_c_kernels_match_float64(config):
     for n in (1, 2, 3):
         out = cupy.full((n, rows), np.nan, np.float32)
         matvec_iq.launch_cuda("IQ3_XXS", cupy.asarray(blocks), cupy.asarray(x[:n]), out, rows, cols, None,
-                              config=config)
+                              int8_dot_types=())
         assert np.all(np.abs(out.get() - expect[:n]) <= 1e-5 * scale[:n] + 1e-4 * np.abs(expect[:n]))
 
 
@@ -158,7 +154,7 @@ def test_regrouped_iq3xxs_dequantizes_as_the_file_layout():
 
 
 def test_regrouped_iq3xxs_matvec_matches_float64_or_refuses():
-    """The decode product of IQ3_XXS_G4 weights (qx + mv_iq2<TIQ3_XXSG>) on the GPU, within the
+    """The decode product of IQ3_XXS_G4 weights (qx + matvec_with_init<TIQ3_XXS_G4_INT8>) on the GPU, within the
     bound of the raw layout's; without the GPU kernels (CI) a clear error, never wrong numbers."""
     from lite.kernels import iq3_groups
     rng = np.random.default_rng(43)
@@ -175,3 +171,18 @@ def test_regrouped_iq3xxs_matvec_matches_float64_or_refuses():
     got = _to_host(K.matvec(dev, iq3_groups.NAME, xd, rows, cols))
     scale = np.abs(x.astype(np.float64)) @ np.abs(w).T + 1e-30
     assert np.all(np.abs(got - expect) <= 1e-3 * scale)
+
+
+def test_table_headers_match_gguf_tables():
+    """kernels/cuda's table headers are gguf-py's tables as the generators write them."""
+    from lite.kernels import dequant_iq, iq_tables, matvec_mma_src
+    from lite.kernels.cuda_source import source
+    assert dequant_iq.c_grid_array("IQ3XXS_GRID", "IQ3_XXS") in source("iq3_grid.cuh")
+    assert iq_tables.c_offset_tables() in source("iq3_offset_tables.cuh")
+    kv = ", ".join(str(int(v)) for v in iq_tables.KVALUES_IQ4)
+    assert f"__device__ const int IQ4_KVALUES[16] = {{{kv}}};" in source("iq4_values.cuh")
+    m = iq_tables.sign_masks()
+    masks = ", ".join(f"{{{int(a):#x}u, {int(b):#x}u}}" for a, b in m)
+    assert f"IQ3XXS_SMASK2[128] = {{{masks}}};" in source("iq3_sign_masks.cuh")
+    words = ", ".join(f"{int(v)}u" for v in matvec_mma_src.table_words())
+    assert f"= {{{words}}};" in source("iq3_signed_grid_words.cuh")

@@ -182,18 +182,15 @@ def _both_impls(monkeypatch, qtype, blocks, x, rows, cols, config=None):
 
     def spy(*a, **k):
         calls.append(a[0])
-        return real(*a, **k, config=config)
+        return real(*a, **k, cta=config)
 
     spy.real = real
 
     monkeypatch.setattr(matvec_cuda, "launch", spy)
-    from lite.kernels import matvec_q8          # the float CUDA C kernel against its Numba twin:
-    monkeypatch.setattr(matvec_q8, "ENABLED", ())      # not the default mvq (own tests)
     b, xd = cupy.asarray(blocks), cupy.asarray(x)
     out = {}
-    for impl in ("cuda", "numba"):
-        monkeypatch.setenv("LITE_MATVEC_IMPL", impl)
-        out[impl] = matvec(b, qtype, xd, rows, cols).get()
+    for impl in ("cuda", "numba"):      # the float CUDA C kernel (not the integer-dot one) against its Numba twin
+        out[impl] = matvec(b, qtype, xd, rows, cols, int8_dot_types=(), reference=impl == "numba").get()
     assert calls == [qtype], "the CUDA C kernel was not used on aligned inputs"
     return out["cuda"], out["numba"]
 
@@ -224,30 +221,6 @@ def test_cuda_c_ragged_rows_and_every_n(qtype, monkeypatch):
             _check(twin, ref[:n], scale[:n])
 
 
-# Rows of a multiple of 16 bytes (the staged kernel's copies), 37 of them (not a multiple of any rows
-# a CTA), and fewer chunks than threads (a partial stage) for the K types.
-STAGED_SHAPES = {"Q4_0": (37, 768), "Q8_0": (37, 256), "Q4_K": (37, 2048), "Q5_K": (37, 2048), "Q6_K": (37, 2048)}
-
-
-@pytest.mark.skipif(SIMULATOR, reason="the CUDA C kernels run only on a GPU (no GPU driver here)")
-@pytest.mark.parametrize("qtype", TYPES)
-def test_cuda_c_staged_and_persistent_kernels_ragged_rows(qtype, monkeypatch):
-    # against float64 only (the register kernel, checked against the Numba twin above, is the
-    # reference for the same arithmetic; these differ from it in data movement only)
-    from lite.kernels import matvec_cuda, matvec_staged
-    used = []
-    real = matvec_staged.launch
-    monkeypatch.setattr(matvec_staged, "launch", lambda *a, **k: used.append(a[0]) or real(*a, **k))
-    monkeypatch.setenv("LITE_MATVEC_IMPL", "cuda")
-    rows, cols = STAGED_SHAPES[qtype]
-    blocks, x, ref, scale = _problem(qtype, rows, cols, 3, seed=60 + TYPES.index(qtype))
-    b, xd = cupy_asarray(blocks), cupy_asarray(x)
-    for config in (("mvs", 4, 3), ("mvs", 8, 2), ("mvp", 4), ("mvp", 8)):
-        for n in (1, 2, 3):
-            out = cupy_asarray(np.full((n, rows), np.nan, np.float32))
-            matvec_cuda.launch(qtype, b, xd[:n], out, rows, cols, config=config)
-            _check(out, ref[:n], scale[:n])
-    assert len(used) == 8, "the staged / persistent kernels must take n = 1, 2 (n = 3: register)"
 
 
 def cupy_asarray(a):
@@ -268,24 +241,12 @@ def test_cuda_c_skipped_for_unaligned_blocks(monkeypatch):
     _check(matvec(buf[2:], "Q4_K", cupy.asarray(x), rows, cols), ref, scale)
 
 
-def test_launch_plan_takes_new_kernels_only_where_they_can():
+def test_launch_plan():
     # pure host logic (no GPU): which kernel and configuration one launch gets
     from lite.kernels import matvec_cuda as mc
-    reg = ("mv",) + mc.CONFIG["Q4_K"]
-    assert mc._plan("Q4_K", ("mvs", 4, 3), 1, staged_ok=True) == ("mvs", 4, 3)
-    assert mc._plan("Q4_K", ("mvs", 4, 3), 2, staged_ok=True) == ("mvs", 4, 3)
-    assert mc._plan("Q4_K", ("mvs", 4, 3), 1, staged_ok=False) == reg          # rows not 16-aligned
-    assert mc._plan("Q4_K", ("mvp", 8), 1, staged_ok=False) == ("mvp", 8)
-    assert mc._plan("Q4_K", ("mvp", 8), 3, staged_ok=True) == ("mv", min(reg[1], 4), reg[2])
-    assert mc._plan("Q4_K", ("mvp", 8), 2, staged_ok=True) == ("mvp", 4)
-    assert mc._plan("Q8_0", (8, 1), 1, staged_ok=True) == ("mv", 8, 1)          # a register override
-    assert mc._plan("Q8_0", (8, 1), 5, staged_ok=True) == ("mv", 4, 1)
-    for qtype in mc.TYPES:                                                     # defaults are valid
-        assert mc._plan(qtype, None, 1, staged_ok=True)[0] in ("mv", "mvf", "mvs", "mvp")
-    assert mc.kernel_name("Q4_K", 1, "mvp", 8) == "mvp<TQ4_K, 1, 8>"
-    assert mc.kernel_name("Q4_K", 2, 8, 0) == "mv<TQ4_K, 2, 8, 0>"
-    assert mc.kernel_name("Q6_K", 1, "mvs", 4, 3) == "mvs<TQ6_K, 1, 4, 3>"
-    # mvf: the two-instruction dot (Q4_K's default), only for FAST_DOT types
-    assert mc.kernel_name("Q4_K", 1, "mvf", 8, 0) == "mv<TQ4_KH, 1, 8, 0>"
-    assert mc._plan("Q4_K", ("mvf", 8, 0), 1, staged_ok=True) == ("mvf", 8, 0)
-    assert mc._plan("Q6_K", ("mvf", 4, 0), 1, staged_ok=True) == ("mv",) + mc.CONFIG["Q6_K"]
+    assert mc.plan("Q4_K", 1) == (True, 8, 0) and mc.plan("Q4_K", 2) == (True, 8, 0)   # the two-instruction dot
+    assert mc.plan("Q4_K", 3) == (False, 4, 0)                                         # n > 2: at most 4 rows
+    assert mc.plan("Q8_0", 1) == (False, 8, 1) and mc.plan("Q8_0", 5) == (False, 4, 1)
+    assert mc.plan("Q6_K", 1) == (False,) + mc.CONFIG["Q6_K"]
+    assert mc.kernel_name("Q4_K", 2, False, 8, 0) == "matvec_rows<TQ4_K, 2, 8, 0>"
+    assert mc.kernel_name("Q4_K", 1, True, 8, 0) == "matvec_rows<TQ4_KH, 1, 8, 0>"

@@ -1,10 +1,8 @@
-"""The CUDA C decode matvec kernels (kernels/matvec_cuda.py `mv`, kernels/matvec_staged.py `mvp`,
+"""The CUDA C decode matvec kernels (kernels/matvec_cuda.py `mv`, kernels/matvec_persistent.py `mvp`,
 kernels/matvec_iq.py IQ3_XXS) run on the host through tests/cuda_c_emulator.py, against float64.
 
 The Numba twins are what the simulator checks in CI; these tests check the CUDA C text itself
-(the per-type decode structs and both kernel loops), which otherwise runs only on a GPU. The
-staged kernel `mvs` is not emulated (its cp.async is inline PTX); it shares the structs and is
-checked against float64 on the GPU (tests/test_kernels_matvec.py).
+(the per-type decode structs and both kernel loops), which otherwise runs only on a GPU.
 """
 import numpy as np
 import pytest
@@ -12,7 +10,7 @@ import pytest
 import cuda_c_emulator as emu
 from kernel_blocks import random_blocks, reference
 
-from lite.kernels import dequant_iq, matvec_cuda, matvec_iq, matvec_staged, quant_info
+from lite.kernels import dequant_iq, matvec_cuda, matvec_iq, matvec_persistent, quant_info
 
 pytestmark = pytest.mark.skipif(not emu.available(), reason="needs g++ (C++20)")
 
@@ -58,12 +56,12 @@ def _kernels():
         s = f"TQ{qt[1:]}"
         r, p = matvec_cuda.CONFIG[qt]
         for n in (1, 2):
-            out.append((qt, n, f"mv<{s}, {n}, {r}, {p}>", r, False))
-            out.append((qt, n, f"mv<{s}, {n}, 4, 1>", 4, False))
-            out.append((qt, n, f"mvp<{s}, {n}, 4>", 4, True))
-    out.append(("IQ3_XXS", 1, "mvp<TIQ3_XXS, 1, 8>", 8, True))
+            out.append((qt, n, f"matvec_rows<{s}, {n}, {r}, {p}>", r, False))
+            out.append((qt, n, f"matvec_rows<{s}, {n}, 4, 1>", 4, False))
+            out.append((qt, n, f"matvec_persistent<{s}, {n}, 4>", 4, True))
+    out.append(("IQ3_XXS", 1, "matvec_persistent<TIQ3_XXS, 1, 8>", 8, True))
     for n in (1, 2):                                     # the two-instruction dot (mvf, Q4_K's default)
-        out.append(("Q4_K", n, f"mv<TQ4_KH, {n}, 8, 0>", 8, False))
+        out.append(("Q4_K", n, f"matvec_rows<TQ4_KH, {n}, 8, 0>", 8, False))
     return [(qt, n, call, r, persistent, f"emu_{i}") for i, (qt, n, call, r, persistent) in enumerate(out)]
 
 
@@ -71,7 +69,7 @@ def _kernels():
 def lib():
     iq = matvec_iq   # its register kernels' macros (GCOPIES, GB, SX) and the IQ3_XXS struct
     source = (HOST_SHIMS + dequant_iq.c_grid_array("IQ3XXS_GRID", "IQ3_XXS")
-              + matvec_cuda.C_HEAD + matvec_cuda.C_TYPES + matvec_cuda.C_KERNEL + matvec_staged.C_PERSISTENT
+              + matvec_cuda.C_HEAD + matvec_cuda.C_TYPES + matvec_cuda.C_KERNEL + matvec_persistent.C_PERSISTENT
               + iq.C_COMMON + iq.C_IQ3_XXS + iq.C_IQ3_XXS_STAGED
               + "".join(_wrap(name, call) for _, _, call, _, _, name in _kernels()))
     return emu.compile_kernels(source)

@@ -52,7 +52,7 @@ def lib():
         f'extern "C" __global__ void {_name(c)}({ARGS}) {{ '
         f'{matvec_epilogue.kernel_name(*c, q8=False)}(w, x, out, rows, cols, res, 0, 0, 0, 0, 0, 0.f); }}\n'
         f'extern "C" __global__ void plain_{_name(c)}({ARGS}) {{ '
-        f'mv<{matvec_cuda.decode_struct(c[0])}, {c[1]}, {c[2]}, {c[3]}>(w, x, out, rows, cols); }}\n'
+        f'matvec_rows<{matvec_cuda.decode_struct(c[0])}, {c[1]}, {c[2]}, {c[3]}>(w, x, out, rows, cols); }}\n'
         for c in _cases())
     calls += "".join(
         f'extern "C" __global__ void nm{nm}_{_name(c)}({ARGS_NM}) {{ '

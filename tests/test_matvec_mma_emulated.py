@@ -18,16 +18,16 @@ pytestmark = pytest.mark.skipif(not emu.available(), reason="needs g++ (C++20)")
 # emulator reads the static table either way) and SG (the odd chunk's signs by an add, no second mma)
 CONFIGS = [(8, 1, 1, 0, 0), (8, 1, 1, 1, 1), (8, 1, 0, 0, 1), (4, 2, 1, 1, 0), (4, 2, 0, 0, 1), (2, 3, 0, 1, 1),
            (2, 1, 1, 0, 0)]
-EPI_CONFIGS = [(8, 1, 1, 0, 0), (4, 2, 0, 1, 0), (8, 1, 1, 1, 1)]   # mvbe: config's two forms, LITE_MVBE_PREDECODE=1's
+EPI_CONFIGS = [(8, 1, 1, 0, 0), (4, 2, 0, 1, 0), (8, 1, 1, 1, 1)]   # mvbe: config's two forms, and the product's predecode form
 EPI_FORMS = [(e, nm) for e in (0, 1, 2, 3) for nm in (0, 2) if e or nm] + [(1, 1)]   # (epilogue, norm)
 
 
 @pytest.fixture(scope="module")
 def mma_lib():
     wraps = "".join(f'extern "C" __global__ void mvb_{w}_{p}_{a}_{sg}_{d}({ARGS}) '
-                    f'{{ mvb<{w}, {p}, {a}, {sg}, {d}>(w, x, out, rows, cols); }}\n' for w, p, a, sg, d in CONFIGS)
+                    f'{{ bands16_product<{w}, {p}, {a}, {sg}, {d}>(w, x, out, rows, cols); }}\n' for w, p, a, sg, d in CONFIGS)
     wraps += "".join(f'extern "C" __global__ void mvbe_{w}_{p}_{a}_{sg}_{d}_{e}_{nm}({ARGS}, const float* res, const float* g, '
-                     f'float* xg, float* part, float* scale, int* counter, float eps, unsigned* xr) {{ mvbe<{w}, {p}, {a}, {sg}, {e}, {nm}, {d}>'
+                     f'float* xg, float* part, float* scale, int* counter, float eps, unsigned* xr) {{ bands16_product_fused_end<{w}, {p}, {a}, {sg}, {e}, {nm}, {d}>'
                      f'(w, x, out, rows, cols, res, g, xg, part, scale, counter, eps, xr); }}\n'
                      for w, p, a, sg, d in EPI_CONFIGS for e, nm in EPI_FORMS)
     wraps += ('extern "C" __global__ void emu_qx_IQ3_XXS(const float* x, float* xq, int cols) '
@@ -80,7 +80,7 @@ def test_repack_holds_the_file_blocks_weights():
 
 
 def test_mvb_quantizer_writes_qx_records_words(mma_lib):
-    """matvec_mma.QUANTIZER (qxe<.., 18>: x a block's words a lane) writes qx's hi / lo words and d, each
+    """matvec_mma.QUANTIZER (quantize_x_early<.., 18>: x a block's words a lane) writes qx's hi / lo words and d, each
     where mvb's lane reads it: lane L = 4 (4 (c & 1) + 2 run + lo) + w, word 4 L + pair; d at
     128 + 4 (2 (c & 1) + run) + pair."""
     cols = 1024

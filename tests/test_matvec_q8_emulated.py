@@ -10,7 +10,7 @@ import cuda_c_emulator as emu
 from kernel_blocks import random_blocks, reference
 from test_kernels_matvec_emulated import HOST_SHIMS
 
-from lite.kernels import matvec_cuda, matvec_q8, matvec_tma, quant_info
+from lite.kernels import matvec_cuda, matvec_q8, quant_info
 
 pytestmark = pytest.mark.skipif(not emu.available(), reason="needs g++ (C++20)")
 
@@ -30,9 +30,6 @@ Q8_TYPES = ["Q4_K", "Q6_K"]          # on matvec_cuda's structs; IQ3_XXS below, 
 KERNELS = [(qt, f"emu_q8_{qt}_{n}_{r}_{p}", n, r, p) for qt in Q8_TYPES
            for n, r, p in ((1, 8, 0), (2, 8, 0), (1, 4, 1), (2, 4, 0), (1, 2, 0), (3, 2, 0))]
 SHAPES = [(37, 768), (11, 256 * 17)]   # ragged row groups; 136 chunks: a second trip with idle threads
-# kernels/matvec_tma.py's mvt (rows in dynamic shared memory by bulk copies; session 11, sweep only)
-# over TQ4_KQ: (n, rows a team, teams); rows of 3 and 17 blocks (16-byte multiples).
-MVT_K = [(1, 2, 1), (2, 4, 2)]
 
 
 @pytest.fixture(scope="module", params=[0, 1], ids=["layout0", "layout1"])
@@ -43,11 +40,9 @@ def lib(request):
                     for qt, name, n, r, p in KERNELS)
     wraps += "".join(f'extern "C" __global__ void emu_qx_{qt}(const float* x, float* xq, int cols) '
                      f'{{ {matvec_q8.quantize_name(qt)}(x, xq, cols); }}\n' for qt in Q8_TYPES)
-    wraps += "".join(f'extern "C" __global__ void emu_mvt_{n}_{r}_{tr}({ARGS}) {{ mvt<TQ4_KQ, {n}, {r}, {tr}, 0>'
-                     '(w, x, out, rows, cols); }\n' for n, r, tr in MVT_K)
     source = (HOST_SHIMS + Q8_SHIMS + matvec_cuda.C_HEAD + matvec_cuda.C_TYPES + matvec_cuda.C_KERNEL
               + f"#define LT_Q8_LAYOUT20 {request.param}\n#define LT_Q8_LAYOUT24 {request.param}\n"
-              + matvec_q8.C_Q8 + matvec_tma.C_TMA + wraps)
+              + matvec_q8.C_Q8 + wraps)
     lib = emu.compile_kernels(source)
     lib.layout = request.param
     return lib
@@ -151,40 +146,9 @@ def test_mvq_matches_float64(lib, kernel, shape):
     assert_product_matches(lib, name, (-(-rows // rows_per_cta),), blocks, blocks, qt, _x(n, cols, rng), rows, cols)
 
 
-@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s[0]}x{s[1]}")
-@pytest.mark.parametrize("k", MVT_K, ids=lambda k: "n{}_{}x{}".format(*k))
-def test_mvt_rows_in_shared_memory_match_float64(lib, k, shape):
-    """mvt (its rows copied whole into shared memory, a barrier a trip; the host emulator copies at
-    once) over Q4_K computes what mv does, one team a CTA and two."""
-    n, r, tr = k
-    rows, cols = shape
-    rng = np.random.default_rng(rows + 7 * n)
-    blocks = random_blocks("Q4_K", rows * cols // 256, rng)
-    assert_product_matches(lib, f"emu_mvt_{n}_{r}_{tr}", (-(-rows // (r * tr)),), blocks, blocks, "Q4_K",
-                           _x(n, cols, rng), rows, cols, threads=128 * tr)
-
-
 def test_unknown_type_is_a_clear_error():
     with pytest.raises(ValueError, match="Q8_0"):
         matvec_q8.launch("Q8_0", None, np.zeros((1, 256), np.float32), None, None, 1, 256)
-
-
-def test_switch_parsing():
-    assert matvec_q8.enabled_from_env("1") == matvec_q8.DEFAULT_TYPES == ("Q4_K", "Q6_K", "IQ3_XXS")
-    assert matvec_q8.enabled_from_env("0") == ()
-    assert matvec_q8.enabled_from_env("Q4_K, Q6_K") == ("Q4_K", "Q6_K")
-    with pytest.raises(ValueError, match="Q5_K"):
-        matvec_q8.enabled_from_env("Q5_K")
-    assert matvec_q8.layouts_from_env("auto") == {20: 0, 24: 1} and matvec_q8.layouts_from_env("1") == {20: 1, 24: 1}
-    from lite.errors import LiteError
-    with pytest.raises(LiteError, match="LITE_Q8_LAYOUT"):     # one line from the CLI, not an internal error
-        matvec_q8.layouts_from_env("2")
-    from lite.kernels import matvec_q8_iq3
-    assert matvec_q8_iq3.parse_tables("1,2") == (1, 2) and matvec_q8_iq3.parse_tables("0, 0") == (0, 0)
-    assert matvec_q8_iq3.parse_tables("1,3") == (1, 3)        # (IQ3_XXS_G4: the sums to floats without I2F)
-    for bad in ("3,2", "1,5", "1", "a,b"):
-        with pytest.raises(ValueError, match="LITE_IQ3_Q8"):
-            matvec_q8_iq3.parse_tables(bad)
 
 
 def _gpu():
@@ -234,7 +198,6 @@ def monkeypatch_module():
 @pytest.fixture(scope="module")
 def epi_lib(monkeypatch_module):
     from lite.kernels import matvec_epilogue
-    monkeypatch_module.setattr(matvec_q8, "ENABLED", tuple(Q8_TYPES))
     wraps = "".join(f'extern "C" __global__ void epi_{qt}_{n}_{e}_{nm}({EPI_ARGS}) {{ '
                     f'{matvec_epilogue.kernel_name(qt, n, *matvec_epilogue.config(qt, n), e, nm)}'
                     '(w, x, out, rows, cols, res, g, xg, part, scale, counter, eps); }\n'
@@ -276,17 +239,18 @@ def test_mve_over_quantized_x_matches_float64(epi_lib, case):
     assert np.all(np.abs(out - ref) <= tol), np.max(np.abs(out - ref) / tol)
 
 
-def test_q8_switch_routes_the_decode_products(monkeypatch):
-    """The types LITE_MATVEC_Q8 names take TQ*_KQ and matvec_q8's CTA shape; others the float structs."""
+def test_q8_switch_routes_the_decode_products():
+    """The types int8_dot_types names take TQ*_KQ and matvec_q8's CTA shape; others the float structs."""
     from lite.kernels import matvec_epilogue
-    monkeypatch.setattr(matvec_q8, "ENABLED", ())
-    assert "TQ4_KQ" not in matvec_epilogue.kernel_name("Q4_K", 1, 8, 0, 1)
-    assert matvec_epilogue.config("Q4_K", 1) == matvec_cuda.CONFIG["Q4_K"]
-    monkeypatch.setattr(matvec_q8, "ENABLED", ("Q4_K",))
-    assert matvec_epilogue.kernel_name("Q4_K", 1, 2, 0, 1).startswith("mve<TQ4_KQ, 1, 2, 0, 1")
-    assert matvec_epilogue.config("Q4_K", 1) == matvec_q8.config("Q4_K")
-    assert matvec_epilogue.config("Q6_K", 1) == matvec_cuda.CONFIG["Q6_K"]
-    assert "TQ6_K," in matvec_epilogue.kernel_name("Q6_K", 1, 4, 0, 1)
+    assert not matvec_q8.applies("Q4_K", ()) and matvec_q8.applies("Q4_K", ("Q4_K",))
+    assert not matvec_q8.applies("Q6_K", ("Q4_K",)) and matvec_q8.applies("IQ3_XXS_G4", ())
+    assert matvec_q8.applies_moe("Q4_K") and not matvec_q8.applies_moe("Q4_K", moe_int8_dot=False)
+    assert "TQ4_KQ" not in matvec_epilogue.kernel_name("Q4_K", 1, 8, 0, 1, q8=False)
+    assert matvec_epilogue.config("Q4_K", 1, q8=False) == matvec_cuda.CONFIG["Q4_K"]
+    assert matvec_epilogue.kernel_name("Q4_K", 1, 2, 0, 1, q8=True).startswith("matvec_fused_end<TQ4_KQ, 1, 2, 0, 1")
+    assert matvec_epilogue.config("Q4_K", 1, q8=True) == matvec_q8.config("Q4_K")
+    assert matvec_epilogue.config("Q6_K", 1, q8=False) == matvec_cuda.CONFIG["Q6_K"]
+    assert "TQ6_K," in matvec_epilogue.kernel_name("Q6_K", 1, 4, 0, 1, q8=False)
 
 
 def test_kernel_names_tell_which_modules_need_the_integer_structs(monkeypatch):
@@ -294,20 +258,18 @@ def test_kernel_names_tell_which_modules_need_the_integer_structs(monkeypatch):
     every integer struct's name, IQ3_XXS's included, must ask for structs(); float names must not.
     (IQ3_XXS_G4, the regrouped layout, has dense products only: experts keep the file's layout.)"""
     from lite.kernels import matvec_epilogue, moe_mvw
-    monkeypatch.setattr(matvec_q8, "ENABLED", matvec_q8.DEFAULT_TYPES)
-    monkeypatch.setattr(matvec_q8, "MOE", True)
     for qt in matvec_q8.DEFAULT_TYPES:
         assert matvec_q8.in_name(moe_mvw.name(qt, 768)) and matvec_q8.in_name(moe_mvw.name(qt, 2048, "silu"))
     assert matvec_q8.in_name(matvec_epilogue.kernel_name("Q4_K", 1, 2, 0, 1))
     assert matvec_q8.in_name(matvec_q8.kernel_name("IQ3_XXS_G4", 1, 4, 0))
-    assert "TIQ3_XXSG<" in matvec_q8.kernel_name("IQ3_XXS_G4", 1, 4, 0)
-    monkeypatch.setattr(matvec_q8, "ENABLED", ())
+    assert "TIQ3_XXS_G4_INT8<" in matvec_q8.kernel_name("IQ3_XXS_G4", 1, 4, 0)
+    monkeypatch.setattr(matvec_q8, "applies_moe", lambda *a, **k: False)   # (moe_mvw: moe_int8_dot off)
     for qt in matvec_q8.DEFAULT_TYPES:
         assert not matvec_q8.in_name(moe_mvw.name(qt, 768))
-    assert not matvec_q8.in_name(matvec_epilogue.kernel_name("Q4_K", 1, 8, 0, 1))
+    assert not matvec_q8.in_name(matvec_epilogue.kernel_name("Q4_K", 1, 8, 0, 1, q8=False))
 
 
-# moe_mvw (kernels/moe_mvw.py) over quantized x (LITE_MOE_Q8, opt-in): the MoE decode experts.
+# moe_mvw (kernels/moe_mvw.py) over quantized x (BackendConfig.moe_int8_dot): the MoE decode experts.
 MOE_ARGS = ("const unsigned char* w0, const unsigned char* w1, long long ebytes, const int* slot_of, "
             "const float* x, float* out0, float* out1, const int* blk_expert, const int* blk_rows, "
             "int kdiv, int S, int rows, int cols, int x_by_row")
@@ -318,8 +280,6 @@ def moe_lib(request, monkeypatch_module):
     """moe_mvw over quantized x: the K types' module, or IQ3_XXS's (its own structs and tables)."""
     from lite.kernels import moe_mvw
     types = Q8_TYPES if request.param == "K" else ["IQ3_XXS"]
-    monkeypatch_module.setattr(matvec_q8, "ENABLED", tuple(Q8_TYPES) + ("IQ3_XXS",))
-    monkeypatch_module.setattr(matvec_q8, "MOE", True)
     wraps = ""
     for qt in types:
         for cols in (512, 768):

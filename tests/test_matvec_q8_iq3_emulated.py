@@ -1,5 +1,5 @@
-"""IQ3_XXS's decode matvec on dp4a over quantized x (kernels/matvec_q8_iq3.py: TIQ3_XXSQV over the
-file's blocks, TIQ3_XXSG over IQ3_XXS_G4's, kernels/iq3_groups.py), its CUDA C on the host through
+"""IQ3_XXS's decode matvec on dp4a over quantized x (kernels/matvec_q8_iq3.py: TIQ3_XXS_INT8 over the
+file's blocks, TIQ3_XXS_G4_INT8 over IQ3_XXS_G4's, kernels/iq3_groups.py), its CUDA C on the host through
 tests/cuda_c_emulator.py against float64 products of gguf-py's dequantize, as the K types' in
 tests/test_matvec_q8_emulated.py (whose helpers these share); the epilogue kernels (mve) over them;
 the layout's repack; on a GPU the product at full size. Split from that file in session 10."""
@@ -11,48 +11,38 @@ from kernel_blocks import random_blocks, reference
 from test_kernels_matvec_emulated import HOST_SHIMS
 from test_matvec_q8_emulated import ARGS, EPI_ARGS, Q8_SHIMS, _gpu, _quantize, _x, assert_product_matches, quant_bound
 
-from lite.kernels import iq3_groups, matvec_cuda, matvec_q8, matvec_tma, quant_info
+from lite.kernels import iq3_groups, matvec_cuda, matvec_q8, quant_info
 
 pytestmark = pytest.mark.skipif(not emu.available(), reason="needs g++ (C++20)")
 
 
-# IQ3_XXS (opt-in: LITE_MATVEC_Q8 naming it): TIQ3_XXSQV on the register loop (matvec_iq_v2's mv_iq2:
+# IQ3_XXS: TIQ3_XXS_INT8 on the register loop (matvec_q8_iq3's mv_iq2:
 # mv with the table fill) over quantized x, its tables (grid copies, sign masks) through L1, in shared
 # memory or (the masks) computed; one on the persistent loop (mvp). (n, rows a CTA, prefetch, tables).
 IQ3_KERNELS = [(1, 4, 0, (0, 0)), (1, 8, 0, (0, 0)), (2, 4, 0, (0, 0)), (1, 2, 1, (0, 0)), (1, 4, 0, (1, 1)),
                (1, 4, 0, (4, 2)), (2, 4, 0, (8, 2)), (1, 4, 0, (0, 2)), (1, 8, 1, (16, 1)), (1, 4, "mvp", (2, 2)), (2, 2, 0, (1, 2)), (2, 4, 1, (1, 2))]
 
 
-# The grouped layout (matvec_q8_iq3.TIQ3_XXSG over iq3_groups.repack's bytes: the GPU backend's).
+# The grouped layout (matvec_q8_iq3.TIQ3_XXS_G4_INT8 over iq3_groups.repack's bytes: the GPU backend's).
 IQ3_GROUPED = [(1, 4, 0, (1, 2)), (2, 4, 0, (0, 0)), (1, 8, 1, (32, 2)), (1, 4, 2, (1, 2)), (2, 2, 2, (1, 2)),
                (1, 4, 2, (1, 3)), (2, 4, 0, (1, 4)), (1, 4, 2, (32, 2))]
 
 
-# Session 11's mvt (kernels/matvec_tma.py: teams of 128 threads, the rows in dynamic shared memory by
-# bulk copies; sweep only): (n, rows a team,
-# teams, grid tables, X: x's records read as needed (0), copied into shared memory (1), quantized there
-# by the CTA from x's floats (2)).
-IQ3_TEAMS = [(1, 4, 2, (16, 2), 0), (2, 2, 3, (1, 2), 1), (2, 4, 2, (1, 2), 2), (1, 2, 2, (1, 2), 2), (1, 4, 2, (32, 2), 1)]
-# and over iq3_groups.repack12's layout (TIQ3_XXSW, 12-bit fields through a 4096-word table): (n, rows a
-# team, teams, X, SC: how the sums become floats, matvec_q8_iq3.lt_iq3_chunk).
-IQ3_W12 = [(1, 4, 2, 0, 2), (2, 2, 3, 1, 3), (1, 2, 2, 2, 4)]
-
-
 def _iq3_name(n, r, p, tables):
-    from lite.kernels import matvec_q8_iq3, matvec_staged
+    from lite.kernels import matvec_persistent, matvec_q8_iq3
     if p == "mvp":
-        return matvec_staged.persistent_name(matvec_q8_iq3.struct_name(tables), n, r)
+        return matvec_persistent.persistent_name(matvec_q8_iq3.struct_name(tables), n, r)
     return matvec_q8.kernel_name("IQ3_XXS", n, r, p, tables)
 
 
 def _iq3_source():
     """IQ3_XXS's mvq module text for the emulator (matvec_q8.c_source without the asm helpers)."""
-    from lite.kernels import dequant_iq, matvec_iq, matvec_iq_v2 as v2, matvec_staged
+    from lite.kernels import dequant_iq, iq_tables, matvec_iq, matvec_persistent, matvec_q8_iq3
     return ("#define GCOPIES 0\n" + HOST_SHIMS + Q8_SHIMS
             + "inline uint2 make_uint2(unsigned a, unsigned b) { return {a, b}; }\n"
-            + dequant_iq.c_grid_array("IQ3XXS_GRID", "IQ3_XXS") + v2.c_tables()
-            + matvec_cuda.C_HEAD + matvec_cuda.C_KERNEL + matvec_staged.C_PERSISTENT + matvec_iq.C_COMMON
-            + matvec_iq.C_IQ3_XXS + matvec_iq.C_IQ3_XXS_STAGED + v2.C_IQ3_XXS_V2 + matvec_q8.structs("IQ3_XXS"))
+            + dequant_iq.c_grid_array("IQ3XXS_GRID", "IQ3_XXS") + iq_tables.c_offset_tables()
+            + matvec_cuda.C_HEAD + matvec_cuda.C_KERNEL + matvec_persistent.C_PERSISTENT + matvec_iq.C_COMMON
+            + matvec_iq.C_IQ3_XXS + matvec_iq.C_IQ3_XXS_STAGED + matvec_q8_iq3.C_MV_INIT + matvec_q8.structs("IQ3_XXS"))
 
 
 @pytest.fixture(scope="module")
@@ -60,16 +50,11 @@ def iq3_lib():
     from lite.kernels import matvec_q8_iq3
     wraps = "".join(f'extern "C" __global__ void iq3q_{i}({ARGS}) {{ {_iq3_name(*k)}(w, x, out, rows, cols); }}\n'
                     for i, k in enumerate(IQ3_KERNELS))
-    wraps += "".join(f'extern "C" __global__ void iq3g_{i}({ARGS}) {{ mv_iq2<{matvec_q8_iq3.struct_name(t, True)}, '
+    wraps += "".join(f'extern "C" __global__ void iq3g_{i}({ARGS}) {{ matvec_with_init<{matvec_q8_iq3.struct_name(t, True)}, '
                      f'{n}, {r}, {p}>(w, x, out, rows, cols); }}\n' for i, (n, r, p, t) in enumerate(IQ3_GROUPED))
-    wraps += "".join(f'extern "C" __global__ void iq3w_{i}({ARGS}) {{ mvt<{matvec_q8_iq3.struct_name(t, True)}, '
-                     f'{n}, {r}, {tr}, 0, {xm}, TIQ3_XXS, 20>(w, x, out, rows, cols); }}\n'
-                     for i, (n, r, tr, t, xm) in enumerate(IQ3_TEAMS))
-    wraps += "".join(f'extern "C" __global__ void iq3v_{i}({ARGS}) {{ mvt<TIQ3_XXSW<{sc}>, {n}, {r}, {tr}, 0, {xm}, TIQ3_XXS, 20>'
-                     f'(w, x, out, rows, cols); }}\n' for i, (n, r, tr, xm, sc) in enumerate(IQ3_W12))
     wraps += ('extern "C" __global__ void emu_qx_IQ3_XXS(const float* x, float* xq, int cols) '
               f'{{ {matvec_q8.quantize_name("IQ3_XXS")}(x, xq, cols); }}\n')
-    return emu.compile_kernels(_iq3_source() + matvec_tma.C_TMA + wraps)
+    return emu.compile_kernels(_iq3_source() + wraps)
 
 
 @pytest.mark.parametrize("shape", [(37, 768), (11, 256 * 17)], ids=lambda s: f"{s[0]}x{s[1]}")
@@ -88,7 +73,7 @@ def test_iq3xxs_mvq_matches_float64(iq3_lib, k, shape):
 @pytest.mark.parametrize("shape", [(37, 1024), (11, 2048), (5, 14336)], ids=lambda s: f"{s[0]}x{s[1]}")
 @pytest.mark.parametrize("k", range(len(IQ3_GROUPED)), ids=lambda i: "n{}_{}_{}_t{}{}".format(*IQ3_GROUPED[i][:3], *IQ3_GROUPED[i][3]))
 def test_iq3xxs_grouped_layout_matches_float64(iq3_lib, k, shape):
-    """TIQ3_XXSG over the repacked bytes computes what the raw layout does: float64 of gguf-py's
+    """TIQ3_XXS_G4_INT8 over the repacked bytes computes what the raw layout does: float64 of gguf-py's
     dequantize of the raw blocks, within the same bound."""
     n, r, _, _ = IQ3_GROUPED[k]
     rows, cols = shape
@@ -121,12 +106,11 @@ def test_regrouped_rows_stay_whole_so_fused_members_slice_by_nbytes():
 
 
 @pytest.mark.skipif(not _gpu(), reason="needs a CUDA GPU (the CUDA C text runs above under the emulator)")
-def test_gpu_iq3xxs_mvq_full_size(monkeypatch):
-    """4096x14336 and a ragged 37x2048 through matvec_iq.launch_cuda with LITE_MATVEC_Q8 naming
+def test_gpu_iq3xxs_mvq_full_size():
+    """4096x14336 and a ragged 37x2048 through matvec_iq.launch_cuda with int8_dot_types naming
     IQ3_XXS: within 1e-3 of float64 plus the x quantization's bound."""
     import cupy
     from lite.kernels import matvec_iq
-    monkeypatch.setattr(matvec_q8, "ENABLED", ("Q4_K", "IQ3_XXS"))
     for rows, cols in ((4096, 14336), (37, 2048)):
         rng = np.random.default_rng(rows + 1)
         blocks = random_blocks("IQ3_XXS", rows * cols // 256, rng)
@@ -135,7 +119,8 @@ def test_gpu_iq3xxs_mvq_full_size(monkeypatch):
             x = _x(n, cols, rng)
             ref, scale = x.astype(np.float64) @ w.T, np.abs(x).astype(np.float64) @ np.abs(w).T
             out = cupy.full((n, rows), np.nan, cupy.float32)
-            matvec_iq.launch_cuda("IQ3_XXS", cupy.asarray(blocks), cupy.asarray(x), out, rows, cols, None)
+            matvec_iq.launch_cuda("IQ3_XXS", cupy.asarray(blocks), cupy.asarray(x), out, rows, cols, None,
+                                  int8_dot_types=("Q4_K", "IQ3_XXS"))
             err = np.abs(out.get().astype(np.float64) - ref)
             assert np.all(err <= 1e-3 * np.abs(ref) + 1e-5 * scale + quant_bound("IQ3_XXS", x, w))
 
@@ -156,7 +141,7 @@ def iq3_epi_lib():
                     for qt, n, e, nm, il in IQ3_EPI_CASES)
     wraps += ('extern "C" __global__ void emu_qx_IQ3_XXS(const float* x, float* xq, int cols) '
               f'{{ {matvec_q8.quantize_name("IQ3_XXS")}(x, xq, cols); }}\n')
-    assert "TIQ3_XXSG<" in wraps and "TIQ3_XXSQV<" in wraps
+    assert "TIQ3_XXS_G4_INT8<" in wraps and "TIQ3_XXS_INT8<" in wraps
     return emu.compile_kernels(_iq3_source() + "#undef R\n" + C_LAST_OF_COLUMN + matvec_epilogue.C_EPI + wraps)
 
 
@@ -197,33 +182,3 @@ def test_mve_iq3xxs_matches_float64(iq3_epi_lib, case):
         tol = 2e-3 * (mag[:, :units] * np.abs(u) + np.abs(act) * mag[:, units:]) + 1e-6 \
             + 2 * (bound[:, :units] * np.abs(u) + np.abs(act) * bound[:, units:])
     assert np.all(np.abs(out - ref) <= tol), np.max(np.abs(out - ref) / tol)
-
-
-@pytest.mark.parametrize("shape", [(37, 2048), (6, 14336)], ids=lambda s: f"{s[0]}x{s[1]}")
-@pytest.mark.parametrize("k", range(len(IQ3_TEAMS)), ids=lambda i: "n{}_{}x{}_t{}{}_x{}".format(*IQ3_TEAMS[i][:3], *IQ3_TEAMS[i][3], IQ3_TEAMS[i][4]))
-def test_iq3xxs_teams_over_shared_rows_match_float64(iq3_lib, k, shape):
-    """mvt (teams of 128 threads, each on its own rows of the CTA's, all of them in dynamic shared
-    memory; a CTA's last team past the end) computes what mv_iq2 does, x's records read from qx's
-    output, copied into shared memory, or made there from x's floats (the 8 lanes of a chunk
-    together, the last trip's past the end)."""
-    n, r, tr, _, xm = IQ3_TEAMS[k]
-    rows, cols = shape
-    rng = np.random.default_rng(rows + cols + 7 * k)
-    blocks = random_blocks("IQ3_XXS", rows * cols // 256, rng)
-    assert_product_matches(iq3_lib, f"iq3w_{k}", (-(-rows // (r * tr)),), iq3_groups.repack(blocks, rows, cols), blocks,
-                           "IQ3_XXS", _x(n, cols, rng), rows, cols, threads=128 * tr, raw_x=xm == 2)
-
-
-@pytest.mark.parametrize("shape", [(37, 2048), (6, 14336)], ids=lambda s: f"{s[0]}x{s[1]}")
-@pytest.mark.parametrize("k", range(len(IQ3_W12)), ids=lambda i: "n{}_{}x{}_x{}_s{}".format(*IQ3_W12[i]))
-def test_iq3xxs_twelve_bit_fields_match_float64(iq3_lib, k, shape):
-    """TIQ3_XXSW over repack12's bytes (each grid word's index and 4 signs as one 12-bit field, two of
-    the 8 across a word boundary) under mvt computes what the file's blocks hold."""
-    n, r, tr, xm, _ = IQ3_W12[k]
-    rows, cols = shape
-    rng = np.random.default_rng(rows + cols + 11 * k)
-    blocks = random_blocks("IQ3_XXS", rows * cols // 256, rng)
-    packed = iq3_groups.repack12(blocks, rows, cols)
-    assert packed.nbytes == iq3_groups.nbytes(rows, cols)
-    assert_product_matches(iq3_lib, f"iq3v_{k}", (-(-rows // (r * tr)),), packed, blocks,
-                           "IQ3_XXS", _x(n, cols, rng), rows, cols, threads=128 * tr, raw_x=xm == 2)

@@ -3,6 +3,7 @@ Skips unless the machine has at least two usable GPUs."""
 import numpy as np
 import pytest
 
+from lite.backend_config import BackendConfig
 from lite.backends import cuda_unavailable_reason
 from lite.engine import Engine
 from lite.sampling import Sampler, SamplingParams
@@ -23,12 +24,10 @@ pytestmark = pytest.mark.skipif(_n_gpus() < 2, reason=f"needs 2 or more GPUs "
 GREEDY = Sampler(SamplingParams.greedy())
 
 
-@pytest.fixture(autouse=True)
-def norms_as_separate_launches(monkeypatch):
-    """These tests compare bytes across stage boundaries: the decode norms split across the
-    products (the default) run as plain norms at a boundary, ~1e-6 apart (test_cuda_backend's
-    test_virtual_stages_identical_on_gpu checks that), so here they stay separate launches."""
-    monkeypatch.setenv("LITE_FOLD_NORM", "0")
+# These tests compare bytes across stage boundaries: the decode norms split across the products (the
+# default) run as plain norms at a boundary, ~1e-6 apart (test_cuda_backend's
+# test_virtual_stages_identical_on_gpu checks that), so here they stay separate launches.
+SEPARATE_NORMS = BackendConfig(fold_norm=False)
 
 
 @pytest.fixture(scope="module", params=[("llama", "Q4_K"), ("qwen3moe", "Q4_K")],
@@ -44,8 +43,8 @@ def model(request, tmp_path_factory):
 def test_stages_on_separate_gpus_match_one_gpu(model, pipeline):
     n = min(_n_gpus(), 4)
     ids = list(range(3, 90))
-    one = Engine(model, device="cuda", max_context=160, prefill_chunk=16)
-    many = Engine(model, device="cuda", max_context=160, prefill_chunk=16,
+    one = Engine(model, device="cuda", max_context=160, prefill_chunk=16, config=SEPARATE_NORMS)
+    many = Engine(model, device="cuda", max_context=160, prefill_chunk=16, config=SEPARATE_NORMS,
                   devices=",".join(str(i) for i in range(n)), pipeline=pipeline)
     assert len({st.ops.device_key for st in many.stages}) == n
     assert np.array_equal(one.prefill(ids, all_logits=True), many.prefill(ids, all_logits=True))
@@ -70,8 +69,8 @@ def test_handoff_modes_match_one_gpu(model, handoff, handoff_stream):
     if handoff == "p2p" and not _all_peers(n):
         pytest.skip(f"GPUs 0..{n - 1} cannot all reach each other")
     ids = list(range(3, 90))
-    one = Engine(model, device="cuda", max_context=160, prefill_chunk=16)
-    many = Engine(model, device="cuda", max_context=160, prefill_chunk=16, layer_split=2 * n,
+    one = Engine(model, device="cuda", max_context=160, prefill_chunk=16, config=SEPARATE_NORMS)
+    many = Engine(model, device="cuda", max_context=160, prefill_chunk=16, config=SEPARATE_NORMS, layer_split=2 * n,
                   devices=",".join(str(i) for i in range(n)), handoff=handoff,
                   handoff_stream=handoff_stream)
     assert many.handoff == handoff

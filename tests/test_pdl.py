@@ -1,4 +1,4 @@
-"""kernels/pdl.py (LITE_PDL, programmatic dependent launch; the default on sm_90+ since session 5): the launch
+"""kernels/pdl.py (BackendConfig.pdl, programmatic dependent launch; on by default on sm_90+): the launch
 structures as cuda.h lays them out, the kernel arguments as cuLaunchKernelEx takes them, and the
 launch itself against a stand-in driver. The kernels' PDL code is compiled only with LT_PDL."""
 import ctypes

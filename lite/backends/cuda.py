@@ -4,8 +4,9 @@ quantized weights.
 Weights stay in VRAM as raw GGUF blocks. The matrix products are in cuda_linear.py (cuBLAS over an
 fp16 dequantization in prefill, fused dequantize-and-dot kernels in decode), decode attention in
 cuda_decode.py, experts in cuda_moe.py / cuda_host_experts.py / cuda_expert_dev.py, the stage
-hand-off in cuda_handoff.py, the decode graph's pinned I/O in cuda_graph_io.py and the folded norms
-in cuda_norm.py: mixins of (or helpers to) CUDABackend below.
+hand-off in cuda_handoff.py, the decode graph's pinned I/O in cuda_graph_io.py, the folded norms
+in cuda_norm.py and the weights' upload and GPU layouts in cuda_weights.py: mixins of (or helpers
+to) CUDABackend below.
 Activations are float32. Everything of one stage is enqueued on that stage's stream; the host waits
 only where data leaves the device (logits, hand-off).
 """
@@ -20,10 +21,9 @@ from lite.backends import cuda_graph_io
 from lite.backends.cuda_decode import CUDADecodeAttention
 from lite.backends.cuda_handoff import CUDAHandoff
 from lite.backends.cuda_linear import CUDALinear
-from lite.backends.cuda_moe import CUDAExperts, _Weight
+from lite.backends.cuda_moe import CUDAExperts
 from lite.backends.cuda_norm import CUDAFoldNorm
-from lite.kernels import matvec_cuda
-from lite.kernels.matvec_epilogue import interleave_rows
+from lite.backends.cuda_weights import CUDAWeights
 
 log = logging.getLogger(__name__)
 
@@ -31,14 +31,7 @@ log = logging.getLogger(__name__)
 # is 3x faster than the materialized path at 8K-32K context on the H200; LITE_FLASH_ATTN=0 falls
 # back to the materialized path (scores through memory, cuBLAS), which serves every head dim.
 FLASH_ATTN = os.environ.get("LITE_FLASH_ATTN", "1") != "0"
-PINNED_STAGING_BYTES = 64 << 20
-GATE_UP_INTERLEAVE = os.environ.get("LITE_GATE_UP_INTERLEAVE", "1") != "0"   # CUDABackend._interleave
 ATTN_SCRATCH_BYTES = 2 << 30      # scores + probabilities of the heads attended at once
-IQ3_REGROUP = os.environ.get("LITE_IQ3_REGROUP", "1") != "0"   # CUDABackend._regroup_iq3
-# IQ3_XXS matrices of whole bands of 16 rows as IQ3_XXS_B16 (kernels/matvec_mma.py's mvb / mvbe, prefill through
-# kernels/dequant_b16.py) instead of IQ3_XXS_G4; LITE_IQ3_B16=0 keeps G4. Default since session 15 (H200, 8B
-# IQ3_XXS tg128 after 512: 404-420 -> 495-505 tok/s; BENCHMARKS, session 15).
-IQ3_B16 = os.environ.get("LITE_IQ3_B16", "1") != "0"
 
 
 def unavailable_reason():
@@ -58,7 +51,7 @@ def unavailable_reason():
     return None
 
 
-class CUDABackend(CUDALinear, CUDAFoldNorm, CUDAHandoff, CUDADecodeAttention, CUDAExperts):
+class CUDABackend(CUDAWeights, CUDALinear, CUDAFoldNorm, CUDAHandoff, CUDADecodeAttention, CUDAExperts):
     name = "cuda"
     supports_graphs = True
 
@@ -100,125 +93,6 @@ class CUDABackend(CUDALinear, CUDAFoldNorm, CUDAHandoff, CUDADecodeAttention, CU
             self._attn_counters = cupy_decode.new_counters()   # decode attention's split merge
         self.capturing = False
         self._graph_memory = []   # allocations captured graphs refer to, kept alive with them
-
-    # --- loading -------------------------------------------------------------------------------
-    FUSE = (("attn_q.weight", "attn_k.weight", "attn_v.weight"), ("ffn_gate.weight", "ffn_up.weight"))
-
-    def _plan_fusion(self, names):
-        """Record the fusable groups (same quant type and row length, in GGUF blocks) that
-        _upload stacks into one buffer: a decode step then runs one fused product for q, k and v,
-        and one for gate and up, instead of five."""
-        have = set(names)
-        self._groups = []
-        for n in names:
-            for group in self.FUSE:
-                if n.endswith("." + group[0]):
-                    prefix = n[: -len(group[0])]
-                    members = [prefix + g for g in group]
-                    ts = [self.gguf.tensors[m] for m in members if m in have]
-                    if (len(ts) == len(group) and len({t.qtype for t in ts}) == 1
-                            and len({t.shape[-1] for t in ts}) == 1 and len(ts[0].shape) == 2
-                            and ts[0].type_name not in ("F32", "F16")):
-                        self._groups.append(members)
-
-    def _upload(self, names):
-        """Copy each tensor from the mapped file to the device through two pinned buffers."""
-        import cupyx
-        cp = self.cp
-        from lite.progress import Progress
-        progress = Progress(sum(self.gguf.tensors[n].nbytes for n in names),
-                            f"loading weights to GPU {self.device.id}")
-        staging = [cupyx.empty_pinned(PINNED_STAGING_BYTES, np.uint8) for _ in range(2)]
-        events = [None, None]
-        slot = 0
-        for n in names:
-            t = self.gguf.tensors[n]
-            if t.type_name == "F32":
-                data = cp.empty(t.shape, np.float32)
-            elif t.type_name == "F16" and len(t.shape) <= 2:
-                data = cp.empty(t.shape, np.float16)
-            else:
-                data = cp.empty(t.nbytes, np.uint8)
-            dst = data.view(np.uint8).reshape(-1)
-            for off in range(0, t.nbytes, PINNED_STAGING_BYTES):
-                n_b = min(PINNED_STAGING_BYTES, t.nbytes - off)
-                if events[slot] is not None:
-                    events[slot].synchronize()         # the copy out of this buffer is done
-                np.copyto(staging[slot][:n_b], t.raw[off:off + n_b])
-                dst[off:off + n_b].set(staging[slot][:n_b], stream=self.stream)
-                events[slot] = self.stream.record()
-                slot ^= 1
-                progress.update(n_b)
-            self.w[n] = _Weight(n, t.type_name, t.shape, data)
-        self.stream.synchronize()
-        progress.close()
-        cp = self.cp
-        for members in self._groups:
-            ws = [self.w[m] for m in members]
-            buf = cp.concatenate([w.data for w in ws])          # rows stacked: one weight
-            rows = [w.shape[0] for w in ws]
-            interleaved = self._interleave(ws)
-            if interleaved:      # gate/up rows alternating: a gated decode CTA reads one contiguous range
-                F = rows[0]
-                buf = buf.reshape(2 * F, -1)[cp.asarray(interleave_rows(F))].reshape(-1)
-                for m in members:                                # only the group is ever used
-                    del self.w[m]
-            else:
-                off = 0
-                for w in ws:                                     # members become views of it
-                    w.data = buf[off:off + w.data.size]
-                    off += w.data.size
-            self.fused[tuple(members)] = (_Weight("+".join(members), ws[0].qtype,
-                                                  (sum(rows), ws[0].shape[1]), buf), rows, interleaved)
-        self._regroup_iq3()
-
-    def _regroup_iq3(self):
-        """IQ3_XXS matrices regrouped for the decode products (kernels/iq3_groups.py: 4096x14336 16.9
-        -> 13.8 us on the H200, 4% more bytes), named IQ3_XXS_G4; LITE_IQ3_REGROUP=0 keeps the file's
-        layout. Rows stay contiguous, so a fused group's members are views of its new buffer (nbytes apart).
-        By default (LITE_IQ3_B16=0: G4 everywhere) matrices of whole bands of 16 rows as IQ3_XXS_B16 instead
-        (kernels/iq3_b16.py; decode through kernels/matvec_mma.py, the epilogues through matvec_epilogue's
-        delegation, prefill through dequant_b16), token_embd kept in G4 (its rows are looked up)."""
-        from lite.kernels import iq3_b16, iq3_groups
-        if not (IQ3_REGROUP and iq3_groups.applies()):
-            return
-
-        def layout(name, w):        # the module that repacks w, or None (token_embd: looked up by rows in G4)
-            if not iq3_groups.regroupable(w.qtype, w.shape):
-                return None
-            if IQ3_B16 and name != "token_embd.weight" and iq3_b16.fits(*w.shape):
-                return iq3_b16
-            return iq3_groups
-        in_groups = set()
-        for members, (gw, _, interleaved) in self.fused.items():
-            in_groups.update(members)
-            mod = layout("+".join(members), gw)
-            if mod is iq3_b16 and any(not iq3_b16.fits(*self.w[m].shape) for m in members if m in self.w):
-                mod = iq3_groups                             # a member's byte range would cut a band
-            if mod is None:
-                continue
-            gw.data, gw.qtype, off = mod.repack(gw.data, *gw.shape), mod.NAME, 0
-            for m in members if not interleaved else ():     # (interleaved: the members are gone)
-                w = self.w[m]                                # B16: whole bands, so a member is a byte range
-                size = mod.nbytes(*w.shape)
-                w.data, w.qtype = gw.data[off:off + size], mod.NAME
-                off += size
-        for n, w in self.w.items():
-            mod = None if n in in_groups else layout(n, w)
-            if mod is not None:
-                w.data, w.qtype = mod.repack(w.data, *w.shape), mod.NAME
-
-    def _interleave(self, ws):
-        """Store [gate; up] rows alternating (kernels/matvec_epilogue.interleave_rows)?
-        For the gated decode kernel's types: measured on the H200 (session 4, 2 x 14336 x 4096) the
-        gated product takes 30.2 instead of 33.5 us (Q4_K), 39.1 instead of 40.5 (Q6_K), when a
-        CTA's gate and up rows are neighbours rather than 33 MB apart (measured with rows in pairs,
-        gate u, u+1, up u, u+1; alternating rows keep a CTA's rows contiguous the same way and let
-        prefill split the product by strided views). LITE_GATE_UP_INTERLEAVE=0: halves. IQ3_XXS too
-        where its products run on mvq (session 9: the gated epilogue on its structs)."""
-        from lite.kernels import matvec_q8
-        return (len(ws) == 2 and ws[0].name.endswith("ffn_gate.weight") and GATE_UP_INTERLEAVE
-                and (ws[0].qtype in matvec_cuda.CONFIG or (ws[0].qtype == "IQ3_XXS" and matvec_q8.applies("IQ3_XXS"))))
 
     def activate(self):
         """Enter this backend's device and stream (CuPy ops then run on the stream)."""
@@ -305,7 +179,8 @@ class CUDABackend(CUDALinear, CUDAFoldNorm, CUDAHandoff, CUDADecodeAttention, CU
         if w.qtype in ("F32", "F16"):
             return w.data[ids_d].astype(np.float32)
         rows = w.data.reshape(n_vocab, -1)[ids_d].reshape(-1)
-        return dequantize(rows, w.qtype, np.float32, self.stream).reshape(len(ids), n_embd)
+        return dequantize(rows, w.qtype, np.float32, self.stream,
+                          reference=self.config.reference_kernels).reshape(len(ids), n_embd)
 
     def rms_norm(self, x, name, eps):
         later = self._norm_out(x, name, eps)    # split across the products (cuda_norm.py)

@@ -8,28 +8,37 @@ activation (linear_gated). With the norm split (cuda_norm.py) linear_add may ret
 and an input may be a ScaledLater: _product and _one_launch take the latter, everything else
 materializes lazy values with _arr.
 """
-import os
+import functools
 
 import numpy as np
 
 from lite.backends.cuda_moe import FUSED_MAX_TOKENS
 from lite.kernels import matvec_epilogue
 
-# Decode products with the residual add or the FFN activation folded in (kernels/matvec_epilogue.py);
-# LITE_MATVEC_EPILOGUE=0: the separate launches, as before (for comparison).
-EPILOGUES = os.environ.get("LITE_MATVEC_EPILOGUE", "1") != "0"
-
 
 class CUDALinear:
+    @functools.cached_property
+    def _kernel_options(self):
+        """What the decode products take from BackendConfig: PDL (self.pdl, resolved), the types on
+        dp4a over quantized x, the Numba twins instead of the CUDA C kernels."""
+        return dict(pdl=self.pdl, int8_dot_types=tuple(self.config.int8_dot_types),
+                    reference=self.config.reference_kernels)
+
+    @property
+    def _epilogues(self):
+        """Decode products with the residual add or the FFN activation folded in (BackendConfig.epilogues)."""
+        return self.config.epilogues
+
+    def _supports_epilogue(self, w, x):
+        return matvec_epilogue.supports(w.qtype, w.data, x, int8_dot_types=self._kernel_options["int8_dot_types"])
+
     def _dequant_f16(self, w):
-        from lite.kernels import dequantize
+        from lite.kernels import gpu_layout
         n = int(np.prod(w.shape))
         if self._scratch is None or self._scratch.size < n:
             self._scratch = self.cp.empty(max(n, self._scratch_elems), np.float16)
-        if w.qtype == "IQ3_XXS_B16":                   # bands of 16 rows: its dequantize needs the shape
-            from lite.kernels import dequant_b16
-            return dequant_b16.dequantize(w.data, *w.shape, np.float16, self.stream, out=self._scratch[:n]).reshape(-1)
-        return dequantize(w.data, w.qtype, np.float16, self.stream, out=self._scratch[:n])
+        return gpu_layout.dequantize_matrix(w.data, w.qtype, w.shape[-2], w.shape[-1], np.float16, self.stream,
+                                            out=self._scratch[:n], reference=self.config.reference_kernels)
 
     def _matmul(self, x, w):                                # (T, in) @ W(out, in).T -> (T, out) f32
         from lite.kernels import get_matvec, matvec
@@ -40,7 +49,7 @@ class CUDALinear:
         if w.qtype == "F32":
             return x @ w.data.T
         if w.qtype not in ("F16",) and T <= FUSED_MAX_TOKENS and get_matvec(w.qtype) is not None:
-            return matvec(w.data, w.qtype, cp.ascontiguousarray(x), rows, cols, self.stream)
+            return matvec(w.data, w.qtype, cp.ascontiguousarray(x), rows, cols, self.stream, **self._kernel_options)
         w16 = w.data if w.qtype == "F16" else self._dequant_f16(w).reshape(rows, cols)
         return gemm_f16_f32(cp, x.astype(np.float16), w16, self.stream)
 
@@ -75,7 +84,7 @@ class CUDALinear:
         res = self._arr(res)
         if name[: -len("weight")] + "bias" not in self.w:
             xa = self._ready(x)
-            later = None if xa is None or not EPILOGUES else self._add_later(xa, self.w[name], res)
+            later = None if xa is None or not self._epilogues else self._add_later(xa, self.w[name], res)
             if later is not None:
                 return later
             out = self._one_launch(self.w[name], x, "add", res)
@@ -99,21 +108,22 @@ class CUDALinear:
     def _one_launch(self, w, x, epilogue, res=None, interleaved=False):
         """x @ W.T with the epilogue ("add" with res, or a gated activation over W = [gate; up]) in
         one launch, x an array or a ScaledLater (then scaled inside the same launch); None where
-        the kernels cannot take them (LITE_MATVEC_EPILOGUE=0, too many tokens, other types)."""
-        if not EPILOGUES:
+        the kernels cannot take them (BackendConfig.epilogues off, too many tokens, other types)."""
+        if not self._epilogues:
             return None
         if self._scale_in(w, x):
             return self._epilogue_launch(w, x.xg, epilogue, res, scale_in=x.scale,
                                          interleaved=interleaved, x_records=self._records_for(w, x))
         xa = self._ready(x)
         if (xa is None or xa.shape[0] > FUSED_MAX_TOKENS or w.data.ndim != 1
-                or not matvec_epilogue.supports(w.qtype, w.data, self.cp.ascontiguousarray(xa))):
+                or not self._supports_epilogue(w, self.cp.ascontiguousarray(xa))):
             return None
         return self._epilogue_launch(w, xa, epilogue, res, interleaved=interleaved)
 
     def _records_for(self, w, x):
         """A ScaledLater's x records where weight w's product reads them (IQ3_XXS_B16), else None."""
-        return x.records if w.qtype == "IQ3_XXS_B16" else None
+        from lite.kernels import gpu_layout
+        return x.records if gpu_layout.reads_x_records(w.qtype) else None
 
     def _epilogue_launch(self, w, x, epilogue, res=None, scale_in=None, interleaved=False, x_records=None):
         """kernels/matvec_epilogue.launch for weight w and the array x (see there)."""
@@ -123,8 +133,10 @@ class CUDALinear:
         out = cp.empty((x.shape[0], rows if epilogue in (None, "add") else rows // 2), np.float32)
         if res is not None:
             res = cp.ascontiguousarray(res)
+        opts = self._kernel_options
         matvec_epilogue.launch(w.qtype, w.data, x, out, rows, w.shape[-1], epilogue, res,
-                               self.stream, scale_in=scale_in, interleaved=interleaved, x_records=x_records)
+                               self.stream, scale_in=scale_in, interleaved=interleaved, x_records=x_records,
+                               pdl=opts["pdl"], int8_dot_types=opts["int8_dot_types"])
         return out
 
     def output(self, x):

@@ -1,6 +1,5 @@
-"""The default (LITE_FOLD_NORM=0 turns it off): a decode token's RMSNorm split across the launches
-around it, so that it costs no launch of its own (65 a token on the llama 8B shape, ~4 us each on
-the H200).
+"""BackendConfig.fold_norm (on by default): a decode token's RMSNorm split across the launches
+around it, so that it costs no launch of its own (65 launches a token on the llama 8B shape).
 
 In llama's decode step every norm but the first follows a residual add that a product already
 does (linear_add: the attention-output and down products, kernels/matvec_epilogue.py "add"):
@@ -17,19 +16,14 @@ multiplied out, each once). Results agree with the separate rms_norm to ~1e-6 re
 bit (the sums of squares in another order, the scale after the product). An MoE layer's ffn_norm
 feeds the router, which takes arrays: that norm stays one launch (feeds_router).
 
-Measured on the H200 (session 4, 8B Q4_K decode): the norm inside the products' loop (x * g and
-the sums of x^2 per chunk) cost registers: the gated product 35 -> 52 us, 312 -> 273 tok/s. Then
-every consumer CTA summing the producer's 512 partial sums itself: 326-332 -> 317 tok/s (the
-output product alone +13 us: 16K CTAs each reading 2 KB). Hence one scale a token, from the
-producer's last CTA. A mixin of CUDABackend (its w, cp, stream, and _norm_counter made in its
+Why one scale a token from the producer's last CTA: the norm inside the products' loop (x * g and
+the sums of x^2 per chunk) costs registers and slowed the gated product by half; every consumer
+CTA summing the producer's partial sums itself made the output product (16K CTAs) slower. A mixin of CUDABackend (its w, cp, stream, and _norm_counter made in its
 __init__: the int32 the producer's CTAs count on, left at 0 by each launch).
 """
-import functools
-import os
-
 import numpy as np
 
-from lite.kernels import matvec_epilogue
+from lite.kernels import gpu_layout, matvec_epilogue
 
 # CUDABackend ops that take a ScaledLater (the scale-in launch where the weight has a matvec_cuda
 # kernel); all the others materialize lazy inputs (MATERIALIZE: those that can meet rms_norm's or
@@ -76,16 +70,15 @@ def feeds_router(weights, norm_name):
 
 
 class CUDAFoldNorm:
-    @functools.cached_property
+    @property
     def fold_norm(self):
-        """Decode norms split across the products, default on (H200, session 4: 8B Q4_K decode
-        323-331 -> 348 tok/s); LITE_FOLD_NORM=0 off. Read once a backend."""
-        return os.environ.get("LITE_FOLD_NORM", "1") != "0"
+        """Decode norms split across the products (BackendConfig.fold_norm)."""
+        return self.config.fold_norm
 
     def _add_later(self, x, w, res):
         """linear_add's hook: an AddLater for one token's res + x @ W.T, else None."""
         if (self.fold_norm and x.ndim == 2 and x.shape[0] == 1 and w.data.ndim == 1
-                and matvec_epilogue.supports(w.qtype, w.data, self.cp.ascontiguousarray(x))):
+                and self._supports_epilogue(w, self.cp.ascontiguousarray(x))):
             return AddLater(self.cp.ascontiguousarray(x), w, self.cp.ascontiguousarray(res))
         return None
 
@@ -100,13 +93,14 @@ class CUDAFoldNorm:
         cp, w = self.cp, x.w
         T, rows = x.shape
         out, xg = cp.empty((T, rows), np.float32), cp.empty((T, rows), np.float32)
-        part = cp.empty((T, matvec_epilogue.norm_parts(w.qtype, T, rows)), np.float32)
+        opts = self._kernel_options
+        part = cp.empty((T, matvec_epilogue.norm_parts(w.qtype, T, rows, opts["int8_dot_types"])), np.float32)
         scale = cp.empty(T, np.float32)
-        # B16 (LITE_IQ3_B16): xg also quantized for the B16 products after the norm (no quantizer launch there)
-        records = cp.empty((T, rows), np.float32) if w.qtype == "IQ3_XXS_B16" and rows % 256 == 0 else None
+        # IQ3_XXS_B16: xg also quantized for the B16 products after the norm (no quantizer launch there)
+        records = cp.empty((T, rows), np.float32) if gpu_layout.reads_x_records(w.qtype) and rows % 256 == 0 else None
         matvec_epilogue.launch(w.qtype, w.data, x.x, out, rows, w.shape[-1], "add", x.res,
                                self.stream, norm_out=(g, eps, xg, part, scale, self._norm_counter),
-                               records_out=records)
+                               records_out=records, pdl=opts["pdl"], int8_dot_types=opts["int8_dot_types"])
         x.done = out
         return ScaledLater(xg, scale, records)
 
@@ -132,8 +126,7 @@ class CUDAFoldNorm:
         """Can the scale-in kernel take ScaledLater h (not yet materialized) times weight w?"""
         if not isinstance(h, ScaledLater) or h.done is not None:
             return False
-        return (w.data.ndim == 1 and w.shape[-1] == h.shape[1]
-                and matvec_epilogue.supports(w.qtype, w.data, h.xg))
+        return (w.data.ndim == 1 and w.shape[-1] == h.shape[1] and self._supports_epilogue(w, h.xg))
 
     def _product(self, x, w):
         """x @ W.T for x an array or a ScaledLater (the scale-in kernel where it can)."""

@@ -1,0 +1,6 @@
+
+__device__ __forceinline__ unsigned short f2h(float f) {
+    unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
+__device__ __forceinline__ float h2f(unsigned short h) {
+    float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
+__device__ __forceinline__ unsigned ksign(unsigned s7) { return s7 | ((__popc(s7) & 1u) << 7); }
