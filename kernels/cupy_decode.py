@@ -13,12 +13,10 @@ int8: 17.0 -> 6.2, 38.6 -> 13.6, 132.3 -> 36.4 us. Decode of the 8B file, tg128 
 32K: 278 / 235 / 164 -> 319 / 284 / 233 tok/s.
 """
 import functools
-import os
 
 import cupy as cp
 import numpy as np
 
-from lite.errors import SettingError
 from lite.kernels import pdl
 from lite.kernels.cupy_decode2_src import DECODE2_SRC
 from lite.kernels.cupy_decode_src import DECODE_SRC
@@ -106,13 +104,19 @@ def new_counters(n=4096):
     return cp.zeros(n, np.int32)
 
 
-def attn_decode(q, K, V, ks, vs, pos_dev, scale, window, counters, stream, variant=None):
+def attn_decode(q, K, V, ks, vs, pos_dev, scale, window, counters, stream):
     """q (H, D) f32 against cache K (Hkv, S_max, D), V (Hkv, S_max, Dv) up to *pos_dev -> (H, Dv).
     counters: from new_counters(), at least one per block column; launches on one stream may
-    share them (each launch hands them back zeroed). variant: "v1" or "v2", None: the
-    environment's LITE_DECODE_ATTN (default v2); v2 falls back to v1 on head dims it lacks."""
-    if use_v2(variant, q.shape[1], V.shape[2], ks is not None):
+    share them (each launch hands them back zeroed). The v2 kernel where it has the head dims
+    (v2_supported), else v1."""
+    if v2_supported(q.shape[1], V.shape[2], ks is not None):
         return _attn_decode_v2(q, K, V, ks, vs, pos_dev, scale, window, counters, stream)
+    return attn_decode_v1(q, K, V, ks, vs, pos_dev, scale, window, counters, stream)
+
+
+def attn_decode_v1(q, K, V, ks, vs, pos_dev, scale, window, counters, stream):
+    """attn_decode on the v1 kernel: the head dims v2 lacks (any multiple of 8, keys up to
+    MAX_KEY_DIM)."""
     H, D = q.shape
     Hkv, S_max, Dv = V.shape
     check_dims(D, Dv)
@@ -135,46 +139,14 @@ def attn_decode(q, K, V, ks, vs, pos_dev, scale, window, counters, stream, varia
 
 
 # --- v2 (the default) ------------------------------------------------------------------------------
-# Tuning, overridable for experiments by LITE_DECODE_ATTN_V2="warps=4,warp_bytes=16384,...":
-# warps a block; bytes of cp.async ring a warp (stages = warp_bytes // bytes of an 8-key stage,
-# 2..8); blocks an SM the register cap (__launch_bounds__) is set for; keys a split at least
-# (0: one 8-key stage a warp).
-V2 = {"warps": 8, "warp_bytes": 12288, "blocks_per_sm": 2, "min_chunk": 0}
+# The block shape: warps a block; bytes of cp.async ring a warp (stages = V2_WARP_BYTES // bytes of
+# an 8-key stage, 2..8); blocks an SM the register cap (__launch_bounds__) is set for.
+V2_WARPS = 8
+V2_WARP_BYTES = 12288
+V2_BLOCKS_PER_SM = 2
 V2_MAX_SPLITS = 128        # D2_MAX_SPLITS
 V2_KEYS_A_STAGE = 8        # D2_KW
 _modules2 = {}
-
-
-def _v2_tuning():
-    tune = dict(V2)
-    for item in filter(None, os.environ.get("LITE_DECODE_ATTN_V2", "").split(",")):
-        key, _, value = item.partition("=")
-        if key.strip() not in tune:
-            raise SettingError(f"LITE_DECODE_ATTN_V2: unknown setting {key!r} (known: {sorted(tune)})")
-        tune[key.strip()] = int(value)
-    return tune
-
-
-# Head dims v2 takes by default: those it has run at on a GPU (64: tiny synthetic llama, 128: 8B and
-# 30B-A3B shapes, 256: Gemma 3, session 5: its GPU tests, the real 270M file's tokens equal the CPU's,
-# decode tg128 after 512 631 -> 768 tok/s against v1).
-V2_DEFAULT_MAX_D = 256
-
-
-def use_v2(variant, D, Dv, int8):
-    """Does this launch take v2? variant or LITE_DECODE_ATTN when either names one, else v2 for
-    head dims up to V2_DEFAULT_MAX_D; always v1 where v2 lacks the dims."""
-    named = variant or os.environ.get("LITE_DECODE_ATTN", "")
-    if (variant or selected_variant()) != "v2" or not v2_supported(D, Dv, int8):
-        return False
-    return bool(named) or max(D, Dv) <= V2_DEFAULT_MAX_D
-
-
-def selected_variant():
-    v = os.environ.get("LITE_DECODE_ATTN", "") or "v2"
-    if v not in ("v1", "v2"):
-        raise SettingError(f"LITE_DECODE_ATTN={v!r}: expected v1 or v2")
-    return v
 
 
 def v2_supported(D, Dv, int8):
@@ -186,13 +158,12 @@ def v2_supported(D, Dv, int8):
 
 def v2_config(D, Dv, int8):
     """(warps, stages, dynamic shared bytes, blocks an SM, min keys a split) of the v2 kernel."""
-    t = _v2_tuning()
-    nw = t["warps"]
+    nw = V2_WARPS
     stage = V2_KEYS_A_STAGE * (D + Dv) * (1 if int8 else 2) + (8 * V2_KEYS_A_STAGE if int8 else 0)
-    stages = min(8, max(2, t["warp_bytes"] // stage))
+    stages = min(8, max(2, V2_WARP_BYTES // stage))
     merge = max(nw * 4 * Dv * 4, 4 * V2_MAX_SPLITS * 4 + max(nw * 32, Dv) * 16)   # see the C
     smem = max(nw * stages * stage, merge)
-    return nw, stages, smem, t["blocks_per_sm"], t["min_chunk"] or V2_KEYS_A_STAGE * nw
+    return nw, stages, smem, V2_BLOCKS_PER_SM, V2_KEYS_A_STAGE * nw
 
 
 def _kernel2(D, Dv, int8):

@@ -32,8 +32,8 @@ def _cache_8b(kind, S, seed=0, heads=(32, 8, 128)):
 def _run(variant, dev, pos, window, counters, stream):
     import cupy as cp
     from lite.kernels import cupy_decode
-    out = cupy_decode.attn_decode(*dev, cp.asarray([pos], np.int64), 0.088, window, counters,
-                                  stream, variant=variant)
+    attend = cupy_decode.attn_decode_v1 if variant == "v1" else cupy_decode.attn_decode
+    out = attend(*dev, cp.asarray([pos], np.int64), 0.088, window, counters, stream)
     got = cp.asnumpy(out, stream=stream)
     stream.synchronize()
     assert not cp.asnumpy(counters).any()
@@ -87,7 +87,7 @@ def test_attn_decode_v2_matches_v1(kind, S):
     pos_dev = cp.asarray([0], np.int64)
     with stream:
         stream.begin_capture()
-        out = cupy_decode.attn_decode(*dev, pos_dev, 0.088, 0, counters, stream, variant="v2")
+        out = cupy_decode.attn_decode(*dev, pos_dev, 0.088, 0, counters, stream)
         graph = stream.end_capture()
     for pos in positions:
         pos_dev.set(np.array([pos], np.int64), stream=stream)
@@ -107,11 +107,9 @@ def llama_file(tmp_path_factory):
     return str(path)
 
 
-@pytest.mark.parametrize("variant", ["v1", "v2"])
 @pytest.mark.parametrize("kv", ["f16", "int8"])
-def test_decode_steps_match_cpu_over_many_splits(llama_file, kv, variant, monkeypatch):
+def test_decode_steps_match_cpu_over_many_splits(llama_file, kv):
     """A 300-token prompt in a 2048-position cache: 32 splits in the grid, 5 of them used."""
-    monkeypatch.setenv("LITE_DECODE_ATTN", variant)
     ids = [int(i) for i in np.random.default_rng(1).integers(5, 400, 300)]
     cpu = Engine(llama_file, device="cpu", max_context=2048, kv=kv, prefill_chunk=128)
     gpu = Engine(llama_file, device="cuda", max_context=2048, kv=kv, prefill_chunk=128)

@@ -232,20 +232,21 @@ def _cache(rng, kind, Hkv, S, D, Dv):
 
 
 def _check_attn_decode(dec, variant, kind, H, Hkv, S, positions, window, D=64, Dv=64):
+    """variant "v1": the v1 kernel called directly (the head dims v2 lacks); None: attn_decode."""
     rng = np.random.default_rng(2)
     q = rng.standard_normal((H, D)).astype(np.float32)
     K, V, ks, vs = _cache(rng, kind, Hkv, S, D, Dv)
     counters = dec.new_counters(64)
+    attend = dec.attn_decode_v1 if variant == "v1" else dec.attn_decode
     for pos in positions:
-        out = dec.attn_decode(q, K, V, ks, vs, np.array([pos], np.int64), 0.125, window,
-                              counters, None, variant=variant)
+        out = attend(q, K, V, ks, vs, np.array([pos], np.int64), 0.125, window, counters, None)
         want = decode_attention_reference(q, K, V, ks, vs, pos, 0.125, window)
         np.testing.assert_allclose(out, want, rtol=2e-4, atol=2e-4 * np.abs(want).max(),
                                    err_msg=f"{variant} pos {pos}")
         assert not counters.any()          # handed back zeroed for the next launch
 
 
-@pytest.mark.parametrize("variant", ["v1", "v2"])
+@pytest.mark.parametrize("variant", ["v1", None])
 @pytest.mark.parametrize("kind,H,Hkv,S,positions,window", [
     (kind, *case) for kind in ("f16", "int8") for case in [
         (8, 2, 1000, [0, 1, 7, 8, 63, 64, 500, 998, 999], 0),   # G=4: one block column a KV head
@@ -260,37 +261,19 @@ def test_attn_decode_matches_reference(emulated, variant, kind, H, Hkv, S, posit
 @pytest.mark.parametrize("D,Dv", [(128, 128), (256, 256), (96, 64)])
 def test_attn_decode_v2_head_dims(emulated, kind, D, Dv):
     """v2 is compiled per head dims: the 8B shape's 128, Gemma's 256, and unequal/odd ones."""
-    _check_attn_decode(emulated[1], "v2", kind, 8, 2, 700, [0, 129, 699], 0, D, Dv)
+    dec = emulated[1]
+    assert dec.v2_supported(D, Dv, kind == "int8")
+    _check_attn_decode(dec, None, kind, 8, 2, 700, [0, 129, 699], 0, D, Dv)
 
 
-@pytest.mark.parametrize("tune", ["warps=2,warp_bytes=2048", "warps=4,warp_bytes=65536,min_chunk=16"])
-def test_attn_decode_v2_tunings(emulated, monkeypatch, tune):
-    """Other block shapes: fewer warps than heads a column (merge loops), deep rings (8 stages),
-    splits shorter than a block pass (idle warps)."""
-    monkeypatch.setenv("LITE_DECODE_ATTN_V2", tune)
-    for kind in ("f16", "int8"):
-        _check_attn_decode(emulated[1], "v2", kind, 8, 2, 1000, [0, 1, 17, 300, 999], 0)
-
-
-def test_attn_decode_variant_from_environment(emulated, monkeypatch):
-    _, dec = emulated
-    monkeypatch.setenv("LITE_DECODE_ATTN", "v2")
-    _check_attn_decode(dec, None, "f16", 8, 2, 200, [5, 199], 0)
-    assert dec.selected_variant() == "v2"
-    monkeypatch.delenv("LITE_DECODE_ATTN")
-    assert dec.selected_variant() == "v2"                # the default
-    # by default only the head dims v2 has run at on a GPU; larger ones when asked for by name
-    assert dec.use_v2(None, 128, 128, False) and dec.use_v2(None, 64, 64, True)
-    assert dec.use_v2(None, 256, 256, False) and not dec.use_v2("v1", 256, 256, False)
-    assert not dec.use_v2("v1", 128, 128, False)
-    monkeypatch.setenv("LITE_DECODE_ATTN", "v1")
-    assert dec.selected_variant() == "v1"
-    monkeypatch.setenv("LITE_DECODE_ATTN", "v3")
-    with pytest.raises(ValueError):
-        dec.selected_variant()
-    assert not dec.v2_supported(40, 40, True) and dec.v2_supported(40, 40, False)
-    monkeypatch.setenv("LITE_DECODE_ATTN", "v2")   # int8 rows of 40 values: v1 serves them
-    _check_attn_decode(dec, None, "int8", 8, 2, 200, [199], 0, 40, 40)
+@pytest.mark.parametrize("kind,D,Dv", [("int8", 40, 40), ("f16", 24, 24), ("f16", 64, 320)])
+def test_attn_decode_takes_v1_where_v2_lacks_the_dims(emulated, kind, D, Dv):
+    """int8 rows that are no whole 16-byte pieces, key dims below 32, value dims above 256: v2
+    cannot serve them, v1 does."""
+    dec = emulated[1]
+    assert not dec.v2_supported(D, Dv, kind == "int8")
+    assert dec.v2_supported(40, 40, False)
+    _check_attn_decode(dec, None, kind, 8, 2, 200, [0, 199], 0, D, Dv)
 
 
 @pytest.mark.parametrize("kind", ["f16", "int8"])
@@ -439,7 +422,7 @@ def test_decode_launches_pack_for_programmatic_launch(emulated, monkeypatch):
     monkeypatch.setattr(pdl, "launch", launch)
     current = types.SimpleNamespace(get_current_stream=lambda: types.SimpleNamespace(ptr=0))
     monkeypatch.setattr(sys.modules["cupy"], "cuda", current, raising=False)   # the stand-in cupy
-    for variant in ("v1", "v2"):
+    for variant in ("v1", None):
         _check_attn_decode(emulated[1], variant, "f16", 8, 2, 300, [0, 299], 0)
     test_rope_kv_store(emulated, "int8", True, 32)
     assert len(packed) >= 5 and all(n > 10 for n in packed)
