@@ -18,6 +18,7 @@ import cupy as cp
 import numpy as np
 
 from lite.kernels import pdl
+from lite.kernels.pdl import call as _launch
 from lite.kernels.cupy_decode2_src import DECODE2_SRC
 from lite.kernels.cupy_decode_src import DECODE_SRC
 
@@ -28,11 +29,11 @@ THREADS = 128              # DEC_THREADS
 MAX_KEY_DIM = 256          # DEC_MAX_D
 MAX_ROW = 1024             # DEC_MAX_ROW
 ROPE_THREADS = 64          # DEC_ROPE_THREADS
-_modules = {}          # LITE_PDL (kernels/pdl.py) on / off -> the module of DECODE_SRC
+_modules = {}          # the module of DECODE_SRC, compiled with PDL and without
 
 
-def _kernel(name):
-    head = pdl.source_head()
+def _kernel(name, use_pdl):
+    head = pdl.source_head(use_pdl)
     if head not in _modules:
         _modules[head] = cp.RawModule(code="#include <cuda_fp16.h>\n" + head + DECODE_SRC,
                                       options=("--std=c++17",))
@@ -46,13 +47,13 @@ def check_dims(D, Dv):
                          f"{MAX_KEY_DIM} and values at most {8 * THREADS}, got {D}/{Dv}")
 
 
-def rope_kv_store(q, k, v, K, V, ks, vs, pos_dev, rope, stream, norm=None):
+def rope_kv_store(q, k, v, K, V, ks, vs, pos_dev, rope, stream, norm=None, pdl=False):
     """One token: q (H, D) rotated into a new array (returned); k (Hkv, D) rotated and v (Hkv, Dv)
     stored into the caches K (Hkv, S_max, D), V (Hkv, S_max, Dv) at *pos_dev (f16, or int8 with
     per-row scales ks, vs (Hkv, S_max)). rope: (n_rot, base, freq_scale, neox), or None.
     norm: (q weights or None, k weights or None, eps), or None: each q and k head RMS-normed with
     its (D,) f32 weights before the rotation (qwen3's per-head QK norm; the sums in the order of
-    cupy_ops.rms_norm)."""
+    cupy_ops.rms_norm). pdl: launched with programmatic dependencies (kernels/pdl.py)."""
     H, D = q.shape
     Hkv, S_max, Dv = V.shape
     if max(D, Dv) > MAX_ROW:
@@ -69,9 +70,11 @@ def rope_kv_store(q, k, v, K, V, ks, vs, pos_dev, rope, stream, norm=None):
             null if qn is None else qn, null if kn is None else kn, np.float32(eps))
     grid, block = (H + 2 * Hkv,), (ROPE_THREADS,)
     if ks is None:
-        pdl.call(_kernel("rope_kv_store_f16"), grid, block, (q, k, v, q_out, K, V) + dims, stream)
+        _launch(_kernel("rope_kv_store_f16", pdl), grid, block, (q, k, v, q_out, K, V) + dims, stream,
+                pdl=pdl)
     else:
-        pdl.call(_kernel("rope_kv_store_i8"), grid, block, (q, k, v, q_out, K, V, ks, vs) + dims, stream)
+        _launch(_kernel("rope_kv_store_i8", pdl), grid, block, (q, k, v, q_out, K, V, ks, vs) + dims,
+                stream, pdl=pdl)
     return q_out
 
 
@@ -104,17 +107,17 @@ def new_counters(n=4096):
     return cp.zeros(n, np.int32)
 
 
-def attn_decode(q, K, V, ks, vs, pos_dev, scale, window, counters, stream):
+def attn_decode(q, K, V, ks, vs, pos_dev, scale, window, counters, stream, pdl=False):
     """q (H, D) f32 against cache K (Hkv, S_max, D), V (Hkv, S_max, Dv) up to *pos_dev -> (H, Dv).
     counters: from new_counters(), at least one per block column; launches on one stream may
     share them (each launch hands them back zeroed). The v2 kernel where it has the head dims
-    (v2_supported), else v1."""
+    (v2_supported), else v1. pdl: launched with programmatic dependencies (kernels/pdl.py)."""
     if v2_supported(q.shape[1], V.shape[2], ks is not None):
-        return _attn_decode_v2(q, K, V, ks, vs, pos_dev, scale, window, counters, stream)
-    return attn_decode_v1(q, K, V, ks, vs, pos_dev, scale, window, counters, stream)
+        return _attn_decode_v2(q, K, V, ks, vs, pos_dev, scale, window, counters, stream, pdl)
+    return attn_decode_v1(q, K, V, ks, vs, pos_dev, scale, window, counters, stream, pdl)
 
 
-def attn_decode_v1(q, K, V, ks, vs, pos_dev, scale, window, counters, stream):
+def attn_decode_v1(q, K, V, ks, vs, pos_dev, scale, window, counters, stream, pdl=False):
     """attn_decode on the v1 kernel: the head dims v2 lacks (any multiple of 8, keys up to
     MAX_KEY_DIM)."""
     H, D = q.shape
@@ -132,9 +135,10 @@ def attn_decode_v1(q, K, V, ks, vs, pos_dev, scale, window, counters, stream):
               np.int32(MIN_KEYS_PER_SPLIT))
     grid, block = (cols, ns), (THREADS,)
     if ks is None:
-        pdl.call(_kernel("attn_decode_f16"), grid, block, (q, K, V) + common, stream)
+        _launch(_kernel("attn_decode_f16", pdl), grid, block, (q, K, V) + common, stream, pdl=pdl)
     else:
-        pdl.call(_kernel("attn_decode_i8"), grid, block, (q, K, V, ks, vs) + common, stream)
+        _launch(_kernel("attn_decode_i8", pdl), grid, block, (q, K, V, ks, vs) + common, stream,
+                pdl=pdl)
     return out
 
 
@@ -166,7 +170,7 @@ def v2_config(D, Dv, int8):
     return nw, stages, smem, V2_BLOCKS_PER_SM, V2_KEYS_A_STAGE * nw
 
 
-def _kernel2(D, Dv, int8):
+def _kernel2(D, Dv, int8, use_pdl):
     nw, stages, smem, min_blocks, _ = v2_config(D, Dv, int8)
     other = v2_config(D, Dv, not int8)
     f16_stages, i8_stages = (other[1], stages) if int8 else (stages, other[1])
@@ -174,9 +178,9 @@ def _kernel2(D, Dv, int8):
         device = cp.cuda.Device().id           # function attributes are per device
     except AttributeError:                      # no device API (the host emulation in the tests)
         device = -1
-    key = (device, D, Dv, nw, min_blocks, f16_stages, i8_stages, max(smem, other[2]), pdl.source_head())
+    key = (device, D, Dv, nw, min_blocks, f16_stages, i8_stages, max(smem, other[2]), use_pdl)
     if key not in _modules2:
-        head = (pdl.source_head() + f"#define D2_D {D}\n#define D2_DV {Dv}\n#define D2_NW {nw}\n"
+        head = (pdl.source_head(use_pdl) + f"#define D2_D {D}\n#define D2_DV {Dv}\n#define D2_NW {nw}\n"
                 f"#define D2_STG_F16 {f16_stages}\n#define D2_STG_I8 {i8_stages}\n"
                 f"#define D2_SMEM {key[-2]}\n#define D2_MIN_BLOCKS {min_blocks}\n")
         _modules2[key] = (cp.RawModule(code="#include <cuda_fp16.h>\n" + head + DECODE2_SRC,
@@ -218,14 +222,14 @@ def grid_shape_v2(H, Hkv, S_max, D, Dv, int8):
     return cols, splits
 
 
-def _attn_decode_v2(q, K, V, ks, vs, pos_dev, scale, window, counters, stream):
+def _attn_decode_v2(q, K, V, ks, vs, pos_dev, scale, window, counters, stream, use_pdl):
     H, D = q.shape
     Hkv, S_max, Dv = V.shape
     int8 = ks is not None
     cols, ns = grid_shape_v2(H, Hkv, S_max, D, Dv, int8)
     if counters.size < cols:
         raise ValueError(f"attn_decode needs {cols} counters, got {counters.size}")
-    fn, nw, smem = _kernel2(D, Dv, int8)
+    fn, nw, smem = _kernel2(D, Dv, int8, use_pdl)
     pm = cp.empty((cols, ns, HEADS_PER_BLOCK), np.float32)
     pl = cp.empty((cols, ns, HEADS_PER_BLOCK), np.float32)
     pacc = cp.empty((cols, ns, HEADS_PER_BLOCK, Dv), np.float32)
@@ -233,5 +237,5 @@ def _attn_decode_v2(q, K, V, ks, vs, pos_dev, scale, window, counters, stream):
     tail = (pm, pl, pacc, counters, out, pos_dev, np.int32(H), np.int32(Hkv), np.int32(S_max),
             np.float32(scale), np.int32(window), np.int32(v2_config(D, Dv, int8)[4]))
     head = (q, K, V, ks, vs) if int8 else (q, K, V)
-    pdl.call(fn, (cols, ns), (32 * nw,), head + tail, stream, shared_mem=smem)
+    _launch(fn, (cols, ns), (32 * nw,), head + tail, stream, shared_mem=smem, pdl=use_pdl)
     return out

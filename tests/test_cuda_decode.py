@@ -4,6 +4,7 @@ backend at contexts that span several splits (runs on the GPU machine; skips els
 import numpy as np
 import pytest
 
+from lite.backend_config import BackendConfig
 from lite.backends import cuda_unavailable_reason
 from lite.engine import Engine
 from lite.synth import synth
@@ -136,9 +137,9 @@ def qk_norm_files(tmp_path_factory):
 @pytest.mark.parametrize("arch", ["qwen3", "qwen3moe"])
 @pytest.mark.parametrize("kv", ["f16", "int8"])
 def test_folded_qk_norm_decode(qk_norm_files, arch, kv, monkeypatch):
-    """LITE_FOLD_QK_NORM=1: the per-head q/k RMSNorm runs in rope_kv_store (cuda.py's rms_norm
-    hands one decode token's (1, heads, head_dim) q or k to _norm_later). Logits equal (within fp32
-    rounding) those of the separate rms_norm launches (=0) and the CPU backend's; the prompt's last
+    """BackendConfig.fold_qk_norm: the per-head q/k RMSNorm runs in rope_kv_store (cuda.py's
+    rms_norm hands one decode token's (1, heads, head_dim) q or k to _norm_later). Logits equal
+    (within fp32 rounding) those of the separate rms_norm launches (off) and the CPU backend's; the prompt's last
     chunk is one token (folded too), the first decode step captures the graph, the rest replay."""
     from lite.backends.cuda_decode import CUDADecodeAttention
     path = qk_norm_files[arch]
@@ -152,15 +153,15 @@ def test_folded_qk_norm_decode(qk_norm_files, arch, kv, monkeypatch):
     monkeypatch.setattr(CUDADecodeAttention, "_norm_later", counted)
     engines = {"cpu": Engine(path, device="cpu", max_context=1024, kv=kv, prefill_chunk=128)}
     for fold in ("0", "1"):
-        monkeypatch.setenv("LITE_FOLD_QK_NORM", fold)   # read when the backend is made
-        engines[fold] = Engine(path, device="cuda", max_context=1024, kv=kv, prefill_chunk=128)
+        engines[fold] = Engine(path, device="cuda", max_context=1024, kv=kv, prefill_chunk=128,
+                               config=BackendConfig(fold_qk_norm=fold == "1"))
     logits = {name: [e.prefill(ids)] for name, e in engines.items()}
     tok = 7
     for _ in range(4):
         for name, e in engines.items():
             logits[name].append(e.decode_step(tok))
         tok = int(np.argmax(logits["cpu"][-1]))
-    assert folded, "rms_norm never called _norm_later: cuda.py lacks the LITE_FOLD_QK_NORM hook"
+    assert folded, "rms_norm never called _norm_later: cuda.py lacks the fold_qk_norm hook"
     rtol = 1e-2 if kv == "f16" else 2e-2
     for step, (c, off, on) in enumerate(zip(logits["cpu"], logits["0"], logits["1"])):
         diff = float(np.abs(on - off).max())     # expected 0: the same sums, in the same order

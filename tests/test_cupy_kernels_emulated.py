@@ -112,8 +112,11 @@ def _cpu_rope(x, pos, base, neox, n_rot, freq_scale):
 @pytest.mark.parametrize("kind", ["f16", "int8"])
 @pytest.mark.parametrize("neox,n_rot", [(False, 64), (True, 32)])
 def test_rope_kv_store(emulated, kind, neox, n_rot):
+    _check_rope_kv_store(emulated[1], kind, neox, n_rot)
+
+
+def _check_rope_kv_store(dec, kind, neox, n_rot, pdl=False):
     from lite.kv_cache import KVCache
-    _, dec = emulated
     rng = np.random.default_rng(1)
     H, Hkv, D, Dv, S, pos = 6, 2, 64, 48, 40, 17
     q = rng.standard_normal((H, D)).astype(np.float32)
@@ -126,7 +129,7 @@ def test_rope_kv_store(emulated, kind, neox, n_rot):
         ks, vs = np.zeros((Hkv, S), np.float32), np.zeros((Hkv, S), np.float32)
     pos_dev = np.array([pos], np.int64)
     rope = (n_rot, 10000.0, 0.5, neox)
-    q_out = dec.rope_kv_store(q, k, v, K, V, ks, vs, pos_dev, rope, None)
+    q_out = dec.rope_kv_store(q, k, v, K, V, ks, vs, pos_dev, rope, None, pdl=pdl)
     np.testing.assert_allclose(q_out, _cpu_rope(q, pos, 10000.0, neox, n_rot, 0.5), atol=1e-5)
     k_rot = _cpu_rope(k, pos, 10000.0, neox, n_rot, 0.5)
     others = np.ones(S, bool)
@@ -231,7 +234,7 @@ def _cache(rng, kind, Hkv, S, D, Dv):
     return K, V, ks, vs
 
 
-def _check_attn_decode(dec, variant, kind, H, Hkv, S, positions, window, D=64, Dv=64):
+def _check_attn_decode(dec, variant, kind, H, Hkv, S, positions, window, D=64, Dv=64, pdl=False):
     """variant "v1": the v1 kernel called directly (the head dims v2 lacks); None: attn_decode."""
     rng = np.random.default_rng(2)
     q = rng.standard_normal((H, D)).astype(np.float32)
@@ -239,7 +242,8 @@ def _check_attn_decode(dec, variant, kind, H, Hkv, S, positions, window, D=64, D
     counters = dec.new_counters(64)
     attend = dec.attn_decode_v1 if variant == "v1" else dec.attn_decode
     for pos in positions:
-        out = attend(q, K, V, ks, vs, np.array([pos], np.int64), 0.125, window, counters, None)
+        out = attend(q, K, V, ks, vs, np.array([pos], np.int64), 0.125, window, counters, None,
+                     pdl=pdl)
         want = decode_attention_reference(q, K, V, ks, vs, pos, 0.125, window)
         np.testing.assert_allclose(out, want, rtol=2e-4, atol=2e-4 * np.abs(want).max(),
                                    err_msg=f"{variant} pos {pos}")
@@ -283,7 +287,7 @@ def test_backend_decode_attention_matches_cpu(emulated, kind, defer_k, qk_norm):
     """CUDABackend's one-token path (rope left for attention, rope_kv_store, attn_decode) against
     the CPU backend's rope and attention over the same cache; defer_k=False: only q's rotation was
     left, so the backend rotates it with the rope kernel and stores k as it came. qk_norm: q and k
-    come from _norm_later (what rms_norm returns with LITE_FOLD_QK_NORM=1), so their per-head
+    come from _norm_later (what rms_norm returns with fold_qk_norm on), so their per-head
     norms are applied in rope_kv_store (or, for a rotation done early, by the rms_norm kernel)."""
     from lite.backends.cpu import CPUBackend
     from lite.backends.cuda_decode import CUDADecodeAttention, NormLater
@@ -302,7 +306,7 @@ def test_backend_decode_attention_matches_cpu(emulated, kind, defer_k, qk_norm):
     w = {n: (rng.random(D) + 0.5).astype(np.float32) for n in ("qn", "kn")}
 
     gpu = CUDADecodeAttention()
-    gpu.cp, gpu.k, gpu.kd, gpu.stream = np, ops, dec, None
+    gpu.cp, gpu.k, gpu.kd, gpu.stream, gpu.pdl = np, ops, dec, None, False
     gpu.pos_dev, gpu._attn_counters = np.array([pos], np.int64), dec.new_counters(16)
     gpu.w = {n: types.SimpleNamespace(data=a) for n, a in w.items()}
     cpu = types.SimpleNamespace(w=w)
@@ -325,16 +329,15 @@ def test_backend_decode_attention_matches_cpu(emulated, kind, defer_k, qk_norm):
                                    caches[1].k[il][:, pos].astype(np.float32), rtol=2e-3, atol=2e-3)
 
 
-def test_fold_qk_norm_setting(monkeypatch):
-    """The folding is on by default (LITE_FOLD_QK_NORM=0 turns it off), read once a backend."""
+def test_fold_qk_norm_setting():
+    """The folding is on by default (BackendConfig.fold_qk_norm), the backend's config says."""
+    from lite.backend_config import BackendConfig
     from lite.backends.cuda_decode import CUDADecodeAttention
-    monkeypatch.delenv("LITE_FOLD_QK_NORM", raising=False)
     b = CUDADecodeAttention()
+    b.config = BackendConfig()
     assert b.fold_qk_norm
-    monkeypatch.setenv("LITE_FOLD_QK_NORM", "0")
-    assert b.fold_qk_norm and not CUDADecodeAttention().fold_qk_norm
-    monkeypatch.setenv("LITE_FOLD_QK_NORM", "1")
-    assert CUDADecodeAttention().fold_qk_norm
+    b.config = BackendConfig(fold_qk_norm=False)
+    assert not b.fold_qk_norm
 
 
 class _QKNormOps:
@@ -342,8 +345,8 @@ class _QKNormOps:
     rms_norm with the hook proposed for lite/backends/cuda.py's CUDABackend.rms_norm (fold off:
     the rms_norm kernel, as now). `emulated` mixes in CUDADecodeAttention; `cpu` the CPU's ops."""
 
-    def __init__(self, qkv, weights, emulated=None):
-        self.qkv, self.launches = qkv, []
+    def __init__(self, qkv, weights, emulated=None, config=None):
+        self.qkv, self.launches, self.config, self.pdl = qkv, [], config, False
         if emulated:
             self.cp, self.xp, self.stream = np, np, None
             self.k, self.kd = emulated
@@ -366,14 +369,14 @@ def _hooked_rms_norm(self, x, name, eps):
 
 
 @pytest.mark.parametrize("fold", ["0", "1"])
-def test_qwen3_attention_block_folds_qk_norm(emulated, monkeypatch, fold):
+def test_qwen3_attention_block_folds_qk_norm(emulated, fold):
     """models/llama.py's attention_block (qk_norm) for one decode token through the mixin with the
-    proposed rms_norm hook: no norm launch with LITE_FOLD_QK_NORM=1, same output as the CPU ops."""
+    proposed rms_norm hook: no norm launch with fold_qk_norm on, same output as the CPU ops."""
+    from lite.backend_config import BackendConfig
     from lite.backends.cpu import CPUBackend
     from lite.backends.cuda_decode import CUDADecodeAttention
     from lite.kv_cache import KVCache
     from lite.models.llama import attention_block
-    monkeypatch.setenv("LITE_FOLD_QK_NORM", fold)
     H, Hkv, D, S, pos, il = 8, 2, 128, 300, 200, 1
     cfg = types.SimpleNamespace(n_head=H, n_head_kv=Hkv, head_dim=D, v_head_dim=D, qk_norm=True,
                                 rms_eps=1e-6, rope_neox=True, rope_dim=D, attn_scale=D ** -0.5,
@@ -393,7 +396,7 @@ def test_qwen3_attention_block_folds_qk_norm(emulated, monkeypatch, fold):
 
         def attention(self, kv, il, q, k, v, pos0, scale, window=0):
             return self._attention_decode(kv, il, q, k, v, scale, window)
-    gpu = GPU(qkv, w, emulated)
+    gpu = GPU(qkv, w, emulated, BackendConfig(fold_qk_norm=fold == "1"))
     gpu.pos_dev, gpu._attn_counters = np.array([pos], np.int64), emulated[1].new_counters(16)
 
     class CPU(_QKNormOps):
@@ -406,7 +409,7 @@ def test_qwen3_attention_block_folds_qk_norm(emulated, monkeypatch, fold):
 
 
 def test_decode_launches_pack_for_programmatic_launch(emulated, monkeypatch):
-    """LITE_PDL=1's launch path (kernels/pdl.py) for RoPE + KV store and both attention kernels:
+    """pdl=True's launch path (kernels/pdl.py) for RoPE + KV store and both attention kernels:
     every argument the wrappers pass packs for cuLaunchKernelEx (a TypeError there would surface
     only on the GPU), and the kernels, launched through it (the emulator stands in for the driver;
     the PDL prologue is empty without LT_PDL), still match the reference."""
@@ -417,12 +420,11 @@ def test_decode_launches_pack_for_programmatic_launch(emulated, monkeypatch):
         packed.append(len(pdl.pack(args)[0]))
         func(grid, block, args, shared_mem=shared_mem)
 
-    monkeypatch.setattr(pdl, "enabled", lambda: True)
-    monkeypatch.setattr(pdl, "source_head", lambda: "")
+    monkeypatch.setattr(pdl, "source_head", lambda use_pdl=False: "")   # no griddepcontrol on the host
     monkeypatch.setattr(pdl, "launch", launch)
     current = types.SimpleNamespace(get_current_stream=lambda: types.SimpleNamespace(ptr=0))
     monkeypatch.setattr(sys.modules["cupy"], "cuda", current, raising=False)   # the stand-in cupy
     for variant in ("v1", None):
-        _check_attn_decode(emulated[1], variant, "f16", 8, 2, 300, [0, 299], 0)
-    test_rope_kv_store(emulated, "int8", True, 32)
+        _check_attn_decode(emulated[1], variant, "f16", 8, 2, 300, [0, 299], 0, pdl=True)
+    _check_rope_kv_store(emulated[1], "int8", True, 32, pdl=True)
     assert len(packed) >= 5 and all(n > 10 for n in packed)

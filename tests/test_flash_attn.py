@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from flash_attn_twin import flash_fwd
+from lite.backend_config import BackendConfig
 from lite.backends import cuda_unavailable_reason
 from lite.engine import Engine
 from lite.synth import synth
@@ -102,13 +103,12 @@ def synth_model(request, tmp_path_factory):
 
 @needs_gpu
 @pytest.mark.parametrize("kv", ["f16", "int8"])
-def test_flash_prefill_in_the_engine(synth_model, kv, monkeypatch):
-    import lite.backends.cuda as cb
+def test_flash_prefill_in_the_engine(synth_model, kv):
     ids = list(range(3, 150))
-    monkeypatch.setattr(cb, "FLASH_ATTN", False)
-    plain = Engine(synth_model, device="cuda", max_context=256, prefill_chunk=64, kv=kv)
+    plain = Engine(synth_model, device="cuda", max_context=256, prefill_chunk=64, kv=kv,
+                   config=BackendConfig(flash_attention=False))
     want = plain.prefill(ids, all_logits=True)
-    monkeypatch.setattr(cb, "FLASH_ATTN", True)
-    flash = Engine(synth_model, device="cuda", max_context=256, prefill_chunk=64, kv=kv)
+    flash = Engine(synth_model, device="cuda", max_context=256, prefill_chunk=64, kv=kv,
+                   config=BackendConfig(flash_attention=True))
     got = flash.prefill(ids, all_logits=True)
     np.testing.assert_allclose(got, want, rtol=1e-2, atol=1e-2 * np.abs(want).max())

@@ -27,10 +27,6 @@ from lite.kernels.matvec_epilogue import interleave_rows
 
 log = logging.getLogger(__name__)
 
-# One-pass prefill attention (kernels/flash_attn.py) for head dims 64 and 128: the default, as it
-# is 3x faster than the materialized path at 8K-32K context on the H200; LITE_FLASH_ATTN=0 falls
-# back to the materialized path (scores through memory, cuBLAS), which serves every head dim.
-FLASH_ATTN = os.environ.get("LITE_FLASH_ATTN", "1") != "0"
 PINNED_STAGING_BYTES = 64 << 20
 GATE_UP_INTERLEAVE = os.environ.get("LITE_GATE_UP_INTERLEAVE", "1") != "0"   # CUDABackend._interleave
 ATTN_SCRATCH_BYTES = 2 << 30      # scores + probabilities of the heads attended at once
@@ -88,11 +84,11 @@ class CUDABackend(CUDALinear, CUDAFoldNorm, CUDAHandoff, CUDADecodeAttention, CU
             self._scratch = None
             self._scratch_elems = max((int(np.prod(w.shape)) for w in quantized), default=0)
             # The decode position lives on the device, so a captured graph replays any position.
-            # Pinned graph I/O (default; LITE_GRAPH_IO=0 off): [token, position] copied by the
-            # graph's first node, pinned logits (lite/backends/cuda_graph_io.py); pos_dev is then a
-            # view of its buffer.
+            # Pinned graph I/O (BackendConfig.graph_io): [token, position] copied by the graph's
+            # first node, pinned logits (lite/backends/cuda_graph_io.py); pos_dev is then a view
+            # of its buffer.
             self.graph_io = (cuda_graph_io.DecodeIO(cp, cupyx, self.stream)
-                             if cuda_graph_io.enabled() else None)
+                             if self.config.graph_io else None)
             self.pos_dev = (self.graph_io.pos_dev if self.graph_io is not None
                             else cp.zeros(1, np.int64))
             self._pos_host = cupyx.empty_pinned(1, np.int64)
@@ -324,8 +320,8 @@ class CUDABackend(CUDALinear, CUDAFoldNorm, CUDAHandoff, CUDADecodeAttention, CU
 
     def attention(self, kv, il, q, k, v, pos0, scale, window=0):
         """A chunk of T queries against the cache up to pos0+T, on tensor cores. Head dims 64 and
-        128 (unless LITE_FLASH_ATTN=0): one flash-attention kernel, kernels/flash_attn.py. Else, the
-        materialized path: per KV head,
+        128 (with BackendConfig.flash_attention): one flash-attention kernel, kernels/flash_attn.py.
+        Else, the materialized path (every head dim): per KV head,
         scores (G*T, S) = Q K^T (fp16 in, fp32 out), masked softmax to fp16 probabilities, then
         P V (fp16 in, fp32 out), heads batched in groups whose scores fit ATTN_SCRATCH_BYTES, so a
         chunk x context score matrix never exists for all heads at once."""
@@ -340,7 +336,7 @@ class CUDABackend(CUDALinear, CUDAFoldNorm, CUDAHandoff, CUDADecodeAttention, CU
         else:
             K, V = (a.astype(np.float16) for a in kv.read(il, S))
         from lite.kernels import flash_attn
-        if FLASH_ATTN and flash_attn.supported(D, V.shape[2]):  # int8 too: fp16 copy made above
+        if self.config.flash_attention and flash_attn.supported(D, V.shape[2]):  # int8 too: fp16 copy made above
             return flash_attn.flash_prefill(q, K, V, pos0, window, scale, self.stream).reshape(T, -1)
         Hkv, s_stride, Dv = V.shape[0], V.shape[1], V.shape[2]
         G = H // Hkv

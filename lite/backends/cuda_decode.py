@@ -5,19 +5,15 @@ before it) fused with the KV-cache store, then attention with its split merge.
 A mixin of CUDABackend: it uses the backend's stream, pos_dev (the position on the device, so a
 captured graph replays any position), its weights and the merge counters made in its __init__.
 """
-import functools
-import os
-
 import numpy as np
 
 
 class CUDADecodeAttention:
-    @functools.cached_property
+    @property
     def fold_qk_norm(self):
-        """Default on (H200, session 4: qwen3 8B decode 294.5 -> 304.0 tok/s, 30B-A3B 265.5 ->
-        277.9): rms_norm of one decode token's q or k heads is left for the attention launch
-        (_norm_later). LITE_FOLD_QK_NORM=0: the separate norm launches. Read once a backend."""
-        return os.environ.get("LITE_FOLD_QK_NORM", "1") != "0"
+        """BackendConfig.fold_qk_norm: rms_norm of one decode token's q or k heads is left for the
+        attention launch (_norm_later); off: the separate norm launches."""
+        return self.config.fold_qk_norm
 
     def _norm_later(self, x, name, eps):
         """rms_norm's hook for x (1, heads, head_dim), a decode token's q or k: a NormLater that
@@ -48,9 +44,9 @@ class CUDADecodeAttention:
         ks, vs = (kv.ks[il], kv.vs[il]) if int8 else (None, None)
         q_rot = self.kd.rope_kv_store(cp.ascontiguousarray(q[0]), cp.ascontiguousarray(k[0]),
                                       cp.ascontiguousarray(v[0]), kv.k[il], kv.v[il], ks, vs,
-                                      self.pos_dev, rope, self.stream, norm)
+                                      self.pos_dev, rope, self.stream, norm, pdl=self.pdl)
         o = self.kd.attn_decode(q_rot, kv.k[il], kv.v[il], ks, vs, self.pos_dev, scale, window,
-                                self._attn_counters, self.stream)
+                                self._attn_counters, self.stream, pdl=self.pdl)
         return o.reshape(1, -1)
 
     def _rope_pending(self, q, k):

@@ -1,5 +1,5 @@
-"""The host side of a captured decode step, cut to a few writes and one wait (the default;
-LITE_GRAPH_IO=0 turns it off).
+"""The host side of a captured decode step, cut to a few writes and one wait
+(BackendConfig.graph_io, on by default).
 
 Without it a decode step copies the token id from pageable memory to the device
 (`ndarray.set`, staged by the driver), then the position from a pinned scalar (a second copy),
@@ -25,19 +25,12 @@ which the stage chain's hand-offs already ensure).
 """
 import contextlib
 import gc
-import os
 import threading
 import weakref
 
 import numpy as np
 
 POOL_SIZE = 4           # pinned logits buffers a caller may hold at once before steps copy
-
-
-def enabled():
-    """The pinned graph input/output, default on (H200, session 4: 8B decode 312.7 -> 330.3 tok/s);
-    LITE_GRAPH_IO=0 turns it off (read when a backend is made)."""
-    return os.environ.get("LITE_GRAPH_IO", "1") != "0"
 
 
 _capture_lock = threading.Lock()
