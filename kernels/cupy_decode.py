@@ -19,8 +19,7 @@ import numpy as np
 
 from lite.kernels import pdl
 from lite.kernels.pdl import call as _launch
-from lite.kernels.cupy_decode2_src import DECODE2_SRC
-from lite.kernels.cupy_decode_src import DECODE_SRC
+from lite.kernels.cuda_source import source
 
 HEADS_PER_BLOCK = 4        # DEC_GB in the CUDA source
 MAX_SPLITS = 64            # DEC_MAX_SPLITS: the grid's splits per KV head (fixed by S_max)
@@ -29,15 +28,20 @@ THREADS = 128              # DEC_THREADS
 MAX_KEY_DIM = 256          # DEC_MAX_D
 MAX_ROW = 1024             # DEC_MAX_ROW
 ROPE_THREADS = 64          # DEC_ROPE_THREADS
-_modules = {}          # the module of DECODE_SRC, compiled with PDL and without
+_modules = {}          # (file, PDL on) -> the module
+
+
+def module_source(name, use_pdl, defines=None):
+    """The text NVRTC compiles for kernels/cuda/<name>."""
+    return "#include <cuda_fp16.h>\n" + pdl.source_head(use_pdl) + source(name, defines=defines)
 
 
 def _kernel(name, use_pdl):
-    head = pdl.source_head(use_pdl)
-    if head not in _modules:
-        _modules[head] = cp.RawModule(code="#include <cuda_fp16.h>\n" + head + DECODE_SRC,
-                                      options=("--std=c++17",))
-    return _modules[head].get_function(name)
+    file = "rope_kv_store.cu" if name.startswith("rope_kv_store") else "decode_attention_tiled.cu"
+    key = (file, pdl.source_head(use_pdl))
+    if key not in _modules:
+        _modules[key] = cp.RawModule(code=module_source(file, use_pdl), options=("--std=c++17",))
+    return _modules[key].get_function(name)
 
 
 def check_dims(D, Dv):
@@ -180,11 +184,10 @@ def _kernel2(D, Dv, int8, use_pdl):
         device = -1
     key = (device, D, Dv, nw, min_blocks, f16_stages, i8_stages, max(smem, other[2]), use_pdl)
     if key not in _modules2:
-        head = (pdl.source_head(use_pdl) + f"#define D2_D {D}\n#define D2_DV {Dv}\n#define D2_NW {nw}\n"
-                f"#define D2_STG_F16 {f16_stages}\n#define D2_STG_I8 {i8_stages}\n"
-                f"#define D2_SMEM {key[-2]}\n#define D2_MIN_BLOCKS {min_blocks}\n")
-        _modules2[key] = (cp.RawModule(code="#include <cuda_fp16.h>\n" + head + DECODE2_SRC,
-                                       options=("--std=c++17",)), {})
+        defines = {"D2_D": D, "D2_DV": Dv, "D2_NW": nw, "D2_STG_F16": f16_stages,
+                   "D2_STG_I8": i8_stages, "D2_SMEM": key[-2], "D2_MIN_BLOCKS": min_blocks}
+        code = module_source("decode_attention.cu", use_pdl, defines)
+        _modules2[key] = (cp.RawModule(code=code, options=("--std=c++17",)), {})
     module, fns = _modules2[key]
     name = "attn_decode2_i8" if int8 else "attn_decode2_f16"
     if name not in fns:

@@ -12,7 +12,7 @@ import math
 import cupy as cp
 import numpy as np
 
-from lite.kernels.cupy_ops_src import OPS_SRC
+from lite.kernels.cuda_source import source
 
 _module = None
 
@@ -20,7 +20,8 @@ _module = None
 def _kernel(name):
     global _module
     if _module is None:
-        _module = cp.RawModule(code="#include <cuda_fp16.h>\n" + OPS_SRC, options=("--std=c++17",))
+        _module = cp.RawModule(code="#include <cuda_fp16.h>\n" + source("small_ops.cu"),
+                               options=("--std=c++17",))
     return _module.get_function(name)
 
 

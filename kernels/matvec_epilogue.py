@@ -29,7 +29,9 @@ import numpy as np
 
 from lite.kernels import matvec_cuda as mc
 from lite.kernels import matvec_q8, pdl
-from lite.kernels.cupy_decode_src import C_LAST_OF_COLUMN
+from lite.kernels.cuda_source import source
+
+C_LAST_OF_COLUMN = source("last_block_to_count.cuh")   # the split merge's hand-off (kernels/cuda/)
 
 EPILOGUES = {"add": 1, "silu": 2, "gelu_tanh": 3}
 

@@ -1,35 +1,6 @@
-"""CUDA C of decode attention v2 (the default; LITE_DECODE_ATTN=v1: the old kernel), launched by
-kernels/cupy_decode.py.
+#include "last_block_to_count.cuh"
+#include "pdl.cuh"
 
-Same contract as attn_decode in cupy_decode_src.py (one query token, f16 or int8 cache, GQA head
-groups of 4, position read from the device, grid fixed by S_max, split-K with the merge done by the
-last block of a column), different structure. v1 has four warps walk a tile together: K loads, a
-block barrier, softmax, a barrier, V loads, so a block has one load round in flight at a time and
-K and V never overlap; at 512 keys the launch is a chain of ~9 dependent round trips and at 32K
-each SM streams ~1 TB/s / 132. Here:
-- every warp is its own flash-decoding stream: it owns stages of 8 keys (stage i of the split goes
-  to warp i % NW) and copies each stage's K rows, V rows (and int8 row scales) into a private ring
-  of shared memory with cp.async, NSTG stages ahead, so K and V of several stages are in flight at
-  once and no register holds a load; no block barrier until the split is done;
-- scores: 8 dims a lane (one 16-byte row piece), the partial dots of 8 keys x 4 heads are reduced
-  over the lanes of a row by a reduce-scatter (15 shuffles at D=128, not 64), after which every
-  lane holds exactly one (key, head) score, so the online softmax needs 3 shuffles a stage;
-- P.V: each lane owns 4 value dims of all 8 rows and all 4 heads (weights by one broadcast read);
-- the NW warps meet once in shared memory, the split's partial goes out, and the last block of a
-  column merges the splits with all its threads and 8 loads in flight each.
-Compiled once per shape (head dims as constants): the wrapper prepends the #defines below.
-Status (2026-11-29, session 3): on the H200 it passes tests/test_cuda_decode.py (against NumPy at
-the 8B shape up to 32K keys, against v1, graph replays) and tests/test_cuda_backend.py with it
-selected; timings in kernels/cupy_decode.py's docstring and BENCHMARKS.md. The host emulation
-(tests/test_cupy_kernels_emulated.py) runs cp.async as plain copies. nvcc / NVRTC sm_90: D=128
-106-120 registers, no spills. The tuning overrides that were tried on the GPU
-(`--v2-tune "warps=4,blocks_per_sm=4"`) failed to launch (CUDA_ERROR_INVALID_VALUE): only the
-default shape is known to work.
-"""
-from lite.kernels.cupy_decode_src import C_LAST_OF_COLUMN
-from lite.kernels.pdl import C_PDL
-
-DECODE2_SRC = C_LAST_OF_COLUMN + C_PDL + r"""
 // set by the wrapper: D2_D, D2_DV (head dims), D2_NW (warps a block), D2_STG_F16, D2_STG_I8
 // (stages a warp's ring holds), D2_SMEM (dynamic shared bytes), D2_MIN_BLOCKS (blocks an SM)
 #define D2_GB 4                  // query heads a block column serves (as v1's DEC_GB)
@@ -389,4 +360,3 @@ extern "C" __global__ void __launch_bounds__(D2_THREADS, D2_MIN_BLOCKS) attn_dec
         float* pl, float* pacc, int* cnt, float* out, const long long* p, int H, int Hkv, int S,
         float scale, int win, int min_chunk)
 { PDL_PROLOGUE(); attn_decode2<signed char, D2_STG_I8>(q, K, V, ks, vs, pm, pl, pacc, cnt, out, p, H, Hkv, S, scale, win, min_chunk); }
-"""
