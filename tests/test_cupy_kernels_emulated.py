@@ -1,4 +1,4 @@
-"""The CUDA C of the decode step (kernels/cupy_decode*.py, add_rms_norm in kernels/cupy_ops*.py),
+"""The CUDA C of the decode step (kernels/decode_attention*.py, kernels/small_ops.py),
 compiled with g++ against tests/cuda_c_emulator.py and run through the real Python wrappers (a
 stand-in `cupy` module hands them NumPy arrays), against NumPy and the CPU backend's own code.
 No GPU needed; skips without g++."""
@@ -34,19 +34,21 @@ def _poisoned(alloc):
 
 @pytest.fixture(scope="module")
 def emulated():
-    """(cupy_ops, cupy_decode) imported against a NumPy-backed `cupy` whose RawModule emulates."""
+    """(small_ops, decode_attention) imported against a NumPy-backed `cupy` whose RawModule
+    emulates."""
     fake = types.ModuleType("cupy")
     fake.empty, fake.empty_like, fake.zeros = _poisoned(np.empty), _poisoned(np.empty_like), np.zeros
     fake.RawModule = _RawModule
     fake.ElementwiseKernel = lambda *a, **k: None
     import lite.kernels as package
-    names = ("cupy", "lite.kernels.cupy_ops", "lite.kernels.cupy_decode")
+    modules = ("small_ops", "decode_attention_tiled", "decode_attention")
+    names = ("cupy",) + tuple("lite.kernels." + m for m in modules)
     saved = {n: sys.modules.pop(n, None) for n in names}
-    saved_attrs = {a: getattr(package, a, None) for a in ("cupy_ops", "cupy_decode")}
+    saved_attrs = {a: getattr(package, a, None) for a in modules}
     sys.modules["cupy"] = fake
     try:
-        yield (importlib.import_module("lite.kernels.cupy_ops"),
-               importlib.import_module("lite.kernels.cupy_decode"))
+        yield (importlib.import_module("lite.kernels.small_ops"),
+               importlib.import_module("lite.kernels.decode_attention"))
     finally:
         # the real modules back (a GPU run of later tests must not find these stand-ins)
         for n, m in saved.items():
@@ -235,12 +237,13 @@ def _cache(rng, kind, Hkv, S, D, Dv):
 
 
 def _check_attn_decode(dec, variant, kind, H, Hkv, S, positions, window, D=64, Dv=64, pdl=False):
-    """variant "v1": the v1 kernel called directly (the head dims v2 lacks); None: attn_decode."""
+    """variant "tiled": the tiled kernel called directly (it serves the head dims the default
+    lacks); None: decode_attention.attention."""
     rng = np.random.default_rng(2)
     q = rng.standard_normal((H, D)).astype(np.float32)
     K, V, ks, vs = _cache(rng, kind, Hkv, S, D, Dv)
     counters = dec.new_counters(64)
-    attend = dec.attn_decode_v1 if variant == "v1" else dec.attn_decode
+    attend = dec.decode_attention_tiled.attention if variant == "tiled" else dec.attention
     for pos in positions:
         out = attend(q, K, V, ks, vs, np.array([pos], np.int64), 0.125, window, counters, None,
                      pdl=pdl)
@@ -250,7 +253,7 @@ def _check_attn_decode(dec, variant, kind, H, Hkv, S, positions, window, D=64, D
         assert not counters.any()          # handed back zeroed for the next launch
 
 
-@pytest.mark.parametrize("variant", ["v1", None])
+@pytest.mark.parametrize("variant", ["tiled", None])
 @pytest.mark.parametrize("kind,H,Hkv,S,positions,window", [
     (kind, *case) for kind in ("f16", "int8") for case in [
         (8, 2, 1000, [0, 1, 7, 8, 63, 64, 500, 998, 999], 0),   # G=4: one block column a KV head
@@ -263,20 +266,20 @@ def test_attn_decode_matches_reference(emulated, variant, kind, H, Hkv, S, posit
 
 @pytest.mark.parametrize("kind", ["f16", "int8"])
 @pytest.mark.parametrize("D,Dv", [(128, 128), (256, 256), (96, 64)])
-def test_attn_decode_v2_head_dims(emulated, kind, D, Dv):
-    """v2 is compiled per head dims: the 8B shape's 128, Gemma's 256, and unequal/odd ones."""
+def test_attn_decode_head_dims(emulated, kind, D, Dv):
+    """The kernel is compiled per head dims: the 8B shape's 128, Gemma's 256, and unequal/odd ones."""
     dec = emulated[1]
-    assert dec.v2_supported(D, Dv, kind == "int8")
+    assert dec.supports(D, Dv, kind == "int8")
     _check_attn_decode(dec, None, kind, 8, 2, 700, [0, 129, 699], 0, D, Dv)
 
 
 @pytest.mark.parametrize("kind,D,Dv", [("int8", 40, 40), ("f16", 24, 24), ("f16", 64, 320)])
-def test_attn_decode_takes_v1_where_v2_lacks_the_dims(emulated, kind, D, Dv):
-    """int8 rows that are no whole 16-byte pieces, key dims below 32, value dims above 256: v2
-    cannot serve them, v1 does."""
+def test_attn_decode_takes_the_tiled_kernel_where_the_default_lacks_the_dims(emulated, kind, D, Dv):
+    """int8 rows that are no whole 16-byte pieces, key dims below 32, value dims above 256: the
+    default kernel cannot serve them, the tiled one does."""
     dec = emulated[1]
-    assert not dec.v2_supported(D, Dv, kind == "int8")
-    assert dec.v2_supported(40, 40, False)
+    assert not dec.supports(D, Dv, kind == "int8")
+    assert dec.supports(40, 40, False)
     _check_attn_decode(dec, None, kind, 8, 2, 200, [0, 199], 0, D, Dv)
 
 
@@ -284,13 +287,13 @@ def test_attn_decode_takes_v1_where_v2_lacks_the_dims(emulated, kind, D, Dv):
 @pytest.mark.parametrize("defer_k", [True, False])
 @pytest.mark.parametrize("qk_norm", [False, True])
 def test_backend_decode_attention_matches_cpu(emulated, kind, defer_k, qk_norm):
-    """CUDABackend's one-token path (rope left for attention, rope_kv_store, attn_decode) against
+    """CUDABackend's one-token path (rope left for attention, rope_kv_store, attention) against
     the CPU backend's rope and attention over the same cache; defer_k=False: only q's rotation was
     left, so the backend rotates it with the rope kernel and stores k as it came. qk_norm: q and k
     come from _norm_later (what rms_norm returns with fold_qk_norm on), so their per-head
     norms are applied in rope_kv_store (or, for a rotation done early, by the rms_norm kernel)."""
     from lite.backends.cpu import CPUBackend
-    from lite.backends.cuda_decode import CUDADecodeAttention, NormLater
+    from lite.backends.cuda_attention import CUDAAttention, NormLater
     from lite.kv_cache import KVCache
     ops, dec = emulated
     rng = np.random.default_rng(3)
@@ -305,8 +308,8 @@ def test_backend_decode_attention_matches_cpu(emulated, kind, defer_k, qk_norm):
     rope = (10000.0, True, D, 1.0)
     w = {n: (rng.random(D) + 0.5).astype(np.float32) for n in ("qn", "kn")}
 
-    gpu = CUDADecodeAttention()
-    gpu.cp, gpu.k, gpu.kd, gpu.stream, gpu.pdl = np, ops, dec, None, False
+    gpu = CUDAAttention()
+    gpu.cp, gpu.small_ops, gpu.decode_attn, gpu.stream, gpu.pdl = np, ops, dec, None, False
     gpu.pos_dev, gpu._attn_counters = np.array([pos], np.int64), dec.new_counters(16)
     gpu.w = {n: types.SimpleNamespace(data=a) for n, a in w.items()}
     cpu = types.SimpleNamespace(w=w)
@@ -332,8 +335,8 @@ def test_backend_decode_attention_matches_cpu(emulated, kind, defer_k, qk_norm):
 def test_fold_qk_norm_setting():
     """The folding is on by default (BackendConfig.fold_qk_norm), the backend's config says."""
     from lite.backend_config import BackendConfig
-    from lite.backends.cuda_decode import CUDADecodeAttention
-    b = CUDADecodeAttention()
+    from lite.backends.cuda_attention import CUDAAttention
+    b = CUDAAttention()
     b.config = BackendConfig()
     assert b.fold_qk_norm
     b.config = BackendConfig(fold_qk_norm=False)
@@ -343,13 +346,13 @@ def test_fold_qk_norm_setting():
 class _QKNormOps:
     """The ops models/llama.py's attention_block calls for one token: fixed q, k, v products, and
     rms_norm with the hook proposed for lite/backends/cuda.py's CUDABackend.rms_norm (fold off:
-    the rms_norm kernel, as now). `emulated` mixes in CUDADecodeAttention; `cpu` the CPU's ops."""
+    the rms_norm kernel, as now). `emulated` mixes in CUDAAttention; `cpu` the CPU's ops."""
 
     def __init__(self, qkv, weights, emulated=None, config=None):
         self.qkv, self.launches, self.config, self.pdl = qkv, [], config, False
         if emulated:
             self.cp, self.xp, self.stream = np, np, None
-            self.k, self.kd = emulated
+            self.small_ops, self.decode_attn = emulated
             self.w = {n: types.SimpleNamespace(data=a) for n, a in weights.items()}
         else:
             self.w = weights
@@ -365,7 +368,7 @@ def _hooked_rms_norm(self, x, name, eps):
     if x.ndim == 3 and x.shape[0] == 1 and self.fold_qk_norm:   # a decode token's q or k heads:
         return self._norm_later(x, name, eps)                   # normed in rope_kv_store
     self.launches.append(name)
-    return self.k.rms_norm(self.cp.ascontiguousarray(x), self.w[name].data, eps, self.stream)
+    return self.small_ops.rms_norm(self.cp.ascontiguousarray(x), self.w[name].data, eps, self.stream)
 
 
 @pytest.mark.parametrize("fold", ["0", "1"])
@@ -374,7 +377,7 @@ def test_qwen3_attention_block_folds_qk_norm(emulated, fold):
     proposed rms_norm hook: no norm launch with fold_qk_norm on, same output as the CPU ops."""
     from lite.backend_config import BackendConfig
     from lite.backends.cpu import CPUBackend
-    from lite.backends.cuda_decode import CUDADecodeAttention
+    from lite.backends.cuda_attention import CUDAAttention
     from lite.kv_cache import KVCache
     from lite.models.llama import attention_block
     H, Hkv, D, S, pos, il = 8, 2, 128, 300, 200, 1
@@ -391,7 +394,7 @@ def test_qwen3_attention_block_folds_qk_norm(emulated, fold):
     for c in caches:
         c.write(il, past[0], past[1], 0)
 
-    class GPU(_QKNormOps, CUDADecodeAttention):
+    class GPU(_QKNormOps, CUDAAttention):
         rms_norm = _hooked_rms_norm
 
         def attention(self, kv, il, q, k, v, pos0, scale, window=0):
@@ -424,7 +427,7 @@ def test_decode_launches_pack_for_programmatic_launch(emulated, monkeypatch):
     monkeypatch.setattr(pdl, "launch", launch)
     current = types.SimpleNamespace(get_current_stream=lambda: types.SimpleNamespace(ptr=0))
     monkeypatch.setattr(sys.modules["cupy"], "cuda", current, raising=False)   # the stand-in cupy
-    for variant in ("v1", None):
+    for variant in ("tiled", None):
         _check_attn_decode(emulated[1], variant, "f16", 8, 2, 300, [0, 299], 0, pdl=True)
     _check_rope_kv_store(emulated[1], "int8", True, 32, pdl=True)
     assert len(packed) >= 5 and all(n > 10 for n in packed)

@@ -1,3 +1,5 @@
+// Attention of one query token for the head dims decode_attention.cu lacks (any multiple of 8),
+// launched by kernels/decode_attention_tiled.py; the same contract as decode_attention.cu.
 #include "last_block_to_count.cuh"
 #include "pdl.cuh"
 
@@ -10,8 +12,8 @@
 #define DEC_MAX_SPLITS 64    // splits of the keys, each a block (per KV head and head group)
 #define DEC_MAX_D 256        // key head dim
 #define DEC_UNROLL 8         // K or V rows a lane has in flight
-// attn_decode is held to 168 registers (no spills, sm_90) so three blocks fit an SM; the wrapper
-// sizes the grid on that (kernels/cupy_decode.py, _resident_blocks)
+// the kernel is held to 168 registers (no spills, sm_90) so three blocks fit an SM; the wrapper
+// sizes the grid on that (kernels/decode_attention_tiled.py, _resident_blocks)
 
 #include "warp_reduce.cuh"
 // eight consecutive cache values: one 16-byte (f16) or 8-byte (int8) load kept raw while in
@@ -43,7 +45,7 @@ __device__ __forceinline__ void dec_cvt(const Raw8<signed char>& r, float* f) {
 // partial dots meet through shuffles. Values: Dv/8 lanes cover a row, the block's rows in
 // parallel, eight rows a lane in flight. Each split writes its max, sum and weighted V; the block
 // that finishes last (a counter per block column, reset by that block) merges them into out.
-template <typename T> __device__ void attn_decode(
+template <typename T> __device__ void decode_attention_tiled(
         const float* q, const T* K, const T* V, const float* ks, const float* vs, float* pm,
         float* pl, float* pacc, int* counters, float* out, const long long* pos_ptr, int H,
         int Hkv, int D, int Dv, int S_max, float scale, int window, int min_chunk) {
@@ -220,12 +222,12 @@ template <typename T> __device__ void attn_decode(
         *reinterpret_cast<float4*>(out + (long long)(h0 + g) * Dv + d) = o;
     }
 }
-extern "C" __global__ void __launch_bounds__(DEC_THREADS, 3) attn_decode_f16(const float* q, const __half* K, const __half* V,
+extern "C" __global__ void __launch_bounds__(DEC_THREADS, 3) decode_attention_tiled_f16(const float* q, const __half* K, const __half* V,
         float* pm, float* pl, float* pacc, int* cnt, float* out, const long long* p, int H,
         int Hkv, int D, int Dv, int S, float scale, int win, int min_chunk)
-{ PDL_PROLOGUE(); attn_decode<__half>(q, K, V, nullptr, nullptr, pm, pl, pacc, cnt, out, p, H, Hkv, D, Dv, S, scale, win, min_chunk); }
-extern "C" __global__ void __launch_bounds__(DEC_THREADS, 3) attn_decode_i8(const float* q, const signed char* K,
+{ PDL_PROLOGUE(); decode_attention_tiled<__half>(q, K, V, nullptr, nullptr, pm, pl, pacc, cnt, out, p, H, Hkv, D, Dv, S, scale, win, min_chunk); }
+extern "C" __global__ void __launch_bounds__(DEC_THREADS, 3) decode_attention_tiled_i8(const float* q, const signed char* K,
         const signed char* V, const float* ks, const float* vs, float* pm, float* pl, float* pacc,
         int* cnt, float* out, const long long* p, int H, int Hkv, int D, int Dv, int S,
         float scale, int win, int min_chunk)
-{ PDL_PROLOGUE(); attn_decode<signed char>(q, K, V, ks, vs, pm, pl, pacc, cnt, out, p, H, Hkv, D, Dv, S, scale, win, min_chunk); }
+{ PDL_PROLOGUE(); decode_attention_tiled<signed char>(q, K, V, ks, vs, pm, pl, pacc, cnt, out, p, H, Hkv, D, Dv, S, scale, win, min_chunk); }

@@ -1,3 +1,5 @@
+// One-pass prefill attention on tensor cores (kernels/flash_attention.py says how). Set by the
+// launcher: D (head dim), BM (query rows a CTA), MIN_CTAS (CTAs an SM: the register cap).
 #include <cuda_fp16.h>
 
 

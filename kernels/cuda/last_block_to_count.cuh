@@ -1,7 +1,8 @@
 // Is this block the last of the `active` blocks counting on *counter to finish? Called by every
 // thread once the block's partials are written (threadFenceReduction pattern: the fence makes them
 // visible before the block counts); the last block resets the counter for the next launch, and its
-// fence after the count orders its reads of the others' partials. (Also kernels/matvec_epilogue.py.)
+// fence after the count orders its reads of the others' partials. (The decode attention kernels,
+// kernels/matvec_epilogue.py.)
 __device__ __forceinline__ bool last_block_to_count(int* counter, int active) {
     __shared__ int is_last;
     __threadfence();

@@ -1,3 +1,5 @@
+// RoPE of one decode token's q and k, and its k, v into the KV cache, in one launch (launched by
+// kernels/decode_attention.py); the position read from the device.
 #include "pdl.cuh"
 #include "warp_reduce.cuh"
 
@@ -10,11 +12,11 @@ __device__ __forceinline__ void dec_store(signed char* p, float v) { *p = (signe
 // cache; the next Hkv blocks copy the v heads into the V cache. n_rot = 0: no rotation. int8
 // caches (scales != null) get one scale per (head, position) = amax / 127, as KVCache._quantize.
 // qn, kn (either may be null): per-head RMSNorm weights (D values) of q and of k (qwen3's
-// attn_q_norm/attn_k_norm), applied before the rotation as cupy_ops' rms_norm kernel would.
+// attn_q_norm/attn_k_norm), applied before the rotation as small_ops.cu's rms_norm kernel would.
 // DEC_ROPE_THREADS threads a row: one rotated pair each at head dim 128 (the double-precision
 // angle is the longest chain of the launch).
 #define DEC_ROPE_THREADS 64
-// 1/rms of x[0..n) (n <= DEC_MAX_ROW), with the sums in the order of cupy_ops' rms_norm kernel:
+// 1/rms of x[0..n) (n <= DEC_MAX_ROW), with the sums in the order of small_ops.cu's rms_norm:
 // there a thread an element (pow2 >= 32 threads), 32-element warp sums by xor shuffles, then the
 // warp sums (zeros for the missing warps) by xor shuffles. Here the warps take the 32-element
 // chunks in turn and the chunk sums meet in `chunk`, so the sum tree, and its rounding, is the

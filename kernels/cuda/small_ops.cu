@@ -1,3 +1,5 @@
+// The small per-token kernels launched by kernels/small_ops.py: RMSNorm (alone or after the
+// residual add), RoPE, the masked softmax of the materialized prefill attention.
 #define NEG_INF (-__int_as_float(0x7f800000))
 struct SumOp { __device__ float operator()(float a, float b) const { return a + b; } };
 struct MaxOp { __device__ float operator()(float a, float b) const { return fmaxf(a, b); } };

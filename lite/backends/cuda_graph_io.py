@@ -41,8 +41,8 @@ _captures = [0, False]          # captures in progress (all stages' threads), gc
 def no_collection():
     """No cyclic garbage collection while any stage captures a graph: a collection (in whatever
     thread it falls: a stage's, the caller's) runs finalizers that may call CUDA (an event
-    synchronized, a stream destroyed), which invalidates a capture in progress. Seen on the H200
-    in session 6: about 1 GPU test in 60 failed at random with cudaErrorStreamCaptureInvalidated.
+    synchronized, a stream destroyed), which invalidates a capture in progress
+    (cudaErrorStreamCaptureInvalidated, at random).
     The first capture collects what is pending, then holds collection off until the last ends."""
     with _capture_lock:
         if _captures[0] == 0:

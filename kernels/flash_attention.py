@@ -9,8 +9,9 @@ Here scores never leave registers.
 
 One CTA = BM query rows (BM/16 warps of 16 rows; BM by head dim in TILE) of one head. The CTAs of
 the heads that share a KV head run next to each other, so they read the same K/V tiles while those
-are in L2; the last query tiles (the ones that attend to the most keys, when causal) start first. Per tile of 64 keys, staged in
-shared memory by cp.async (double-buffered: the next tile loads while this one is used):
+are in L2; the last query tiles (the ones that attend to the most keys, when causal) start first.
+Per tile of 64 keys, staged in shared memory by cp.async (double-buffered: the next tile loads while
+this one is used):
   S = Q K^T   mma.sync, Q fragments held in registers for the whole kernel, K by ldmatrix;
   mask        causal from pos0 (the chunk sees the whole cache before it) and the sliding window,
               only on tiles that cross a mask edge;
@@ -22,29 +23,23 @@ shared memory by cp.async (double-buffered: the next tile loads while this one i
 Shapes: q (T, H, D) f32; K/V caches (Hkv, S_max, D) f16, positions 0..pos0+T-1 used; out (T, H, D)
 f32. D = Dv = 64 or 128 (other head dims, e.g. 256, take the materialized path). An int8 KV cache is
 served through the fp16 copy of its first S positions that the backend makes anyway.
-tests/test_flash_attn.py has a NumPy twin of the fragment layouts (runs in CPU CI) and the GPU tests
-against a float64 reference and the materialized path.
-
-The default prefill attention of the CUDA backend (LITE_FLASH_ATTN=0: the materialized path).
-Measured on the H200 (2026-11-29), 8B shape (H 32, Hkv 8, D 128), one 2048-query chunk, per layer
-(scripts/bench_flash_attn.py): context 8192: 0.93 ms (258 TFLOP/s) against 3.06 ms materialized;
-context 32768: 3.98 ms (268 TFLOP/s) against 14.3 ms. lite bench on the 8B Q4_K file, --prefill
-2048: pp8192 22,646 tok/s (materialized 15,073), pp32768 14,713 (7,118); llama.cpp on the same GPU:
-10,402 and 8,624.
+The CUDA C is kernels/cuda/flash_attention.cu; tests/flash_attn_twin.py is a NumPy twin of its
+fragment layouts (CPU CI). The CUDA backend's default prefill attention where the head dim allows
+(BackendConfig.flash_attention).
 """
+from collections import namedtuple
+
 import numpy as np
 
 from lite.kernels.cuda_source import source
 
-
 BN = 64                                                # keys a tile (the kernel's BN)
 LOG2E = 1.4426950408889634
-# Query rows a CTA (16 a warp) and CTAs an SM should hold (__launch_bounds__: the register cap),
-# by head dim. D=128 on the H200 (T 2048, context 8192 / 32768): 128 rows, 1 CTA (230 registers)
-# 0.93 / 3.98 ms; 64 rows, 2 CTAs (248 registers) 0.99 / 4.22 ms; 64 rows, 3 CTAs (168 registers,
-# 68 bytes spilled) 1.33 / 5.71 ms. D=64: 64 rows, 3 CTAs, 166 registers, no spills (untimed;
-# 128 rows passes the same tests).
-TILE = {64: (64, 3), 128: (128, 1)}
+# Query rows a CTA (16 a warp: BM) and CTAs an SM it is compiled to fit (__launch_bounds__: the
+# register cap, MIN_CTAS), by head dim: the shapes measured fastest on the H200 (at D=128 one CTA of
+# 128 rows, 230 registers; at D=64 three of 64 rows, 166 registers, no spills).
+Tile = namedtuple("Tile", "rows min_ctas")
+TILE = {64: Tile(rows=64, min_ctas=3), 128: Tile(rows=128, min_ctas=1)}
 _kernels = {}
 
 
@@ -83,8 +78,9 @@ def flash_prefill(q, K, V, pos0, window, scale, stream, bm=None, min_ctas=None):
                          f"q {q.shape}, K {K.shape}, V {V.shape}")
     if pos0 + T > S_max:
         raise ValueError(f"positions up to {pos0 + T} past the cache's {S_max}")
-    bm0, mc0 = TILE[D]
-    bm, min_ctas = bm or bm0, min_ctas or max(1, mc0 * bm0 // (bm or bm0))
+    tile = TILE[D]
+    bm = bm or tile.rows
+    min_ctas = min_ctas or max(1, tile.min_ctas * tile.rows // bm)
     out = cp.empty((T, H, D), np.float32)
     grid = (-(-T // bm) * (H // Hkv), Hkv)
     args = (cp.ascontiguousarray(q, dtype=np.float32), cp.ascontiguousarray(K),
