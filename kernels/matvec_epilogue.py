@@ -31,7 +31,8 @@ from lite.kernels import matvec_cuda as mc
 from lite.kernels import matvec_q8
 from lite.kernels import pdl as pdl_mod
 from lite.kernels.cuda_source import source
-from lite.kernels.cupy_decode_src import C_LAST_OF_COLUMN
+
+C_LAST_OF_COLUMN = source("last_block_to_count.cuh")   # the split merge's hand-off (kernels/cuda/)
 
 EPILOGUES = {"add": 1, "silu": 2, "gelu_tanh": 3}
 

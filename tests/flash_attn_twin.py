@@ -1,4 +1,5 @@
-"""A NumPy twin of kernels/flash_attn.py's CUDA kernel, lane by lane, for CPU CI.
+"""A NumPy twin of the CUDA kernel of kernels/flash_attention.py (kernels/cuda/flash_attention.cu),
+lane by lane, for CPU CI.
 
 The kernel's index arithmetic (which lane loads which Q element, which shared-memory rows each
 ldmatrix lane points at, how S accumulators become P's A fragments, the masks, the online softmax)

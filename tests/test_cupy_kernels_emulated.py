@@ -1,4 +1,4 @@
-"""The CUDA C of the decode step (kernels/cupy_decode*.py, add_rms_norm in kernels/cupy_ops*.py),
+"""The CUDA C of the decode step (kernels/decode_attention*.py, kernels/small_ops.py),
 compiled with g++ against tests/cuda_c_emulator.py and run through the real Python wrappers (a
 stand-in `cupy` module hands them NumPy arrays), against NumPy and the CPU backend's own code.
 No GPU needed; skips without g++."""
@@ -34,19 +34,21 @@ def _poisoned(alloc):
 
 @pytest.fixture(scope="module")
 def emulated():
-    """(cupy_ops, cupy_decode) imported against a NumPy-backed `cupy` whose RawModule emulates."""
+    """(small_ops, decode_attention) imported against a NumPy-backed `cupy` whose RawModule
+    emulates."""
     fake = types.ModuleType("cupy")
     fake.empty, fake.empty_like, fake.zeros = _poisoned(np.empty), _poisoned(np.empty_like), np.zeros
     fake.RawModule = _RawModule
     fake.ElementwiseKernel = lambda *a, **k: None
     import lite.kernels as package
-    names = ("cupy", "lite.kernels.cupy_ops", "lite.kernels.cupy_decode")
+    modules = ("small_ops", "decode_attention_tiled", "decode_attention")
+    names = ("cupy",) + tuple("lite.kernels." + m for m in modules)
     saved = {n: sys.modules.pop(n, None) for n in names}
-    saved_attrs = {a: getattr(package, a, None) for a in ("cupy_ops", "cupy_decode")}
+    saved_attrs = {a: getattr(package, a, None) for a in modules}
     sys.modules["cupy"] = fake
     try:
-        yield (importlib.import_module("lite.kernels.cupy_ops"),
-               importlib.import_module("lite.kernels.cupy_decode"))
+        yield (importlib.import_module("lite.kernels.small_ops"),
+               importlib.import_module("lite.kernels.decode_attention"))
     finally:
         # the real modules back (a GPU run of later tests must not find these stand-ins)
         for n, m in saved.items():
@@ -112,8 +114,11 @@ def _cpu_rope(x, pos, base, neox, n_rot, freq_scale):
 @pytest.mark.parametrize("kind", ["f16", "int8"])
 @pytest.mark.parametrize("neox,n_rot", [(False, 64), (True, 32)])
 def test_rope_kv_store(emulated, kind, neox, n_rot):
+    _check_rope_kv_store(emulated[1], kind, neox, n_rot)
+
+
+def _check_rope_kv_store(dec, kind, neox, n_rot, pdl=False):
     from lite.kv_cache import KVCache
-    _, dec = emulated
     rng = np.random.default_rng(1)
     H, Hkv, D, Dv, S, pos = 6, 2, 64, 48, 40, 17
     q = rng.standard_normal((H, D)).astype(np.float32)
@@ -126,7 +131,7 @@ def test_rope_kv_store(emulated, kind, neox, n_rot):
         ks, vs = np.zeros((Hkv, S), np.float32), np.zeros((Hkv, S), np.float32)
     pos_dev = np.array([pos], np.int64)
     rope = (n_rot, 10000.0, 0.5, neox)
-    q_out = dec.rope_kv_store(q, k, v, K, V, ks, vs, pos_dev, rope, None)
+    q_out = dec.rope_kv_store(q, k, v, K, V, ks, vs, pos_dev, rope, None, pdl=pdl)
     np.testing.assert_allclose(q_out, _cpu_rope(q, pos, 10000.0, neox, n_rot, 0.5), atol=1e-5)
     k_rot = _cpu_rope(k, pos, 10000.0, neox, n_rot, 0.5)
     others = np.ones(S, bool)
@@ -231,21 +236,24 @@ def _cache(rng, kind, Hkv, S, D, Dv):
     return K, V, ks, vs
 
 
-def _check_attn_decode(dec, variant, kind, H, Hkv, S, positions, window, D=64, Dv=64):
+def _check_attn_decode(dec, variant, kind, H, Hkv, S, positions, window, D=64, Dv=64, pdl=False):
+    """variant "tiled": the tiled kernel called directly (it serves the head dims the default
+    lacks); None: decode_attention.attention."""
     rng = np.random.default_rng(2)
     q = rng.standard_normal((H, D)).astype(np.float32)
     K, V, ks, vs = _cache(rng, kind, Hkv, S, D, Dv)
     counters = dec.new_counters(64)
+    attend = dec.decode_attention_tiled.attention if variant == "tiled" else dec.attention
     for pos in positions:
-        out = dec.attn_decode(q, K, V, ks, vs, np.array([pos], np.int64), 0.125, window,
-                              counters, None, variant=variant)
+        out = attend(q, K, V, ks, vs, np.array([pos], np.int64), 0.125, window, counters, None,
+                     pdl=pdl)
         want = decode_attention_reference(q, K, V, ks, vs, pos, 0.125, window)
         np.testing.assert_allclose(out, want, rtol=2e-4, atol=2e-4 * np.abs(want).max(),
                                    err_msg=f"{variant} pos {pos}")
         assert not counters.any()          # handed back zeroed for the next launch
 
 
-@pytest.mark.parametrize("variant", ["v1", "v2"])
+@pytest.mark.parametrize("variant", ["tiled", None])
 @pytest.mark.parametrize("kind,H,Hkv,S,positions,window", [
     (kind, *case) for kind in ("f16", "int8") for case in [
         (8, 2, 1000, [0, 1, 7, 8, 63, 64, 500, 998, 999], 0),   # G=4: one block column a KV head
@@ -258,52 +266,34 @@ def test_attn_decode_matches_reference(emulated, variant, kind, H, Hkv, S, posit
 
 @pytest.mark.parametrize("kind", ["f16", "int8"])
 @pytest.mark.parametrize("D,Dv", [(128, 128), (256, 256), (96, 64)])
-def test_attn_decode_v2_head_dims(emulated, kind, D, Dv):
-    """v2 is compiled per head dims: the 8B shape's 128, Gemma's 256, and unequal/odd ones."""
-    _check_attn_decode(emulated[1], "v2", kind, 8, 2, 700, [0, 129, 699], 0, D, Dv)
+def test_attn_decode_head_dims(emulated, kind, D, Dv):
+    """The kernel is compiled per head dims: the 8B shape's 128, Gemma's 256, and unequal/odd ones."""
+    dec = emulated[1]
+    assert dec.supports(D, Dv, kind == "int8")
+    _check_attn_decode(dec, None, kind, 8, 2, 700, [0, 129, 699], 0, D, Dv)
 
 
-@pytest.mark.parametrize("tune", ["warps=2,warp_bytes=2048", "warps=4,warp_bytes=65536,min_chunk=16"])
-def test_attn_decode_v2_tunings(emulated, monkeypatch, tune):
-    """Other block shapes: fewer warps than heads a column (merge loops), deep rings (8 stages),
-    splits shorter than a block pass (idle warps)."""
-    monkeypatch.setenv("LITE_DECODE_ATTN_V2", tune)
-    for kind in ("f16", "int8"):
-        _check_attn_decode(emulated[1], "v2", kind, 8, 2, 1000, [0, 1, 17, 300, 999], 0)
-
-
-def test_attn_decode_variant_from_environment(emulated, monkeypatch):
-    _, dec = emulated
-    monkeypatch.setenv("LITE_DECODE_ATTN", "v2")
-    _check_attn_decode(dec, None, "f16", 8, 2, 200, [5, 199], 0)
-    assert dec.selected_variant() == "v2"
-    monkeypatch.delenv("LITE_DECODE_ATTN")
-    assert dec.selected_variant() == "v2"                # the default
-    # by default only the head dims v2 has run at on a GPU; larger ones when asked for by name
-    assert dec.use_v2(None, 128, 128, False) and dec.use_v2(None, 64, 64, True)
-    assert dec.use_v2(None, 256, 256, False) and not dec.use_v2("v1", 256, 256, False)
-    assert not dec.use_v2("v1", 128, 128, False)
-    monkeypatch.setenv("LITE_DECODE_ATTN", "v1")
-    assert dec.selected_variant() == "v1"
-    monkeypatch.setenv("LITE_DECODE_ATTN", "v3")
-    with pytest.raises(ValueError):
-        dec.selected_variant()
-    assert not dec.v2_supported(40, 40, True) and dec.v2_supported(40, 40, False)
-    monkeypatch.setenv("LITE_DECODE_ATTN", "v2")   # int8 rows of 40 values: v1 serves them
-    _check_attn_decode(dec, None, "int8", 8, 2, 200, [199], 0, 40, 40)
+@pytest.mark.parametrize("kind,D,Dv", [("int8", 40, 40), ("f16", 24, 24), ("f16", 64, 320)])
+def test_attn_decode_takes_the_tiled_kernel_where_the_default_lacks_the_dims(emulated, kind, D, Dv):
+    """int8 rows that are no whole 16-byte pieces, key dims below 32, value dims above 256: the
+    default kernel cannot serve them, the tiled one does."""
+    dec = emulated[1]
+    assert not dec.supports(D, Dv, kind == "int8")
+    assert dec.supports(40, 40, False)
+    _check_attn_decode(dec, None, kind, 8, 2, 200, [0, 199], 0, D, Dv)
 
 
 @pytest.mark.parametrize("kind", ["f16", "int8"])
 @pytest.mark.parametrize("defer_k", [True, False])
 @pytest.mark.parametrize("qk_norm", [False, True])
 def test_backend_decode_attention_matches_cpu(emulated, kind, defer_k, qk_norm):
-    """CUDABackend's one-token path (rope left for attention, rope_kv_store, attn_decode) against
+    """CUDABackend's one-token path (rope left for attention, rope_kv_store, attention) against
     the CPU backend's rope and attention over the same cache; defer_k=False: only q's rotation was
     left, so the backend rotates it with the rope kernel and stores k as it came. qk_norm: q and k
-    come from _norm_later (what rms_norm returns with LITE_FOLD_QK_NORM=1), so their per-head
+    come from _norm_later (what rms_norm returns with fold_qk_norm on), so their per-head
     norms are applied in rope_kv_store (or, for a rotation done early, by the rms_norm kernel)."""
     from lite.backends.cpu import CPUBackend
-    from lite.backends.cuda_decode import CUDADecodeAttention, NormLater
+    from lite.backends.cuda_attention import CUDAAttention, NormLater
     from lite.kv_cache import KVCache
     ops, dec = emulated
     rng = np.random.default_rng(3)
@@ -318,8 +308,8 @@ def test_backend_decode_attention_matches_cpu(emulated, kind, defer_k, qk_norm):
     rope = (10000.0, True, D, 1.0)
     w = {n: (rng.random(D) + 0.5).astype(np.float32) for n in ("qn", "kn")}
 
-    gpu = CUDADecodeAttention()
-    gpu.cp, gpu.k, gpu.kd, gpu.stream = np, ops, dec, None
+    gpu = CUDAAttention()
+    gpu.cp, gpu.small_ops, gpu.decode_attn, gpu.stream, gpu.pdl = np, ops, dec, None, False
     gpu.pos_dev, gpu._attn_counters = np.array([pos], np.int64), dec.new_counters(16)
     gpu.w = {n: types.SimpleNamespace(data=a) for n, a in w.items()}
     cpu = types.SimpleNamespace(w=w)
@@ -342,28 +332,27 @@ def test_backend_decode_attention_matches_cpu(emulated, kind, defer_k, qk_norm):
                                    caches[1].k[il][:, pos].astype(np.float32), rtol=2e-3, atol=2e-3)
 
 
-def test_fold_qk_norm_setting(monkeypatch):
-    """The folding is on by default (LITE_FOLD_QK_NORM=0 turns it off), read once a backend."""
-    from lite.backends.cuda_decode import CUDADecodeAttention
-    monkeypatch.delenv("LITE_FOLD_QK_NORM", raising=False)
-    b = CUDADecodeAttention()
+def test_fold_qk_norm_setting():
+    """The folding is on by default (BackendConfig.fold_qk_norm), the backend's config says."""
+    from lite.backend_config import BackendConfig
+    from lite.backends.cuda_attention import CUDAAttention
+    b = CUDAAttention()
+    b.config = BackendConfig()
     assert b.fold_qk_norm
-    monkeypatch.setenv("LITE_FOLD_QK_NORM", "0")
-    assert b.fold_qk_norm and not CUDADecodeAttention().fold_qk_norm
-    monkeypatch.setenv("LITE_FOLD_QK_NORM", "1")
-    assert CUDADecodeAttention().fold_qk_norm
+    b.config = BackendConfig(fold_qk_norm=False)
+    assert not b.fold_qk_norm
 
 
 class _QKNormOps:
     """The ops models/llama.py's attention_block calls for one token: fixed q, k, v products, and
     rms_norm with the hook proposed for lite/backends/cuda.py's CUDABackend.rms_norm (fold off:
-    the rms_norm kernel, as now). `emulated` mixes in CUDADecodeAttention; `cpu` the CPU's ops."""
+    the rms_norm kernel, as now). `emulated` mixes in CUDAAttention; `cpu` the CPU's ops."""
 
-    def __init__(self, qkv, weights, emulated=None):
-        self.qkv, self.launches = qkv, []
+    def __init__(self, qkv, weights, emulated=None, config=None):
+        self.qkv, self.launches, self.config, self.pdl = qkv, [], config, False
         if emulated:
             self.cp, self.xp, self.stream = np, np, None
-            self.k, self.kd = emulated
+            self.small_ops, self.decode_attn = emulated
             self.w = {n: types.SimpleNamespace(data=a) for n, a in weights.items()}
         else:
             self.w = weights
@@ -379,18 +368,18 @@ def _hooked_rms_norm(self, x, name, eps):
     if x.ndim == 3 and x.shape[0] == 1 and self.fold_qk_norm:   # a decode token's q or k heads:
         return self._norm_later(x, name, eps)                   # normed in rope_kv_store
     self.launches.append(name)
-    return self.k.rms_norm(self.cp.ascontiguousarray(x), self.w[name].data, eps, self.stream)
+    return self.small_ops.rms_norm(self.cp.ascontiguousarray(x), self.w[name].data, eps, self.stream)
 
 
 @pytest.mark.parametrize("fold", ["0", "1"])
-def test_qwen3_attention_block_folds_qk_norm(emulated, monkeypatch, fold):
+def test_qwen3_attention_block_folds_qk_norm(emulated, fold):
     """models/llama.py's attention_block (qk_norm) for one decode token through the mixin with the
-    proposed rms_norm hook: no norm launch with LITE_FOLD_QK_NORM=1, same output as the CPU ops."""
+    proposed rms_norm hook: no norm launch with fold_qk_norm on, same output as the CPU ops."""
+    from lite.backend_config import BackendConfig
     from lite.backends.cpu import CPUBackend
-    from lite.backends.cuda_decode import CUDADecodeAttention
+    from lite.backends.cuda_attention import CUDAAttention
     from lite.kv_cache import KVCache
     from lite.models.llama import attention_block
-    monkeypatch.setenv("LITE_FOLD_QK_NORM", fold)
     H, Hkv, D, S, pos, il = 8, 2, 128, 300, 200, 1
     cfg = types.SimpleNamespace(n_head=H, n_head_kv=Hkv, head_dim=D, v_head_dim=D, qk_norm=True,
                                 rms_eps=1e-6, rope_neox=True, rope_dim=D, attn_scale=D ** -0.5,
@@ -405,12 +394,12 @@ def test_qwen3_attention_block_folds_qk_norm(emulated, monkeypatch, fold):
     for c in caches:
         c.write(il, past[0], past[1], 0)
 
-    class GPU(_QKNormOps, CUDADecodeAttention):
+    class GPU(_QKNormOps, CUDAAttention):
         rms_norm = _hooked_rms_norm
 
         def attention(self, kv, il, q, k, v, pos0, scale, window=0):
             return self._attention_decode(kv, il, q, k, v, scale, window)
-    gpu = GPU(qkv, w, emulated)
+    gpu = GPU(qkv, w, emulated, BackendConfig(fold_qk_norm=fold == "1"))
     gpu.pos_dev, gpu._attn_counters = np.array([pos], np.int64), emulated[1].new_counters(16)
 
     class CPU(_QKNormOps):
@@ -423,7 +412,7 @@ def test_qwen3_attention_block_folds_qk_norm(emulated, monkeypatch, fold):
 
 
 def test_decode_launches_pack_for_programmatic_launch(emulated, monkeypatch):
-    """LITE_PDL=1's launch path (kernels/pdl.py) for RoPE + KV store and both attention kernels:
+    """pdl=True's launch path (kernels/pdl.py) for RoPE + KV store and both attention kernels:
     every argument the wrappers pass packs for cuLaunchKernelEx (a TypeError there would surface
     only on the GPU), and the kernels, launched through it (the emulator stands in for the driver;
     the PDL prologue is empty without LT_PDL), still match the reference."""
@@ -434,12 +423,11 @@ def test_decode_launches_pack_for_programmatic_launch(emulated, monkeypatch):
         packed.append(len(pdl.pack(args)[0]))
         func(grid, block, args, shared_mem=shared_mem)
 
-    monkeypatch.setattr(pdl, "enabled", lambda: True)
-    monkeypatch.setattr(pdl, "source_head", lambda: "")
+    monkeypatch.setattr(pdl, "source_head", lambda use_pdl=False: "")   # no griddepcontrol on the host
     monkeypatch.setattr(pdl, "launch", launch)
     current = types.SimpleNamespace(get_current_stream=lambda: types.SimpleNamespace(ptr=0))
     monkeypatch.setattr(sys.modules["cupy"], "cuda", current, raising=False)   # the stand-in cupy
-    for variant in ("v1", "v2"):
-        _check_attn_decode(emulated[1], variant, "f16", 8, 2, 300, [0, 299], 0)
-    test_rope_kv_store(emulated, "int8", True, 32)
+    for variant in ("tiled", None):
+        _check_attn_decode(emulated[1], variant, "f16", 8, 2, 300, [0, 299], 0, pdl=True)
+    _check_rope_kv_store(emulated[1], "int8", True, 32, pdl=True)
     assert len(packed) >= 5 and all(n > 10 for n in packed)

@@ -1,12 +1,13 @@
-"""Pinned graph input/output of a decode step (the default; LITE_GRAPH_IO=0 off; lite/backends/cuda_graph_io.py).
+"""Pinned graph input/output of a decode step (BackendConfig.graph_io, on by default;
+lite/backends/cuda_graph_io.py).
 
 On the CPU: the real CUDABackend methods (persistent_input, set_input, begin, capture, replay,
 to_host) and the real Stage/StageChain decode path run against the fake CuPy of
 tests/fake_cupy.py, which records stream operations, captures graphs and replays their nodes. A
 toy forward stands in for the layers: logits = 1000 * token + position + column (one stage), or a
 hidden state 1000 * token + position that the last stage turns into 10 * hidden + position +
-column (two stages). On a GPU: greedy decode with LITE_GRAPH_IO=1 equals LITE_GRAPH_IO=0 byte for
-byte (skips here)."""
+column (two stages). On a GPU: greedy decode with graph_io on equals graph_io off byte for byte
+(skips here)."""
 import gc
 import types
 
@@ -14,6 +15,7 @@ import numpy as np
 import pytest
 
 from fake_cupy import FakeCupy, installed
+from lite.backend_config import BackendConfig
 from lite.backends import cuda_graph_io
 from lite.backends.cuda import CUDABackend
 from lite.backends.cuda_graph_io import DecodeIO, LeasePool
@@ -205,13 +207,9 @@ def test_two_stage_chain_with_graph_io(monkeypatch):
     assert all(np.array_equal(a, b) for a, b in zip(got[False], got[True]))
 
 
-def test_flag_is_on_by_default(monkeypatch):
-    monkeypatch.delenv("LITE_GRAPH_IO", raising=False)
-    assert cuda_graph_io.enabled()
-    monkeypatch.setenv("LITE_GRAPH_IO", "0")
-    assert not cuda_graph_io.enabled()
-    monkeypatch.setenv("LITE_GRAPH_IO", "1")
-    assert cuda_graph_io.enabled()
+def test_flag_is_on_by_default():
+    assert BackendConfig().graph_io
+    assert not BackendConfig().with_settings("graph_io=off").graph_io
 
 
 def test_decode_job_equals_the_dataclass():
@@ -232,7 +230,7 @@ def _gpu_why():
 @pytest.mark.skipif(_gpu_why() is not None, reason="needs a GPU")
 @pytest.mark.parametrize("arch,quant,split", [("llama", "Q8_0", None), ("qwen3moe", "Q4_K", None),
                                               ("llama", "Q8_0", 2)])
-def test_gpu_graph_io_identical(monkeypatch, tmp_path, arch, quant, split):
+def test_gpu_graph_io_identical(tmp_path, arch, quant, split):
     from lite.engine import Engine
     from lite.sampling import Sampler, SamplingParams
     from lite.synth import synth
@@ -242,8 +240,8 @@ def test_gpu_graph_io_identical(monkeypatch, tmp_path, arch, quant, split):
     ids = list(range(5, 40))
     runs = {}
     for flag in ("0", "1"):
-        monkeypatch.setenv("LITE_GRAPH_IO", flag)
-        e = Engine(path, device="cuda", max_context=128, layer_split=split)
+        e = Engine(path, device="cuda", max_context=128, layer_split=split,
+                   config=BackendConfig(graph_io=flag == "1"))
         assert (e.stages[-1].ops.graph_io is not None) == (flag == "1")
         logits, toks = [e.prefill(ids)], []
         for _ in range(24):

@@ -1,4 +1,4 @@
-"""The one-pass prefill attention kernel (kernels/flash_attn.py).
+"""The one-pass prefill attention kernel (kernels/flash_attention.py).
 
 CPU CI: its NumPy twin (tests/flash_attn_twin.py: the kernel's fragment and mask arithmetic over
 NumPy models of mma.sync and ldmatrix) against a float64 attention. On a GPU: the kernel itself
@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from flash_attn_twin import flash_fwd
+from lite.backend_config import BackendConfig
 from lite.backends import cuda_unavailable_reason
 from lite.engine import Engine
 from lite.synth import synth
@@ -49,7 +50,7 @@ def reference(q, K, V, pos0, window, scale):
 
 
 CASE_ID = "D{}-T{}-H{}/{}-pos{}-win{}".format
-# query rows a CTA: 64 (4 warps) and 128 (8 warps), the tile sizes kernels/flash_attn.py may use
+# query rows a CTA: 64 (4 warps) and 128 (8 warps), the tile sizes kernels/flash_attention.py may use
 ROWS = [64, 128]
 
 
@@ -68,7 +69,7 @@ def test_twin_matches_reference(case, bm):
 @pytest.mark.parametrize("case", CASES, ids=lambda c: CASE_ID(*c))
 def test_flash_prefill_kernel_matches_reference(case, bm):
     import cupy as cp
-    from lite.kernels.flash_attn import flash_prefill
+    from lite.kernels.flash_attention import flash_prefill
     D, T, H, Hkv, pos0, window = case
     q, K, V = make_inputs(D, T, H, Hkv, pos0)
     scale = 1 / np.sqrt(D)
@@ -82,7 +83,7 @@ def test_flash_prefill_kernel_matches_reference(case, bm):
 def test_flash_prefill_long_context(bm):
     """The 8B shape (GQA 32/8, D 128) over 3,000 cached positions, with and without a window."""
     import cupy as cp
-    from lite.kernels.flash_attn import flash_prefill
+    from lite.kernels.flash_attention import flash_prefill
     q, K, V = make_inputs(128, 300, 32, 8, 3000, seed=7)
     scale = 1 / np.sqrt(128)
     for window in (0, 1000):
@@ -102,13 +103,12 @@ def synth_model(request, tmp_path_factory):
 
 @needs_gpu
 @pytest.mark.parametrize("kv", ["f16", "int8"])
-def test_flash_prefill_in_the_engine(synth_model, kv, monkeypatch):
-    import lite.backends.cuda as cb
+def test_flash_prefill_in_the_engine(synth_model, kv):
     ids = list(range(3, 150))
-    monkeypatch.setattr(cb, "FLASH_ATTN", False)
-    plain = Engine(synth_model, device="cuda", max_context=256, prefill_chunk=64, kv=kv)
+    plain = Engine(synth_model, device="cuda", max_context=256, prefill_chunk=64, kv=kv,
+                   config=BackendConfig(flash_attention=False))
     want = plain.prefill(ids, all_logits=True)
-    monkeypatch.setattr(cb, "FLASH_ATTN", True)
-    flash = Engine(synth_model, device="cuda", max_context=256, prefill_chunk=64, kv=kv)
+    flash = Engine(synth_model, device="cuda", max_context=256, prefill_chunk=64, kv=kv,
+                   config=BackendConfig(flash_attention=True))
     got = flash.prefill(ids, all_logits=True)
     np.testing.assert_allclose(got, want, rtol=1e-2, atol=1e-2 * np.abs(want).max())

@@ -134,7 +134,7 @@ IQ3_EPI_CASES = [(qt, n, e, nm, il) for qt in ("IQ3_XXS", "IQ3_XXS_G4") for n in
 @pytest.fixture(scope="module")
 def iq3_epi_lib():
     from lite.kernels import matvec_epilogue
-    from lite.kernels.cupy_decode_src import C_LAST_OF_COLUMN
+    from lite.kernels.matvec_epilogue import C_LAST_OF_COLUMN
     wraps = "".join(f'extern "C" __global__ void iepi_{qt}_{n}_{e}_{nm}_{int(il)}({EPI_ARGS}) {{ '
                     f'{matvec_epilogue.kernel_name(qt, n, *matvec_epilogue.config(qt, n, q8=True), e, nm, il, q8=True)}'
                     '(w, x, out, rows, cols, res, g, xg, part, scale, counter, eps); }\n'

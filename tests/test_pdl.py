@@ -90,10 +90,11 @@ def test_call_takes_the_plain_launch_unless_enabled(monkeypatch):
 
 
 def test_decode_kernels_open_with_the_prologue():
-    """Every decode attention kernel (v1, v2, RoPE + KV store) starts with PDL_PROLOGUE, which is
-    empty unless LT_PDL: a PDL launch of them never reads the previous kernel's output early."""
-    from lite.kernels.cupy_decode2_src import DECODE2_SRC
-    from lite.kernels.cupy_decode_src import DECODE_SRC
-    for src, n in ((DECODE_SRC, 4), (DECODE2_SRC, 2)):
-        assert src.count('extern "C" __global__') == n == src.count("{ PDL_PROLOGUE(); ")
+    """Every decode attention kernel (the default, the tiled one for the head dims it lacks,
+    RoPE + KV store) starts with PDL_PROLOGUE, which is empty unless LT_PDL: a PDL launch of them
+    never reads the previous kernel's output early."""
+    from lite.kernels.cuda_source import source
+    for name in ("decode_attention.cu", "decode_attention_tiled.cu", "rope_kv_store.cu"):
+        src = source(name)
+        assert src.count('extern "C" __global__') == 2 == src.count("{ PDL_PROLOGUE(); ")
         assert "#define PDL_PROLOGUE() do { } while (0)" in src

@@ -2,8 +2,8 @@
 quantized weights.
 
 Weights stay in VRAM as raw GGUF blocks. The matrix products are in cuda_linear.py (cuBLAS over an
-fp16 dequantization in prefill, fused dequantize-and-dot kernels in decode), decode attention in
-cuda_decode.py, experts in cuda_moe.py / cuda_host_experts.py / cuda_expert_dev.py, the stage
+fp16 dequantization in prefill, fused dequantize-and-dot kernels in decode), attention in
+cuda_attention.py, experts in cuda_moe.py / cuda_host_experts.py / cuda_expert_dev.py, the stage
 hand-off in cuda_handoff.py, the decode graph's pinned I/O in cuda_graph_io.py, the folded norms
 in cuda_norm.py and the weights' upload and GPU layouts in cuda_weights.py: mixins of (or helpers
 to) CUDABackend below.
@@ -12,13 +12,12 @@ only where data leaves the device (logits, hand-off).
 """
 import contextlib
 import logging
-import os
 
 import numpy as np
 
 from lite.backend_config import BackendConfig
 from lite.backends import cuda_graph_io
-from lite.backends.cuda_decode import CUDADecodeAttention
+from lite.backends.cuda_attention import CUDAAttention
 from lite.backends.cuda_handoff import CUDAHandoff
 from lite.backends.cuda_linear import CUDALinear
 from lite.backends.cuda_moe import CUDAExperts
@@ -27,11 +26,6 @@ from lite.backends.cuda_weights import CUDAWeights
 
 log = logging.getLogger(__name__)
 
-# One-pass prefill attention (kernels/flash_attn.py) for head dims 64 and 128: the default, as it
-# is 3x faster than the materialized path at 8K-32K context on the H200; LITE_FLASH_ATTN=0 falls
-# back to the materialized path (scores through memory, cuBLAS), which serves every head dim.
-FLASH_ATTN = os.environ.get("LITE_FLASH_ATTN", "1") != "0"
-ATTN_SCRATCH_BYTES = 2 << 30      # scores + probabilities of the heads attended at once
 
 
 def unavailable_reason():
@@ -51,21 +45,21 @@ def unavailable_reason():
     return None
 
 
-class CUDABackend(CUDAWeights, CUDALinear, CUDAFoldNorm, CUDAHandoff, CUDADecodeAttention, CUDAExperts):
+class CUDABackend(CUDAWeights, CUDALinear, CUDAFoldNorm, CUDAHandoff, CUDAAttention, CUDAExperts):
     name = "cuda"
     supports_graphs = True
 
     def __init__(self, gguf, names, device_id=0, config=None):
         import cupy as cp
         import cupyx
-        from lite.kernels import cupy_decode, cupy_ops
+        from lite.kernels import decode_attention, small_ops
         self.config = config if config is not None else BackendConfig()
         from lite.kernels import pdl
         with cp.cuda.Device(device_id):
             self.pdl = pdl.resolve(self.config.pdl)     # every decode wrapper takes it as pdl=
         self.cp = self.xp = cp
-        self.k = cupy_ops
-        self.kd = cupy_decode
+        self.small_ops = small_ops
+        self.decode_attn = decode_attention
         self.gguf = gguf
         self.device = cp.cuda.Device(device_id)
         self.device_key = f"cuda:{device_id}"
@@ -81,16 +75,16 @@ class CUDABackend(CUDAWeights, CUDALinear, CUDAFoldNorm, CUDAHandoff, CUDADecode
             self._scratch = None
             self._scratch_elems = max((int(np.prod(w.shape)) for w in quantized), default=0)
             # The decode position lives on the device, so a captured graph replays any position.
-            # Pinned graph I/O (default; LITE_GRAPH_IO=0 off): [token, position] copied by the
-            # graph's first node, pinned logits (lite/backends/cuda_graph_io.py); pos_dev is then a
-            # view of its buffer.
+            # Pinned graph I/O (BackendConfig.graph_io): [token, position] copied by the graph's
+            # first node, pinned logits (lite/backends/cuda_graph_io.py); pos_dev is then a view
+            # of its buffer.
             self.graph_io = (cuda_graph_io.DecodeIO(cp, cupyx, self.stream)
-                             if cuda_graph_io.enabled() else None)
+                             if self.config.graph_io else None)
             self.pos_dev = (self.graph_io.pos_dev if self.graph_io is not None
                             else cp.zeros(1, np.int64))
             self._pos_host = cupyx.empty_pinned(1, np.int64)
             self._norm_counter = cp.zeros(1, np.int32)     # cuda_norm.py's norm-out launches
-            self._attn_counters = cupy_decode.new_counters()   # decode attention's split merge
+            self._attn_counters = decode_attention.new_counters()   # its split merge
         self.capturing = False
         self._graph_memory = []   # allocations captured graphs refer to, kept alive with them
 
@@ -189,73 +183,21 @@ class CUDABackend(CUDAWeights, CUDALinear, CUDAFoldNorm, CUDAHandoff, CUDADecode
         x = self._arr(x)
         if x.ndim == 3 and x.shape[0] == 1 and self.fold_qk_norm:   # a decode token's q or k heads:
             return self._norm_later(x, name, eps)                   # normed in rope_kv_store
-        return self.k.rms_norm(self.cp.ascontiguousarray(x), self.w[name].data, eps, self.stream)
+        return self.small_ops.rms_norm(self.cp.ascontiguousarray(x), self.w[name].data, eps,
+                                       self.stream)
 
     def add_rms_norm(self, x, y, name, eps):
         """(x + y, rms_norm(x + y)): the residual add and the next norm in one launch."""
         cp, x, y = self.cp, self._arr(x), self._arr(y)
-        return self.k.add_rms_norm(cp.ascontiguousarray(x), cp.ascontiguousarray(y),
-                                   self.w[name].data, eps, self.stream)
-
-    def attention(self, kv, il, q, k, v, pos0, scale, window=0):
-        """A chunk of T queries against the cache up to pos0+T, on tensor cores. Head dims 64 and
-        128 (unless LITE_FLASH_ATTN=0): one flash-attention kernel, kernels/flash_attn.py. Else, the
-        materialized path: per KV head,
-        scores (G*T, S) = Q K^T (fp16 in, fp32 out), masked softmax to fp16 probabilities, then
-        P V (fp16 in, fp32 out), heads batched in groups whose scores fit ATTN_SCRATCH_BYTES, so a
-        chunk x context score matrix never exists for all heads at once."""
-        cp = self.cp
-        T, H, D = q.shape
-        if T == 1:
-            return self._attention_decode(kv, il, q, k, v, scale, window)
-        kv.write(il, k, v, pos0)
-        S = pos0 + T
-        if kv.kind == "f16":
-            K, V = kv.k[il], kv.v[il]                          # (Hkv, S_max, D) f16, first S used
-        else:
-            K, V = (a.astype(np.float16) for a in kv.read(il, S))
-        from lite.kernels import flash_attn
-        if FLASH_ATTN and flash_attn.supported(D, V.shape[2]):  # int8 too: fp16 copy made above
-            return flash_attn.flash_prefill(q, K, V, pos0, window, scale, self.stream).reshape(T, -1)
-        Hkv, s_stride, Dv = V.shape[0], V.shape[1], V.shape[2]
-        G = H // Hkv
-        rows = G * T
-        # q and the probabilities each go in as two fp16 halves (x = hi + lo, lo = fp16(x - hi)):
-        # four GEMMs instead of two, but scores and weights then carry ~fp32 precision. One fp16
-        # rounding of q and P moved Gemma 3 logits by up to 1.4 at a position with sharp attention
-        # (CPU emulation reproduces it); this path serves head dims flash does not (Gemma's 256).
-        qf = cp.ascontiguousarray(q.reshape(T, Hkv, G, D).transpose(1, 2, 0, 3))
-        q16 = qf.astype(np.float16)
-        q16_lo = (qf - q16).astype(np.float16)
-        out = cp.empty((Hkv, rows, Dv), np.float32)                            # (Hkv, G*T, Dv)
-        per_head = rows * S * 12                 # scores f32, P hi+lo f16, a f32 temporary
-        group = max(1, min(Hkv, ATTN_SCRATCH_BYTES // per_head))
-        for h0 in range(0, Hkv, group):
-            nb = min(group, Hkv - h0)
-            scores = cp.empty((nb, rows, S), np.float32)
-            # column-major view: scores^T (S x rows) = K (S x D) . Q^T (D x rows)
-            for qpart, beta in ((q16, 0.0), (q16_lo, 1.0)):
-                gemm_strided(cp, self.stream, 1, 0, S, rows, D,
-                             K[h0:h0 + nb], 2, D, s_stride * D, qpart[h0:h0 + nb], 2, D, rows * D,
-                             scores, 0, S, rows * S, nb, beta=beta)
-            self.k.masked_softmax(scores, T, pos0, window, scale, self.stream)   # probs in place
-            probs = scores.astype(np.float16)
-            probs_lo = (scores - probs).astype(np.float16)
-            del scores
-            # out^T (Dv x rows) = V^T (Dv x S) . P^T (S x rows)
-            for ppart, beta in ((probs, 0.0), (probs_lo, 1.0)):
-                gemm_strided(cp, self.stream, 0, 0, Dv, rows, S,
-                             V[h0:h0 + nb], 2, Dv, s_stride * Dv, ppart, 2, S, rows * S,
-                             out[h0:h0 + nb], 0, Dv, rows * Dv, nb, beta=beta)
-        o = out.reshape(Hkv, G, T, Dv).transpose(2, 0, 1, 3)
-        return cp.ascontiguousarray(o).reshape(T, H * Dv)
+        return self.small_ops.add_rms_norm(cp.ascontiguousarray(x), cp.ascontiguousarray(y),
+                                           self.w[name].data, eps, self.stream)
 
     def act_mul(self, gate, up, act):
         gate, up = self._arr(gate), self._arr(up)
         if act == "silu":
-            return self.k.silu_mul(gate, up)
+            return self.small_ops.silu_mul(gate, up)
         if act == "gelu_tanh":
-            return self.k.gelu_tanh_mul(gate, up)
+            return self.small_ops.gelu_tanh_mul(gate, up)
         raise ValueError(f"unknown activation {act!r}")
 
     def sigmoid_gate(self, x, h, name):
@@ -289,17 +231,3 @@ class CUDABackend(CUDAWeights, CUDALinear, CUDAFoldNorm, CUDAHandoff, CUDADecode
         self.stream.synchronize()
         self.synchronize_handoff()
 
-
-def gemm_strided(cp, stream, transa, transb, m, n, k, A, a_type, lda, stride_a, B, b_type, ldb,
-                 stride_b, C, c_type, ldc, stride_c, batch, beta=0.0):
-    """cublasGemmStridedBatchedEx in column-major terms, fp32 accumulation; types: 0 f32, 2 f16.
-    C = A B + beta C."""
-    from cupy_backends.cuda.libs import cublas
-    handle = cp.cuda.device.get_cublas_handle()
-    cublas.setStream(handle, stream.ptr)
-    one = np.array(1.0, np.float32)
-    b = np.array(beta, np.float32)
-    cublas.gemmStridedBatchedEx(handle, transa, transb, m, n, k, one.ctypes.data,
-                                A.data.ptr, a_type, lda, stride_a, B.data.ptr, b_type, ldb, stride_b,
-                                b.ctypes.data, C.data.ptr, c_type, ldc, stride_c, batch,
-                                cublas.CUBLAS_COMPUTE_32F, cublas.CUBLAS_GEMM_DEFAULT)

@@ -1,5 +1,5 @@
-"""The host side of a captured decode step, cut to a few writes and one wait (the default;
-LITE_GRAPH_IO=0 turns it off).
+"""The host side of a captured decode step, cut to a few writes and one wait
+(BackendConfig.graph_io, on by default).
 
 Without it a decode step copies the token id from pageable memory to the device
 (`ndarray.set`, staged by the driver), then the position from a pinned scalar (a second copy),
@@ -25,19 +25,12 @@ which the stage chain's hand-offs already ensure).
 """
 import contextlib
 import gc
-import os
 import threading
 import weakref
 
 import numpy as np
 
 POOL_SIZE = 4           # pinned logits buffers a caller may hold at once before steps copy
-
-
-def enabled():
-    """The pinned graph input/output, default on (H200, session 4: 8B decode 312.7 -> 330.3 tok/s);
-    LITE_GRAPH_IO=0 turns it off (read when a backend is made)."""
-    return os.environ.get("LITE_GRAPH_IO", "1") != "0"
 
 
 _capture_lock = threading.Lock()
@@ -48,8 +41,8 @@ _captures = [0, False]          # captures in progress (all stages' threads), gc
 def no_collection():
     """No cyclic garbage collection while any stage captures a graph: a collection (in whatever
     thread it falls: a stage's, the caller's) runs finalizers that may call CUDA (an event
-    synchronized, a stream destroyed), which invalidates a capture in progress. Seen on the H200
-    in session 6: about 1 GPU test in 60 failed at random with cudaErrorStreamCaptureInvalidated.
+    synchronized, a stream destroyed), which invalidates a capture in progress
+    (cudaErrorStreamCaptureInvalidated, at random).
     The first capture collects what is pending, then holds collection off until the last ends."""
     with _capture_lock:
         if _captures[0] == 0:

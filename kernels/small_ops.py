@@ -1,18 +1,17 @@
-"""Small per-token kernels as CuPy RawKernels: RMSNorm (alone or after the residual add), RoPE, the
-masked softmax of attention.
+"""The small per-token kernels of the CUDA backend: RMSNorm (alone or after the residual add), RoPE,
+the masked softmax of the materialized prefill attention (CUDA C in kernels/cuda/small_ops.cu), and
+the gated activations (CuPy elementwise kernels).
 
-These are launched many times per layer, and a CuPy RawKernel launch costs ~6-8 us of host time
-against ~50-200 us for a Numba launch (shared device notes), so the non-quantized glue is written
-here in CUDA C (kernels/cupy_ops_src.py; the decode attention is in kernels/cupy_decode.py). Tests
-run the same C on the host through tests/cuda_c_emulator.py, and against the CPU backend on the GPU
-machine. Every wrapper takes the CuPy stream to launch on and never synchronizes.
+They run many times a layer, and a CuPy RawKernel launch costs a fraction of a Numba launch's host
+time, so this glue is CUDA C. Tests run the same C on the host through tests/cuda_c_emulator.py.
+Every wrapper takes the CuPy stream to launch on and never synchronizes.
 """
 import math
 
 import cupy as cp
 import numpy as np
 
-from lite.kernels.cupy_ops_src import OPS_SRC
+from lite.kernels.cuda_source import source
 
 _module = None
 
@@ -20,7 +19,8 @@ _module = None
 def _kernel(name):
     global _module
     if _module is None:
-        _module = cp.RawModule(code="#include <cuda_fp16.h>\n" + OPS_SRC, options=("--std=c++17",))
+        _module = cp.RawModule(code="#include <cuda_fp16.h>\n" + source("small_ops.cu"),
+                               options=("--std=c++17",))
     return _module.get_function(name)
 
 

@@ -1,40 +1,8 @@
-"""CUDA C of the decode-step attention (one query token), launched through kernels/cupy_decode.py.
+// Attention of one query token for the head dims decode_attention.cu lacks (any multiple of 8),
+// launched by kernels/decode_attention_tiled.py; the same contract as decode_attention.cu.
+#include "last_block_to_count.cuh"
+#include "pdl.cuh"
 
-Both kernels read the position from the device (a captured graph replays any position) and have
-grids fixed by the cache size. Kept apart from the Python wrappers so the file stays readable and
-so tests/cuda_c_emulator.py can compile the same text on the host.
-"""
-
-from lite.kernels.pdl import C_PDL
-
-# The split merge's hand-off, the same in both attention kernels: this one's (DECODE_SRC) and v2's
-# (kernels/cupy_decode2_src.py), which are compiled as separate modules and both prepend it.
-C_LAST_OF_COLUMN = r"""
-// Is this block the last of the `active` blocks counting on *counter to finish? Called by every
-// thread once the block's partials are written (threadFenceReduction pattern: the fence makes them
-// visible before the block counts); the last block resets the counter for the next launch, and its
-// fence after the count orders its reads of the others' partials. (Also kernels/matvec_epilogue.py.)
-__device__ __forceinline__ bool last_block_to_count(int* counter, int active) {
-    __shared__ int is_last;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        int ticket = atomicAdd(counter, 1);
-        is_last = ticket == active - 1;
-        if (is_last) *counter = 0;                 // every block has counted: ready for the next launch
-    }
-    __syncthreads();
-    if (!is_last) return false;
-    __threadfence();
-    return true;
-}
-// The split blocks of one column (decode attention) count on counters[blockIdx.x].
-__device__ __forceinline__ bool dec_last_of_column(int* counters, int active) {
-    return last_block_to_count(counters + blockIdx.x, active);
-}
-"""
-
-DECODE_SRC = C_LAST_OF_COLUMN + C_PDL + r"""
 #ifndef NEG_INF
 #define NEG_INF (-__int_as_float(0x7f800000))
 #endif
@@ -43,19 +11,11 @@ DECODE_SRC = C_LAST_OF_COLUMN + C_PDL + r"""
 #define DEC_TILE 256         // keys whose scores sit in shared memory at once
 #define DEC_MAX_SPLITS 64    // splits of the keys, each a block (per KV head and head group)
 #define DEC_MAX_D 256        // key head dim
-#define DEC_MAX_ROW 1024     // the longest row rope_kv_store handles
 #define DEC_UNROLL 8         // K or V rows a lane has in flight
-// attn_decode is held to 168 registers (no spills, sm_90) so three blocks fit an SM; the wrapper
-// sizes the grid on that (kernels/cupy_decode.py, _resident_blocks)
+// the kernel is held to 168 registers (no spills, sm_90) so three blocks fit an SM; the wrapper
+// sizes the grid on that (kernels/decode_attention_tiled.py, _resident_blocks)
 
-__device__ __forceinline__ float dec_warp_sum(float v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);
-    return v;
-}
-__device__ __forceinline__ float dec_warp_max(float v) {
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffff, v, o));
-    return v;
-}
+#include "warp_reduce.cuh"
 // eight consecutive cache values: one 16-byte (f16) or 8-byte (int8) load kept raw while in
 // flight (half the registers of floats, so twice the loads in flight), then widened to floats
 template <typename T> struct Raw8;
@@ -75,114 +35,6 @@ __device__ __forceinline__ void dec_cvt(const Raw8<signed char>& r, float* f) {
     const signed char* c = reinterpret_cast<const signed char*>(&r.u);
     for (int i = 0; i < 8; ++i) f[i] = (float)c[i];
 }
-__device__ __forceinline__ void dec_store(__half* p, float v) { *p = __float2half(v); }
-__device__ __forceinline__ void dec_store(signed char* p, float v) { *p = (signed char)v; }
-
-// --- RoPE of q and k, and k, v into the cache at *pos, in one launch (a block a row) -----------
-// Blocks 0..H-1 rotate the q heads into q_out; blocks H..H+Hkv-1 rotate the k heads into the K
-// cache; the next Hkv blocks copy the v heads into the V cache. n_rot = 0: no rotation. int8
-// caches (scales != null) get one scale per (head, position) = amax / 127, as KVCache._quantize.
-// qn, kn (either may be null): per-head RMSNorm weights (D values) of q and of k (qwen3's
-// attn_q_norm/attn_k_norm), applied before the rotation as cupy_ops' rms_norm kernel would.
-// DEC_ROPE_THREADS threads a row: one rotated pair each at head dim 128 (the double-precision
-// angle is the longest chain of the launch).
-#define DEC_ROPE_THREADS 64
-// 1/rms of x[0..n) (n <= DEC_MAX_ROW), with the sums in the order of cupy_ops' rms_norm kernel:
-// there a thread an element (pow2 >= 32 threads), 32-element warp sums by xor shuffles, then the
-// warp sums (zeros for the missing warps) by xor shuffles. Here the warps take the 32-element
-// chunks in turn and the chunk sums meet in `chunk`, so the sum tree, and its rounding, is the
-// same. All threads of the block call it (it holds a __syncthreads) and get the result.
-__device__ __forceinline__ float dec_rms_inv(const float* x, int n, float eps, float* chunk) {
-    const int lane = threadIdx.x & 31, nc = (n + 31) >> 5;
-    for (int c = threadIdx.x >> 5; c < nc; c += blockDim.x >> 5) {   // uniform over the warp
-        int i = c * 32 + lane;
-        float s = 0.f;
-        if (i < n) { float v = x[i]; s += v * v; }
-        s = dec_warp_sum(s);
-        if (lane == 0) chunk[c] = s;
-    }
-    __syncthreads();
-    float s = lane < nc ? chunk[lane] : 0.f;
-    return rsqrtf(dec_warp_sum(s) / n + eps);
-}
-template <typename T> __device__ void rope_kv_store(
-        const float* q, const float* k, const float* v, float* q_out, T* Kc, T* Vc, float* ks,
-        float* vs, const long long* pos_ptr, int H, int Hkv, int D, int Dv, int S_max, int n_rot,
-        double base, double freq_scale, int neox, const float* qn, const float* kn, float eps) {
-    __shared__ float row[DEC_MAX_ROW];
-    __shared__ float wmax[DEC_ROPE_THREADS / 32];
-    __shared__ float chunk[DEC_MAX_ROW / 32];
-    const int b = blockIdx.x, tid = threadIdx.x, nt = blockDim.x;
-    long long pos = *pos_ptr;
-    const float* src;
-    const float* nw = nullptr;                     // this row's norm weights, if any
-    float* fdst = nullptr;
-    T* cdst = nullptr;
-    float* sdst = nullptr;
-    int n = D, rot = n_rot;
-    if (b < H) {
-        src = q + (long long)b * D;
-        fdst = q_out + (long long)b * D;
-        nw = qn;
-    } else if (b < H + Hkv) {
-        int h = b - H;
-        src = k + (long long)h * D;
-        cdst = Kc + ((long long)h * S_max + pos) * D;
-        if (ks) sdst = ks + (long long)h * S_max + pos;
-        nw = kn;
-    } else {
-        int h = b - H - Hkv;
-        src = v + (long long)h * Dv;
-        n = Dv;
-        rot = 0;
-        cdst = Vc + ((long long)h * S_max + pos) * Dv;
-        if (vs) sdst = vs + (long long)h * S_max + pos;
-    }
-    // the normed value x * r * w, as rms_norm writes it, then rotated as the rope kernel reads it
-    const float r = nw ? dec_rms_inv(src, n, eps, chunk) : 1.f;   // uniform over the block
-    int half = rot / 2;
-    for (int i = tid; i < half; i += nt) {
-        // angles in double, the same expression as the rope kernel: long positions keep precision
-        double ang = (double)pos * freq_scale * pow(base, -2.0 * i / rot), sd, cd;
-        sincos(ang, &sd, &cd);
-        float c = (float)cd, s = (float)sd;
-        int a = neox ? i : 2 * i, bb = neox ? i + half : 2 * i + 1;
-        float xa = src[a], xb = src[bb];
-        if (nw) { xa = xa * r * nw[a]; xb = xb * r * nw[bb]; }
-        row[a] = xa * c - xb * s;
-        row[bb] = xa * s + xb * c;
-    }
-    for (int j = rot + tid; j < n; j += nt) row[j] = nw ? src[j] * r * nw[j] : src[j];
-    __syncthreads();
-    if (fdst) {
-        for (int j = tid; j < n; j += nt) fdst[j] = row[j];
-        return;
-    }
-    if (sdst == nullptr) {
-        for (int j = tid; j < n; j += nt) dec_store(cdst + j, row[j]);
-        return;
-    }
-    float amax = 0.f;
-    for (int j = tid; j < n; j += nt) amax = fmaxf(amax, fabsf(row[j]));
-    amax = dec_warp_max(amax);
-    if ((tid & 31) == 0) wmax[tid >> 5] = amax;
-    __syncthreads();
-    for (int w = 0; w < nt / 32; ++w) amax = fmaxf(amax, wmax[w]);
-    float sc = amax / 127.f;
-    float div = sc > 0.f ? sc : 1.f;
-    for (int j = tid; j < n; j += nt) dec_store(cdst + j, fminf(fmaxf(rintf(row[j] / div), -127.f), 127.f));
-    if (tid == 0) *sdst = sc;
-}
-extern "C" __global__ void rope_kv_store_f16(const float* q, const float* k, const float* v,
-        float* q_out, __half* Kc, __half* Vc, const long long* p, int H, int Hkv, int D, int Dv,
-        int S, int n_rot, double base, double fs, int neox, const float* qn, const float* kn,
-        float eps)
-{ PDL_PROLOGUE(); rope_kv_store<__half>(q, k, v, q_out, Kc, Vc, nullptr, nullptr, p, H, Hkv, D, Dv, S, n_rot, base, fs, neox, qn, kn, eps); }
-extern "C" __global__ void rope_kv_store_i8(const float* q, const float* k, const float* v,
-        float* q_out, signed char* Kc, signed char* Vc, float* ks, float* vs, const long long* p,
-        int H, int Hkv, int D, int Dv, int S, int n_rot, double base, double fs, int neox,
-        const float* qn, const float* kn, float eps)
-{ PDL_PROLOGUE(); rope_kv_store<signed char>(q, k, v, q_out, Kc, Vc, ks, vs, p, H, Hkv, D, Dv, S, n_rot, base, fs, neox, qn, kn, eps); }
 
 // --- attention of one query token over keys 0..*pos (flash-decoding) ---------------------------
 // Block (x = KV head hk and head group, y = split) serves up to DEC_GB query heads of KV head hk,
@@ -193,7 +45,7 @@ extern "C" __global__ void rope_kv_store_i8(const float* q, const float* k, cons
 // partial dots meet through shuffles. Values: Dv/8 lanes cover a row, the block's rows in
 // parallel, eight rows a lane in flight. Each split writes its max, sum and weighted V; the block
 // that finishes last (a counter per block column, reset by that block) merges them into out.
-template <typename T> __device__ void attn_decode(
+template <typename T> __device__ void decode_attention_tiled(
         const float* q, const T* K, const T* V, const float* ks, const float* vs, float* pm,
         float* pl, float* pacc, int* counters, float* out, const long long* pos_ptr, int H,
         int Hkv, int D, int Dv, int S_max, float scale, int window, int min_chunk) {
@@ -370,13 +222,12 @@ template <typename T> __device__ void attn_decode(
         *reinterpret_cast<float4*>(out + (long long)(h0 + g) * Dv + d) = o;
     }
 }
-extern "C" __global__ void __launch_bounds__(DEC_THREADS, 3) attn_decode_f16(const float* q, const __half* K, const __half* V,
+extern "C" __global__ void __launch_bounds__(DEC_THREADS, 3) decode_attention_tiled_f16(const float* q, const __half* K, const __half* V,
         float* pm, float* pl, float* pacc, int* cnt, float* out, const long long* p, int H,
         int Hkv, int D, int Dv, int S, float scale, int win, int min_chunk)
-{ PDL_PROLOGUE(); attn_decode<__half>(q, K, V, nullptr, nullptr, pm, pl, pacc, cnt, out, p, H, Hkv, D, Dv, S, scale, win, min_chunk); }
-extern "C" __global__ void __launch_bounds__(DEC_THREADS, 3) attn_decode_i8(const float* q, const signed char* K,
+{ PDL_PROLOGUE(); decode_attention_tiled<__half>(q, K, V, nullptr, nullptr, pm, pl, pacc, cnt, out, p, H, Hkv, D, Dv, S, scale, win, min_chunk); }
+extern "C" __global__ void __launch_bounds__(DEC_THREADS, 3) decode_attention_tiled_i8(const float* q, const signed char* K,
         const signed char* V, const float* ks, const float* vs, float* pm, float* pl, float* pacc,
         int* cnt, float* out, const long long* p, int H, int Hkv, int D, int Dv, int S,
         float scale, int win, int min_chunk)
-{ PDL_PROLOGUE(); attn_decode<signed char>(q, K, V, ks, vs, pm, pl, pacc, cnt, out, p, H, Hkv, D, Dv, S, scale, win, min_chunk); }
-"""
+{ PDL_PROLOGUE(); decode_attention_tiled<signed char>(q, K, V, ks, vs, pm, pl, pacc, cnt, out, p, H, Hkv, D, Dv, S, scale, win, min_chunk); }

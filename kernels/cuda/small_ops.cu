@@ -1,7 +1,5 @@
-"""CUDA C of the small per-token kernels launched by kernels/cupy_ops.py (a plain string, so
-tests/cuda_c_emulator.py can compile the same text on a machine without a GPU)."""
-
-OPS_SRC = r"""
+// The small per-token kernels launched by kernels/small_ops.py: RMSNorm (alone or after the
+// residual add), RoPE, the masked softmax of the materialized prefill attention.
 #define NEG_INF (-__int_as_float(0x7f800000))
 struct SumOp { __device__ float operator()(float a, float b) const { return a + b; } };
 struct MaxOp { __device__ float operator()(float a, float b) const { return fmaxf(a, b); } };
@@ -101,4 +99,3 @@ extern "C" __global__ void add_rms_norm(const float* a, const float* b, const fl
     float r = rsqrtf(block_reduce(s, 0.f, part, SumOp()) / n + eps);
     for (int i = threadIdx.x; i < n; i += blockDim.x) y[off + i] = sum[off + i] * r * w[i];
 }
-"""

@@ -1,0 +1,90 @@
+"""Prefill attention in one pass (flash attention, FlashAttention-2 style) on tensor cores.
+
+CUDA C through CuPy (NVRTC), with inline PTX `mma.sync.m16n8k16` and `ldmatrix` rather than
+<mma.h>/wmma: CuPy's pip wheels ship no crt/mma.h, so wmma does not compile for pip-only users.
+
+Why: the materialized path (lite/backends/cuda.py) writes and reads a (G*T, S) fp32 score block and
+an fp16 probability block per KV head, which at 32K context costs more than the matrix products.
+Here scores never leave registers.
+
+One CTA = BM query rows (BM/16 warps of 16 rows; BM by head dim in TILE) of one head. The CTAs of
+the heads that share a KV head run next to each other, so they read the same K/V tiles while those
+are in L2; the last query tiles (the ones that attend to the most keys, when causal) start first.
+Per tile of 64 keys, staged in shared memory by cp.async (double-buffered: the next tile loads while
+this one is used):
+  S = Q K^T   mma.sync, Q fragments held in registers for the whole kernel, K by ldmatrix;
+  mask        causal from pos0 (the chunk sees the whole cache before it) and the sliding window,
+              only on tiles that cross a mask edge;
+  softmax     online, in the m16n8 accumulator layout (a thread holds rows lane/4 and lane/4+8,
+              columns 2*(lane%4)+{0,1} of each 8-key slice): the row max over the 4 threads of a
+              quad by two shuffles, exp2 with the scale folded in;
+  O += P V    P repacked from the S accumulators straight into A fragments (fp16), V by
+              ldmatrix.trans, O in fp32 registers rescaled by exp2(m_old - m_new).
+Shapes: q (T, H, D) f32; K/V caches (Hkv, S_max, D) f16, positions 0..pos0+T-1 used; out (T, H, D)
+f32. D = Dv = 64 or 128 (other head dims, e.g. 256, take the materialized path). An int8 KV cache is
+served through the fp16 copy of its first S positions that the backend makes anyway.
+The CUDA C is kernels/cuda/flash_attention.cu; tests/flash_attn_twin.py is a NumPy twin of its
+fragment layouts (CPU CI). The CUDA backend's default prefill attention where the head dim allows
+(BackendConfig.flash_attention).
+"""
+from collections import namedtuple
+
+import numpy as np
+
+from lite.kernels.cuda_source import source
+
+BN = 64                                                # keys a tile (the kernel's BN)
+LOG2E = 1.4426950408889634
+# Query rows a CTA (16 a warp: BM) and CTAs an SM it is compiled to fit (__launch_bounds__: the
+# register cap, MIN_CTAS), by head dim: the shapes measured fastest on the H200 (at D=128 one CTA of
+# 128 rows, 230 registers; at D=64 three of 64 rows, 166 registers, no spills).
+Tile = namedtuple("Tile", "rows min_ctas")
+TILE = {64: Tile(rows=64, min_ctas=3), 128: Tile(rows=128, min_ctas=1)}
+_kernels = {}
+
+
+def kernel_source(D, bm, min_ctas):
+    """The text NVRTC compiles: kernels/cuda/flash_attention.cu for head dim D, bm query rows a CTA
+    and min_ctas CTAs an SM."""
+    return source("flash_attention.cu", defines={"D": D, "BM": bm, "MIN_CTAS": min_ctas})
+
+
+def smem_bytes(D):
+    return 2 * 2 * BN * (D + 8) * 2                    # K and V, two stages, padded rows
+
+
+def supported(D, Dv):
+    return D == Dv and D in (64, 128)
+
+
+def _kernel(D, bm, min_ctas):
+    import cupy as cp
+    key = (cp.cuda.Device().id, D, bm, min_ctas)
+    if key not in _kernels:
+        k = cp.RawKernel(kernel_source(D, bm, min_ctas), "flash_fwd", options=("--std=c++17",))
+        k.max_dynamic_shared_size_bytes = smem_bytes(D)
+        _kernels[key] = k
+    return _kernels[key]
+
+
+def flash_prefill(q, K, V, pos0, window, scale, stream, bm=None, min_ctas=None):
+    """q (T, H, D) f32 against the f16 caches K, V (Hkv, S_max, D) (positions 0..pos0+T-1 written),
+    causal from position pos0 and within a sliding window when window > 0 -> (T, H, D) f32."""
+    import cupy as cp
+    T, H, D = q.shape
+    Hkv, S_max, Dv = V.shape
+    if not supported(D, Dv) or K.shape != V.shape or H % Hkv:
+        raise ValueError(f"flash prefill needs D = Dv in (64, 128) and H a multiple of Hkv, got "
+                         f"q {q.shape}, K {K.shape}, V {V.shape}")
+    if pos0 + T > S_max:
+        raise ValueError(f"positions up to {pos0 + T} past the cache's {S_max}")
+    tile = TILE[D]
+    bm = bm or tile.rows
+    min_ctas = min_ctas or max(1, tile.min_ctas * tile.rows // bm)
+    out = cp.empty((T, H, D), np.float32)
+    grid = (-(-T // bm) * (H // Hkv), Hkv)
+    args = (cp.ascontiguousarray(q, dtype=np.float32), cp.ascontiguousarray(K),
+            cp.ascontiguousarray(V), out, np.int32(T), np.int32(H), np.int32(Hkv), np.int32(S_max),
+            np.int64(pos0), np.int32(window), np.float32(scale * LOG2E))
+    _kernel(D, bm, min_ctas)(grid, (bm // 16 * 32,), args, shared_mem=smem_bytes(D), stream=stream)
+    return out

@@ -1,0 +1,185 @@
+"""The CUDA backend's attention.
+
+A prefill chunk: flash attention (kernels/flash_attention.py) where the head dim allows, else the
+materialized path (scores through memory, cuBLAS). One decode token (kernels/decode_attention.py):
+two launches a layer, RoPE of q and k (and, with BackendConfig.fold_qk_norm, qwen3's per-head
+RMSNorm of q and k before it) fused with the KV-cache store, then attention with its split merge.
+
+A mixin of CUDABackend: it uses the backend's stream, config, pdl, pos_dev (the position on the
+device, so a captured graph replays any position), its weights and the merge counters made in its
+__init__.
+"""
+import numpy as np
+
+
+ATTN_SCRATCH_BYTES = 2 << 30      # scores + probabilities of the heads attended at once
+
+
+class CUDAAttention:
+    @property
+    def fold_qk_norm(self):
+        """BackendConfig.fold_qk_norm: rms_norm of one decode token's q or k heads is left for the
+        attention launch (_norm_later); off: the separate norm launches."""
+        return self.config.fold_qk_norm
+
+    def _norm_later(self, x, name, eps):
+        """rms_norm's hook for x (1, heads, head_dim), a decode token's q or k: a NormLater that
+        rope() and attention take, so rope_kv_store norms the heads in the launch that rotates and
+        stores them (one launch fewer each). The same norm now where the weights do not fit."""
+        w = self.w[name].data
+        if w.dtype != np.float32 or w.shape != x.shape[-1:]:
+            return self.small_ops.rms_norm(self.cp.ascontiguousarray(x), w, eps, self.stream)
+        return NormLater(x, w, eps)
+
+    def rope(self, x, pos0, base, neox, n_rot=None, freq_scale=1.0, freq_factors=None):
+        if freq_factors is not None:
+            raise NotImplementedError("rope frequency factors on the GPU")
+        n_rot = n_rot or x.shape[-1]
+        if x.shape[0] == 1:
+            # one decode token: attention rotates q and k in the launch that stores the cache
+            return RopeLater(x, (n_rot, base, freq_scale, neox))
+        return self.small_ops.rope(self.cp.ascontiguousarray(self._norm_now(x)), pos0, base, neox,
+                                   n_rot, freq_scale, self.stream)
+
+    def attention(self, kv, il, q, k, v, pos0, scale, window=0):
+        """A chunk of T queries against the cache up to pos0+T, on tensor cores (one token: the decode
+        path below). Head dims 64 and 128 (with BackendConfig.flash_attention): one flash-attention
+        kernel, kernels/flash_attention.py. Else, the materialized path (every head dim): per KV head,
+        scores (G*T, S) = Q K^T (fp16 in, fp32 out), masked softmax to fp16 probabilities, then
+        P V (fp16 in, fp32 out), heads batched in groups whose scores fit ATTN_SCRATCH_BYTES, so a
+        chunk x context score matrix never exists for all heads at once."""
+        cp = self.cp
+        T, H, D = q.shape
+        if T == 1:
+            return self._attention_decode(kv, il, q, k, v, scale, window)
+        kv.write(il, k, v, pos0)
+        S = pos0 + T
+        if kv.kind == "f16":
+            K, V = kv.k[il], kv.v[il]                          # (Hkv, S_max, D) f16, first S used
+        else:
+            K, V = (a.astype(np.float16) for a in kv.read(il, S))
+        from lite.kernels import flash_attention
+        if self.config.flash_attention and flash_attention.supported(D, V.shape[2]):  # int8: copied
+            out = flash_attention.flash_prefill(q, K, V, pos0, window, scale, self.stream)
+            return out.reshape(T, -1)
+        Hkv, s_stride, Dv = V.shape[0], V.shape[1], V.shape[2]
+        G = H // Hkv
+        rows = G * T
+        # q and the probabilities each go in as two fp16 halves (x = hi + lo, lo = fp16(x - hi)):
+        # four GEMMs instead of two, but scores and weights then carry ~fp32 precision. One fp16
+        # rounding of q and P moved Gemma 3 logits by up to 1.4 at a position with sharp attention
+        # (CPU emulation reproduces it); this path serves head dims flash does not (Gemma's 256).
+        qf = cp.ascontiguousarray(q.reshape(T, Hkv, G, D).transpose(1, 2, 0, 3))
+        q16 = qf.astype(np.float16)
+        q16_lo = (qf - q16).astype(np.float16)
+        out = cp.empty((Hkv, rows, Dv), np.float32)                            # (Hkv, G*T, Dv)
+        per_head = rows * S * 12                 # scores f32, P hi+lo f16, a f32 temporary
+        group = max(1, min(Hkv, ATTN_SCRATCH_BYTES // per_head))
+        for h0 in range(0, Hkv, group):
+            nb = min(group, Hkv - h0)
+            scores = cp.empty((nb, rows, S), np.float32)
+            # column-major view: scores^T (S x rows) = K (S x D) . Q^T (D x rows)
+            for qpart, beta in ((q16, 0.0), (q16_lo, 1.0)):
+                gemm_strided(cp, self.stream, 1, 0, S, rows, D,
+                             K[h0:h0 + nb], 2, D, s_stride * D, qpart[h0:h0 + nb], 2, D, rows * D,
+                             scores, 0, S, rows * S, nb, beta=beta)
+            self.small_ops.masked_softmax(scores, T, pos0, window, scale, self.stream)   # probs in place
+            probs = scores.astype(np.float16)
+            probs_lo = (scores - probs).astype(np.float16)
+            del scores
+            # out^T (Dv x rows) = V^T (Dv x S) . P^T (S x rows)
+            for ppart, beta in ((probs, 0.0), (probs_lo, 1.0)):
+                gemm_strided(cp, self.stream, 0, 0, Dv, rows, S,
+                             V[h0:h0 + nb], 2, Dv, s_stride * Dv, ppart, 2, S, rows * S,
+                             out[h0:h0 + nb], 0, Dv, rows * Dv, nb, beta=beta)
+        o = out.reshape(Hkv, G, T, Dv).transpose(2, 0, 1, 3)
+        return cp.ascontiguousarray(o).reshape(T, H * Dv)
+
+    def _attention_decode(self, kv, il, q, k, v, scale, window):
+        """One token: norm and rotate q and k, store k, v at pos_dev, attend over 0..pos_dev; two
+        launches of fixed shapes (capturable)."""
+        cp, int8 = self.cp, kv.kind == "int8"
+        q, k, rope = self._rope_pending(q, k)
+        q, k, norm = self._norm_pending(q, k)
+        v = self._norm_now(v)
+        ks, vs = (kv.ks[il], kv.vs[il]) if int8 else (None, None)
+        q_rot = self.decode_attn.rope_kv_store(
+            cp.ascontiguousarray(q[0]), cp.ascontiguousarray(k[0]), cp.ascontiguousarray(v[0]),
+            kv.k[il], kv.v[il], ks, vs, self.pos_dev, rope, self.stream, norm, pdl=self.pdl)
+        o = self.decode_attn.attention(q_rot, kv.k[il], kv.v[il], ks, vs, self.pos_dev, scale,
+                                       window, self._attn_counters, self.stream, pdl=self.pdl)
+        return o.reshape(1, -1)
+
+    def _rope_pending(self, q, k):
+        """(q, k, rope) for rope_kv_store: both left unrotated by rope() with the same settings,
+        or neither (rope None); anything else is rotated here first. q and k may still be
+        NormLater (see _norm_pending)."""
+        if (isinstance(q, RopeLater) and isinstance(k, RopeLater) and q.rope == k.rope):
+            return q.x, k.x, q.rope
+        q, k = (self._rope_now(t) if isinstance(t, RopeLater) else t for t in (q, k))
+        return q, k, None
+
+    def _norm_pending(self, q, k):
+        """(q, k, norm) for rope_kv_store: norm (q weights or None, k weights or None, eps) for
+        those left unnormed by _norm_later (None if neither); a second eps is normed here."""
+        nq, nk = (t if isinstance(t, NormLater) else None for t in (q, k))
+        if nq is not None and nk is not None and nq.eps != nk.eps:
+            k, nk = self._norm_now(k), None
+        if nq is None and nk is None:
+            return q, k, None
+        qw, kw = (None if t is None else t.w for t in (nq, nk))
+        eps = (nq if nq is not None else nk).eps
+        return (q if nq is None else q.x), (k if nk is None else k.x), (qw, kw, eps)
+
+    def _rope_now(self, r):
+        n_rot, base, freq_scale, neox = r.rope
+        return self.small_ops.rope(self.cp.ascontiguousarray(self._norm_now(r.x)), 0, base, neox,
+                                   n_rot, freq_scale, self.stream, self.pos_dev)
+
+    def _norm_now(self, x):
+        """x itself, or the norm a NormLater left, as the rms_norm kernel (a launch)."""
+        if not isinstance(x, NormLater):
+            return x
+        return self.small_ops.rms_norm(self.cp.ascontiguousarray(x.x), x.w, x.eps, self.stream)
+
+
+class RopeLater:
+    """What rope() returns for one decode token: the input (an array or a NormLater) and its
+    rotation, applied by the attention launch that also stores the KV cache (one launch instead
+    of four). Only attention takes it; anything else fails on it loudly."""
+
+    def __init__(self, x, rope):
+        self.x, self.rope, self.shape = x, rope, x.shape
+
+    def __getattr__(self, name):
+        raise TypeError(f"a rotation left for attention (RopeLater) has no {name!r}: only "
+                        f"CUDABackend.attention takes rope()'s one-token output")
+
+
+class NormLater:
+    """What rms_norm returns, with fold_qk_norm on, for one decode token's q or k heads
+    (1, heads, head_dim): the input, the (head_dim,) f32 weights and eps, applied per head by
+    rope_kv_store before the rotation. Only rope() and attention take it; anything else fails
+    on it loudly."""
+
+    def __init__(self, x, w, eps):
+        self.x, self.w, self.eps, self.shape = x, w, eps, x.shape
+
+    def __getattr__(self, name):
+        raise TypeError(f"a per-head norm left for attention (NormLater) has no {name!r}: only "
+                        f"CUDABackend.rope and .attention take it (fold_qk_norm)")
+
+
+def gemm_strided(cp, stream, transa, transb, m, n, k, A, a_type, lda, stride_a, B, b_type, ldb,
+                 stride_b, C, c_type, ldc, stride_c, batch, beta=0.0):
+    """cublasGemmStridedBatchedEx in column-major terms, fp32 accumulation; types: 0 f32, 2 f16.
+    C = A B + beta C."""
+    from cupy_backends.cuda.libs import cublas
+    handle = cp.cuda.device.get_cublas_handle()
+    cublas.setStream(handle, stream.ptr)
+    one = np.array(1.0, np.float32)
+    b = np.array(beta, np.float32)
+    cublas.gemmStridedBatchedEx(handle, transa, transb, m, n, k, one.ctypes.data,
+                                A.data.ptr, a_type, lda, stride_a, B.data.ptr, b_type, ldb, stride_b,
+                                b.ctypes.data, C.data.ptr, c_type, ldc, stride_c, batch,
+                                cublas.CUBLAS_COMPUTE_32F, cublas.CUBLAS_GEMM_DEFAULT)
