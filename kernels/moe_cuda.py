@@ -18,8 +18,8 @@ A layer's MoE work is a constant number of launches whatever the number of exper
                tables compiled into the module, filled into shared memory by T::init). The IQ
                variants passed their GPU tests in sessions 3 and 4 (tests/test_experts_iq.py);
                tests/test_moe_mv_emulated.py runs their CUDA C on the host (g++) against float64
-               products of gguf-py's dequantize, in CI. Decode (n = 1) may
-               take kernels/moe_mvw.py's moe_mvw (the default; LITE_MOE_MV=cta: moe_mv).
+               products of gguf-py's dequantize, in CI. Decode (n = 1) takes
+               kernels/moe_mvw.py's moe_mvw.
   deq_gather   dequantize the used experts (sel[y], y = blockIdx.y) of a 3-D tensor to fp16, one
                launch: kernels/dequant_basic.py's tiled kernel with a second grid dimension.
   moe_gather_x16, moe_act_{f32,f16}, moe_ptrs, moe_combine: the cuBLAS path's glue (rows to fp16
@@ -50,13 +50,11 @@ _DEQ_GATHER_SIG = ("const uchar* __restrict__ src0, long long nbytes, OUT_T* __r
 
 IQ_MV_TYPES = ("IQ3_XXS", "IQ4_XS")   # struct TIQ3_XXS of kernels/matvec_iq.py, TIQ4_XS of moe_cuda_src
 MV_TYPES = ("Q4_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K") + IQ_MV_TYPES   # those of kernels/matvec_cuda.py, IQ
-MV_N = (1, 8)              # tokens a block: 1 (pairs, decode) or 8 (sorted blocks, short prefill)
+MV_N = 8                   # token rows a sorted block (short prefill; decode takes moe_mvw)
+MV_ROWS = 2                # rows a CTA: R * N accumulators, N=8 with R=4 spills (ptxas -v, sm_90)
 # Byte alignment the structs' loads need of an expert's blocks (base and expert stride):
 # IQ3_XXS blocks (98 bytes) are read in 16-bit halves, IQ4_XS (136) in 8-byte pairs of words.
 _IQ_ALIGN = {"IQ3_XXS": 2, "IQ4_XS": 8}
-# Rows a CTA at n <= 2. IQ3_XXS: 8, as its persistent decode kernel (mvp8 beat 4 rows a CTA by
-# 13-15% on the H200); IQ4_XS: 4, as its register kernel. Neither measured inside moe_mv.
-_IQ_ROWS = {"IQ3_XXS": 8, "IQ4_XS": 4}
 
 
 def mv_align(qtype):
@@ -87,20 +85,14 @@ def mv_source(qtype="Q4_K", host=False):
              + C_TIQ4_XS + C_MV))
 
 
-def mv_rows_per_cta(qtype, n):
-    from lite.kernels import matvec_cuda
-    r = _IQ_ROWS[qtype] if qtype in _IQ_ROWS else matvec_cuda.CONFIG[qtype][0]
-    return r if n <= 2 else 2   # R * N accumulators: N=8 with R=4 spills (ptxas -v, sm_90)
-
-
 def mv_struct(qtype):
     """The decode struct of a type: matvec_cuda's (decode_struct), or the IQ types' own."""
     from lite.kernels import matvec_cuda
     return f"T{qtype}" if qtype in IQ_MV_TYPES else matvec_cuda.decode_struct(qtype)
 
 
-def mv_name(qtype, n):
-    return f"moe_mv<{mv_struct(qtype)}, {n}, {mv_rows_per_cta(qtype, n)}>"
+def mv_name(qtype):
+    return f"moe_mv<{mv_struct(qtype)}, {MV_N}, {MV_ROWS}>"
 
 
 def _tiled():
@@ -162,8 +154,8 @@ def topk_fn(n_expert):
     return _moe_module(_dev(), pdl.source_head()).get_function(f"moe_topk<{v}>")
 
 
-def mv_kernel(qtype, n):
-    return _mv_kernel(_dev(), qtype, mv_name(qtype, n))
+def mv_kernel(qtype):
+    return _mv_kernel(_dev(), qtype, mv_name(qtype))
 
 
 def gather_dequant_kernel(qtype):
@@ -274,14 +266,15 @@ def grouped_mv(qtype, n, w0, w1, ebytes, slot_of, x, out0, out1, blk_expert, blk
     w1/out1 given: a second matrix of the same shape (up beside gate) in the same launch.
     x_by_row False: x is (T, cols), row i reads its token's row (gate, up); True: x is already in
     padded-row order (P, cols) and row i reads row i (down, on the activations).
-    n = 1 takes kernels/moe_mvw.py's moe_mvw (same contract; LITE_MOE_MV=cta: moe_mv)."""
+    n = 1 takes kernels/moe_mvw.py's moe_mvw (same contract)."""
     from lite.kernels import moe_mvw as mvw
-    if n == 1 and mvw.enabled():        # the decode variant (LITE_MOE_MV=cta: moe_mv)
+    if n == 1:
         return mvw.launch(qtype, w0, w1, ebytes, slot_of, x, out0, out1, blk_expert, blk_rows, kdiv, S, n_blocks,
                           rows, cols, x_by_row)
-    R = mv_rows_per_cta(qtype, n)
-    grid = (-(-rows // R), n_blocks, 2 if w1 is not None else 1)
-    mv_kernel(qtype, n)(grid, (128,), (w0, _p(w1), np.int64(ebytes), _p(slot_of), x, out0, _p(out1),
+    if n != MV_N:
+        raise ValueError(f"grouped_mv: blocks of {n} token rows (1: pairs, {MV_N}: sorted blocks)")
+    grid = (-(-rows // MV_ROWS), n_blocks, 2 if w1 is not None else 1)
+    mv_kernel(qtype)(grid, (128,), (w0, _p(w1), np.int64(ebytes), _p(slot_of), x, out0, _p(out1),
                                        blk_expert, _p(blk_rows), _i32(kdiv), _i32(S), _i32(rows), _i32(cols),
                                        _i32(bool(x_by_row))))
 

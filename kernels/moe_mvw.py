@@ -30,7 +30,6 @@ import os
 
 import numpy as np
 
-from lite.errors import SettingError
 from lite.kernels import matvec_q8, pdl
 from lite.kernels.pdl import C_PDL
 
@@ -117,28 +116,10 @@ _RAWS = {"Q4_0": 8, "Q4_K": 8, "IQ3_XXS": 8, "IQ4_XS": 8, "Q8_0": 4, "Q5_K": 4, 
 THREADS = 128
 
 
-def overrides(text=None):
-    """LITE_MOE_MVW="2048=16,2,4;768=8,3,2": (L, C, R) by row width, for timing other shapes of the
-    kernel on the GPU without editing code (scripts/moe_decode_ab.sh's MVW_EXTRA). Not checked
-    against the register budget: an instance may spill (nvcc --resource-usage tells)."""
-    text = os.environ.get("LITE_MOE_MVW", "") if text is None else text
-    out = {}
-    for item in filter(None, (t.strip() for t in text.split(";"))):
-        cols, cfg = item.split("=")
-        L, C, R = (int(v) for v in cfg.split(","))
-        if L not in (8, 16, 32) or not 1 <= C <= 8 or not 1 <= R <= 4:
-            raise SettingError(f"LITE_MOE_MVW: {item!r}: L in 8/16/32, C in 1..8, R in 1..4")
-        out[int(cols)] = (L, C, R)
-    return out
-
-
 def config(qtype, cols):
     """(L, C, R): lanes a row, chunks a lane a pass, rows a lane group. L: the smallest of 8/16/32
     whose pass of 4 chunks a lane covers the row (else 32, several passes); C: the chunks a lane
     needs for one pass (<= 4, <= the Raw budget); R: the rest of the budget in rows."""
-    forced = overrides().get(cols)
-    if forced:
-        return forced
     chunks = cols // 32                  # every type's chunk is 32 weights
     budget = _RAWS[qtype]
     L = next((l for l in (8, 16) if l * 4 >= chunks), 32)
@@ -153,9 +134,114 @@ def gated_config(qtype, cols):
     of config()'s (16, 4, 2) at 2048 inputs. H200, session 6, 30B-A3B decode after 2K (BENCHMARKS):
     IQ3_XXS 204.1 / 205.3 -> 251.0 / 248.9 tok/s (with the grid read through L1, matvec_iq.grid_copies()),
     Q4_K 307.5 / 309.7 -> 334.1 / 335.1."""
-    forced = overrides().get(cols)
-    if forced:                           # LITE_MOE_MVW's shape as it is
-        return forced
+    L, C, R = config(qtype, cols)
+    if _RAWS[qtype] >= 8 and C % 2 == 0 and R == 2:
+        return L, C // 2, 4
+    return (L, C, R) if R % 2 == 0 else (L, max(1, C // 2), 2)
+
+
+ACTS = {"silu": 1, "gelu_tanh": 2}
+
+
+def rows_per_cta(qtype, cols, act=None):
+    """Output rows a CTA: rows of the matrix, or with act (gated) units of gate and up."""
+    L, _, R = gated_config(qtype, cols) if act else config(qtype, cols)
+    return THREADS // L * (R // 2 if act else R)
+
+
+def name(qtype, cols, act=None):
+    """The kernel's name; over matvec_q8's quantized x (TQ*_KQ) where matvec_q8.applies_moe."""
+    from lite.kernels import moe_cuda as mk
+    L, C, R = gated_config(qtype, cols) if act else config(qtype, cols)
+    struct = matvec_q8.struct(qtype) if matvec_q8.applies_moe(qtype) else mk.mv_struct(qtype)
+    return f"moe_mvw<{struct}, {L}, {C}, {R}" + (f", {ACTS[act]}>" if act else ">")
+
+
+def source(qtype="Q4_K", host=False, q8=False):
+    """moe_mv's module source (the type structs) with moe_mvw after it; q8: with matvec_q8's
+    integer structs (only where used)."""
+    from lite.kernels import moe_cuda as mk
+    return C_PDL + mk.mv_source(qtype, host=host) + (matvec_q8.structs(qtype, tables=True) if q8 else "") + C_MVW
+
+
+def gated_config(qtype, cols):
+    """config() for the gated form: R even (gate and up rows of R/2 units), C * R within the
+    same budget; with a budget of 8 Raws, R = 4 (2 units a group) and C = 2: twice the rows a CTA
+    of config()'s (16, 4, 2) at 2048 inputs. H200, session 6, 30B-A3B decode after 2K (BENCHMARKS):
+    IQ3_XXS 204.1 / 205.3 -> 251.0 / 248.9 tok/s (with the grid read through L1, matvec_iq.grid_copies()),
+    Q4_K 307.5 / 309.7 -> 334.1 / 335.1."""
+    L, C, R = config(qtype, cols)
+    if _RAWS[qtype] >= 8 and C % 2 == 0 and R == 2:
+        return L, C // 2, 4
+    return (L, C, R) if R % 2 == 0 else (L, max(1, C // 2), 2)
+
+
+ACTS = {"silu": 1, "gelu_tanh": 2}
+
+
+def rows_per_cta(qtype, cols, act=None):
+    """Output rows a CTA: rows of the matrix, or with act (gated) units of gate and up."""
+    L, _, R = gated_config(qtype, cols) if act else config(qtype, cols)
+    return THREADS // L * (R // 2 if act else R)
+
+
+def name(qtype, cols, act=None):
+    """The kernel's name; over matvec_q8's quantized x (TQ*_KQ) where matvec_q8.applies_moe."""
+    from lite.kernels import moe_cuda as mk
+    L, C, R = gated_config(qtype, cols) if act else config(qtype, cols)
+    struct = matvec_q8.struct(qtype) if matvec_q8.applies_moe(qtype) else mk.mv_struct(qtype)
+    return f"moe_mvw<{struct}, {L}, {C}, {R}" + (f", {ACTS[act]}>" if act else ">")
+
+
+def source(qtype="Q4_K", host=False, q8=False):
+    """moe_mv's module source (the type structs) with moe_mvw after it; q8: with matvec_q8's
+    integer structs (only where used)."""
+    from lite.kernels import moe_cuda as mk
+    return C_PDL + mk.mv_source(qtype, host=host) + (matvec_q8.structs(qtype, tables=True) if q8 else "") + C_MVW
+
+
+def gated_config(qtype, cols):
+    """config() for the gated form: R even (gate and up rows of R/2 units), C * R within the
+    same budget; with a budget of 8 Raws, R = 4 (2 units a group) and C = 2: twice the rows a CTA
+    of config()'s (16, 4, 2) at 2048 inputs. H200, session 6, 30B-A3B decode after 2K (BENCHMARKS):
+    IQ3_XXS 204.1 / 205.3 -> 251.0 / 248.9 tok/s (with the grid read through L1, matvec_iq.grid_copies()),
+    Q4_K 307.5 / 309.7 -> 334.1 / 335.1."""
+    L, C, R = config(qtype, cols)
+    if _RAWS[qtype] >= 8 and C % 2 == 0 and R == 2:
+        return L, C // 2, 4
+    return (L, C, R) if R % 2 == 0 else (L, max(1, C // 2), 2)
+
+
+ACTS = {"silu": 1, "gelu_tanh": 2}
+
+
+def rows_per_cta(qtype, cols, act=None):
+    """Output rows a CTA: rows of the matrix, or with act (gated) units of gate and up."""
+    L, _, R = gated_config(qtype, cols) if act else config(qtype, cols)
+    return THREADS // L * (R // 2 if act else R)
+
+
+def name(qtype, cols, act=None):
+    """The kernel's name; over matvec_q8's quantized x (TQ*_KQ) where matvec_q8.applies_moe."""
+    from lite.kernels import moe_cuda as mk
+    L, C, R = gated_config(qtype, cols) if act else config(qtype, cols)
+    struct = matvec_q8.struct(qtype) if matvec_q8.applies_moe(qtype) else mk.mv_struct(qtype)
+    return f"moe_mvw<{struct}, {L}, {C}, {R}" + (f", {ACTS[act]}>" if act else ">")
+
+
+def source(qtype="Q4_K", host=False, q8=False):
+    """moe_mv's module source (the type structs) with moe_mvw after it; q8: with matvec_q8's
+    integer structs (only where used)."""
+    from lite.kernels import moe_cuda as mk
+    return C_PDL + mk.mv_source(qtype, host=host) + (matvec_q8.structs(qtype, tables=True) if q8 else "") + C_MVW
+
+
+def gated_config(qtype, cols):
+    """config() for the gated form: R even (gate and up rows of R/2 units), C * R within the
+    same budget; with a budget of 8 Raws, R = 4 (2 units a group) and C = 2: twice the rows a CTA
+    of config()'s (16, 4, 2) at 2048 inputs. H200, session 6, 30B-A3B decode after 2K (BENCHMARKS):
+    IQ3_XXS 204.1 / 205.3 -> 251.0 / 248.9 tok/s (with the grid read through L1, matvec_iq.grid_copies()),
+    Q4_K 307.5 / 309.7 -> 334.1 / 335.1."""
     L, C, R = config(qtype, cols)
     if _RAWS[qtype] >= 8 and C % 2 == 0 and R == 2:
         return L, C // 2, 4
@@ -195,7 +281,7 @@ def gated():
     """Decode's gate and up in moe_mvw's gated form, the activation in the same launch (default;
     per kernel on the H200, session 5, ncu: 16.4 us against 16.2 + 3.1 us for the two launches);
     LITE_MOE_GATED=0: gate and up, then moe_act_f32."""
-    return enabled() and os.environ.get("LITE_MOE_GATED", "1") != "0"
+    return os.environ.get("LITE_MOE_GATED", "1") != "0"
 
 
 @functools.lru_cache(maxsize=None)

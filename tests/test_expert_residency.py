@@ -74,9 +74,7 @@ def _backends(path, mode, n_slots, dev_slots=None):
     names = [n for n in g.tensors if n.startswith("blk.0.")]
     exps = [n for n in names if n.endswith("_exps.weight")]
     ref = CUDABackend(g, names)
-    ref.moe_grouped = True
     streamed = CUDABackend(g, [n for n in names if n not in exps])
-    streamed.moe_grouped = True
     with streamed.activate():
         r = streamed.place_experts(g, exps, mode, "auto", n_slots=n_slots, dev_slots=dev_slots)
     assert r.mode == mode and streamed.host_experts is not None

@@ -288,7 +288,6 @@ def _gpu(path):
     from lite.backends.cuda import CUDABackend
     g = GGUFFile(path)
     b = CUDABackend(g, [n for n in g.tensors if n.startswith("blk.0.")])
-    b.moe_grouped = True            # these tests check the grouped path (opt-in elsewhere)
     return b
 
 

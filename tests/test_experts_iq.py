@@ -26,7 +26,7 @@ def _experts_backend(qtype, ptr=1 << 20, gate_qtype=None):
     from lite.kernels import quant_info
     info = quant_info(qtype)
     be = CUDAExperts()
-    be.cp, be.moe_grouped, be.host_experts = None, True, None
+    be.cp, be.host_experts = None, None
     shapes = {"gate": (8, 768, 2048), "up": (8, 768, 2048), "down": (8, 2048, 768)}
     be.w = {f"blk.0.ffn_{n}_exps.weight": _Weight(n, gate_qtype if gate_qtype and n == "gate" else qtype, s,
                                                   _Dev(ptr, 8 * 768 * 2048 // info.block_elems * info.type_size))
@@ -54,7 +54,7 @@ def test_iq_experts_take_the_fused_grouped_path():
 
 
 def test_moe_mv_sources_name_the_iq_structs():
-    assert mk.mv_name("IQ3_XXS", 1) == "moe_mv<TIQ3_XXS, 1, 8>" and mk.mv_name("IQ4_XS", 8) == "moe_mv<TIQ4_XS, 8, 2>"
+    assert mk.mv_name("IQ3_XXS") == "moe_mv<TIQ3_XXS, 8, 2>" and mk.mv_name("IQ4_XS") == "moe_mv<TIQ4_XS, 8, 2>"
     from lite.kernels.dequant_iq import C_HELPERS
     for q in mk.IQ_MV_TYPES:
         src = mk.mv_source(q)

@@ -1,8 +1,8 @@
 """The CUDA backend's mixture-of-experts ops (a mixin of CUDABackend, which provides self.w,
-self.cp, self.stream, _matmul and act_mul). Two paths: grouped (the default: a constant number of
-launches a layer, docs/experts.md) and per expert (LITE_MOE_GROUPED=0, the old loop). Experts kept
-off the device (--experts host|mmap) are served from a cache of slots (cuda_host_experts.py) in
-rounds through the same grouped kernels."""
+self.cp, self.stream, _matmul and act_mul): a constant number of launches a layer (docs/experts.md);
+types without a grouped product take a loop over the used experts. Experts kept off the device
+(--experts host|mmap) are served from a cache of slots (cuda_host_experts.py) in rounds through the
+same grouped kernels."""
 import os
 
 import numpy as np
@@ -31,9 +31,6 @@ class CUDAExperts:
     # blocks of MOE_BM tokens of one expert (device pointer arrays). Padding rows and blocks are
     # computed but never read; the combine gathers each token's k rows in slot order.
     MOE_FUSED_MAX_TOKENS = 64
-    # The grouped path matches the CPU backend on the H200 (tests/test_experts.py, and
-    # tests/test_cuda_backend.py -k qwen3moe); LITE_MOE_GROUPED=0 falls back to the per-expert loop.
-    moe_grouped = os.environ.get("LITE_MOE_GROUPED", "1") != "0"
     host_experts = None           # a cuda_host_experts.HostExperts when experts live off the device
 
     supports_host_experts = True
@@ -85,8 +82,6 @@ class CUDAExperts:
         host, cuda_expert_dev.py: bookkeeping and copies on the device), and no shared expert
         (qwen2moe's sigmoid gate is a CuPy dot, i.e. cuBLAS, which capture refuses)."""
         from lite.kernels import moe_cuda as mk
-        if not self.moe_grouped:
-            return False
         if any(n.endswith("ffn_gate_inp_shexp.weight") for n in self.w):
             return False
         hx = self.host_experts
@@ -101,8 +96,6 @@ class CUDAExperts:
 
     def moe_route(self, h, name, k, normalize):
         """Softmax router, top-k, renormalized, on the device -> ids (T, k) int32, weights (T, k) f32."""
-        if not self.moe_grouped:
-            return self._moe_route_ops(h, name, k, normalize)
         from lite.kernels import moe_cuda as mk
         cp = self.cp
         w = self.w[name].data                                 # (n_expert, n_embd) f32
@@ -118,18 +111,6 @@ class CUDAExperts:
             wts = cp.empty((T, k), np.float32)
             mk.topk(lg, k, normalize, ids, wts)
         return ids, wts
-
-    def _moe_route_ops(self, h, name, k, normalize):
-        """The router with CuPy ops (checked on the GPU; sorts on the device, no host sync)."""
-        cp = self.cp
-        logits = h @ self.w[name].data.T
-        p = cp.exp(logits - logits.max(axis=-1, keepdims=True))
-        p /= p.sum(axis=-1, keepdims=True)
-        ids = cp.argsort(-p, axis=-1)[:, :k]
-        w = cp.take_along_axis(p, ids, axis=-1)
-        if normalize:
-            w = w / w.sum(axis=-1, keepdims=True)
-        return ids, w.astype(np.float32)
 
     def moe_experts(self, h, il, ids, weights, act, residual=None):
         """Sum over each token's chosen experts of weight * down(act(gate(h)) * up(h)), plus
@@ -150,8 +131,6 @@ class CUDAExperts:
         if hx is not None and hx.serves(il):
             with self.stream:
                 return (hx.moe_experts(self, h, il, ids, weights, act),)
-        if not self.moe_grouped:
-            return (self._moe_per_expert(h, il, ids, weights, act),)
         ws = [self.w[f"blk.{il}.ffn_{n}_exps.weight"] for n in ("gate", "up", "down")]
         with self.stream:
             h = cp.ascontiguousarray(h, dtype=np.float32)
