@@ -35,7 +35,7 @@ import numpy as np
 MAX_EXPERTS = 512          # moe_align's shared arrays and moe_topk's registers are sized for this
 ALIGN_THREADS = 512
 
-from lite.kernels import pdl  # noqa: E402
+from lite.kernels.pdl import call as pdl_call, source_head  # noqa: E402
 from lite.kernels.moe_cuda_src import C_MOE, C_MV, C_TIQ4_XS  # noqa: E402  (the CUDA C, kept apart)
 
 
@@ -145,13 +145,14 @@ def _dev():
     return cupy.cuda.runtime.getDevice()
 
 
-def fn(name):
-    return _moe_module(_dev(), pdl.source_head()).get_function(name)
+def fn(name, pdl=False):
+    """A kernel of the routing module; pdl: the module compiled with LT_PDL (a separate one)."""
+    return _moe_module(_dev(), source_head(pdl)).get_function(name)
 
 
-def topk_fn(n_expert):
+def topk_fn(n_expert, pdl=False):
     v = next(v for v in (1, 2, 4, 8, 16) if 32 * v >= n_expert)
-    return _moe_module(_dev(), pdl.source_head()).get_function(f"moe_topk<{v}>")
+    return fn(f"moe_topk<{v}>", pdl)
 
 
 def mv_kernel(qtype):
@@ -235,42 +236,44 @@ def _i32(v):
     return np.int32(v)
 
 
-def logits(h, w, out):
+def logits(h, w, out, pdl=False):
     """out (T, n_expert) = h (T, n_embd) @ w (n_expert, n_embd).T, all f32 C-contiguous."""
     T, n_embd = h.shape
     n_expert = w.shape[0]
-    pdl.call(fn("moe_logits"), (-(-T * n_expert // 4),), (128,), (h, w, out, _i32(T), _i32(n_embd), _i32(n_expert)))
+    pdl_call(fn("moe_logits", pdl), (-(-T * n_expert // 4),), (128,),
+             (h, w, out, _i32(T), _i32(n_embd), _i32(n_expert)), pdl=pdl)
 
 
-def topk(lg, k, normalize, ids, wts):
+def topk(lg, k, normalize, ids, wts, pdl=False):
     T, n_expert = lg.shape
     if n_expert > MAX_EXPERTS or k > n_expert:
         raise ValueError(f"moe_topk: {n_expert} experts, top {k} (at most {MAX_EXPERTS} experts)")
-    pdl.call(topk_fn(n_expert), (-(-T // 4),), (128,), (lg, ids, wts, _i32(T), _i32(n_expert), _i32(k),
-                                                        _i32(bool(normalize))))
+    pdl_call(topk_fn(n_expert, pdl), (-(-T // 4),), (128,),
+             (lg, ids, wts, _i32(T), _i32(n_expert), _i32(k), _i32(bool(normalize))), pdl=pdl)
 
 
-def align(ids, n_expert, bm, out):
+def align(ids, n_expert, bm, out, pdl=False):
     """moe_align over (T, k) int32 ids into out's arrays (see align_ref for their shapes)."""
     T, k = ids.shape
     if n_expert > MAX_EXPERTS:
         raise ValueError(f"moe_align: {n_expert} experts (at most {MAX_EXPERTS})")
     nbm = out["blk_expert"].size
-    fn("moe_align")((1,), (ALIGN_THREADS,), (ids, _i32(T * k), _i32(k), _i32(n_expert), _i32(bm), _i32(nbm),
+    fn("moe_align", pdl)((1,), (ALIGN_THREADS,), (ids, _i32(T * k), _i32(k), _i32(n_expert), _i32(bm), _i32(nbm),
                     out["blk_expert"], out["blk_rows"], out["pos"], out["used_list"], out["rank"], out["meta"]))
 
 
 def grouped_mv(qtype, n, w0, w1, ebytes, slot_of, x, out0, out1, blk_expert, blk_rows, kdiv, S, n_blocks, rows, cols,
-               x_by_row=False):
+               x_by_row=False, int8=False, pdl=False):
     """Fused products over blocks of n rows (n=1, blk_rows None: block b = token-slot pair b).
     w1/out1 given: a second matrix of the same shape (up beside gate) in the same launch.
     x_by_row False: x is (T, cols), row i reads its token's row (gate, up); True: x is already in
     padded-row order (P, cols) and row i reads row i (down, on the activations).
-    n = 1 takes kernels/moe_mvw.py's moe_mvw (same contract)."""
+    n = 1 takes kernels/moe_mvw.py's moe_mvw (same contract; int8: over x quantized to int8, pdl:
+    launched with programmatic dependencies); sorted blocks are plain launches on float x."""
     from lite.kernels import moe_mvw as mvw
     if n == 1:
         return mvw.launch(qtype, w0, w1, ebytes, slot_of, x, out0, out1, blk_expert, blk_rows, kdiv, S, n_blocks,
-                          rows, cols, x_by_row)
+                          rows, cols, x_by_row, int8=int8, pdl=pdl)
     if n != MV_N:
         raise ValueError(f"grouped_mv: blocks of {n} token rows (1: pairs, {MV_N}: sorted blocks)")
     grid = (-(-rows // MV_ROWS), n_blocks, 2 if w1 is not None else 1)
@@ -285,22 +288,22 @@ def gather_dequant(kern_tile, src, ebytes, eelems, sel, slot_of, out16, n_sel):
     kern((-(-eelems // tile), n_sel), (256,), (src, np.int64(ebytes), out16, np.int64(eelems), sel, _p(slot_of)))
 
 
-def gather_x16(x, blk_rows, xs16):
-    fn("moe_gather_x16")((xs16.shape[0],), (128,), (x, blk_rows, xs16, _i32(x.shape[1])))
+def gather_x16(x, blk_rows, xs16, pdl=False):
+    fn("moe_gather_x16", pdl)((xs16.shape[0],), (128,), (x, blk_rows, xs16, _i32(x.shape[1])))
 
 
-def act(g, u, out, kind):
+def act(g, u, out, kind, pdl=False):
     n = g.size
     name = "moe_act_f16" if out.dtype == np.float16 else "moe_act_f32"
-    fn(name)((min(-(-n // 256), 65535),), (256,), (g, u, out, np.int64(n), _i32(kind == "gelu_tanh")))
+    fn(name, pdl)((min(-(-n // 256), 65535),), (256,), (g, u, out, np.int64(n), _i32(kind == "gelu_tanh")))
 
 
 def ptrs(blk_expert, rank, slot_of, nbm, wg, wu, wd, w_bytes, xs, xs_bytes, g, u, gu_bytes, h16, h_bytes,
-         y, y_bytes, dummy, arrays):
+         y, y_bytes, dummy, arrays, pdl=False):
     """Fill arrays (9, nbm) uint64: rows 0-1 A, 2-3 B, 4-5 C of gate|up; 6, 7, 8 A, B, C of down."""
     u64 = np.uint64
     pa, pb, pc = (arrays[i:i + 2].reshape(-1) for i in (0, 2, 4))
-    fn("moe_ptrs")((-(-nbm // 128),), (128,), (blk_expert, _p(rank), _p(slot_of), _i32(nbm), u64(wg), u64(wu),
+    fn("moe_ptrs", pdl)((-(-nbm // 128),), (128,), (blk_expert, _p(rank), _p(slot_of), _i32(nbm), u64(wg), u64(wu),
                    u64(wd), np.int64(w_bytes), u64(xs), np.int64(xs_bytes), u64(g), u64(u), np.int64(gu_bytes),
                    u64(h16), np.int64(h_bytes), u64(y), np.int64(y_bytes), u64(dummy), pa, pb, pc,
                    arrays[6], arrays[7], arrays[8]))
@@ -345,8 +348,8 @@ def gemm_batched_f16(handle, m, n, k, a_ptrs, lda, b_ptrs, ldb, c_ptrs, ldc, bat
         raise RuntimeError(f"cublasGemmBatchedEx failed with status {st}")
 
 
-def combine(y, pos, w, out, res=None):
+def combine(y, pos, w, out, res=None, pdl=False):
     """out (T, n_embd) = sum over j of w[t, j] * y[pos[t * k + j]], plus res (T, n_embd) if given."""
     T, k = w.shape
-    pdl.call(fn("moe_combine"), (-(-out.shape[1] // 256), T), (256,),
-             (y, _p(pos), w, out, _i32(k), _i32(out.shape[1]), _p(res)))
+    pdl_call(fn("moe_combine", pdl), (-(-out.shape[1] // 256), T), (256,),
+             (y, _p(pos), w, out, _i32(k), _i32(out.shape[1]), _p(res)), pdl=pdl)

@@ -26,12 +26,15 @@ decode structs of kernels/matvec_cuda.py (and the IQ ones moe_mv takes). Rows ar
 their own, in an order fixed by (L, C, R), so streamed and resident experts stay byte-identical.
 """
 import functools
-import os
 
 import numpy as np
 
-from lite.kernels import matvec_q8, pdl
-from lite.kernels.pdl import C_PDL
+from lite.kernels import matvec_q8
+from lite.kernels.pdl import C_PDL, call as pdl_call, source_head
+
+# The IQ3_XXS grid's shared-memory copies a CTA fills (matvec_iq's GCOPIES): none, the grid read
+# through L1 (it beat 8 copies on the H200, BENCHMARKS.md).
+IQ3_GRID_COPIES = 0
 
 C_MVW = r"""
 // At most 128 registers (4 CTAs an SM): unbounded, nvcc hoists all C chunks' x loads and the
@@ -149,11 +152,11 @@ def rows_per_cta(qtype, cols, act=None):
     return THREADS // L * (R // 2 if act else R)
 
 
-def name(qtype, cols, act=None):
-    """The kernel's name; over matvec_q8's quantized x (TQ*_KQ) where matvec_q8.applies_moe."""
+def name(qtype, cols, act=None, int8=False):
+    """The kernel's name; int8: over matvec_q8's quantized x (its integer struct, TQ*_KQ)."""
     from lite.kernels import moe_cuda as mk
     L, C, R = gated_config(qtype, cols) if act else config(qtype, cols)
-    struct = matvec_q8.struct(qtype) if matvec_q8.applies_moe(qtype) else mk.mv_struct(qtype)
+    struct = matvec_q8.struct(qtype) if int8 else mk.mv_struct(qtype)
     return f"moe_mvw<{struct}, {L}, {C}, {R}" + (f", {ACTS[act]}>" if act else ">")
 
 
@@ -185,11 +188,11 @@ def rows_per_cta(qtype, cols, act=None):
     return THREADS // L * (R // 2 if act else R)
 
 
-def name(qtype, cols, act=None):
-    """The kernel's name; over matvec_q8's quantized x (TQ*_KQ) where matvec_q8.applies_moe."""
+def name(qtype, cols, act=None, int8=False):
+    """The kernel's name; int8: over matvec_q8's quantized x (its integer struct, TQ*_KQ)."""
     from lite.kernels import moe_cuda as mk
     L, C, R = gated_config(qtype, cols) if act else config(qtype, cols)
-    struct = matvec_q8.struct(qtype) if matvec_q8.applies_moe(qtype) else mk.mv_struct(qtype)
+    struct = matvec_q8.struct(qtype) if int8 else mk.mv_struct(qtype)
     return f"moe_mvw<{struct}, {L}, {C}, {R}" + (f", {ACTS[act]}>" if act else ">")
 
 
@@ -221,11 +224,11 @@ def rows_per_cta(qtype, cols, act=None):
     return THREADS // L * (R // 2 if act else R)
 
 
-def name(qtype, cols, act=None):
-    """The kernel's name; over matvec_q8's quantized x (TQ*_KQ) where matvec_q8.applies_moe."""
+def name(qtype, cols, act=None, int8=False):
+    """The kernel's name; int8: over matvec_q8's quantized x (its integer struct, TQ*_KQ)."""
     from lite.kernels import moe_cuda as mk
     L, C, R = gated_config(qtype, cols) if act else config(qtype, cols)
-    struct = matvec_q8.struct(qtype) if matvec_q8.applies_moe(qtype) else mk.mv_struct(qtype)
+    struct = matvec_q8.struct(qtype) if int8 else mk.mv_struct(qtype)
     return f"moe_mvw<{struct}, {L}, {C}, {R}" + (f", {ACTS[act]}>" if act else ">")
 
 
@@ -257,11 +260,11 @@ def rows_per_cta(qtype, cols, act=None):
     return THREADS // L * (R // 2 if act else R)
 
 
-def name(qtype, cols, act=None):
-    """The kernel's name; over matvec_q8's quantized x (TQ*_KQ) where matvec_q8.applies_moe."""
+def name(qtype, cols, act=None, int8=False):
+    """The kernel's name; int8: over matvec_q8's quantized x (its integer struct, TQ*_KQ)."""
     from lite.kernels import moe_cuda as mk
     L, C, R = gated_config(qtype, cols) if act else config(qtype, cols)
-    struct = matvec_q8.struct(qtype) if matvec_q8.applies_moe(qtype) else mk.mv_struct(qtype)
+    struct = matvec_q8.struct(qtype) if int8 else mk.mv_struct(qtype)
     return f"moe_mvw<{struct}, {L}, {C}, {R}" + (f", {ACTS[act]}>" if act else ">")
 
 
@@ -277,13 +280,6 @@ def enabled():
     return os.environ.get("LITE_MOE_MV", "warp").strip().lower() != "cta"
 
 
-def gated():
-    """Decode's gate and up in moe_mvw's gated form, the activation in the same launch (default;
-    per kernel on the H200, session 5, ncu: 16.4 us against 16.2 + 3.1 us for the two launches);
-    LITE_MOE_GATED=0: gate and up, then moe_act_f32."""
-    return os.environ.get("LITE_MOE_GATED", "1") != "0"
-
-
 @functools.lru_cache(maxsize=None)
 def _kernel(device, qtype, kname, head=""):
     import cupy
@@ -292,11 +288,10 @@ def _kernel(device, qtype, kname, head=""):
     return mod.get_function(kname)
 
 
-def kernel(qtype, cols, act=None):
+def kernel(qtype, cols, act=None, int8=False, pdl=False):
     import cupy
-    from lite.kernels import matvec_iq
-    head = pdl.source_head() + f"#define GCOPIES {matvec_iq.grid_copies()}\n"
-    return _kernel(cupy.cuda.runtime.getDevice(), qtype, name(qtype, cols, act), head)
+    head = source_head(pdl) + f"#define GCOPIES {IQ3_GRID_COPIES}\n"
+    return _kernel(cupy.cuda.runtime.getDevice(), qtype, name(qtype, cols, act, int8), head)
 
 
 def grid(qtype, rows, cols, n_blocks, two, act=None):
@@ -304,17 +299,18 @@ def grid(qtype, rows, cols, n_blocks, two, act=None):
 
 
 def launch(qtype, w0, w1, ebytes, slot_of, x, out0, out1, blk_expert, blk_rows, kdiv, S, n_blocks, rows, cols,
-           x_by_row=False, act=None):
+           x_by_row=False, act=None, int8=False, pdl=False):
     """moe_cuda.grouped_mv's arguments for n = 1 (same meaning), on the current CuPy stream.
-    act ("silu" / "gelu_tanh", gated()): out0 (slots, rows) = act(w0 x) * (w1 x),
-    the activation of gate and up in the same launch (out1 unused)."""
+    act ("silu" / "gelu_tanh"): out0 (slots, rows) = act(w0 x) * (w1 x), the activation of gate
+    and up in the same launch (out1 unused). int8: x's rows quantized (matvec_q8) for the type's
+    integer struct. pdl: launched with programmatic dependencies (a module compiled for it)."""
     null, i32 = np.uint64(0), np.int32
     if act and (w1 is None or x_by_row):
         raise ValueError("the gated moe_mvw takes gate (w0) and up (w1) of the token's x")
-    if matvec_q8.applies_moe(qtype):             # LITE_MOE_Q8: x's rows quantized for TQ*_KQ
-        x = matvec_q8.quantize(qtype, x)
-    pdl.call(kernel(qtype, cols, act), grid(qtype, rows, cols, n_blocks, w1 is not None, act), (THREADS,),
+    if int8:
+        x = matvec_q8.quantize(qtype, x, pdl=pdl)
+    pdl_call(kernel(qtype, cols, act, int8, pdl), grid(qtype, rows, cols, n_blocks, w1 is not None, act), (THREADS,),
              (w0, null if w1 is None else w1, np.int64(ebytes), null if slot_of is None else slot_of,
               x, out0, null if out1 is None else out1, blk_expert,
               null if blk_rows is None else blk_rows, i32(kdiv), i32(S), i32(rows), i32(cols),
-              i32(bool(x_by_row))))
+              i32(bool(x_by_row))), pdl=pdl)

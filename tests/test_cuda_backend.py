@@ -109,13 +109,14 @@ def test_real_model_gpu_matches_cpu(key):
 
 def _on_off_agree(path, switch, split=None):
     """Prefill and 8 greedy decode steps (graphs on; the first token after prefill through the
-    plain path) with switch(on) then switch(off) called before each engine is made: the logits
-    agree to ~1e-6 and the tokens exactly. Returns the two engines."""
+    plain path) with switch(on) then switch(off) called before each engine is made (a
+    BackendConfig it returns is the engine's): the logits agree to ~1e-6 and the tokens exactly.
+    Returns the two engines."""
     ids = list(range(5, 37))
     runs, engines = {}, {}
     for on in (True, False):
-        switch(on)
-        e = engines[on] = Engine(path, device="cuda", max_context=128, layer_split=split)
+        config = switch(on)
+        e = engines[on] = Engine(path, device="cuda", max_context=128, layer_split=split, config=config)
         logits = [e.prefill(ids)]
         for _ in range(8):
             logits.append(e.decode_step(int(np.argmax(logits[-1]))))
@@ -167,10 +168,11 @@ def test_programmatic_dependent_launch_changes_nothing(tmp_path, monkeypatch, ar
 @pytest.mark.parametrize("quant", ["Q4_K", "Q8_0"])
 def test_moe_gated_form_matches_the_separate_launches(tmp_path, monkeypatch, quant):
     """moe_mvw's gated form (decode's default: gate, up and the activation in one launch) against
-    gate and up, then moe_act_f32 (LITE_MOE_GATED=0)."""
+    gate and up, then moe_act_f32 (BackendConfig.moe_gated off)."""
+    from lite.backend_config import BackendConfig
     path = str(tmp_path / "m.gguf")
     synth("qwen3moe", "tiny", quant, path, seed=9)
-    _on_off_agree(path, lambda on: monkeypatch.setenv("LITE_MOE_GATED", "1" if on else "0"))
+    _on_off_agree(path, lambda on: BackendConfig(moe_gated=on))
 
 
 @pytest.mark.parametrize("form", ["mv", "mvf", "mvq"])
@@ -189,16 +191,6 @@ def test_both_q4k_dot_forms_match_cpu(tmp_path, monkeypatch, arch, form):
     got, want = compare(path, list(range(5, 45)), 12)
     assert got[0] == want[0]
     assert sum(a == b for a, b in zip(got, want)) >= len(want) // 2
-
-
-@pytest.mark.parametrize("copies", ["0", "2"])
-def test_iq3_moe_grid_copies_change_nothing(tmp_path, monkeypatch, copies):
-    """LITE_IQ3_GCOPIES (kernels/matvec_iq.py grid_copies: the IQ3_XXS grid's shared copies a
-    moe_mvw CTA fills; 0, the default: none, read through L1): the same grid values in the same
-    sums, so the same logits and tokens as with 8 copies (the default before session 6)."""
-    path = str(tmp_path / "m.gguf")
-    synth("qwen3moe", "tiny", "IQ3_XXS", path, seed=9)
-    _on_off_agree(path, lambda on: monkeypatch.setenv("LITE_IQ3_GCOPIES", copies if on else "8"))
 
 
 @pytest.mark.parametrize("arch,quant,split", [("llama", "Q4_K", None), ("llama", "Q8_0", 2),

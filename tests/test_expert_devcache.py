@@ -1,7 +1,6 @@
 """The decode-time expert cache managed on the device (lite/backends/cuda_expert_dev.py) and the
 host-managed path's prefill without syncs: on the CPU through a fake CuPy and the kernels' NumPy
 twins, on the GPU the kernels against the twins (skipped elsewhere)."""
-import os
 import types
 
 import numpy as np
@@ -32,7 +31,7 @@ def _host_experts(monkeypatch, path, **kw):
     monkeypatch.setattr(FakeCupy, "no_sync", False)
     g = GGUFFile(path)
     names = [n for n in g.tensors if n.endswith("_exps.weight")]
-    be = types.SimpleNamespace(cp=FakeCupy, stream=FakeCupy.cuda.Stream())
+    be = types.SimpleNamespace(cp=FakeCupy, stream=FakeCupy.cuda.Stream(), pdl=False)
     kw.setdefault("dev_launch", (xd.step_ref, xd.fetch_ref))
     return g, be, hx_mod.HostExperts(be, g, names, "host", kw.pop("cache_bytes", 0), **kw)
 
@@ -113,7 +112,7 @@ def test_decode_goes_through_the_device_cache_without_host_sync(tiny_moe, monkey
     g, be, hx = _host_experts(monkeypatch, tiny_moe, dev_slots=16)
     log = []
     _fake_backend(be, log, "pairs")
-    monkeypatch.setattr(mk, "combine", lambda y, pos, w, out: None)
+    monkeypatch.setattr(mk, "combine", lambda y, pos, w, out, pdl=False: None)
     monkeypatch.setattr(FakeCupy, "no_sync", True)
     pool = hx.pools[0]
     ids = np.array([[1, 4]], np.int32)
@@ -133,15 +132,14 @@ def test_decode_goes_through_the_device_cache_without_host_sync(tiny_moe, monkey
 def test_prefill_chunk_makes_the_layer_resident_without_reading_ids(tiny_moe, monkeypatch):
     """A chunk with >= FULL_LAYER token-slots an expert: one round of every expert, no host sync;
     smaller chunks read the ids (one sync) and make only the routed experts resident."""
-    from lite.backends import cuda_host_experts as hx_mod
     from lite.kernels import moe_cuda as mk
     g, be, hx = _host_experts(monkeypatch, tiny_moe, n_slots=64, dev_launch=None)
     n_expert = hx.weights[0][0].shape[0]
     log = []
     _fake_backend(be, log, "gemm")
-    monkeypatch.setattr(mk, "combine", lambda y, pos, w, out: None)
+    monkeypatch.setattr(mk, "combine", lambda y, pos, w, out, pdl=False: None)
     pool = hx.pools[0]
-    T = hx_mod.FULL_LAYER * n_expert // 2
+    T = hx.full_layer * n_expert // 2
     rng = np.random.default_rng(0)
     ids = np.stack([rng.choice(n_expert, 2, replace=False) for _ in range(T)]).astype(np.int32)
     monkeypatch.setattr(FakeCupy, "no_sync", True)
@@ -161,20 +159,26 @@ def test_prefill_chunk_makes_the_layer_resident_without_reading_ids(tiny_moe, mo
     assert hx.stats()["host_syncs"] == 1
 
 
-def test_budget_split_and_defaults(monkeypatch):
+def test_budget_split_and_defaults():
+    import inspect
+    from lite.backend_config import BackendConfig
     from lite.backends import cuda_host_experts as hx_mod
-    if "LITE_EXPERT_PREFETCH" not in os.environ:
-        assert hx_mod.PREFETCH                        # prefetch is the default now
-    if "LITE_EXPERT_DEVICE_CACHE" not in os.environ and "LITE_EXPERT_PREFILL_SHARE" not in os.environ:
-        split = hx_mod.HostExperts._dev_split
-        # 30B-A3B, 128 experts, a 50% cache of 48 layers: 3072 slots, half for decode
-        assert split(3072, 128, "host", True, None, None) == 1536
-        assert split(1536, 128, "host", True, None, None) == 768
-        assert split(300, 128, "host", True, None, None) == 0        # two layers' staging first
-        assert split(3072, 128, "mmap", True, None, None) == 0       # no pinned source
-        assert split(3072, 128, "host", False, None, None) == 0      # --expert-cache off
-        assert split(3072, 128, "host", True, 8, None) == 0          # tests' n_slots
-        assert split(3072, 128, "host", True, 8, 20) == 20
+    c = BackendConfig()
+    assert c.expert_prefetch and c.expert_device_cache and c.expert_prefill_share == 0.5 and c.expert_full_layer == 16
+    defaults = {k: v.default for k, v in inspect.signature(hx_mod.HostExperts).parameters.items()}
+    assert (defaults["prefetch"], defaults["device_cache"], defaults["prefill_share"], defaults["full_layer"]) == (
+        c.expert_prefetch, c.expert_device_cache, c.expert_prefill_share, c.expert_full_layer)
+    split = hx_mod.HostExperts._dev_split
+    # 30B-A3B, 128 experts, a 50% cache of 48 layers: 3072 slots, half for decode
+    assert split(3072, 128, "host", True, None, None) == 1536
+    assert split(1536, 128, "host", True, None, None) == 768
+    assert split(300, 128, "host", True, None, None) == 0        # two layers' staging first
+    assert split(3072, 128, "mmap", True, None, None) == 0       # no pinned source
+    assert split(3072, 128, "host", False, None, None) == 0      # --expert-cache off
+    assert split(3072, 128, "host", True, 8, None) == 0          # tests' n_slots
+    assert split(3072, 128, "host", True, 8, 20) == 20
+    assert split(3072, 128, "host", True, None, None, device_cache=False) == 0
+    assert split(3072, 128, "host", True, None, None, prefill_share=0.75) == 768
 
 
 @needs_gpu

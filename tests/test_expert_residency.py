@@ -153,7 +153,7 @@ def test_gpu_engine_experts_host_matches_gpu(tiny_moe, monkeypatch, experts, cac
     monkeypatch.setattr(hx_mod, "DEV_MIN_SLOTS", 2)
     if dev is not None:
         monkeypatch.setattr(hx_mod.HostExperts, "_dev_split",
-                            staticmethod(lambda k, ne, mode, retain, n_slots, dev_slots: dev))
+                            staticmethod(lambda *a: dev))
     ids = [5, 17, 99, 3, 42, 7, 8, 9, 10, 11, 12]
     on_gpu = Engine(tiny_moe, device="cuda", max_context=64, experts="gpu")
     off = Engine(tiny_moe, device="cuda", max_context=64, experts=experts, expert_cache=cache)
@@ -177,11 +177,10 @@ def test_copies_fill_the_right_slots(tiny_moe, monkeypatch, mode, n_slots):
     from lite.backends import cuda_host_experts as hx_mod
     from lite.experts import run_layer
     monkeypatch.setitem(sys.modules, "cupyx", types.SimpleNamespace(empty_pinned=lambda n, dt: np.zeros(n, dt)))
-    monkeypatch.setattr(hx_mod, "PREFETCH", True)
     g = GGUFFile(tiny_moe)
     names = [n for n in g.tensors if n.endswith("_exps.weight")]
     be = types.SimpleNamespace(cp=HostCupy, stream=HostCupy.cuda.Stream())
-    hx = hx_mod.HostExperts(be, g, names, mode, 0, n_slots=n_slots)
+    hx = hx_mod.HostExperts(be, g, names, mode, 0, n_slots=n_slots, prefetch=True)
     pool = hx.pools[0]
     rng = np.random.default_rng(n_slots)
     HostCupy.cuda.runtime.calls = 0

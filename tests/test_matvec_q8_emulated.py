@@ -295,19 +295,19 @@ def test_kernel_names_tell_which_modules_need_the_integer_structs(monkeypatch):
     (IQ3_XXS_G4, the regrouped layout, has dense products only: experts keep the file's layout.)"""
     from lite.kernels import matvec_epilogue, moe_mvw
     monkeypatch.setattr(matvec_q8, "ENABLED", matvec_q8.DEFAULT_TYPES)
-    monkeypatch.setattr(matvec_q8, "MOE", True)
     for qt in matvec_q8.DEFAULT_TYPES:
-        assert matvec_q8.in_name(moe_mvw.name(qt, 768)) and matvec_q8.in_name(moe_mvw.name(qt, 2048, "silu"))
+        assert matvec_q8.in_name(moe_mvw.name(qt, 768, int8=True))
+        assert matvec_q8.in_name(moe_mvw.name(qt, 2048, "silu", int8=True))
     assert matvec_q8.in_name(matvec_epilogue.kernel_name("Q4_K", 1, 2, 0, 1))
     assert matvec_q8.in_name(matvec_q8.kernel_name("IQ3_XXS_G4", 1, 4, 0))
     assert "TIQ3_XXSG<" in matvec_q8.kernel_name("IQ3_XXS_G4", 1, 4, 0)
     monkeypatch.setattr(matvec_q8, "ENABLED", ())
     for qt in matvec_q8.DEFAULT_TYPES:
-        assert not matvec_q8.in_name(moe_mvw.name(qt, 768))
+        assert not matvec_q8.in_name(moe_mvw.name(qt, 768, int8=False))
     assert not matvec_q8.in_name(matvec_epilogue.kernel_name("Q4_K", 1, 8, 0, 1))
 
 
-# moe_mvw (kernels/moe_mvw.py) over quantized x (LITE_MOE_Q8, opt-in): the MoE decode experts.
+# moe_mvw (kernels/moe_mvw.py) over quantized x (int8=True; BackendConfig.moe_int8_dot): the MoE decode experts.
 MOE_ARGS = ("const unsigned char* w0, const unsigned char* w1, long long ebytes, const int* slot_of, "
             "const float* x, float* out0, float* out1, const int* blk_expert, const int* blk_rows, "
             "int kdiv, int S, int rows, int cols, int x_by_row")
@@ -319,13 +319,12 @@ def moe_lib(request, monkeypatch_module):
     from lite.kernels import moe_mvw
     types = Q8_TYPES if request.param == "K" else ["IQ3_XXS"]
     monkeypatch_module.setattr(matvec_q8, "ENABLED", tuple(Q8_TYPES) + ("IQ3_XXS",))
-    monkeypatch_module.setattr(matvec_q8, "MOE", True)
     wraps = ""
     for qt in types:
         for cols in (512, 768):
             for act in (None, "silu"):
                 wraps += (f'extern "C" __global__ void moe_{qt}_{cols}_{act}({MOE_ARGS}) {{ '
-                          f'{moe_mvw.name(qt, cols, act)}(w0, w1, ebytes, slot_of, x, out0, out1, blk_expert, '
+                          f'{moe_mvw.name(qt, cols, act, int8=True)}(w0, w1, ebytes, slot_of, x, out0, out1, blk_expert, '
                           'blk_rows, kdiv, S, rows, cols, x_by_row); }\n')
         wraps += (f'extern "C" __global__ void emu_qx_{qt}(const float* x, float* xq, int cols) '
                   f'{{ {matvec_q8.quantize_name(qt)}(x, xq, cols); }}\n')

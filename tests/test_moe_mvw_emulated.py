@@ -88,17 +88,13 @@ def _close(got, x, w):
     assert np.all(err <= 1e-3 * np.abs(want) + 1e-5 * scale + 1e-30), np.max(err / (np.abs(want) + 1e-30))
 
 
-def test_config_fits_the_30b_a3b_shapes(monkeypatch):
+def test_config_fits_the_30b_a3b_shapes():
     """Gate/up rows (2048 inputs, 64 chunks): 16 lanes x 4 chunks, one pass; down (768, 24 chunks):
     8 lanes x 3 chunks; 2 rows a group, 16 and 32 rows a CTA (moe_mv: 8)."""
     assert moe_mvw.config("Q4_K", 2048) == (16, 4, 2) and moe_mvw.rows_per_cta("Q4_K", 2048) == 16
     assert moe_mvw.config("Q4_K", 768) == (8, 3, 2) and moe_mvw.rows_per_cta("Q4_K", 768) == 32
-    from lite.kernels import matvec_q8
-    monkeypatch.setattr(matvec_q8, "MOE", False)          # the float struct; with LITE_MOE_Q8 the integer one
-    assert moe_mvw.name("Q6_K", 768) == "moe_mvw<TQ6_K, 8, 3, 1>"
-    monkeypatch.setattr(matvec_q8, "MOE", True)
-    monkeypatch.setattr(matvec_q8, "ENABLED", ("Q6_K",))
-    assert moe_mvw.name("Q6_K", 768) == "moe_mvw<TQ6_KQ, 8, 3, 1>"
+    assert moe_mvw.name("Q6_K", 768) == "moe_mvw<TQ6_K, 8, 3, 1>"       # the float struct
+    assert moe_mvw.name("Q6_K", 768, int8=True) == "moe_mvw<TQ6_KQ, 8, 3, 1>"   # over int8 x
     for q in mk.MV_TYPES:                      # every moe_mv type has a budget; R * C within it
         for cols in (256, 512, 768, 2048, 4096, 14336):
             L, C, R = moe_mvw.config(q, cols)
@@ -154,7 +150,7 @@ def test_slots_and_unused_blocks_leave_rows_untouched(lib):
 
 @pytest.mark.parametrize("act", ["silu", "gelu_tanh"])
 def test_gated_form_is_the_activation_of_gate_and_up(lib, act):
-    """moe_mvw's gated form (decode's default, moe_mvw.gated()): one launch writes act(gate x) * (up x) for each token-slot;
+    """moe_mvw's gated form (decode's default, BackendConfig.moe_gated): one launch writes act(gate x) * (up x) for each token-slot;
     against gate and up from the plain kernel with the same lanes a row (the same sums), activated
     in NumPy fp32; 37 units (no multiple of a group's or a CTA's)."""
     qtype, kern = lib

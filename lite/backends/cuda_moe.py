@@ -65,9 +65,13 @@ class CUDAExperts:
                 self._groups = groups
             return r
         with self.device:
+            c = self.config
             self.host_experts = HostExperts(self, gguf, names, r.mode, r.cache_bytes,
                                             retain=ex.parse_cache(expert_cache) != 0, n_slots=n_slots,
-                                            dev_slots=dev_slots)
+                                            dev_slots=dev_slots, prefetch=c.expert_prefetch,
+                                            device_cache=c.expert_device_cache,
+                                            prefill_share=c.expert_prefill_share,
+                                            full_layer=c.expert_full_layer)
         return r
 
     def expert_stats(self):
@@ -104,12 +108,12 @@ class CUDAExperts:
             h = cp.ascontiguousarray(h, dtype=np.float32)
             if T <= FUSED_MAX_TOKENS:                         # no cuBLAS: capturable
                 lg = cp.empty((T, w.shape[0]), np.float32)
-                mk.logits(h, w, lg)
+                mk.logits(h, w, lg, pdl=self.pdl)
             else:
                 lg = cp.ascontiguousarray(h @ w.T)
             ids = cp.empty((T, k), np.int32)
             wts = cp.empty((T, k), np.float32)
-            mk.topk(lg, k, normalize, ids, wts)
+            mk.topk(lg, k, normalize, ids, wts, pdl=self.pdl)
         return ids, wts
 
     def moe_experts(self, h, il, ids, weights, act, residual=None):
@@ -142,7 +146,7 @@ class CUDAExperts:
             y = self._moe_run(plan, h, ids, ws, act)
             res = None if residual is None else cp.ascontiguousarray(self._arr(residual))
             out = cp.empty_like(h)
-            mk.combine(y, plan.get("pos"), weights, out, res)
+            mk.combine(y, plan.get("pos"), weights, out, res, pdl=self.pdl)
         return out
 
     def _moe_plan(self, ids, ws, bm=None, bases=None):
@@ -171,7 +175,7 @@ class CUDAExperts:
                 "blk_expert": cp.empty(nbm, np.int32), "blk_rows": cp.empty(nbm * bm, np.int32),
                 "pos": cp.empty(S, np.int32), "used_list": cp.empty(n_expert, np.int32),
                 "rank": cp.empty(n_expert, np.int32), "meta": cp.empty(2, np.int32)}
-        mk.align(ids, n_expert, bm, plan)
+        mk.align(ids, n_expert, bm, plan, pdl=self.pdl)
         return plan
 
     def _moe_run(self, plan, h, ids, ws, act, bases=None, slot_of=None, y=None, rnd=None):
@@ -193,27 +197,33 @@ class CUDAExperts:
         S = ids.size
         T, k = ids.shape
         kw = dict(slot_of=slot_of, blk_expert=plan["blk_expert"], blk_rows=plan["blk_rows"], kdiv=k, S=S,
-                  n_blocks=plan["n_blocks"])
+                  n_blocks=plan["n_blocks"], pdl=self.pdl)
+        int8 = self.moe_int8_types()
         a = cp.empty((P, ff), np.float32)
         steps = {}                           # what _trace keeps besides a and y
-        if plan["n"] == 1 and wg.qtype == wu.qtype and mvw.gated():
+        if plan["n"] == 1 and wg.qtype == wu.qtype and self.config.moe_gated:
             # gate, up and the activation in one launch (kernels/moe_mvw.py's gated form)
             mvw.launch(wg.qtype, src[0], src[1], expert_bytes(wg), x=h, out0=a, out1=None, rows=ff,
-                       cols=n_embd, act=act, **kw)
+                       cols=n_embd, act=act, int8=wg.qtype in int8, **kw)
         else:
             gu = steps["gu"] = cp.empty((2, P, ff), np.float32)
             if wg.qtype == wu.qtype:
                 mk.grouped_mv(wg.qtype, plan["n"], src[0], src[1], expert_bytes(wg), x=h, out0=gu[0],
-                              out1=gu[1], rows=ff, cols=n_embd, **kw)
+                              out1=gu[1], rows=ff, cols=n_embd, int8=wg.qtype in int8, **kw)
             else:
                 for i, w in ((0, wg), (1, wu)):
                     mk.grouped_mv(w.qtype, plan["n"], src[i], None, expert_bytes(w), x=h, out0=gu[i],
-                                  out1=None, rows=ff, cols=n_embd, **kw)
-            mk.act(gu[0], gu[1], a, act)
+                                  out1=None, rows=ff, cols=n_embd, int8=w.qtype in int8, **kw)
+            mk.act(gu[0], gu[1], a, act, pdl=self.pdl)
         mk.grouped_mv(wd.qtype, plan["n"], src[2], None, expert_bytes(wd), x=a, out0=y, out1=None,
-                      rows=n_embd, cols=ff, x_by_row=True, **kw)
+                      rows=n_embd, cols=ff, x_by_row=True, int8=wd.qtype in int8, **kw)
         self._trace(a=a, y=y, **steps)
         return y
+
+    def moe_int8_types(self):
+        """The expert types whose decode products run over x quantized to int8 (BackendConfig:
+        moe_int8_dot for the int8_dot_types)."""
+        return tuple(self.config.int8_dot_types) if self.config.moe_int8_dot else ()
 
     # Set to a dict to keep each step's device arrays of the next _moe_run (scripts/moe_diag.py
     # checks them one by one against NumPy to find the first step that differs); None: nothing kept.
@@ -263,7 +273,7 @@ class CUDAExperts:
                     dequantize(src[i][s_ * eb:(s_ + 1) * eb], ws[i].qtype, np.float16, self.stream, out=out[j])
 
         xs = cp.empty((P, n_embd), np.float16)                # (P, n_embd) rows in padded order
-        mk.gather_x16(h, plan["blk_rows"], xs)
+        mk.gather_x16(h, plan["blk_rows"], xs, pdl=self.pdl)
         gu = cp.empty((2, P, ff), np.float32)
         h16 = cp.empty((P, ff), np.float16)
         dummy = cp.empty((bm, n_embd), np.float32)
@@ -273,14 +283,14 @@ class CUDAExperts:
         mk.ptrs(plan["blk_expert"], rank, slot_of, nbm,
                 wa.data.ptr, wb.data.ptr, wa.data.ptr, eelems * 2, xs.data.ptr, bm * n_embd * 2,
                 gu[0].data.ptr, gu[1].data.ptr, bm * ff * 4, h16.data.ptr, bm * ff * 2,
-                y.data.ptr, bm * n_embd * 4, dummy.data.ptr, arrays)
+                y.data.ptr, bm * n_embd * 4, dummy.data.ptr, arrays, pdl=self.pdl)
         handle = cp.cuda.device.get_cublas_handle()
         from cupy_backends.cuda.libs import cublas
         cublas.setStream(handle, self.stream.ptr)
         # Row-major Y = X W^T as column-major Y^T = W X^T (as gemm_f16_f32), per block.
         mk.gemm_batched_f16(handle, ff, bm, n_embd, arrays[0].data.ptr, n_embd, arrays[2].data.ptr, n_embd,
                             arrays[4].data.ptr, ff, 2 * nbm)
-        mk.act(gu[0], gu[1], h16, act)
+        mk.act(gu[0], gu[1], h16, act, pdl=self.pdl)
         deq(2, wa)
         mk.gemm_batched_f16(handle, n_embd, bm, ff, arrays[6].data.ptr, ff, arrays[7].data.ptr, ff,
                             arrays[8].data.ptr, n_embd, nbm)
@@ -314,7 +324,7 @@ class CUDAExperts:
         if not combine:
             return y
         out = cp.empty_like(h)
-        mk.combine(y, None, cp.ascontiguousarray(cp.asarray(weights), dtype=np.float32), out)
+        mk.combine(y, None, cp.ascontiguousarray(cp.asarray(weights), dtype=np.float32), out, pdl=self.pdl)
         return out
 
     def _expert_weight(self, name, e):
