@@ -35,8 +35,12 @@ import numpy as np
 MAX_EXPERTS = 512          # moe_align's shared arrays and moe_topk's registers are sized for this
 ALIGN_THREADS = 512
 
+from lite.kernels.cuda_source import source  # noqa: E402
 from lite.kernels.pdl import call as pdl_call, source_head  # noqa: E402
-from lite.kernels.moe_cuda_src import C_MOE, C_MV, C_TIQ4_XS  # noqa: E402  (the CUDA C, kept apart)
+
+C_MOE = source("moe_layer.cu")                 # routing, top-k, the expert sort, combine, GEMM glue
+C_MV = source("moe_sorted_product.cuh")        # the product over expert-sorted blocks
+C_TIQ4_XS = source("moe_iq4_xs.cuh")           # IQ4_XS as a type of the products
 
 
 _DEQ_SIG = "const uchar* __restrict__ src, long long nbytes, OUT_T* __restrict__ out, long long n) {"

@@ -10,6 +10,7 @@ from host_cupy import HostCupy as FakeCupy
 
 from lite.backends import cuda_unavailable_reason
 from lite.backends import cuda_expert_dev as xd
+from lite.kernels import expert_cache as kx
 from lite.gguf_file import GGUFFile
 from lite.synth import synth
 
@@ -32,7 +33,7 @@ def _host_experts(monkeypatch, path, **kw):
     g = GGUFFile(path)
     names = [n for n in g.tensors if n.endswith("_exps.weight")]
     be = types.SimpleNamespace(cp=FakeCupy, stream=FakeCupy.cuda.Stream(), pdl=False)
-    kw.setdefault("dev_launch", (xd.step_ref, xd.fetch_ref))
+    kw.setdefault("dev_launch", (kx.step_ref, kx.fetch_ref))
     return g, be, hx_mod.HostExperts(be, g, names, "host", kw.pop("cache_bytes", 0), **kw)
 
 
@@ -201,7 +202,7 @@ def test_gpu_step_kernel_matches_twin():
         T = int(rng.integers(1, 5))
         ids = np.stack([rng.choice(24 if step % 2 else n_expert, 8, replace=False) for _ in range(T)]).astype(np.int32)
         dev.step(cp.asarray(ids), il)
-        xd.step_ref(ids, dev.row[il], n_expert, ref["table"], ref["key"], ref["stamp"], ref["clock"],
+        kx.step_ref(ids, dev.row[il], n_expert, ref["table"], ref["key"], ref["stamp"], ref["clock"],
                     ref["fetch"], ref["counters"])
         for name in ("table", "key", "stamp", "clock", "counters"):
             assert np.array_equal(getattr(dev, name).get(), ref[name]), (step, name)

@@ -1,11 +1,11 @@
-"""xc_step and xc_fetch (lite/backends/cuda_expert_dev.py), their CUDA C run on the host through
+"""xc_step and xc_fetch (kernels/expert_cache.py), their CUDA C run on the host through
 tests/cuda_c_emulator.py, against step_ref (the NumPy twin the CPU tests drive the cache with)."""
 import numpy as np
 import pytest
 
 import cuda_c_emulator as emu
 
-from lite.backends import cuda_expert_dev as xd
+from lite.kernels import expert_cache as xd
 
 pytestmark = pytest.mark.skipif(not emu.available(), reason="needs g++ (C++20)")
 
