@@ -43,7 +43,7 @@ def _expert_bytes(g, il, e, k, eb):
 
 
 class LRUModel:
-    """What xc_step must do, said differently: least recently used slot out (free ones first, then
+    """What expert_cache_step must do, said differently: least recently used slot out (free ones first, then
     the lower slot), the experts of one call never evicting each other."""
 
     def __init__(self, n):
@@ -103,17 +103,16 @@ def _fake_backend(be, log, plan_path):
     def moe_run(plan, h, ids, ws, act, bases=None, slot_of=None, y=None, rnd=None):
         log.append((bases, None if slot_of is None else np.asarray(slot_of).copy(), rnd))
         return np.zeros((ids.size, h.shape[1]), np.float32) if y is None else y
-    be._moe_plan, be._moe_run = moe_plan, moe_run
+    be.moe_plan, be.moe_products = moe_plan, moe_run
+    be.moe_combine = lambda y, pos, w: None
 
 
 def test_decode_goes_through_the_device_cache_without_host_sync(tiny_moe, monkeypatch):
     """T <= 8 with a fused type: no cp.asnumpy (host sync) anywhere, the products read the device
     cache's buffers through the layer's table row, which maps the routed experts to their bytes."""
-    from lite.kernels import moe_cuda as mk
     g, be, hx = _host_experts(monkeypatch, tiny_moe, dev_slots=16)
     log = []
     _fake_backend(be, log, "pairs")
-    monkeypatch.setattr(mk, "combine", lambda y, pos, w, out, pdl=False: None)
     monkeypatch.setattr(FakeCupy, "no_sync", True)
     pool = hx.pools[0]
     ids = np.array([[1, 4]], np.int32)
@@ -133,12 +132,10 @@ def test_decode_goes_through_the_device_cache_without_host_sync(tiny_moe, monkey
 def test_prefill_chunk_makes_the_layer_resident_without_reading_ids(tiny_moe, monkeypatch):
     """A chunk with >= FULL_LAYER token-slots an expert: one round of every expert, no host sync;
     smaller chunks read the ids (one sync) and make only the routed experts resident."""
-    from lite.kernels import moe_cuda as mk
     g, be, hx = _host_experts(monkeypatch, tiny_moe, n_slots=64, dev_launch=None)
     n_expert = hx.weights[0][0].shape[0]
     log = []
     _fake_backend(be, log, "gemm")
-    monkeypatch.setattr(mk, "combine", lambda y, pos, w, out, pdl=False: None)
     pool = hx.pools[0]
     T = hx.full_layer * n_expert // 2
     rng = np.random.default_rng(0)
@@ -184,7 +181,7 @@ def test_budget_split_and_defaults():
 
 @needs_gpu
 def test_gpu_step_kernel_matches_twin():
-    """xc_step and xc_fetch on the GPU against step_ref and the host bytes, over random calls."""
+    """expert_cache_step and expert_cache_fetch on the GPU against step_ref and the host bytes, over random calls."""
     import cupy as cp
     import cupyx
     n_expert, layers, n_dev, ebytes = 128, [0, 1, 2], 40, [4096, 4096, 2064]

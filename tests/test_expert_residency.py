@@ -99,7 +99,7 @@ def test_gpu_streamed_iq_experts_byte_identical(tiny_moe_iq, n_slots, T):
 @pytest.mark.parametrize("dev_slots", [16, 4, 2])
 @pytest.mark.parametrize("T", [1, 2, 5, 40])     # device cache (when T*k <= dev_slots), else host
 def test_gpu_device_cache_experts_byte_identical(tiny_moe, dev_slots, T):
-    """Decode through the device-managed cache (xc_step, xc_fetch from pinned host RAM): the same
+    """Decode through the device-managed cache (expert_cache_step, expert_cache_fetch from pinned host RAM): the same
     bytes as resident experts, with hits, misses and evictions; larger T takes the host path."""
     g, ref, streamed = _backends(tiny_moe, "host", 3, dev_slots)
     cpu = CPUBackend(g, [n for n in g.tensors if n.startswith("blk.0.")])

@@ -7,8 +7,8 @@ import pytest
 import cuda_c_emulator as emu
 from test_kernels_matvec_emulated import HOST_SHIMS
 
-from lite.kernels import moe_cuda as mk
-from lite.kernels.moe_cuda import C_MOE
+from lite.kernels import moe_layer as mk
+from lite.kernels.moe_layer import C_MOE
 
 pytestmark = pytest.mark.skipif(not emu.available(), reason="needs g++ (C++20)")
 

@@ -1,6 +1,7 @@
+// The device-managed expert cache's bookkeeping and copies (kernels/expert_cache.py says how).
 typedef unsigned long long u64;
 
-extern "C" __global__ void __launch_bounds__(512) xc_step(
+extern "C" __global__ void __launch_bounds__(512) expert_cache_step(
         const int* __restrict__ ids, int n_ids, int row, int n_expert,
         int* __restrict__ table, int* __restrict__ key, int* __restrict__ stamp, int* __restrict__ clock,
         int n_dev, int* __restrict__ fetch, u64* __restrict__ counters) {
@@ -82,7 +83,7 @@ extern "C" __global__ void __launch_bounds__(512) xc_step(
 
 // Each listed miss j = blockIdx.y, kind z = blockIdx.z (gate, up, down): its expert's bytes from
 // the pinned host copy (a device-addressable host pointer) into its slot.
-extern "C" __global__ void __launch_bounds__(256) xc_fetch(
+extern "C" __global__ void __launch_bounds__(256) expert_cache_fetch(
         const int* __restrict__ fetch,
         const unsigned char* __restrict__ src0, const unsigned char* __restrict__ src1,
         const unsigned char* __restrict__ src2, long long eb0, long long eb1, long long eb2,

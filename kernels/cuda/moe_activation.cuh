@@ -1,3 +1,4 @@
+// The activation of gate and up, shared by moe_act_f32/f16 and the gated decode product.
 #ifndef LT_MOE_ACT
 #define LT_MOE_ACT
 // The CPU backend's formulas (lite/backends/cpu.py act_mul).

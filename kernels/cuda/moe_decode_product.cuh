@@ -1,16 +1,18 @@
-// At most 128 registers (4 CTAs an SM): unbounded, nvcc hoists all C chunks' x loads and the
-// Q4_K <16, 4, 2> instance took 244 registers (2 CTAs an SM); bounded, no instance spills.
-// A (gated, the default for decode's gate and up: gated()): 1 silu, 2 gelu_tanh: a group's R rows
-// are R/2 units of gate (w0) and the same units of up (w1), and its lanes write moe_act(gate, up)
-// into out0 (one launch, no z, no separate activation launch).
+// The decode product over experts, a lane group a row (kernels/moe_products.py says how): one block
+// a token-slot pair, L lanes a row, C chunks a lane a pass, R rows a group. It needs the type structs,
+// load_x and moe_act before it (moe_products.decode_source puts them there).
+// At most 128 registers (4 CTAs an SM): unbounded, nvcc hoists all C chunks' x loads and an
+// instance may take twice that (2 CTAs an SM); bounded, no instance spills.
+// A (gated) 1 silu, 2 gelu_tanh: a group's R rows are R/2 units of gate (w0) and the same units of
+// up (w1), and its lanes write moe_act(gate, up) into out0 (one launch, no z, no activation launch).
 template <class T, int L, int C, int R, int A = 0>
-__global__ void __launch_bounds__(128, 4) moe_mvw(
+__global__ void __launch_bounds__(128, 4) moe_decode_product(
         const unsigned char* __restrict__ w0, const unsigned char* __restrict__ w1, long long ebytes,
         const int* __restrict__ slot_of, const float* __restrict__ x, float* __restrict__ out0,
         float* __restrict__ out1, const int* __restrict__ blk_expert, const int* __restrict__ blk_rows,
         int kdiv, int S, int rows, int cols, int x_by_row) {
     static_assert(L == 8 || L == 16 || L == 32, "a lane group is 8, 16 or 32 lanes of one warp");
-    PDL_PROLOGUE();                            // (LITE_PDL, kernels/pdl.py) the experts come from routing
+    PDL_PROLOGUE();                            // the experts come from routing (pdl.cuh)
     const int b = blockIdx.y;                  // one token-slot a block (N = 1)
     const int e = blk_expert[b];
     if (e < 0) return;

@@ -1,3 +1,5 @@
+// The MoE layer's kernels besides the expert products (kernels/moe_layer.py launches them): router
+// logits, top-k, the expert sort (moe_align), the combine, and the batched-GEMM path's glue.
 #include "pdl.cuh"
 #include "moe_activation.cuh"
 
@@ -11,7 +13,7 @@ __device__ __forceinline__ unsigned short moe_f2h(float f) {
 
 extern "C" __global__ void moe_logits(const float* __restrict__ h, const float* __restrict__ w,
         float* __restrict__ logits, int T, int n_embd, int n_expert) {
-    PDL_PROLOGUE();                            // (LITE_PDL: kernels/pdl.py)
+    PDL_PROLOGUE();                            // (pdl.cuh)
     const int gw = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
     if (gw >= T * n_expert) return;            // whole warps leave together
     const float* a = h + (long long)(gw / n_expert) * n_embd;
@@ -117,7 +119,7 @@ extern "C" __global__ void __launch_bounds__(AT) moe_align(
     }
 }
 
-extern "C" __global__ void moe_gather_x16(const float* __restrict__ x, const int* __restrict__ blk_rows,
+extern "C" __global__ void moe_gather_rows_f16(const float* __restrict__ x, const int* __restrict__ blk_rows,
                                           unsigned short* __restrict__ xs, int cols) {
     const int r = blk_rows[blockIdx.x];
     unsigned short* o = xs + (long long)blockIdx.x * cols;
@@ -142,7 +144,7 @@ extern "C" __global__ void moe_act_f16(const float* __restrict__ g, const float*
 // still run (cuBLAS batches are uniform) on compact weights 0, and write the down product into
 // `dummy`, so that rows computed in an earlier round are never overwritten.
 typedef unsigned long long u64;
-extern "C" __global__ void moe_ptrs(const int* __restrict__ blk_expert, const int* __restrict__ rank,
+extern "C" __global__ void moe_gemm_pointers(const int* __restrict__ blk_expert, const int* __restrict__ rank,
         const int* __restrict__ slot_of, int nb_max, u64 wg, u64 wu, u64 wd, long long w_bytes,
         u64 xs, long long xs_bytes, u64 g, u64 u, long long gu_bytes, u64 h16, long long h_bytes,
         u64 y, long long y_bytes, u64 dummy, u64* __restrict__ pa, u64* __restrict__ pb,
@@ -160,9 +162,8 @@ extern "C" __global__ void moe_ptrs(const int* __restrict__ blk_expert, const in
 
 // out[t] = sum_j w[t, j] * y[pos[t*k + j]] (pos NULL: the identity), in slot order; plus res[t]
 // (not NULL: the residual add after the MoE block, the add of `x + moe` in the same fp32). Blocks
-// of 256 threads, grid (column blocks, tokens): a thread a column, its k loads issued together (one
-// block a token, each thread walking 8 columns one expert at a time, took 12.6 us a decode step's
-// layer on the H200, session 5: serial L2 latency).
+// of 256 threads, grid (column blocks, tokens): a thread a column, its k loads issued together (a
+// block a token walking columns one expert at a time was bound by serial L2 latency).
 extern "C" __global__ void moe_combine(const float* __restrict__ y, const int* __restrict__ pos,
         const float* __restrict__ w, float* __restrict__ out, int k, int n_embd,
         const float* __restrict__ res) {

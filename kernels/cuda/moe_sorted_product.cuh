@@ -1,7 +1,9 @@
 #include "moe_activation.cuh"
+// The product over expert-sorted blocks of N token rows, R rows of the block's expert a CTA, a
+// thread a 32-weight chunk (kernels/moe_products.py); after the type structs, load_x and block_sum.
 
 template <class T, int N, int R>
-__global__ void __launch_bounds__(128) moe_mv(
+__global__ void __launch_bounds__(128) moe_sorted_product(
         const unsigned char* __restrict__ w0, const unsigned char* __restrict__ w1, long long ebytes,
         const int* __restrict__ slot_of, const float* __restrict__ x, float* __restrict__ out0,
         float* __restrict__ out1, const int* __restrict__ blk_expert, const int* __restrict__ blk_rows,

@@ -19,19 +19,19 @@ a slot holds.
 import numpy as np
 
 from lite.kernels import expert_cache as kx
-from lite.kernels.expert_cache import XC_THREADS  # noqa: F401  (the most experts a layer may have)
+from lite.kernels.expert_cache import STEP_THREADS  # noqa: F401  (the most experts a layer may have)
 
 
 class DeviceExpertCache:
-    """n_dev slots of one pool layout on the device, managed by xc_step. layers: the pool's layers
+    """n_dev slots of one pool layout on the device, managed by expert_cache_step. layers: the pool's layers
     (a table row each); ebytes: bytes of one expert of gate, up, down; src_ptr(layer, kind) -> a
     device-addressable pointer to that layer's tensor in pinned host RAM. launch: None for the
     CUDA kernels, else a (step, fetch) pair with kernels/expert_cache.py's step_ref and fetch_ref
     signatures (the CPU tests' NumPy twins)."""
 
     def __init__(self, cp, n_dev, layers, n_expert, ebytes, src_ptr, max_ids, launch=None):
-        if n_expert > XC_THREADS:
-            raise ValueError(f"device expert cache: {n_expert} experts (at most {XC_THREADS})")
+        if n_expert > STEP_THREADS:
+            raise ValueError(f"device expert cache: {n_expert} experts (at most {STEP_THREADS})")
         if n_dev < max_ids:
             raise ValueError(f"device expert cache: {n_dev} slots for up to {max_ids} routed experts")
         self.cp, self.n_dev, self.n_expert, self.ebytes = cp, n_dev, n_expert, list(ebytes)

@@ -130,12 +130,12 @@ class HostExperts:
     def _dev_split(k, n_expert, mode, retain, n_slots, dev_slots, device_cache=True, prefill_share=0.5):
         """Slots of a pool's budget k that go to the device cache (decode): dev_slots when given
         (tests), none with n_slots given, device_cache off, mmap (no pinned source to read from),
-        --expert-cache off, more experts than xc_step takes, or too few slots; else what
+        --expert-cache off, more experts than expert_cache_step takes, or too few slots; else what
         prefill_share leaves (at least two layers' experts stay with the host-managed cache)."""
-        from lite.backends.cuda_expert_dev import XC_THREADS
+        from lite.backends.cuda_expert_dev import STEP_THREADS
         if dev_slots is not None:
             return dev_slots
-        if n_slots is not None or not device_cache or mode != "host" or not retain or n_expert > XC_THREADS:
+        if n_slots is not None or not device_cache or mode != "host" or not retain or n_expert > STEP_THREADS:
             return 0
         n_host = max(min(k, 2 * n_expert), int(k * prefill_share))
         return k - n_host if k - n_host >= DEV_MIN_SLOTS else 0
@@ -230,7 +230,7 @@ class HostExperts:
         dev = pool.dev
         if dev is not None and ids.shape[0] <= FUSED_MAX_TOKENS and ids.size <= dev.max_ids:
             t0 = time.perf_counter()
-            plan = be._moe_plan(ids, ws, bases=dev.bufs)
+            plan = be.moe_plan(ids, ws, bases=dev.bufs)
             if plan["path"] == "pairs":
                 out = self._moe_dev(be, dev, plan, h, il, ids, weights, act)
                 self.prof["dev_calls"] += 1
@@ -246,18 +246,14 @@ class HostExperts:
     def _moe_dev(self, be, dev, plan, h, il, ids, weights, act):
         """The device cache's step (bookkeeping + the misses' copies, on the device), the pairs
         path reading the slots through the layer's table row, one combine: capturable."""
-        from lite.kernels import moe_cuda as mk
         dev.step(ids, il)
-        y = be._moe_run(plan, h, ids, self.weights[il], act, bases=dev.bufs, slot_of=dev.slot_of(il))
-        out = self.cp.empty_like(h)
-        mk.combine(y, None, weights, out, pdl=be.pdl)
-        return out
+        y = be.moe_products(plan, h, ids, self.weights[il], act, bases=dev.bufs, slot_of=dev.slot_of(il))
+        return be.moe_combine(y, None, weights)
 
     def _moe_host(self, be, pool, ws, h, il, ids, weights, act):
-        from lite.kernels import moe_cuda as mk
         cp = self.cp
         n_expert = ws[0].shape[0]
-        plan = be._moe_plan(ids, ws, bases=pool.bufs)
+        plan = be.moe_plan(ids, ws, bases=pool.bufs)
         T = ids.shape[0]
         full = (self.full_layer > 0 and T > FUSED_MAX_TOKENS and plan["path"] == "gemm"
                 and ids.size >= self.full_layer * n_expert and pool.cache.n_slots >= 2 * n_expert)
@@ -273,11 +269,11 @@ class HostExperts:
 
         def compute(rnd):
             if per_expert:
-                state["y"] = be._moe_per_expert(h, il, ids, weights, act, self._slot_weight(pool, ws, rnd),
+                state["y"] = be.moe_per_expert(h, il, ids, weights, act, self._slot_weight(pool, ws, rnd),
                                                 ids_h=ids_h, y=state["y"], experts=rnd.experts, combine=False)
                 return be.stream.record()
             slot_of = cp.asarray(np.array(rnd.slot_of(n_expert), np.int32))
-            state["y"] = be._moe_run(plan, h, ids, ws, act, bases=pool.bufs, slot_of=slot_of,
+            state["y"] = be.moe_products(plan, h, ids, ws, act, bases=pool.bufs, slot_of=slot_of,
                                      y=state["y"], rnd=rnd)
             return be.stream.record()
 
@@ -285,9 +281,7 @@ class HostExperts:
         self._last[il] = np.unique(route)
         if self.prefetch:
             self._prefetch(il)
-        out = cp.empty_like(h)
-        mk.combine(state["y"], None if per_expert else plan.get("pos"), weights, out, pdl=be.pdl)
-        return out
+        return be.moe_combine(state["y"], None if per_expert else plan.get("pos"), weights)
 
     @staticmethod
     def _slot_weight(pool, ws, rnd):

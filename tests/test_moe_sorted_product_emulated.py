@@ -1,6 +1,6 @@
-"""The grouped MoE product over expert-sorted blocks of 8 token rows `moe_mv` (short prefill) for
+"""The grouped MoE product over expert-sorted blocks of 8 token rows `moe_sorted_product` (short prefill) for
 IQ3_XXS and IQ4_XS, its CUDA C run on the host through tests/cuda_c_emulator.py, against float64
-products of gguf-py's dequantize. It checks the launch contract kernels/moe_cuda.grouped_mv and
+products of gguf-py's dequantize. It checks the launch contract kernels/moe_products.grouped and
 lite/backends/cuda_moe.py rely on: block b's expert from blk_expert (moe_align's blocks of 8),
 slot_of (expert -> cache slot, -1 = not this round: rows left untouched), gate and up in one launch
 (blockIdx.z), `x_by_row` for the down product, padding rows never written, row counts that are no
@@ -13,12 +13,13 @@ import cuda_c_emulator as emu
 from kernel_blocks import random_blocks, reference
 from test_kernels_matvec_emulated import HOST_SHIMS
 
-from lite.kernels import moe_cuda as mk
+from lite.kernels import moe_layer as mk
+from lite.kernels import moe_products as mp
 from lite.kernels import quant_info
 
 pytestmark = pytest.mark.skipif(not emu.available(), reason="needs g++ (C++20)")
 
-TYPES = mk.IQ_MV_TYPES
+TYPES = mp.IQ_TYPES
 E, K = 4, 2                         # experts, experts a token
 PARAMS = ("const unsigned char* w0, const unsigned char* w1, long long ebytes, const int* slot_of, "
           "const float* x, float* out0, float* out1, const int* blk_expert, const int* blk_rows, "
@@ -30,13 +31,13 @@ def _wrapper(qtype):
     # The emulator's grids are 2-D: y = 2 * block + z when a second matrix (w1) is given.
     return (f'extern "C" __global__ void emu_{qtype}({PARAMS}) {{\n'
             f'    if (w1) {{ blockIdx.z = blockIdx.y & 1; blockIdx.y >>= 1; }}\n'
-            f'    {mk.mv_name(qtype)}({ARGS});\n}}\n')
+            f'    {mp.sorted_name(qtype)}({ARGS});\n}}\n')
 
 
 @pytest.fixture(scope="module", params=TYPES)
 def lib(request):
     qtype = request.param
-    src = HOST_SHIMS + mk.mv_source(qtype, host=True) + _wrapper(qtype)
+    src = HOST_SHIMS + mp.sorted_source(qtype, host=True) + _wrapper(qtype)
     return qtype, emu.compile_kernels(src)
 
 
@@ -56,7 +57,7 @@ def _launch(lib, w0, w1, x, out0, out1, blk_expert, blk_rows, S, n_blocks, rows,
     qtype, kern = lib
     ebytes = w0.size // E if slot_of is None else w0.size // (max(slot_of) + 1)
     grid_y = n_blocks * (2 if w1 is not None else 1)
-    kern.launch(f"emu_{qtype}", (-(-rows // mk.MV_ROWS), grid_y), (128,),
+    kern.launch(f"emu_{qtype}", (-(-rows // mp.SORTED_ROWS), grid_y), (128,),
                 w0, w1, np.int64(ebytes), slot_of, x, out0, out1, blk_expert, blk_rows, np.int32(K),
                 np.int32(S), np.int32(rows), np.int32(cols), np.int32(bool(x_by_row)))
 
