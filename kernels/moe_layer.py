@@ -25,6 +25,7 @@ import functools
 
 import numpy as np
 
+from lite.kernels import dequant_common, dequant_iq3_cuda
 from lite.kernels.cuda_source import source
 from lite.kernels.pdl import call as pdl_call, source_head
 
@@ -44,16 +45,10 @@ _DEQ_GATHER_SIG = ("const uchar* __restrict__ src0, long long nbytes, OUT_T* __r
                    "    OUT_T* out = out0 + (long long)blockIdx.y * n;")
 
 
-def _tiled():
-    """The module holding the tiled dequantize scheme (KERNELS, C_KERNEL, c_source)."""
-    from lite.kernels import dequant_common
-    return dequant_common
-
-
 def gather_dequant_source(qtype):
     """CUDA C of the gathered dequantize for a type the tiled scheme serves, or None (then the
     caller dequantizes the whole 3-D tensor with kernels.dequantize: one launch all the same)."""
-    tiled = _tiled()
+    tiled = dequant_common                   # the tiled dequantize scheme's kernels
     k = tiled.KERNELS.get(qtype)
     if k is None:
         return None
@@ -81,7 +76,7 @@ def _gather_dequant_kernel(device, qtype):
     if src is None:
         return None
     mod = cupy.RawModule(code=src, options=("--std=c++17", "--ftz=false", "--fmad=false"))
-    k = _tiled().KERNELS[qtype]
+    k = dequant_common.KERNELS[qtype]
     return mod.get_function(f"deq_{k.name.lower()}_f16"), k.tile_elems()
 
 
@@ -104,7 +99,6 @@ def gather_dequant_kernel(qtype):
     """(kernel, tile_elems) or None when the type has no CUDA C dequantize to gather with (the tiled
     scheme's types, and IQ3_XXS's own kernel: kernels/dequant_iq3_cuda.py)."""
     if qtype == "IQ3_XXS":
-        from lite.kernels import dequant_iq3_cuda
         return dequant_iq3_cuda.gather_kernel(_dev())
     return _gather_dequant_kernel(_dev(), qtype)
 
@@ -224,16 +218,16 @@ def gemm_pointers(blk_expert, rank, slot_of, nbm, wg, wu, wd, w_bytes, xs, xs_by
     """Fill arrays (9, nbm) uint64: rows 0-1 A, 2-3 B, 4-5 C of gate|up; 6, 7, 8 A, B, C of down."""
     u64 = np.uint64
     pa, pb, pc = (arrays[i:i + 2].reshape(-1) for i in (0, 2, 4))
-    fn("moe_gemm_pointers", pdl)((-(-nbm // 128),), (128,), (blk_expert, _p(rank), _p(slot_of), _i32(nbm), u64(wg), u64(wu),
-                   u64(wd), np.int64(w_bytes), u64(xs), np.int64(xs_bytes), u64(g), u64(u), np.int64(gu_bytes),
-                   u64(h16), np.int64(h_bytes), u64(y), np.int64(y_bytes), u64(dummy), pa, pb, pc,
-                   arrays[6], arrays[7], arrays[8]))
+    fn("moe_gemm_pointers", pdl)((-(-nbm // 128),), (128,), (
+        blk_expert, _p(rank), _p(slot_of), _i32(nbm), u64(wg), u64(wu), u64(wd), np.int64(w_bytes), u64(xs),
+        np.int64(xs_bytes), u64(g), u64(u), np.int64(gu_bytes), u64(h16), np.int64(h_bytes), u64(y),
+        np.int64(y_bytes), u64(dummy), pa, pb, pc, arrays[6], arrays[7], arrays[8]))
 
 
 @functools.lru_cache(maxsize=None)
 def _cublas_lib():
     """cuBLAS as CuPy loaded it, through ctypes: CuPy's cublas module has no gemmBatchedEx binding
-    (cupy-cuda13x 13.x; AttributeError on the H200), so the batched GEMM is called directly, on the
+    (cupy-cuda13x 13.x raises AttributeError), so the batched GEMM is called directly, on the
     same library and handle CuPy uses. The path comes from the process's mapped libraries."""
     with open("/proc/self/maps") as f:
         paths = {line.split()[-1] for line in f if "/libcublas.so" in line}

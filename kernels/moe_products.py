@@ -25,7 +25,7 @@ from collections import namedtuple
 
 import numpy as np
 
-from lite.kernels import matvec_q8
+from lite.kernels import dequant_iq, iq_tables, matvec_cuda, matvec_iq, matvec_q8
 from lite.kernels.cuda_source import source
 from lite.kernels.pdl import C_PDL, call as pdl_call, source_head
 
@@ -55,7 +55,6 @@ DecodeShape = namedtuple("DecodeShape", "lanes chunks rows")
 
 
 def align_bytes(qtype):
-    from lite.kernels import matvec_cuda
     return _IQ_ALIGN[qtype] if qtype in _IQ_ALIGN else matvec_cuda.ALIGN[qtype]
 
 
@@ -67,17 +66,14 @@ def fits(qtype, base_ptr, ebytes):
 
 def struct(qtype):
     """The float decode struct of a type: matvec_cuda's (decode_struct), or the IQ types' own."""
-    from lite.kernels import matvec_cuda
     return f"T{qtype}" if qtype in IQ_TYPES else matvec_cuda.decode_struct(qtype)
 
 
 def sorted_source(qtype="Q4_K", host=False):
     """CUDA C holding the struct of `qtype` and moe_sorted_product. host: without the device-only
     helpers (inline PTX), for the emulator tests, which put host stand-ins first."""
-    from lite.kernels import matvec_cuda
     if qtype not in IQ_TYPES:
         return matvec_cuda.C_HEAD + matvec_cuda.C_TYPES + C_SORTED
-    from lite.kernels import dequant_iq, iq_tables, matvec_iq
     kv = ", ".join(str(int(v)) for v in iq_tables.KVALUES_IQ4)
     # The grid and the levels are compiled into the module (as matvec_iq.c_source does), so each
     # device gets its own copy with the module: no table argument. C_IQ3_XXS brings the macros

@@ -32,7 +32,7 @@ def _host_experts(monkeypatch, path, **kw):
     monkeypatch.setattr(FakeCupy, "no_sync", False)
     g = GGUFFile(path)
     names = [n for n in g.tensors if n.endswith("_exps.weight")]
-    be = types.SimpleNamespace(cp=FakeCupy, stream=FakeCupy.cuda.Stream(), pdl=False)
+    be = types.SimpleNamespace(cp=FakeCupy, stream=FakeCupy.cuda.Stream(), moe_pairs_max_tokens=8)
     kw.setdefault("dev_launch", (kx.step_ref, kx.fetch_ref))
     return g, be, hx_mod.HostExperts(be, g, names, "host", kw.pop("cache_bytes", 0), **kw)
 

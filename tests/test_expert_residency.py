@@ -179,7 +179,7 @@ def test_copies_fill_the_right_slots(tiny_moe, monkeypatch, mode, n_slots):
     monkeypatch.setitem(sys.modules, "cupyx", types.SimpleNamespace(empty_pinned=lambda n, dt: np.zeros(n, dt)))
     g = GGUFFile(tiny_moe)
     names = [n for n in g.tensors if n.endswith("_exps.weight")]
-    be = types.SimpleNamespace(cp=HostCupy, stream=HostCupy.cuda.Stream())
+    be = types.SimpleNamespace(cp=HostCupy, stream=HostCupy.cuda.Stream(), moe_pairs_max_tokens=8)
     hx = hx_mod.HostExperts(be, g, names, mode, 0, n_slots=n_slots, prefetch=True)
     pool = hx.pools[0]
     rng = np.random.default_rng(n_slots)

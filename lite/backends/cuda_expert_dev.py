@@ -19,7 +19,8 @@ a slot holds.
 import numpy as np
 
 from lite.kernels import expert_cache as kx
-from lite.kernels.expert_cache import STEP_THREADS  # noqa: F401  (the most experts a layer may have)
+
+MAX_EXPERTS = kx.STEP_THREADS    # the most experts a layer may have (a thread of the step's CTA each)
 
 
 class DeviceExpertCache:
@@ -30,8 +31,8 @@ class DeviceExpertCache:
     signatures (the CPU tests' NumPy twins)."""
 
     def __init__(self, cp, n_dev, layers, n_expert, ebytes, src_ptr, max_ids, launch=None):
-        if n_expert > STEP_THREADS:
-            raise ValueError(f"device expert cache: {n_expert} experts (at most {STEP_THREADS})")
+        if n_expert > MAX_EXPERTS:
+            raise ValueError(f"device expert cache: {n_expert} experts (at most {MAX_EXPERTS})")
         if n_dev < max_ids:
             raise ValueError(f"device expert cache: {n_dev} slots for up to {max_ids} routed experts")
         self.cp, self.n_dev, self.n_expert, self.ebytes = cp, n_dev, n_expert, list(ebytes)

@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 
-from lite.backends.cuda_moe import FUSED_MAX_TOKENS
+from lite.backends.cuda_expert_dev import MAX_EXPERTS, DeviceExpertCache
 from lite.experts import ExpertCache, Stager, run_layer
 
 KINDS = ("gate", "up", "down")
@@ -33,6 +33,14 @@ class StreamedWeight:
 
     def __init__(self, name, qtype, shape, ebytes):
         self.name, self.qtype, self.shape, self.data, self.ebytes = name, qtype, tuple(shape), None, ebytes
+
+
+class SlotWeight:
+    """One expert's 2-D weight in a cache slot (the per-expert loop's products read it)."""
+    __slots__ = ("name", "qtype", "shape", "data")
+
+    def __init__(self, name, qtype, shape, data):
+        self.name, self.qtype, self.shape, self.data = name, qtype, tuple(shape), data
 
 
 class _Handle:
@@ -74,6 +82,7 @@ class HostExperts:
         import cupyx
         cp = self.cp = backend.cp
         self.backend, self.mode = backend, mode
+        self.pairs_max_tokens = backend.moe_pairs_max_tokens    # decode: the products over pairs
         self.prefetch, self.full_layer = prefetch, full_layer
         by_layer = {}
         for n in names:
@@ -114,7 +123,6 @@ class HostExperts:
                 k -= n_dev                   # the budget's rest stays with the host-managed cache
             pool = _Pool(cp, ebytes, k, self._copy, self._wait, retain, sorted(ils))
             if n_dev:
-                from lite.backends.cuda_expert_dev import DeviceExpertCache
                 pool.dev = DeviceExpertCache(cp, n_dev, ils, n_expert, ebytes,
                                              lambda il, kd: self.src[il][kd].ctypes.data,
                                              min(n_dev, DEV_MAX_IDS), launch=dev_launch)
@@ -132,10 +140,9 @@ class HostExperts:
         (tests), none with n_slots given, device_cache off, mmap (no pinned source to read from),
         --expert-cache off, more experts than expert_cache_step takes, or too few slots; else what
         prefill_share leaves (at least two layers' experts stay with the host-managed cache)."""
-        from lite.backends.cuda_expert_dev import STEP_THREADS
         if dev_slots is not None:
             return dev_slots
-        if n_slots is not None or not device_cache or mode != "host" or not retain or n_expert > STEP_THREADS:
+        if n_slots is not None or not device_cache or mode != "host" or not retain or n_expert > MAX_EXPERTS:
             return 0
         n_host = max(min(k, 2 * n_expert), int(k * prefill_share))
         return k - n_host if k - n_host >= DEV_MIN_SLOTS else 0
@@ -151,7 +158,7 @@ class HostExperts:
     # The cache asks for one expert at a time; the copies are queued and issued together at the
     # first wait (or after a prefetch): one cudaMemcpyAsync a run of consecutive experts going to
     # consecutive slots, and one event for the batch, so a prefill layer that misses 128 experts
-    # costs a few calls, not 384 (a Python call each, ~10 us of host time).
+    # costs a few calls, not 384 (each a Python call's host time).
     def _memcpy(self, dst_ptr, src, nbytes):
         rt = self.cp.cuda.runtime
         rt.memcpyAsync(dst_ptr, src.ctypes.data, nbytes, rt.memcpyHostToDevice, self.copy_stream.ptr)
@@ -217,7 +224,7 @@ class HostExperts:
 
     # --- the MoE of one layer ------------------------------------------------------------------
     def moe_experts(self, be, h, il, ids, weights, act):
-        """As CUDAExperts.moe_experts, the experts from the slots. Decode (T <= FUSED_MAX_TOKENS,
+        """As CUDAExperts.moe_experts, the experts from the slots. Decode (T <= pairs_max_tokens,
         fused types) with a device cache: no host sync (_moe_dev). Otherwise the host-managed cache:
         the host reads the routed ids (one sync a layer: which experts to copy depends on them),
         except for chunks large enough to use nearly every expert, which make the whole layer
@@ -228,7 +235,7 @@ class HostExperts:
         ids = cp.ascontiguousarray(cp.asarray(ids), dtype=np.int32)
         weights = cp.ascontiguousarray(cp.asarray(weights), dtype=np.float32)
         dev = pool.dev
-        if dev is not None and ids.shape[0] <= FUSED_MAX_TOKENS and ids.size <= dev.max_ids:
+        if dev is not None and ids.shape[0] <= self.pairs_max_tokens and ids.size <= dev.max_ids:
             t0 = time.perf_counter()
             plan = be.moe_plan(ids, ws, bases=dev.bufs)
             if plan["path"] == "pairs":
@@ -255,7 +262,7 @@ class HostExperts:
         n_expert = ws[0].shape[0]
         plan = be.moe_plan(ids, ws, bases=pool.bufs)
         T = ids.shape[0]
-        full = (self.full_layer > 0 and T > FUSED_MAX_TOKENS and plan["path"] == "gemm"
+        full = (self.full_layer > 0 and T > self.pairs_max_tokens and plan["path"] == "gemm"
                 and ids.size >= self.full_layer * n_expert and pool.cache.n_slots >= 2 * n_expert)
         if full:                     # the whole layer: no need to read the ids (no sync)
             ids_h, route = None, np.arange(n_expert)
@@ -265,7 +272,7 @@ class HostExperts:
             self.prof["host_syncs"] += 1
         state = {"y": None}
         # Few tokens of a type without a fused grouped kernel: the per-expert loop, as on the device
-        per_expert = T <= FUSED_MAX_TOKENS and plan["path"] != "pairs"
+        per_expert = T <= self.pairs_max_tokens and plan["path"] != "pairs"
 
         def compute(rnd):
             if per_expert:
@@ -286,13 +293,12 @@ class HostExperts:
     @staticmethod
     def _slot_weight(pool, ws, rnd):
         """(expert, kind) -> the 2-D weight of that expert in its slot this round."""
-        from lite.backends.cuda_moe import _Weight
         slot_of = dict(zip(rnd.experts, rnd.slots))
 
         def weight_of(e, kind):
             i = KINDS.index(kind)
             w, eb, s = ws[i], pool.ebytes[i], slot_of[e]
-            return _Weight(w.name, w.qtype, w.shape[1:], pool.bufs[i][s * eb:(s + 1) * eb])
+            return SlotWeight(w.name, w.qtype, w.shape[1:], pool.bufs[i][s * eb:(s + 1) * eb])
         return weight_of
 
     def _prefetch(self, il):

@@ -4,11 +4,15 @@ experts. Experts kept off the device (--experts host|mmap) are served from a cac
 (cuda_host_experts.py) in rounds through the same grouped kernels.
 
 What it takes of the backend: w, cp, stream, device, config, pdl, and the dense ops _matmul,
-act_mul, _arr and _upload. What the host-expert cache takes of it (its interface): cp, stream and
-moe_plan, moe_products, moe_per_expert, moe_combine below."""
+act_mul, _arr and _upload. What the host-expert cache takes of it (its interface): cp, stream,
+moe_pairs_max_tokens and moe_plan, moe_products, moe_per_expert, moe_combine below."""
 import os
 
 import numpy as np
+
+from lite import experts as ex
+from lite.backends.cuda_host_experts import HostExperts
+from lite.kernels import dequantize, moe_layer as mk, moe_products as mp
 
 FUSED_MAX_TOKENS = 8      # up to this many tokens a product is a fused matvec, not dequant + GEMM
 
@@ -36,6 +40,7 @@ class CUDAExperts:
     host_experts = None           # a cuda_host_experts.HostExperts when experts live off the device
 
     supports_host_experts = True
+    moe_pairs_max_tokens = FUSED_MAX_TOKENS   # the host experts' decode: the products over pairs
     # moe_experts(residual=) adds the residual inside the combine (the same fp32 add as after it):
     # one launch a layer fewer in decode (models/qwen3moe.py asks for it where this is set)
     moe_residual = True
@@ -45,8 +50,6 @@ class CUDAExperts:
         the KV cache are allocated, so auto sees the VRAM that is left. -> lite.experts.Residency.
         n_slots overrides the host-managed cache's size in slots (tests: a cache of one expert),
         dev_slots the device cache's (decode; cuda_expert_dev.py)."""
-        from lite import experts as ex
-        from lite.backends.cuda_host_experts import HostExperts
         cp = self.cp
         with self.device:
             free_vram = cp.cuda.runtime.memGetInfo()[0] + cp.get_default_memory_pool().free_bytes()
@@ -87,7 +90,6 @@ class CUDAExperts:
         resident on the device or served at decode by a device-managed expert cache (--experts
         host, cuda_expert_dev.py: bookkeeping and copies on the device), and no shared expert
         (qwen2moe's sigmoid gate is a CuPy dot, i.e. cuBLAS, which capture refuses)."""
-        from lite.kernels import moe_products as mp
         if any(n.endswith("ffn_gate_inp_shexp.weight") for n in self.w):
             return False
         hx = self.host_experts
@@ -102,7 +104,6 @@ class CUDAExperts:
 
     def moe_route(self, h, name, k, normalize):
         """Softmax router, top-k, renormalized, on the device -> ids (T, k) int32, weights (T, k) f32."""
-        from lite.kernels import moe_layer as mk
         cp = self.cp
         w = self.w[name].data                                 # (n_expert, n_embd) f32
         T = h.shape[0]
@@ -151,7 +152,6 @@ class CUDAExperts:
     def moe_combine(self, y, pos, weights, residual=None):
         """out (T, n_embd) = sum over j of weights[t, j] * y[pos[t * k + j]] (pos None: row t * k + j),
         plus residual (T, n_embd) when given, on the stream."""
-        from lite.kernels import moe_layer as mk
         with self.stream:
             out = self.cp.empty((weights.shape[0], y.shape[1]), np.float32)
             mk.combine(y, pos, weights, out, residual, pdl=self.pdl)
@@ -160,8 +160,6 @@ class CUDAExperts:
     def moe_plan(self, ids, ws, bm=None, bases=None):
         """Which path, and the device index arrays it needs (moe_align's; none for pairs). bases:
         the slot buffers the experts will come from (their alignment decides as the tensors')."""
-        from lite.kernels import moe_layer as mk
-        from lite.kernels import moe_products as mp
         cp = self.cp
         T, k = ids.shape
         n_expert = ws[0].shape[0]
@@ -192,8 +190,6 @@ class CUDAExperts:
         (expert -> slot, -1 = skip) serve experts from a cache's slots instead of the layer tensors;
         rows of skipped experts are left as they are in y, so rounds can fill one y in turn. rnd
         (the cache's Round, host side) is needed for types without a gathered dequantize."""
-        from lite.kernels import moe_layer as mk
-        from lite.kernels import moe_products as mp
         cp = self.cp
         wg, wu, wd = ws
         src = bases or [w.data for w in ws]
@@ -247,8 +243,6 @@ class CUDAExperts:
         Every round runs the same batch (all nb_max blocks; blocks not live this round write into
         a dummy), so cuBLAS picks the same algorithm and a row's result does not depend on the
         rounds: outputs are byte-identical whatever the expert cache size."""
-        from lite.kernels import dequantize
-        from lite.kernels import moe_layer as mk
         cp = self.cp
         wg, wu, wd = ws
         n_expert, ff, n_embd = wg.shape
