@@ -85,21 +85,22 @@ def _dev():
     return cupy.cuda.runtime.getDevice()
 
 
-def fn(name, pdl=False):
-    """A kernel of the routing module; pdl: the module compiled with LT_PDL (a separate one)."""
+def kernel(name, pdl=False):
+    """A kernel of moe_layer.cu; pdl: from the module compiled with LT_PDL (a separate one)."""
     return _moe_module(_dev(), source_head(pdl)).get_function(name)
 
 
-def topk_fn(n_expert, pdl=False):
+def topk_kernel(n_expert, pdl=False):
     v = next(v for v in (1, 2, 4, 8, 16) if 32 * v >= n_expert)
-    return fn(f"moe_topk<{v}>", pdl)
+    return kernel(f"moe_topk<{v}>", pdl)
 
 
-def gather_dequant_kernel(qtype):
+def gather_dequant_kernel(qtype, reference=False):
     """(kernel, tile_elems) or None when the type has no CUDA C dequantize to gather with (the tiled
-    scheme's types, and IQ3_XXS's own kernel: kernels/dequant_iq3_cuda.py)."""
+    scheme's types, and IQ3_XXS's own kernel: kernels/dequant_iq3_cuda.py; reference: IQ3_XXS
+    through the Numba dequantize instead, as its other products)."""
     if qtype == "IQ3_XXS":
-        return dequant_iq3_cuda.gather_kernel(_dev())
+        return None if reference else dequant_iq3_cuda.gather_kernel(_dev())
     return _gather_dequant_kernel(_dev(), qtype)
 
 
@@ -175,7 +176,7 @@ def logits(h, w, out, pdl=False):
     """out (T, n_expert) = h (T, n_embd) @ w (n_expert, n_embd).T, all f32 C-contiguous."""
     T, n_embd = h.shape
     n_expert = w.shape[0]
-    pdl_call(fn("moe_logits", pdl), (-(-T * n_expert // 4),), (128,),
+    pdl_call(kernel("moe_logits", pdl), (-(-T * n_expert // 4),), (128,),
              (h, w, out, _i32(T), _i32(n_embd), _i32(n_expert)), pdl=pdl)
 
 
@@ -183,7 +184,7 @@ def topk(lg, k, normalize, ids, wts, pdl=False):
     T, n_expert = lg.shape
     if n_expert > MAX_EXPERTS or k > n_expert:
         raise ValueError(f"moe_topk: {n_expert} experts, top {k} (at most {MAX_EXPERTS} experts)")
-    pdl_call(topk_fn(n_expert, pdl), (-(-T // 4),), (128,),
+    pdl_call(topk_kernel(n_expert, pdl), (-(-T // 4),), (128,),
              (lg, ids, wts, _i32(T), _i32(n_expert), _i32(k), _i32(bool(normalize))), pdl=pdl)
 
 
@@ -193,7 +194,7 @@ def align(ids, n_expert, bm, out, pdl=False):
     if n_expert > MAX_EXPERTS:
         raise ValueError(f"moe_align: {n_expert} experts (at most {MAX_EXPERTS})")
     nbm = out["blk_expert"].size
-    fn("moe_align", pdl)((1,), (ALIGN_THREADS,), (ids, _i32(T * k), _i32(k), _i32(n_expert), _i32(bm), _i32(nbm),
+    kernel("moe_align", pdl)((1,), (ALIGN_THREADS,), (ids, _i32(T * k), _i32(k), _i32(n_expert), _i32(bm), _i32(nbm),
                     out["blk_expert"], out["blk_rows"], out["pos"], out["used_list"], out["rank"], out["meta"]))
 
 
@@ -204,13 +205,13 @@ def gather_dequant(kern_tile, src, ebytes, eelems, sel, slot_of, out16, n_sel):
 
 
 def gather_rows_f16(x, blk_rows, xs16, pdl=False):
-    fn("moe_gather_rows_f16", pdl)((xs16.shape[0],), (128,), (x, blk_rows, xs16, _i32(x.shape[1])))
+    kernel("moe_gather_rows_f16", pdl)((xs16.shape[0],), (128,), (x, blk_rows, xs16, _i32(x.shape[1])))
 
 
 def act(g, u, out, kind, pdl=False):
     n = g.size
     name = "moe_act_f16" if out.dtype == np.float16 else "moe_act_f32"
-    fn(name, pdl)((min(-(-n // 256), 65535),), (256,), (g, u, out, np.int64(n), _i32(kind == "gelu_tanh")))
+    kernel(name, pdl)((min(-(-n // 256), 65535),), (256,), (g, u, out, np.int64(n), _i32(kind == "gelu_tanh")))
 
 
 def gemm_pointers(blk_expert, rank, slot_of, nbm, wg, wu, wd, w_bytes, xs, xs_bytes, g, u, gu_bytes, h16, h_bytes,
@@ -218,7 +219,7 @@ def gemm_pointers(blk_expert, rank, slot_of, nbm, wg, wu, wd, w_bytes, xs, xs_by
     """Fill arrays (9, nbm) uint64: rows 0-1 A, 2-3 B, 4-5 C of gate|up; 6, 7, 8 A, B, C of down."""
     u64 = np.uint64
     pa, pb, pc = (arrays[i:i + 2].reshape(-1) for i in (0, 2, 4))
-    fn("moe_gemm_pointers", pdl)((-(-nbm // 128),), (128,), (
+    kernel("moe_gemm_pointers", pdl)((-(-nbm // 128),), (128,), (
         blk_expert, _p(rank), _p(slot_of), _i32(nbm), u64(wg), u64(wu), u64(wd), np.int64(w_bytes), u64(xs),
         np.int64(xs_bytes), u64(g), u64(u), np.int64(gu_bytes), u64(h16), np.int64(h_bytes), u64(y),
         np.int64(y_bytes), u64(dummy), pa, pb, pc, arrays[6], arrays[7], arrays[8]))
@@ -265,5 +266,5 @@ def gemm_batched_f16(handle, m, n, k, a_ptrs, lda, b_ptrs, ldb, c_ptrs, ldc, bat
 def combine(y, pos, w, out, res=None, pdl=False):
     """out (T, n_embd) = sum over j of w[t, j] * y[pos[t * k + j]], plus res (T, n_embd) if given."""
     T, k = w.shape
-    pdl_call(fn("moe_combine", pdl), (-(-out.shape[1] // 256), T), (256,),
+    pdl_call(kernel("moe_combine", pdl), (-(-out.shape[1] // 256), T), (256,),
              (y, _p(pos), w, out, _i32(k), _i32(out.shape[1]), _p(res)), pdl=pdl)

@@ -62,7 +62,8 @@ def test_step_and_fetch_match_the_twin(lib):
         T = int(rng.integers(1, 5))
         ids = np.stack([rng.choice(10 if step % 3 else n_expert, 2, replace=False)
                         for _ in range(T)]).astype(np.int32)
-        lib.launch("expert_cache_step", (1,), (xd.STEP_THREADS,), ids, np.int32(ids.size), np.int32(row), np.int32(n_expert),
+        lib.launch("expert_cache_step", (1,), (xd.STEP_THREADS,), ids, np.int32(ids.size), np.int32(row),
+                   np.int32(n_expert),
                    got["table"], got["key"], got["stamp"], got["clock"], np.int32(n_dev), got["fetch"],
                    got["counters"])
         xd.step_ref(ids, row, n_expert, want["table"], want["key"], want["stamp"], want["clock"], want["fetch"],

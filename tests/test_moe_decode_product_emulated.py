@@ -149,7 +149,8 @@ def test_slots_and_unused_blocks_leave_rows_untouched(lib):
 
 @pytest.mark.parametrize("act", ["silu", "gelu_tanh"])
 def test_gated_form_is_the_activation_of_gate_and_up(lib, act):
-    """the decode product's gated form (decode's default, BackendConfig.moe_gated): one launch writes act(gate x) * (up x) for each token-slot;
+    """The decode product's gated form (decode's default, BackendConfig.moe_gated): one launch
+    writes act(gate x) * (up x) for each token-slot;
     against gate and up from the plain kernel with the same lanes a row (the same sums), activated
     in NumPy fp32; 37 units (no multiple of a group's or a CTA's)."""
     qtype, kern = lib

@@ -250,7 +250,8 @@ class CUDAExperts:
         P = nbm * bm
         S = plan["pos"].size
         eelems = ff * n_embd
-        kerns = [mk.gather_dequant_kernel(w.qtype) for w in ws]
+        ref = self.config.reference_kernels
+        kerns = [mk.gather_dequant_kernel(w.qtype, ref) for w in ws]
         gathered = all(kr is not None for kr in kerns)
         rank = plan["rank"]
         if gathered:
@@ -270,10 +271,11 @@ class CUDAExperts:
             if gathered:
                 mk.gather_dequant(kerns[i], src[i], eb, eelems, plan["used_list"], slot_of, out, n_deq)
             elif slot_of is None:
-                dequantize(src[i], ws[i].qtype, np.float16, self.stream, out=out.reshape(-1))
+                dequantize(src[i], ws[i].qtype, np.float16, self.stream, out=out.reshape(-1), reference=ref)
             else:
                 for j, s_ in enumerate(rnd.slots):
-                    dequantize(src[i][s_ * eb:(s_ + 1) * eb], ws[i].qtype, np.float16, self.stream, out=out[j])
+                    dequantize(src[i][s_ * eb:(s_ + 1) * eb], ws[i].qtype, np.float16, self.stream, out=out[j],
+                               reference=ref)
 
         xs = cp.empty((P, n_embd), np.float16)                # (P, n_embd) rows in padded order
         mk.gather_rows_f16(h, plan["blk_rows"], xs, pdl=self.pdl)
