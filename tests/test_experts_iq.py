@@ -1,7 +1,7 @@
-"""IQ3_XXS / IQ4_XS experts on the grouped MoE path (issue 6): the fused `moe_mv` serves them in
-decode (one launch a product, no host sync, so decode steps are graph-captured) and in short
-prefill (sorted blocks of 8). The kernels are checked on the host by tests/test_moe_sorted_product_emulated.py;
-the GPU tests below passed on the H200 in sessions 3 and 4 (at full size in session 4)."""
+"""IQ3_XXS / IQ4_XS experts on the grouped MoE path: the grouped products serve them in decode (one
+launch a product, no host sync, so decode steps are graph-captured) and in short prefill (sorted
+blocks of 8). The kernels are checked on the host by tests/test_moe_sorted_product_emulated.py and
+tests/test_moe_decode_product_emulated.py; the GPU tests below against the CPU backend."""
 import numpy as np
 import pytest
 
@@ -35,8 +35,8 @@ def _experts_backend(qtype, ptr=1 << 20, gate_qtype=None):
 
 
 def test_iq_experts_take_the_fused_grouped_path():
-    """IQ3_XXS / IQ4_XS experts resident on the GPU: one moe_mv launch a product in decode (pairs,
-    no host sync), so decode graphs are captured; types without a moe_mv struct still fall back."""
+    """IQ3_XXS / IQ4_XS experts resident on the GPU: one launch a product in decode (pairs, no
+    host sync), so decode graphs are captured; types without a product struct still fall back."""
     for qtype in ("IQ3_XXS", "IQ4_XS", "Q4_K"):
         be = _experts_backend(qtype)
         assert be.moe_graph_safe(), qtype
@@ -68,7 +68,7 @@ def test_product_sources_name_the_iq_structs():
 # ---------------------------------------------------------------- on the GPU
 @needs_gpu
 @pytest.mark.parametrize("qtype", ["IQ3_XXS", "IQ4_XS"])
-@pytest.mark.parametrize("T", [1, 5, 12])        # pairs, pairs, sorted blocks: moe_mv<TIQ..>
+@pytest.mark.parametrize("T", [1, 5, 12])        # pairs, pairs, sorted blocks
 def test_gpu_grouped_iq_experts_match_cpu(tmp_path_factory, qtype, T):
     """Not yet run on a GPU (written without device time); the emulated twin is
     tests/test_moe_sorted_product_emulated.py."""
