@@ -168,10 +168,11 @@ def test_programmatic_dependent_launch_changes_nothing(tmp_path, monkeypatch, ar
 @pytest.mark.parametrize("quant", ["Q4_K", "Q8_0"])
 def test_moe_gated_form_matches_the_separate_launches(tmp_path, monkeypatch, quant):
     """moe_mvw's gated form (decode's default: gate, up and the activation in one launch) against
-    gate and up, then moe_act_f32 (LITE_MOE_GATED=0)."""
+    gate and up, then moe_act_f32 (BackendConfig.moe_gated off)."""
+    from lite.backend_config import BackendConfig
     path = str(tmp_path / "m.gguf")
     synth("qwen3moe", "tiny", quant, path, seed=9)
-    _on_off_agree(path, lambda on: monkeypatch.setenv("LITE_MOE_GATED", "1" if on else "0"))
+    _on_off_agree(path, lambda on: BackendConfig(moe_gated=on))
 
 
 @pytest.mark.parametrize("form", ["mvf", "mvq"])

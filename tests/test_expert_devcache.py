@@ -1,7 +1,6 @@
 """The decode-time expert cache managed on the device (lite/backends/cuda_expert_dev.py) and the
 host-managed path's prefill without syncs: on the CPU through a fake CuPy and the kernels' NumPy
 twins, on the GPU the kernels against the twins (skipped elsewhere)."""
-import os
 import types
 
 import numpy as np
@@ -11,6 +10,7 @@ from host_cupy import HostCupy as FakeCupy
 
 from lite.backends import cuda_unavailable_reason
 from lite.backends import cuda_expert_dev as xd
+from lite.kernels import expert_cache as kx
 from lite.gguf_file import GGUFFile
 from lite.synth import synth
 
@@ -32,8 +32,8 @@ def _host_experts(monkeypatch, path, **kw):
     monkeypatch.setattr(FakeCupy, "no_sync", False)
     g = GGUFFile(path)
     names = [n for n in g.tensors if n.endswith("_exps.weight")]
-    be = types.SimpleNamespace(cp=FakeCupy, stream=FakeCupy.cuda.Stream())
-    kw.setdefault("dev_launch", (xd.step_ref, xd.fetch_ref))
+    be = types.SimpleNamespace(cp=FakeCupy, stream=FakeCupy.cuda.Stream(), moe_pairs_max_tokens=8)
+    kw.setdefault("dev_launch", (kx.step_ref, kx.fetch_ref))
     return g, be, hx_mod.HostExperts(be, g, names, "host", kw.pop("cache_bytes", 0), **kw)
 
 
@@ -43,7 +43,7 @@ def _expert_bytes(g, il, e, k, eb):
 
 
 class LRUModel:
-    """What xc_step must do, said differently: least recently used slot out (free ones first, then
+    """What expert_cache_step must do, said differently: least recently used slot out (free ones first, then
     the lower slot), the experts of one call never evicting each other."""
 
     def __init__(self, n):
@@ -103,17 +103,16 @@ def _fake_backend(be, log, plan_path):
     def moe_run(plan, h, ids, ws, act, bases=None, slot_of=None, y=None, rnd=None):
         log.append((bases, None if slot_of is None else np.asarray(slot_of).copy(), rnd))
         return np.zeros((ids.size, h.shape[1]), np.float32) if y is None else y
-    be._moe_plan, be._moe_run = moe_plan, moe_run
+    be.moe_plan, be.moe_products = moe_plan, moe_run
+    be.moe_combine = lambda y, pos, w: None
 
 
 def test_decode_goes_through_the_device_cache_without_host_sync(tiny_moe, monkeypatch):
     """T <= 8 with a fused type: no cp.asnumpy (host sync) anywhere, the products read the device
     cache's buffers through the layer's table row, which maps the routed experts to their bytes."""
-    from lite.kernels import moe_cuda as mk
     g, be, hx = _host_experts(monkeypatch, tiny_moe, dev_slots=16)
     log = []
     _fake_backend(be, log, "pairs")
-    monkeypatch.setattr(mk, "combine", lambda y, pos, w, out: None)
     monkeypatch.setattr(FakeCupy, "no_sync", True)
     pool = hx.pools[0]
     ids = np.array([[1, 4]], np.int32)
@@ -133,15 +132,12 @@ def test_decode_goes_through_the_device_cache_without_host_sync(tiny_moe, monkey
 def test_prefill_chunk_makes_the_layer_resident_without_reading_ids(tiny_moe, monkeypatch):
     """A chunk with >= FULL_LAYER token-slots an expert: one round of every expert, no host sync;
     smaller chunks read the ids (one sync) and make only the routed experts resident."""
-    from lite.backends import cuda_host_experts as hx_mod
-    from lite.kernels import moe_cuda as mk
     g, be, hx = _host_experts(monkeypatch, tiny_moe, n_slots=64, dev_launch=None)
     n_expert = hx.weights[0][0].shape[0]
     log = []
     _fake_backend(be, log, "gemm")
-    monkeypatch.setattr(mk, "combine", lambda y, pos, w, out: None)
     pool = hx.pools[0]
-    T = hx_mod.FULL_LAYER * n_expert // 2
+    T = hx.full_layer * n_expert // 2
     rng = np.random.default_rng(0)
     ids = np.stack([rng.choice(n_expert, 2, replace=False) for _ in range(T)]).astype(np.int32)
     monkeypatch.setattr(FakeCupy, "no_sync", True)
@@ -161,25 +157,31 @@ def test_prefill_chunk_makes_the_layer_resident_without_reading_ids(tiny_moe, mo
     assert hx.stats()["host_syncs"] == 1
 
 
-def test_budget_split_and_defaults(monkeypatch):
+def test_budget_split_and_defaults():
+    import inspect
+    from lite.backend_config import BackendConfig
     from lite.backends import cuda_host_experts as hx_mod
-    if "LITE_EXPERT_PREFETCH" not in os.environ:
-        assert hx_mod.PREFETCH                        # prefetch is the default now
-    if "LITE_EXPERT_DEVICE_CACHE" not in os.environ and "LITE_EXPERT_PREFILL_SHARE" not in os.environ:
-        split = hx_mod.HostExperts._dev_split
-        # 30B-A3B, 128 experts, a 50% cache of 48 layers: 3072 slots, half for decode
-        assert split(3072, 128, "host", True, None, None) == 1536
-        assert split(1536, 128, "host", True, None, None) == 768
-        assert split(300, 128, "host", True, None, None) == 0        # two layers' staging first
-        assert split(3072, 128, "mmap", True, None, None) == 0       # no pinned source
-        assert split(3072, 128, "host", False, None, None) == 0      # --expert-cache off
-        assert split(3072, 128, "host", True, 8, None) == 0          # tests' n_slots
-        assert split(3072, 128, "host", True, 8, 20) == 20
+    c = BackendConfig()
+    assert c.expert_prefetch and c.expert_device_cache and c.expert_prefill_share == 0.5 and c.expert_full_layer == 16
+    defaults = {k: v.default for k, v in inspect.signature(hx_mod.HostExperts).parameters.items()}
+    assert (defaults["prefetch"], defaults["device_cache"], defaults["prefill_share"], defaults["full_layer"]) == (
+        c.expert_prefetch, c.expert_device_cache, c.expert_prefill_share, c.expert_full_layer)
+    split = hx_mod.HostExperts._dev_split
+    # 30B-A3B, 128 experts, a 50% cache of 48 layers: 3072 slots, half for decode
+    assert split(3072, 128, "host", True, None, None) == 1536
+    assert split(1536, 128, "host", True, None, None) == 768
+    assert split(300, 128, "host", True, None, None) == 0        # two layers' staging first
+    assert split(3072, 128, "mmap", True, None, None) == 0       # no pinned source
+    assert split(3072, 128, "host", False, None, None) == 0      # --expert-cache off
+    assert split(3072, 128, "host", True, 8, None) == 0          # tests' n_slots
+    assert split(3072, 128, "host", True, 8, 20) == 20
+    assert split(3072, 128, "host", True, None, None, device_cache=False) == 0
+    assert split(3072, 128, "host", True, None, None, prefill_share=0.75) == 768
 
 
 @needs_gpu
 def test_gpu_step_kernel_matches_twin():
-    """xc_step and xc_fetch on the GPU against step_ref and the host bytes, over random calls."""
+    """expert_cache_step and expert_cache_fetch on the GPU against step_ref and the host bytes, over random calls."""
     import cupy as cp
     import cupyx
     n_expert, layers, n_dev, ebytes = 128, [0, 1, 2], 40, [4096, 4096, 2064]
@@ -197,7 +199,7 @@ def test_gpu_step_kernel_matches_twin():
         T = int(rng.integers(1, 5))
         ids = np.stack([rng.choice(24 if step % 2 else n_expert, 8, replace=False) for _ in range(T)]).astype(np.int32)
         dev.step(cp.asarray(ids), il)
-        xd.step_ref(ids, dev.row[il], n_expert, ref["table"], ref["key"], ref["stamp"], ref["clock"],
+        kx.step_ref(ids, dev.row[il], n_expert, ref["table"], ref["key"], ref["stamp"], ref["clock"],
                     ref["fetch"], ref["counters"])
         for name in ("table", "key", "stamp", "clock", "counters"):
             assert np.array_equal(getattr(dev, name).get(), ref[name]), (step, name)

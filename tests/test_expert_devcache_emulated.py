@@ -1,11 +1,11 @@
-"""xc_step and xc_fetch (lite/backends/cuda_expert_dev.py), their CUDA C run on the host through
+"""expert_cache_step and expert_cache_fetch (kernels/expert_cache.py), their CUDA C run on the host through
 tests/cuda_c_emulator.py, against step_ref (the NumPy twin the CPU tests drive the cache with)."""
 import numpy as np
 import pytest
 
 import cuda_c_emulator as emu
 
-from lite.backends import cuda_expert_dev as xd
+from lite.kernels import expert_cache as xd
 
 pytestmark = pytest.mark.skipif(not emu.available(), reason="needs g++ (C++20)")
 
@@ -37,7 +37,7 @@ extern "C" __global__ void emu_fetch(const int* fetch, const unsigned char* src0
         const unsigned char* src2, long long eb0, long long eb1, long long eb2,
         unsigned char* dst0, unsigned char* dst1, unsigned char* dst2) {
     blockIdx.z = blockIdx.y % 3; blockIdx.y /= 3;
-    xc_fetch(fetch, src0, src1, src2, eb0, eb1, eb2, dst0, dst1, dst2);
+    expert_cache_fetch(fetch, src0, src1, src2, eb0, eb1, eb2, dst0, dst1, dst2);
 }
 """
 
@@ -62,7 +62,8 @@ def test_step_and_fetch_match_the_twin(lib):
         T = int(rng.integers(1, 5))
         ids = np.stack([rng.choice(10 if step % 3 else n_expert, 2, replace=False)
                         for _ in range(T)]).astype(np.int32)
-        lib.launch("xc_step", (1,), (xd.XC_THREADS,), ids, np.int32(ids.size), np.int32(row), np.int32(n_expert),
+        lib.launch("expert_cache_step", (1,), (xd.STEP_THREADS,), ids, np.int32(ids.size), np.int32(row),
+                   np.int32(n_expert),
                    got["table"], got["key"], got["stamp"], got["clock"], np.int32(n_dev), got["fetch"],
                    got["counters"])
         xd.step_ref(ids, row, n_expert, want["table"], want["key"], want["stamp"], want["clock"], want["fetch"],

@@ -74,9 +74,7 @@ def _backends(path, mode, n_slots, dev_slots=None):
     names = [n for n in g.tensors if n.startswith("blk.0.")]
     exps = [n for n in names if n.endswith("_exps.weight")]
     ref = CUDABackend(g, names)
-    ref.moe_grouped = True
     streamed = CUDABackend(g, [n for n in names if n not in exps])
-    streamed.moe_grouped = True
     with streamed.activate():
         r = streamed.place_experts(g, exps, mode, "auto", n_slots=n_slots, dev_slots=dev_slots)
     assert r.mode == mode and streamed.host_experts is not None
@@ -101,7 +99,7 @@ def test_gpu_streamed_iq_experts_byte_identical(tiny_moe_iq, n_slots, T):
 @pytest.mark.parametrize("dev_slots", [16, 4, 2])
 @pytest.mark.parametrize("T", [1, 2, 5, 40])     # device cache (when T*k <= dev_slots), else host
 def test_gpu_device_cache_experts_byte_identical(tiny_moe, dev_slots, T):
-    """Decode through the device-managed cache (xc_step, xc_fetch from pinned host RAM): the same
+    """Decode through the device-managed cache (expert_cache_step, expert_cache_fetch from pinned host RAM): the same
     bytes as resident experts, with hits, misses and evictions; larger T takes the host path."""
     g, ref, streamed = _backends(tiny_moe, "host", 3, dev_slots)
     cpu = CPUBackend(g, [n for n in g.tensors if n.startswith("blk.0.")])
@@ -155,7 +153,7 @@ def test_gpu_engine_experts_host_matches_gpu(tiny_moe, monkeypatch, experts, cac
     monkeypatch.setattr(hx_mod, "DEV_MIN_SLOTS", 2)
     if dev is not None:
         monkeypatch.setattr(hx_mod.HostExperts, "_dev_split",
-                            staticmethod(lambda k, ne, mode, retain, n_slots, dev_slots: dev))
+                            staticmethod(lambda *a: dev))
     ids = [5, 17, 99, 3, 42, 7, 8, 9, 10, 11, 12]
     on_gpu = Engine(tiny_moe, device="cuda", max_context=64, experts="gpu")
     off = Engine(tiny_moe, device="cuda", max_context=64, experts=experts, expert_cache=cache)
@@ -179,11 +177,10 @@ def test_copies_fill_the_right_slots(tiny_moe, monkeypatch, mode, n_slots):
     from lite.backends import cuda_host_experts as hx_mod
     from lite.experts import run_layer
     monkeypatch.setitem(sys.modules, "cupyx", types.SimpleNamespace(empty_pinned=lambda n, dt: np.zeros(n, dt)))
-    monkeypatch.setattr(hx_mod, "PREFETCH", True)
     g = GGUFFile(tiny_moe)
     names = [n for n in g.tensors if n.endswith("_exps.weight")]
-    be = types.SimpleNamespace(cp=HostCupy, stream=HostCupy.cuda.Stream())
-    hx = hx_mod.HostExperts(be, g, names, mode, 0, n_slots=n_slots)
+    be = types.SimpleNamespace(cp=HostCupy, stream=HostCupy.cuda.Stream(), moe_pairs_max_tokens=8)
+    hx = hx_mod.HostExperts(be, g, names, mode, 0, n_slots=n_slots, prefetch=True)
     pool = hx.pools[0]
     rng = np.random.default_rng(n_slots)
     HostCupy.cuda.runtime.calls = 0

@@ -8,7 +8,8 @@ from lite import experts as ex
 from lite.backends import cuda_unavailable_reason
 from lite.backends.cpu import CPUBackend
 from lite.gguf_file import GGUFFile
-from lite.kernels import moe_cuda as mk
+from lite.kernels import moe_layer as mk
+from lite.kernels import moe_products as mp
 from lite.synth import synth
 
 GPU_WHY = cuda_unavailable_reason()
@@ -246,7 +247,7 @@ def test_align_twin_invariants(bm):
     assert np.array_equal(a["blk_rows"][pos], np.arange(flat.size) // k)
     assert np.array_equal(a["blk_expert"][pos // bm], flat)          # every block is one expert
     assert (a["blk_rows"] >= 0).sum() == flat.size
-    assert a["n_blocks"] <= mk.nb_max(flat.size, n_expert, bm) == a["blk_expert"].size
+    assert a["n_blocks"] <= mk.max_blocks(flat.size, n_expert, bm) == a["blk_expert"].size
     assert (a["blk_expert"][a["n_blocks"]:] == -1).all()
     for e in range(n_expert):                                       # stable: slot order kept
         assert np.all(np.diff(pos[flat == e]) > 0)
@@ -280,7 +281,7 @@ def test_kernel_sources_build_from_the_shared_pieces():
         src = mk.gather_dequant_source(q)
         assert src is not None and src.count("sel[blockIdx.y]") == 2, q   # f16 and f32 kernels
     assert mk.gather_dequant_source("IQ3_XXS") is None          # its own kernel (dequant_iq.py)
-    assert "moe_mv" in mk.mv_source() and "struct TQ4_K" in mk.mv_source()
+    assert "moe_sorted_product" in mp.sorted_source() and "struct TQ4_K" in mp.sorted_source()
 
 
 # ---------------------------------------------------------------- on the GPU
@@ -288,7 +289,6 @@ def _gpu(path):
     from lite.backends.cuda import CUDABackend
     g = GGUFFile(path)
     b = CUDABackend(g, [n for n in g.tensors if n.startswith("blk.0.")])
-    b.moe_grouped = True            # these tests check the grouped path (opt-in elsewhere)
     return b
 
 
@@ -348,15 +348,15 @@ def test_gpu_gemm_path_with_rounds_matches_one_pass(tiny_moe):
         h = cp.asarray(rng.standard_normal((100, 256)).astype(np.float32))
         ids, w = gpu.moe_route(h, "blk.0.ffn_gate_inp.weight", 2, True)
         ws = [gpu.w[f"blk.0.ffn_{n}_exps.weight"] for n in ("gate", "up", "down")]
-        plan = gpu._moe_plan(ids, ws)
+        plan = gpu.moe_plan(ids, ws)
         assert plan["path"] == "gemm"
-        one = gpu._moe_run(plan, h, ids, ws, "silu")
+        one = gpu.moe_products(plan, h, ids, ws, "silu")
         y = cp.full_like(one, np.nan)
         for experts in ((0, 2, 4, 6), (1, 3, 5, 7)):
             rnd = ex.Round(0, experts, tuple(range(4)))
             bases = [cp.concatenate([w_.data[e * (w_.data.size // 8):(e + 1) * (w_.data.size // 8)]
                                      for e in experts]) for w_ in ws]
             slot_of = cp.asarray(np.array(rnd.slot_of(8), np.int32))
-            gpu._moe_run(plan, h, ids, ws, "silu", bases=bases, slot_of=slot_of, y=y)
+            gpu.moe_products(plan, h, ids, ws, "silu", bases=bases, slot_of=slot_of, y=y)
         pos = plan["pos"]
         assert cp.array_equal(y[pos], one[pos])

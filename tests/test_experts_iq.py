@@ -1,12 +1,12 @@
-"""IQ3_XXS / IQ4_XS experts on the grouped MoE path (issue 6): the fused `moe_mv` serves them in
-decode (one launch a product, no host sync, so decode steps are graph-captured) and in short
-prefill (sorted blocks of 8). The kernels are checked on the host by tests/test_moe_mv_emulated.py;
-the GPU tests below passed on the H200 in sessions 3 and 4 (at full size in session 4)."""
+"""IQ3_XXS / IQ4_XS experts on the grouped MoE path: the grouped products serve them in decode (one
+launch a product, no host sync, so decode steps are graph-captured) and in short prefill (sorted
+blocks of 8). The kernels are checked on the host by tests/test_moe_sorted_product_emulated.py and
+tests/test_moe_decode_product_emulated.py; the GPU tests below against the CPU backend."""
 import numpy as np
 import pytest
 
 from lite.backends import cuda_unavailable_reason
-from lite.kernels import moe_cuda as mk
+from lite.kernels import moe_products as mp
 from lite.synth import synth
 from test_experts import _cpu, _gpu
 
@@ -26,7 +26,7 @@ def _experts_backend(qtype, ptr=1 << 20, gate_qtype=None):
     from lite.kernels import quant_info
     info = quant_info(qtype)
     be = CUDAExperts()
-    be.cp, be.moe_grouped, be.host_experts = None, True, None
+    be.cp, be.host_experts = None, None
     shapes = {"gate": (8, 768, 2048), "up": (8, 768, 2048), "down": (8, 2048, 768)}
     be.w = {f"blk.0.ffn_{n}_exps.weight": _Weight(n, gate_qtype if gate_qtype and n == "gate" else qtype, s,
                                                   _Dev(ptr, 8 * 768 * 2048 // info.block_elems * info.type_size))
@@ -35,41 +35,43 @@ def _experts_backend(qtype, ptr=1 << 20, gate_qtype=None):
 
 
 def test_iq_experts_take_the_fused_grouped_path():
-    """IQ3_XXS / IQ4_XS experts resident on the GPU: one moe_mv launch a product in decode (pairs,
-    no host sync), so decode graphs are captured; types without a moe_mv struct still fall back."""
+    """IQ3_XXS / IQ4_XS experts resident on the GPU: one launch a product in decode (pairs, no
+    host sync), so decode graphs are captured; types without a product struct still fall back."""
     for qtype in ("IQ3_XXS", "IQ4_XS", "Q4_K"):
         be = _experts_backend(qtype)
         assert be.moe_graph_safe(), qtype
         ws = [be.w[f"blk.0.ffn_{n}_exps.weight"] for n in ("gate", "up", "down")]
         for T in (1, 8):
-            plan = be._moe_plan(np.zeros((T, 2), np.int32), ws)
+            plan = be.moe_plan(np.zeros((T, 2), np.int32), ws)
             assert plan["path"] == "pairs" and plan["n_blocks"] == 2 * T, qtype
     assert not _experts_backend("IQ3_XXS", ptr=(1 << 20) + 1).moe_graph_safe()     # 16-bit loads
     assert not _experts_backend("IQ4_XS", ptr=(1 << 20) + 4).moe_graph_safe()      # 8-byte loads
     assert not _experts_backend("IQ2_XXS").moe_graph_safe()
     assert not _experts_backend("IQ3_XXS", gate_qtype="IQ2_XXS").moe_graph_safe()
     be = _experts_backend("IQ2_XXS")
-    assert be._moe_plan(np.zeros((1, 2), np.int32), [be.w[f"blk.0.ffn_{n}_exps.weight"]
+    assert be.moe_plan(np.zeros((1, 2), np.int32), [be.w[f"blk.0.ffn_{n}_exps.weight"]
                                                      for n in ("gate", "up", "down")]) is None   # per expert
 
 
-def test_moe_mv_sources_name_the_iq_structs():
-    assert mk.mv_name("IQ3_XXS", 1) == "moe_mv<TIQ3_XXS, 1, 8>" and mk.mv_name("IQ4_XS", 8) == "moe_mv<TIQ4_XS, 8, 2>"
+def test_product_sources_name_the_iq_structs():
+    assert mp.sorted_name("IQ3_XXS") == "moe_sorted_product<TIQ3_XXS, 8, 2>"
+    assert mp.sorted_name("IQ4_XS") == "moe_sorted_product<TIQ4_XS, 8, 2>"
+    assert mp.decode_name("IQ4_XS", 768) == "moe_decode_product<TIQ4_XS, 8, 3, 2>"
     from lite.kernels.dequant_iq import C_HELPERS
-    for q in mk.IQ_MV_TYPES:
-        src = mk.mv_source(q)
-        assert f"struct T{q}" in src and "moe_mv" in src and C_HELPERS in src
-        assert C_HELPERS not in mk.mv_source(q, host=True)     # the emulator tests bring host stand-ins
+    for q in mp.IQ_TYPES:
+        src = mp.sorted_source(q)
+        assert f"struct T{q}" in src and "moe_sorted_product" in src and C_HELPERS in src
+        assert C_HELPERS not in mp.sorted_source(q, host=True)     # the emulator tests bring host stand-ins
 
 
 
 # ---------------------------------------------------------------- on the GPU
 @needs_gpu
 @pytest.mark.parametrize("qtype", ["IQ3_XXS", "IQ4_XS"])
-@pytest.mark.parametrize("T", [1, 5, 12])        # pairs, pairs, sorted blocks: moe_mv<TIQ..>
+@pytest.mark.parametrize("T", [1, 5, 12])        # pairs, pairs, sorted blocks
 def test_gpu_grouped_iq_experts_match_cpu(tmp_path_factory, qtype, T):
     """Not yet run on a GPU (written without device time); the emulated twin is
-    tests/test_moe_mv_emulated.py."""
+    tests/test_moe_sorted_product_emulated.py."""
     path = str(tmp_path_factory.mktemp("moe") / f"qwen3moe-{qtype}.gguf")
     synth("qwen3moe", "tiny", qtype, path, seed=3)
     cpu, gpu = _cpu(path), _gpu(path)
@@ -80,6 +82,6 @@ def test_gpu_grouped_iq_experts_match_cpu(tmp_path_factory, qtype, T):
     want = cpu.moe_experts(h, 0, ids, w, "silu")
     with gpu.activate():
         ws = [gpu.w[f"blk.0.ffn_{n}_exps.weight"] for n in ("gate", "up", "down")]
-        assert gpu._moe_plan(gpu.cp.asarray(ids.astype(np.int32)), ws)["path"] == ("pairs" if T <= 8 else "sorted")
+        assert gpu.moe_plan(gpu.cp.asarray(ids.astype(np.int32)), ws)["path"] == ("pairs" if T <= 8 else "sorted")
         got = gpu.moe_experts(gpu.cp.asarray(h), 0, ids, w, "silu").get()
     np.testing.assert_allclose(got, want, rtol=2e-2, atol=2e-2 * np.abs(want).max())

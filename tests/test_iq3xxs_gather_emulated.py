@@ -1,7 +1,7 @@
 """IQ3_XXS's CUDA C dequantize (kernels/dequant_iq3_cuda.py), run on the host through
 tests/cuda_c_emulator.py against gguf-py's dequantize (rounded to fp16): the whole-tensor kernels in
 both layouts (the file's, and IQ3_XXS_G4, kernels/iq3_groups.py), and the gathered dequantize for
-the MoE prefill (iq3xxs_gather_f16, taken by kernels/moe_cuda.gather_dequant_kernel).
+the MoE prefill (iq3xxs_gather_f16, taken by kernels/moe_layer.gather_dequant_kernel).
 
 The launch contract lite/backends/cuda_moe.py relies on: row y of the output is expert sel[y], read
 at slot slot_of[sel[y]] of the source (slot_of null: at the expert's own index); sel -1 and experts

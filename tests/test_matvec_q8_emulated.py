@@ -257,19 +257,20 @@ def test_kernel_names_tell_which_modules_need_the_integer_structs(monkeypatch):
     """matvec_epilogue's and moe_mvw's kernel caches build a module's source from the kernel's name:
     every integer struct's name, IQ3_XXS's included, must ask for structs(); float names must not.
     (IQ3_XXS_G4, the regrouped layout, has dense products only: experts keep the file's layout.)"""
-    from lite.kernels import matvec_epilogue, moe_mvw
+    from lite.kernels import matvec_epilogue, moe_products as moe_mvw
     for qt in matvec_q8.DEFAULT_TYPES:
-        assert matvec_q8.in_name(moe_mvw.name(qt, 768)) and matvec_q8.in_name(moe_mvw.name(qt, 2048, "silu"))
+        assert matvec_q8.in_name(moe_mvw.decode_name(qt, 768, int8=True))
+        assert matvec_q8.in_name(moe_mvw.decode_name(qt, 2048, "silu", int8=True))
     assert matvec_q8.in_name(matvec_epilogue.kernel_name("Q4_K", 1, 2, 0, 1))
     assert matvec_q8.in_name(matvec_q8.kernel_name("IQ3_XXS_G4", 1, 4, 0))
     assert "TIQ3_XXS_G4_INT8<" in matvec_q8.kernel_name("IQ3_XXS_G4", 1, 4, 0)
     monkeypatch.setattr(matvec_q8, "applies_moe", lambda *a, **k: False)   # (moe_mvw: moe_int8_dot off)
     for qt in matvec_q8.DEFAULT_TYPES:
-        assert not matvec_q8.in_name(moe_mvw.name(qt, 768))
+        assert not matvec_q8.in_name(moe_mvw.decode_name(qt, 768, int8=False))
     assert not matvec_q8.in_name(matvec_epilogue.kernel_name("Q4_K", 1, 8, 0, 1, q8=False))
 
 
-# moe_mvw (kernels/moe_mvw.py) over quantized x (BackendConfig.moe_int8_dot): the MoE decode experts.
+# the MoE decode product (kernels/moe_products.py) over quantized x (int8=True; BackendConfig.moe_int8_dot): the MoE decode experts.
 MOE_ARGS = ("const unsigned char* w0, const unsigned char* w1, long long ebytes, const int* slot_of, "
             "const float* x, float* out0, float* out1, const int* blk_expert, const int* blk_rows, "
             "int kdiv, int S, int rows, int cols, int x_by_row")
@@ -278,21 +279,21 @@ MOE_ARGS = ("const unsigned char* w0, const unsigned char* w1, long long ebytes,
 @pytest.fixture(scope="module", params=["K", "IQ3_XXS"])
 def moe_lib(request, monkeypatch_module):
     """moe_mvw over quantized x: the K types' module, or IQ3_XXS's (its own structs and tables)."""
-    from lite.kernels import moe_mvw
+    from lite.kernels import moe_products as moe_mvw
     types = Q8_TYPES if request.param == "K" else ["IQ3_XXS"]
     wraps = ""
     for qt in types:
         for cols in (512, 768):
             for act in (None, "silu"):
                 wraps += (f'extern "C" __global__ void moe_{qt}_{cols}_{act}({MOE_ARGS}) {{ '
-                          f'{moe_mvw.name(qt, cols, act)}(w0, w1, ebytes, slot_of, x, out0, out1, blk_expert, '
+                          f'{moe_mvw.decode_name(qt, cols, act, int8=True)}(w0, w1, ebytes, slot_of, x, out0, out1, blk_expert, '
                           'blk_rows, kdiv, S, rows, cols, x_by_row); }\n')
         wraps += (f'extern "C" __global__ void emu_qx_{qt}(const float* x, float* xq, int cols) '
                   f'{{ {matvec_q8.quantize_name(qt)}(x, xq, cols); }}\n')
     assert all(matvec_q8.struct(qt) + "," in wraps for qt in types)
     head = "" if request.param == "K" else (
         "#define GCOPIES 0\ninline uint2 make_uint2(unsigned a, unsigned b) { return {a, b}; }\n")
-    src = HOST_SHIMS + Q8_SHIMS + head + moe_mvw.source(types[0], host=True, q8=True) + wraps
+    src = HOST_SHIMS + Q8_SHIMS + head + moe_mvw.decode_source(types[0], host=True, int8=True) + wraps
     return types, emu.compile_kernels(src)
 
 
@@ -301,7 +302,7 @@ def moe_lib(request, monkeypatch_module):
 def test_moe_mvw_over_quantized_x_matches_float64(moe_lib, monkeypatch_module, qt, cols):
     """Decode's expert products: gate and up in the gated form (silu) over the tokens' quantized x,
     down (x_by_row) over the slots' quantized rows; 3 tokens, 2 experts each of 4, 37 rows."""
-    from lite.kernels import moe_mvw
+    from lite.kernels import moe_products as moe_mvw
     types, moe_lib = moe_lib
     if qt not in types:
         pytest.skip("in the other module")
@@ -316,10 +317,10 @@ def test_moe_mvw_over_quantized_x_matches_float64(moe_lib, monkeypatch_module, q
     xq, aq = _quantize(moe_lib, qt, x), _quantize(moe_lib, qt, a)
     args = (None, np.int32(K), np.int32(S), np.int32(rows), np.int32(cols))
     g = np.full((S, rows), np.nan, np.float32)
-    moe_lib.launch(f"moe_{qt}_{cols}_silu", (-(-rows // moe_mvw.rows_per_cta(qt, cols, "silu")), S),
+    moe_lib.launch(f"moe_{qt}_{cols}_silu", (-(-rows // moe_mvw.decode_rows_per_cta(qt, cols, "silu")), S),
                    (moe_mvw.THREADS,), wg, wu, np.int64(wg.size // E), None, xq, g, None, ids, *args, np.int32(0))
     y = np.full((S, rows), np.nan, np.float32)
-    moe_lib.launch(f"moe_{qt}_{cols}_None", (-(-rows // moe_mvw.rows_per_cta(qt, cols)), S),
+    moe_lib.launch(f"moe_{qt}_{cols}_None", (-(-rows // moe_mvw.decode_rows_per_cta(qt, cols)), S),
                    (moe_mvw.THREADS,), wg, None, np.int64(wg.size // E), None, aq, y, None, ids, *args, np.int32(1))
     for i in range(S):
         e, t = ids[i], i // K

@@ -1,4 +1,4 @@
-"""The router and the combine of kernels/moe_cuda_src.py on the host through
+"""The router and the combine of kernels/cuda/moe_layer.cu on the host through
 tests/cuda_c_emulator.py: moe_logits then moe_topk give what route_ref says, and moe_combine with
 res writes exactly res + (its output without res)."""
 import numpy as np
@@ -7,8 +7,8 @@ import pytest
 import cuda_c_emulator as emu
 from test_kernels_matvec_emulated import HOST_SHIMS
 
-from lite.kernels import moe_cuda as mk
-from lite.kernels.moe_cuda_src import C_MOE
+from lite.kernels import moe_layer as mk
+from lite.kernels.moe_layer import C_MOE
 
 pytestmark = pytest.mark.skipif(not emu.available(), reason="needs g++ (C++20)")
 

@@ -14,33 +14,17 @@ split between pools by their number of layers. Within a pool, decode (T <= 8) go
 managed on the device (cuda_expert_dev.py: no host sync, graph-captured) when the budget leaves it
 enough slots; prefill chunks through the host-managed one, large chunks without reading their ids.
 """
-import os
 import time
 
 import numpy as np
 
-from lite.backends.cuda_moe import FUSED_MAX_TOKENS
+from lite.backends.cuda_expert_dev import MAX_EXPERTS, DeviceExpertCache
 from lite.experts import ExpertCache, Stager, run_layer
 
 KINDS = ("gate", "up", "down")
 STAGING_BYTES = 64 << 20        # each of mmap mode's two pinned staging buffers
-# Prefetch the next layer's likely experts while this layer computes (copy/compute overlap). The
-# default since session 5 (the residency tests passed with it on the H200); LITE_EXPERT_PREFETCH=0
-# turns it off. Outputs stay byte-identical either way: a prefetch only changes which slots hold what.
-PREFETCH = os.environ.get("LITE_EXPERT_PREFETCH", "1") != "0"
-# Decode (T <= FUSED_MAX_TOKENS, fused types) from a cache managed on the device
-# (cuda_expert_dev.py): no host sync, so decode steps are graph-captured. LITE_EXPERT_DEVICE_CACHE=0:
-# every layer through the host-managed cache as before.
-DEVICE_CACHE = os.environ.get("LITE_EXPERT_DEVICE_CACHE", "1") != "0"
-# The share of a pool's cache slots left to the host-managed cache (prefill chunks, whole layers);
-# the rest is the device cache (decode). At least two layers' experts stay with the host side.
-PREFILL_SHARE = float(os.environ.get("LITE_EXPERT_PREFILL_SHARE", "0.5"))
 DEV_MIN_SLOTS = 64              # below this the device cache is not worth its slots
 DEV_MAX_IDS = 128               # routed experts one device-cache step takes (T x k)
-# A chunk with at least FULL_LAYER token-slots an expert routes to nearly every expert: the layer's
-# experts are made resident whole, without reading the ids on the host (no sync: the host runs
-# ahead and the next layer's copies overlap this one's compute). 0 turns it off.
-FULL_LAYER = int(os.environ.get("LITE_EXPERT_FULL_LAYER", "16"))
 
 
 class StreamedWeight:
@@ -49,6 +33,14 @@ class StreamedWeight:
 
     def __init__(self, name, qtype, shape, ebytes):
         self.name, self.qtype, self.shape, self.data, self.ebytes = name, qtype, tuple(shape), None, ebytes
+
+
+class SlotWeight:
+    """One expert's 2-D weight in a cache slot (the per-expert loop's products read it)."""
+    __slots__ = ("name", "qtype", "shape", "data")
+
+    def __init__(self, name, qtype, shape, data):
+        self.name, self.qtype, self.shape, self.data = name, qtype, tuple(shape), data
 
 
 class _Handle:
@@ -77,13 +69,21 @@ class HostExperts:
     """The experts of a stage's layers, off the device, served through a GPU slot cache.
     names: the stage's blk.N.ffn_{gate,up,down}_exps.weight tensors. cache_bytes: the slots' VRAM
     (n_slots, when given, overrides it: the tests' one-expert cache). retain False: --expert-cache
-    off (slots are staging only, forgotten after each layer)."""
+    off (slots are staging only, forgotten after each layer).
+    The BackendConfig expert_* settings, as arguments: prefetch (copy the next layer's likely
+    experts while this layer computes; outputs are byte-identical either way), device_cache
+    (decode from a cache managed on the device: no host sync, graph-captured), prefill_share (the
+    share of a pool's slots left to the host-managed cache, which serves prefill; the rest is the
+    device cache), full_layer (a chunk with at least that many token-slots an expert makes the
+    layer's experts resident whole, without reading the ids on the host; 0: never)."""
 
     def __init__(self, backend, gguf, names, mode, cache_bytes, retain=True, n_slots=None, dev_slots=None,
-                 dev_launch=None):
+                 dev_launch=None, prefetch=True, device_cache=True, prefill_share=0.5, full_layer=16):
         import cupyx
         cp = self.cp = backend.cp
         self.backend, self.mode = backend, mode
+        self.pairs_max_tokens = backend.moe_pairs_max_tokens    # decode: the products over pairs
+        self.prefetch, self.full_layer = prefetch, full_layer
         by_layer = {}
         for n in names:
             il, kind = int(n.split(".")[1]), n.split(".")[2][len("ffn_"):-len("_exps")]
@@ -118,12 +118,11 @@ class HostExperts:
             ebytes = [eb for _, _, eb in layout]
             n_expert = layout[0][1][0]
             k = n_slots or max(1, int(cache_bytes * len(ils) / len(by_layer)) // sum(ebytes))
-            n_dev = self._dev_split(k, n_expert, mode, retain, n_slots, dev_slots)
+            n_dev = self._dev_split(k, n_expert, mode, retain, n_slots, dev_slots, device_cache, prefill_share)
             if n_dev and n_slots is None and dev_slots is None:
                 k -= n_dev                   # the budget's rest stays with the host-managed cache
             pool = _Pool(cp, ebytes, k, self._copy, self._wait, retain, sorted(ils))
             if n_dev:
-                from lite.backends.cuda_expert_dev import DeviceExpertCache
                 pool.dev = DeviceExpertCache(cp, n_dev, ils, n_expert, ebytes,
                                              lambda il, kd: self.src[il][kd].ctypes.data,
                                              min(n_dev, DEV_MAX_IDS), launch=dev_launch)
@@ -136,16 +135,16 @@ class HostExperts:
                      "dev_host_s": 0.0}
 
     @staticmethod
-    def _dev_split(k, n_expert, mode, retain, n_slots, dev_slots):
+    def _dev_split(k, n_expert, mode, retain, n_slots, dev_slots, device_cache=True, prefill_share=0.5):
         """Slots of a pool's budget k that go to the device cache (decode): dev_slots when given
-        (tests), none with n_slots given, mmap (no pinned source to read from), --expert-cache
-        off, more experts than xc_step takes, or too few slots; else what PREFILL_SHARE leaves."""
-        from lite.backends.cuda_expert_dev import XC_THREADS
+        (tests), none with n_slots given, device_cache off, mmap (no pinned source to read from),
+        --expert-cache off, more experts than expert_cache_step takes, or too few slots; else what
+        prefill_share leaves (at least two layers' experts stay with the host-managed cache)."""
         if dev_slots is not None:
             return dev_slots
-        if n_slots is not None or not DEVICE_CACHE or mode != "host" or not retain or n_expert > XC_THREADS:
+        if n_slots is not None or not device_cache or mode != "host" or not retain or n_expert > MAX_EXPERTS:
             return 0
-        n_host = max(min(k, 2 * n_expert), int(k * PREFILL_SHARE))
+        n_host = max(min(k, 2 * n_expert), int(k * prefill_share))
         return k - n_host if k - n_host >= DEV_MIN_SLOTS else 0
 
     def graph_safe(self):
@@ -159,7 +158,7 @@ class HostExperts:
     # The cache asks for one expert at a time; the copies are queued and issued together at the
     # first wait (or after a prefetch): one cudaMemcpyAsync a run of consecutive experts going to
     # consecutive slots, and one event for the batch, so a prefill layer that misses 128 experts
-    # costs a few calls, not 384 (a Python call each, ~10 us of host time).
+    # costs a few calls, not 384 (each a Python call's host time).
     def _memcpy(self, dst_ptr, src, nbytes):
         rt = self.cp.cuda.runtime
         rt.memcpyAsync(dst_ptr, src.ctypes.data, nbytes, rt.memcpyHostToDevice, self.copy_stream.ptr)
@@ -225,7 +224,7 @@ class HostExperts:
 
     # --- the MoE of one layer ------------------------------------------------------------------
     def moe_experts(self, be, h, il, ids, weights, act):
-        """As CUDAExperts.moe_experts, the experts from the slots. Decode (T <= FUSED_MAX_TOKENS,
+        """As CUDAExperts.moe_experts, the experts from the slots. Decode (T <= pairs_max_tokens,
         fused types) with a device cache: no host sync (_moe_dev). Otherwise the host-managed cache:
         the host reads the routed ids (one sync a layer: which experts to copy depends on them),
         except for chunks large enough to use nearly every expert, which make the whole layer
@@ -236,9 +235,9 @@ class HostExperts:
         ids = cp.ascontiguousarray(cp.asarray(ids), dtype=np.int32)
         weights = cp.ascontiguousarray(cp.asarray(weights), dtype=np.float32)
         dev = pool.dev
-        if dev is not None and ids.shape[0] <= FUSED_MAX_TOKENS and ids.size <= dev.max_ids:
+        if dev is not None and ids.shape[0] <= self.pairs_max_tokens and ids.size <= dev.max_ids:
             t0 = time.perf_counter()
-            plan = be._moe_plan(ids, ws, bases=dev.bufs)
+            plan = be.moe_plan(ids, ws, bases=dev.bufs)
             if plan["path"] == "pairs":
                 out = self._moe_dev(be, dev, plan, h, il, ids, weights, act)
                 self.prof["dev_calls"] += 1
@@ -254,21 +253,17 @@ class HostExperts:
     def _moe_dev(self, be, dev, plan, h, il, ids, weights, act):
         """The device cache's step (bookkeeping + the misses' copies, on the device), the pairs
         path reading the slots through the layer's table row, one combine: capturable."""
-        from lite.kernels import moe_cuda as mk
         dev.step(ids, il)
-        y = be._moe_run(plan, h, ids, self.weights[il], act, bases=dev.bufs, slot_of=dev.slot_of(il))
-        out = self.cp.empty_like(h)
-        mk.combine(y, None, weights, out)
-        return out
+        y = be.moe_products(plan, h, ids, self.weights[il], act, bases=dev.bufs, slot_of=dev.slot_of(il))
+        return be.moe_combine(y, None, weights)
 
     def _moe_host(self, be, pool, ws, h, il, ids, weights, act):
-        from lite.kernels import moe_cuda as mk
         cp = self.cp
         n_expert = ws[0].shape[0]
-        plan = be._moe_plan(ids, ws, bases=pool.bufs)
+        plan = be.moe_plan(ids, ws, bases=pool.bufs)
         T = ids.shape[0]
-        full = (FULL_LAYER > 0 and T > FUSED_MAX_TOKENS and plan["path"] == "gemm"
-                and ids.size >= FULL_LAYER * n_expert and pool.cache.n_slots >= 2 * n_expert)
+        full = (self.full_layer > 0 and T > self.pairs_max_tokens and plan["path"] == "gemm"
+                and ids.size >= self.full_layer * n_expert and pool.cache.n_slots >= 2 * n_expert)
         if full:                     # the whole layer: no need to read the ids (no sync)
             ids_h, route = None, np.arange(n_expert)
             self.prof["full_layers"] += 1
@@ -277,36 +272,33 @@ class HostExperts:
             self.prof["host_syncs"] += 1
         state = {"y": None}
         # Few tokens of a type without a fused grouped kernel: the per-expert loop, as on the device
-        per_expert = T <= FUSED_MAX_TOKENS and plan["path"] != "pairs"
+        per_expert = T <= self.pairs_max_tokens and plan["path"] != "pairs"
 
         def compute(rnd):
             if per_expert:
-                state["y"] = be._moe_per_expert(h, il, ids, weights, act, self._slot_weight(pool, ws, rnd),
+                state["y"] = be.moe_per_expert(h, il, ids, weights, act, self._slot_weight(pool, ws, rnd),
                                                 ids_h=ids_h, y=state["y"], experts=rnd.experts, combine=False)
                 return be.stream.record()
             slot_of = cp.asarray(np.array(rnd.slot_of(n_expert), np.int32))
-            state["y"] = be._moe_run(plan, h, ids, ws, act, bases=pool.bufs, slot_of=slot_of,
+            state["y"] = be.moe_products(plan, h, ids, ws, act, bases=pool.bufs, slot_of=slot_of,
                                      y=state["y"], rnd=rnd)
             return be.stream.record()
 
         run_layer(pool.cache, il, route, compute)
         self._last[il] = np.unique(route)
-        if PREFETCH:
+        if self.prefetch:
             self._prefetch(il)
-        out = cp.empty_like(h)
-        mk.combine(state["y"], None if per_expert else plan.get("pos"), weights, out)
-        return out
+        return be.moe_combine(state["y"], None if per_expert else plan.get("pos"), weights)
 
     @staticmethod
     def _slot_weight(pool, ws, rnd):
         """(expert, kind) -> the 2-D weight of that expert in its slot this round."""
-        from lite.backends.cuda_moe import _Weight
         slot_of = dict(zip(rnd.experts, rnd.slots))
 
         def weight_of(e, kind):
             i = KINDS.index(kind)
             w, eb, s = ws[i], pool.ebytes[i], slot_of[e]
-            return _Weight(w.name, w.qtype, w.shape[1:], pool.bufs[i][s * eb:(s + 1) * eb])
+            return SlotWeight(w.name, w.qtype, w.shape[1:], pool.bufs[i][s * eb:(s + 1) * eb])
         return weight_of
 
     def _prefetch(self, il):

@@ -1,11 +1,18 @@
-"""The CUDA backend's mixture-of-experts ops (a mixin of CUDABackend, which provides self.w,
-self.cp, self.stream, _matmul and act_mul). Two paths: grouped (the default: a constant number of
-launches a layer, docs/experts.md) and per expert (LITE_MOE_GROUPED=0, the old loop). Experts kept
-off the device (--experts host|mmap) are served from a cache of slots (cuda_host_experts.py) in
-rounds through the same grouped kernels."""
+"""The CUDA backend's mixture-of-experts ops, a mixin of CUDABackend: a constant number of launches
+a layer, no host sync (docs/experts.md); types without a grouped product take a loop over the used
+experts. Experts kept off the device (--experts host|mmap) are served from a cache of slots
+(cuda_host_experts.py) in rounds through the same grouped kernels.
+
+What it takes of the backend: w, cp, stream, device, config, pdl, and the dense ops _matmul,
+act_mul, _arr and _upload. What the host-expert cache takes of it (its interface): cp, stream,
+moe_pairs_max_tokens and moe_plan, moe_products, moe_per_expert, moe_combine below."""
 import os
 
 import numpy as np
+
+from lite import experts as ex
+from lite.backends.cuda_host_experts import HostExperts
+from lite.kernels import dequantize, moe_layer as mk, moe_products as mp
 
 FUSED_MAX_TOKENS = 8      # up to this many tokens a product is a fused matvec, not dequant + GEMM
 
@@ -24,19 +31,16 @@ def expert_bytes(w):
 
 
 class CUDAExperts:
-    # --- mixture of experts: a constant number of launches a layer, no host sync (issue 6) ------
     # T <= FUSED_MAX_TOKENS: one fused launch over (token, expert) pairs for gate and up, one for
-    # down. Up to MOE_FUSED_MAX_TOKENS: the same kernels over expert-sorted blocks of 8 tokens.
+    # down. Up to MOE_FUSED_MAX_TOKENS: the products over expert-sorted blocks of 8 tokens.
     # Beyond: the used experts dequantized to fp16 in one launch a tensor, cublasGemmBatchedEx over
-    # blocks of MOE_BM tokens of one expert (device pointer arrays). Padding rows and blocks are
+    # blocks of bm tokens of one expert (device pointer arrays). Padding rows and blocks are
     # computed but never read; the combine gathers each token's k rows in slot order.
     MOE_FUSED_MAX_TOKENS = 64
-    # The grouped path matches the CPU backend on the H200 (tests/test_experts.py, and
-    # tests/test_cuda_backend.py -k qwen3moe); LITE_MOE_GROUPED=0 falls back to the per-expert loop.
-    moe_grouped = os.environ.get("LITE_MOE_GROUPED", "1") != "0"
     host_experts = None           # a cuda_host_experts.HostExperts when experts live off the device
 
     supports_host_experts = True
+    moe_pairs_max_tokens = FUSED_MAX_TOKENS   # the host experts' decode: the products over pairs
     # moe_experts(residual=) adds the residual inside the combine (the same fp32 add as after it):
     # one launch a layer fewer in decode (models/qwen3moe.py asks for it where this is set)
     moe_residual = True
@@ -46,8 +50,6 @@ class CUDAExperts:
         the KV cache are allocated, so auto sees the VRAM that is left. -> lite.experts.Residency.
         n_slots overrides the host-managed cache's size in slots (tests: a cache of one expert),
         dev_slots the device cache's (decode; cuda_expert_dev.py)."""
-        from lite import experts as ex
-        from lite.backends.cuda_host_experts import HostExperts
         cp = self.cp
         with self.device:
             free_vram = cp.cuda.runtime.memGetInfo()[0] + cp.get_default_memory_pool().free_bytes()
@@ -68,9 +70,13 @@ class CUDAExperts:
                 self._groups = groups
             return r
         with self.device:
+            c = self.config
             self.host_experts = HostExperts(self, gguf, names, r.mode, r.cache_bytes,
                                             retain=ex.parse_cache(expert_cache) != 0, n_slots=n_slots,
-                                            dev_slots=dev_slots)
+                                            dev_slots=dev_slots, prefetch=c.expert_prefetch,
+                                            device_cache=c.expert_device_cache,
+                                            prefill_share=c.expert_prefill_share,
+                                            full_layer=c.expert_full_layer)
         return r
 
     def expert_stats(self):
@@ -79,31 +85,25 @@ class CUDAExperts:
 
     def moe_graph_safe(self):
         """Can a decode step of this MoE stage be captured in a CUDA graph? Yes when the grouped
-        path serves it without cuBLAS or a host sync: every expert tensor in a type moe_mv takes
-        (IQ3_XXS and IQ4_XS included; else the per-expert loop reads ids on the host), either
+        path serves it without cuBLAS or a host sync: every expert tensor in a type the grouped
+        products take (kernels/moe_products.py TYPES; else the per-expert loop reads ids on the host), either
         resident on the device or served at decode by a device-managed expert cache (--experts
         host, cuda_expert_dev.py: bookkeeping and copies on the device), and no shared expert
         (qwen2moe's sigmoid gate is a CuPy dot, i.e. cuBLAS, which capture refuses)."""
-        from lite.kernels import moe_cuda as mk
-        if not self.moe_grouped:
-            return False
         if any(n.endswith("ffn_gate_inp_shexp.weight") for n in self.w):
             return False
         hx = self.host_experts
         if hx is not None:
             if not hx.graph_safe():
                 return False
-            return all(mk.mv_fits(w.qtype, b.data.ptr, w.ebytes)
+            return all(mp.fits(w.qtype, b.data.ptr, w.ebytes)
                        for p in hx.pools for ws in [hx.weights[il] for il in hx.pool_of if hx.pool_of[il] is p]
                        for w, b in zip(ws, p.dev.bufs))
         exps = [w for n, w in self.w.items() if n.endswith("_exps.weight")]
-        return all(mk.mv_fits(w.qtype, w.data.data.ptr, expert_bytes(w)) for w in exps)
+        return all(mp.fits(w.qtype, w.data.data.ptr, expert_bytes(w)) for w in exps)
 
     def moe_route(self, h, name, k, normalize):
         """Softmax router, top-k, renormalized, on the device -> ids (T, k) int32, weights (T, k) f32."""
-        if not self.moe_grouped:
-            return self._moe_route_ops(h, name, k, normalize)
-        from lite.kernels import moe_cuda as mk
         cp = self.cp
         w = self.w[name].data                                 # (n_expert, n_embd) f32
         T = h.shape[0]
@@ -111,25 +111,13 @@ class CUDAExperts:
             h = cp.ascontiguousarray(h, dtype=np.float32)
             if T <= FUSED_MAX_TOKENS:                         # no cuBLAS: capturable
                 lg = cp.empty((T, w.shape[0]), np.float32)
-                mk.logits(h, w, lg)
+                mk.logits(h, w, lg, pdl=self.pdl)
             else:
                 lg = cp.ascontiguousarray(h @ w.T)
             ids = cp.empty((T, k), np.int32)
             wts = cp.empty((T, k), np.float32)
-            mk.topk(lg, k, normalize, ids, wts)
+            mk.topk(lg, k, normalize, ids, wts, pdl=self.pdl)
         return ids, wts
-
-    def _moe_route_ops(self, h, name, k, normalize):
-        """The router with CuPy ops (checked on the GPU; sorts on the device, no host sync)."""
-        cp = self.cp
-        logits = h @ self.w[name].data.T
-        p = cp.exp(logits - logits.max(axis=-1, keepdims=True))
-        p /= p.sum(axis=-1, keepdims=True)
-        ids = cp.argsort(-p, axis=-1)[:, :k]
-        w = cp.take_along_axis(p, ids, axis=-1)
-        if normalize:
-            w = w / w.sum(axis=-1, keepdims=True)
-        return ids, w.astype(np.float32)
 
     def moe_experts(self, h, il, ids, weights, act, residual=None):
         """Sum over each token's chosen experts of weight * down(act(gate(h)) * up(h)), plus
@@ -142,7 +130,6 @@ class CUDAExperts:
 
     def _moe_experts(self, h, il, ids, weights, act, residual):
         """moe_experts' paths: an array with the residual in it, or (array,) without."""
-        from lite.kernels import moe_cuda as mk
         cp = self.cp
         if act not in ("silu", "gelu_tanh"):
             raise ValueError(f"unknown activation {act!r}")
@@ -150,31 +137,34 @@ class CUDAExperts:
         if hx is not None and hx.serves(il):
             with self.stream:
                 return (hx.moe_experts(self, h, il, ids, weights, act),)
-        if not self.moe_grouped:
-            return (self._moe_per_expert(h, il, ids, weights, act),)
         ws = [self.w[f"blk.{il}.ffn_{n}_exps.weight"] for n in ("gate", "up", "down")]
         with self.stream:
             h = cp.ascontiguousarray(h, dtype=np.float32)
             ids = cp.ascontiguousarray(cp.asarray(ids), dtype=np.int32)   # CPU-made int64 ids too
             weights = cp.ascontiguousarray(cp.asarray(weights), dtype=np.float32)
-            plan = self._moe_plan(ids, ws)
+            plan = self.moe_plan(ids, ws)
             if plan is None:
-                return (self._moe_per_expert(h, il, ids, weights, act),)
-            y = self._moe_run(plan, h, ids, ws, act)
+                return (self.moe_per_expert(h, il, ids, weights, act),)
+            y = self.moe_products(plan, h, ids, ws, act)
             res = None if residual is None else cp.ascontiguousarray(self._arr(residual))
-            out = cp.empty_like(h)
-            mk.combine(y, plan.get("pos"), weights, out, res)
+            return self.moe_combine(y, plan.get("pos"), weights, res)
+
+    def moe_combine(self, y, pos, weights, residual=None):
+        """out (T, n_embd) = sum over j of weights[t, j] * y[pos[t * k + j]] (pos None: row t * k + j),
+        plus residual (T, n_embd) when given, on the stream."""
+        with self.stream:
+            out = self.cp.empty((weights.shape[0], y.shape[1]), np.float32)
+            mk.combine(y, pos, weights, out, residual, pdl=self.pdl)
         return out
 
-    def _moe_plan(self, ids, ws, bm=None, bases=None):
+    def moe_plan(self, ids, ws, bm=None, bases=None):
         """Which path, and the device index arrays it needs (moe_align's; none for pairs). bases:
         the slot buffers the experts will come from (their alignment decides as the tensors')."""
-        from lite.kernels import moe_cuda as mk
         cp = self.cp
         T, k = ids.shape
         n_expert = ws[0].shape[0]
         src = bases or [w.data for w in ws]
-        fused = all(mk.mv_fits(w.qtype, b.data.ptr, expert_bytes(w)) for w, b in zip(ws, src))
+        fused = all(mp.fits(w.qtype, b.data.ptr, expert_bytes(w)) for w, b in zip(ws, src))
         if fused and T <= FUSED_MAX_TOKENS:
             return {"path": "pairs", "n": 1, "blk_expert": ids.reshape(-1), "blk_rows": None,
                     "n_blocks": T * k, "pos": None}
@@ -182,26 +172,24 @@ class CUDAExperts:
             return None                      # no fused kernel for this type: per expert (syncs)
         S = T * k
         if fused and T <= self.MOE_FUSED_MAX_TOKENS:
-            path, bm = "sorted", 8
+            path, bm = "sorted", mp.SORTED_BLOCK
         else:
             path = "gemm"
             # blocks of bm rows: unused and padding rows cost up to n_expert * bm rows of work
             bm = bm or max([16] + [b for b in (32, 64, 128) if n_expert * b <= S // 2])
-        nbm = mk.nb_max(S, n_expert, bm)
+        nbm = mk.max_blocks(S, n_expert, bm)
         plan = {"path": path, "n": bm, "bm": bm, "n_blocks": nbm,
                 "blk_expert": cp.empty(nbm, np.int32), "blk_rows": cp.empty(nbm * bm, np.int32),
                 "pos": cp.empty(S, np.int32), "used_list": cp.empty(n_expert, np.int32),
                 "rank": cp.empty(n_expert, np.int32), "meta": cp.empty(2, np.int32)}
-        mk.align(ids, n_expert, bm, plan)
+        mk.align(ids, n_expert, bm, plan, pdl=self.pdl)
         return plan
 
-    def _moe_run(self, plan, h, ids, ws, act, bases=None, slot_of=None, y=None, rnd=None):
+    def moe_products(self, plan, h, ids, ws, act, bases=None, slot_of=None, y=None, rnd=None):
         """The experts' rows y (padded order) for a plan. bases (3 device uint8 buffers) and slot_of
         (expert -> slot, -1 = skip) serve experts from a cache's slots instead of the layer tensors;
         rows of skipped experts are left as they are in y, so rounds can fill one y in turn. rnd
         (the cache's Round, host side) is needed for types without a gathered dequantize."""
-        from lite.kernels import moe_cuda as mk
-        from lite.kernels import moe_mvw as mvw
         cp = self.cp
         wg, wu, wd = ws
         src = bases or [w.data for w in ws]
@@ -214,30 +202,36 @@ class CUDAExperts:
         S = ids.size
         T, k = ids.shape
         kw = dict(slot_of=slot_of, blk_expert=plan["blk_expert"], blk_rows=plan["blk_rows"], kdiv=k, S=S,
-                  n_blocks=plan["n_blocks"])
+                  n_blocks=plan["n_blocks"], pdl=self.pdl)
+        int8 = self.moe_int8_types()
         a = cp.empty((P, ff), np.float32)
         steps = {}                           # what _trace keeps besides a and y
-        if plan["n"] == 1 and wg.qtype == wu.qtype and mvw.gated():
-            # gate, up and the activation in one launch (kernels/moe_mvw.py's gated form)
-            mvw.launch(wg.qtype, src[0], src[1], expert_bytes(wg), x=h, out0=a, out1=None, rows=ff,
-                       cols=n_embd, act=act, **kw)
+        if plan["n"] == 1 and wg.qtype == wu.qtype and self.config.moe_gated:
+            # gate, up and the activation in one launch (the decode product's gated form)
+            mp.decode(wg.qtype, src[0], src[1], expert_bytes(wg), x=h, out0=a, out1=None, rows=ff,
+                       cols=n_embd, act=act, int8=wg.qtype in int8, **kw)
         else:
             gu = steps["gu"] = cp.empty((2, P, ff), np.float32)
             if wg.qtype == wu.qtype:
-                mk.grouped_mv(wg.qtype, plan["n"], src[0], src[1], expert_bytes(wg), x=h, out0=gu[0],
-                              out1=gu[1], rows=ff, cols=n_embd, **kw)
+                mp.grouped(wg.qtype, plan["n"], src[0], src[1], expert_bytes(wg), x=h, out0=gu[0],
+                              out1=gu[1], rows=ff, cols=n_embd, int8=wg.qtype in int8, **kw)
             else:
                 for i, w in ((0, wg), (1, wu)):
-                    mk.grouped_mv(w.qtype, plan["n"], src[i], None, expert_bytes(w), x=h, out0=gu[i],
-                                  out1=None, rows=ff, cols=n_embd, **kw)
-            mk.act(gu[0], gu[1], a, act)
-        mk.grouped_mv(wd.qtype, plan["n"], src[2], None, expert_bytes(wd), x=a, out0=y, out1=None,
-                      rows=n_embd, cols=ff, x_by_row=True, **kw)
+                    mp.grouped(w.qtype, plan["n"], src[i], None, expert_bytes(w), x=h, out0=gu[i],
+                                  out1=None, rows=ff, cols=n_embd, int8=w.qtype in int8, **kw)
+            mk.act(gu[0], gu[1], a, act, pdl=self.pdl)
+        mp.grouped(wd.qtype, plan["n"], src[2], None, expert_bytes(wd), x=a, out0=y, out1=None,
+                      rows=n_embd, cols=ff, x_by_row=True, int8=wd.qtype in int8, **kw)
         self._trace(a=a, y=y, **steps)
         return y
 
-    # Set to a dict to keep each step's device arrays of the next _moe_run (scripts/moe_diag.py
-    # checks them one by one against NumPy to find the first step that differs); None: nothing kept.
+    def moe_int8_types(self):
+        """The expert types whose decode products run over x quantized to int8 (BackendConfig:
+        moe_int8_dot for the int8_dot_types)."""
+        return tuple(self.config.int8_dot_types) if self.config.moe_int8_dot else ()
+
+    # Set to a dict to keep each step's device arrays of the next moe_products (to check them one by
+    # one against NumPy and find the first step that differs); None: nothing kept.
     moe_trace = None
 
     def _trace(self, **arrays):
@@ -249,8 +243,6 @@ class CUDAExperts:
         Every round runs the same batch (all nb_max blocks; blocks not live this round write into
         a dummy), so cuBLAS picks the same algorithm and a row's result does not depend on the
         rounds: outputs are byte-identical whatever the expert cache size."""
-        from lite.kernels import dequantize
-        from lite.kernels import moe_cuda as mk
         cp = self.cp
         wg, wu, wd = ws
         n_expert, ff, n_embd = wg.shape
@@ -258,7 +250,8 @@ class CUDAExperts:
         P = nbm * bm
         S = plan["pos"].size
         eelems = ff * n_embd
-        kerns = [mk.gather_dequant_kernel(w.qtype) for w in ws]
+        ref = self.config.reference_kernels
+        kerns = [mk.gather_dequant_kernel(w.qtype, ref) for w in ws]
         gathered = all(kr is not None for kr in kerns)
         rank = plan["rank"]
         if gathered:
@@ -278,44 +271,44 @@ class CUDAExperts:
             if gathered:
                 mk.gather_dequant(kerns[i], src[i], eb, eelems, plan["used_list"], slot_of, out, n_deq)
             elif slot_of is None:
-                dequantize(src[i], ws[i].qtype, np.float16, self.stream, out=out.reshape(-1))
+                dequantize(src[i], ws[i].qtype, np.float16, self.stream, out=out.reshape(-1), reference=ref)
             else:
                 for j, s_ in enumerate(rnd.slots):
-                    dequantize(src[i][s_ * eb:(s_ + 1) * eb], ws[i].qtype, np.float16, self.stream, out=out[j])
+                    dequantize(src[i][s_ * eb:(s_ + 1) * eb], ws[i].qtype, np.float16, self.stream, out=out[j],
+                               reference=ref)
 
         xs = cp.empty((P, n_embd), np.float16)                # (P, n_embd) rows in padded order
-        mk.gather_x16(h, plan["blk_rows"], xs)
+        mk.gather_rows_f16(h, plan["blk_rows"], xs, pdl=self.pdl)
         gu = cp.empty((2, P, ff), np.float32)
         h16 = cp.empty((P, ff), np.float16)
         dummy = cp.empty((bm, n_embd), np.float32)
         arrays = cp.empty((9, nbm), np.uint64)
         deq(0, wa)
         deq(1, wb)
-        mk.ptrs(plan["blk_expert"], rank, slot_of, nbm,
+        mk.gemm_pointers(plan["blk_expert"], rank, slot_of, nbm,
                 wa.data.ptr, wb.data.ptr, wa.data.ptr, eelems * 2, xs.data.ptr, bm * n_embd * 2,
                 gu[0].data.ptr, gu[1].data.ptr, bm * ff * 4, h16.data.ptr, bm * ff * 2,
-                y.data.ptr, bm * n_embd * 4, dummy.data.ptr, arrays)
+                y.data.ptr, bm * n_embd * 4, dummy.data.ptr, arrays, pdl=self.pdl)
         handle = cp.cuda.device.get_cublas_handle()
         from cupy_backends.cuda.libs import cublas
         cublas.setStream(handle, self.stream.ptr)
         # Row-major Y = X W^T as column-major Y^T = W X^T (as gemm_f16_f32), per block.
         mk.gemm_batched_f16(handle, ff, bm, n_embd, arrays[0].data.ptr, n_embd, arrays[2].data.ptr, n_embd,
                             arrays[4].data.ptr, ff, 2 * nbm)
-        mk.act(gu[0], gu[1], h16, act)
+        mk.act(gu[0], gu[1], h16, act, pdl=self.pdl)
         deq(2, wa)
         mk.gemm_batched_f16(handle, n_embd, bm, ff, arrays[6].data.ptr, ff, arrays[7].data.ptr, ff,
                             arrays[8].data.ptr, n_embd, nbm)
         self._trace(wd16=wa, wu16=wb, xs=xs, gu=gu, h16=h16, y=y, arrays=arrays)
         return y
 
-    def _moe_per_expert(self, h, il, ids, weights, act, weight_of=None, ids_h=None, y=None, experts=None,
-                        combine=True):
-        """Expert by expert, for few tokens of a type with no fused grouped kernel (moe_mv covers
-        Q4_0/Q8_0/Q4_K/Q5_K/Q6_K/IQ3_XXS/IQ4_XS; other IQ and K types, or misaligned data): the
-        host reads the ids (a sync) and launches per used expert. Each token-slot's row goes to y
-        (slot order, as the pairs path), then one combine: so streamed experts (weight_of: expert,
-        kind -> a weight in a cache slot; experts: this round's) give the same bytes in rounds."""
-        from lite.kernels import moe_cuda as mk
+    def moe_per_expert(self, h, il, ids, weights, act, weight_of=None, ids_h=None, y=None, experts=None,
+                       combine=True):
+        """Expert by expert, for few tokens of a type with no grouped product (kernels/moe_products.py
+        TYPES; other IQ and K types, or misaligned data): the host reads the ids (a sync) and
+        launches per used expert. Each token-slot's row goes to y (slot order, as the pairs path),
+        then one combine: so streamed experts (weight_of: expert, kind -> a weight in a cache slot;
+        experts: this round's) give the same bytes in rounds."""
         cp = self.cp
         h = cp.ascontiguousarray(h, dtype=np.float32)
         ids_h = cp.asnumpy(ids) if ids_h is None else ids_h
@@ -334,9 +327,7 @@ class CUDAExperts:
             y[cp.asarray(rows * k + slot)] = self._matmul(self.act_mul(g, u, act), weight_of(e, "down"))
         if not combine:
             return y
-        out = cp.empty_like(h)
-        mk.combine(y, None, cp.ascontiguousarray(cp.asarray(weights), dtype=np.float32), out)
-        return out
+        return self.moe_combine(y, None, cp.ascontiguousarray(cp.asarray(weights), dtype=np.float32))
 
     def _expert_weight(self, name, e):
         w = self.w[name]

@@ -1,22 +1,8 @@
-"""CUDA C source of the grouped mixture-of-experts kernels (kernels/moe_cuda.py compiles and
-launches them): routing, top-k, the expert sort, the fused grouped matvec."""
-from lite.kernels.pdl import C_PDL
+// The MoE layer's kernels besides the expert products (kernels/moe_layer.py launches them): router
+// logits, top-k, the expert sort (moe_align), the combine, and the batched-GEMM path's glue.
+#include "pdl.cuh"
+#include "moe_activation.cuh"
 
-# The activation of gate and up: moe_act_f32/f16 here, and moe_mvw's gated form (kernels/moe_mvw.py),
-# which is compiled with C_MV: both modules take it from this one text.
-C_MOE_ACT = r"""
-#ifndef LT_MOE_ACT
-#define LT_MOE_ACT
-// The CPU backend's formulas (lite/backends/cpu.py act_mul).
-__device__ __forceinline__ float moe_act(float g, float u, int gelu) {
-    if (!gelu) return g / (1.f + expf(-g)) * u;
-    const float c = 0.7978845608028654f;
-    return 0.5f * g * (1.f + tanhf(c * (g + 0.044715f * g * g * g))) * u;
-}
-#endif
-"""
-
-C_MOE = C_PDL + C_MOE_ACT + r"""
 #define FULL 0xffffffffu
 #define MAXE 512
 #define AT 512
@@ -27,7 +13,7 @@ __device__ __forceinline__ unsigned short moe_f2h(float f) {
 
 extern "C" __global__ void moe_logits(const float* __restrict__ h, const float* __restrict__ w,
         float* __restrict__ logits, int T, int n_embd, int n_expert) {
-    PDL_PROLOGUE();                            // (LITE_PDL: kernels/pdl.py)
+    PDL_PROLOGUE();                            // (pdl.cuh)
     const int gw = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
     if (gw >= T * n_expert) return;            // whole warps leave together
     const float* a = h + (long long)(gw / n_expert) * n_embd;
@@ -133,7 +119,7 @@ extern "C" __global__ void __launch_bounds__(AT) moe_align(
     }
 }
 
-extern "C" __global__ void moe_gather_x16(const float* __restrict__ x, const int* __restrict__ blk_rows,
+extern "C" __global__ void moe_gather_rows_f16(const float* __restrict__ x, const int* __restrict__ blk_rows,
                                           unsigned short* __restrict__ xs, int cols) {
     const int r = blk_rows[blockIdx.x];
     unsigned short* o = xs + (long long)blockIdx.x * cols;
@@ -158,7 +144,7 @@ extern "C" __global__ void moe_act_f16(const float* __restrict__ g, const float*
 // still run (cuBLAS batches are uniform) on compact weights 0, and write the down product into
 // `dummy`, so that rows computed in an earlier round are never overwritten.
 typedef unsigned long long u64;
-extern "C" __global__ void moe_ptrs(const int* __restrict__ blk_expert, const int* __restrict__ rank,
+extern "C" __global__ void moe_gemm_pointers(const int* __restrict__ blk_expert, const int* __restrict__ rank,
         const int* __restrict__ slot_of, int nb_max, u64 wg, u64 wu, u64 wd, long long w_bytes,
         u64 xs, long long xs_bytes, u64 g, u64 u, long long gu_bytes, u64 h16, long long h_bytes,
         u64 y, long long y_bytes, u64 dummy, u64* __restrict__ pa, u64* __restrict__ pb,
@@ -176,9 +162,8 @@ extern "C" __global__ void moe_ptrs(const int* __restrict__ blk_expert, const in
 
 // out[t] = sum_j w[t, j] * y[pos[t*k + j]] (pos NULL: the identity), in slot order; plus res[t]
 // (not NULL: the residual add after the MoE block, the add of `x + moe` in the same fp32). Blocks
-// of 256 threads, grid (column blocks, tokens): a thread a column, its k loads issued together (one
-// block a token, each thread walking 8 columns one expert at a time, took 12.6 us a decode step's
-// layer on the H200, session 5: serial L2 latency).
+// of 256 threads, grid (column blocks, tokens): a thread a column, its k loads issued together (a
+// block a token walking columns one expert at a time was bound by serial L2 latency).
 extern "C" __global__ void moe_combine(const float* __restrict__ y, const int* __restrict__ pos,
         const float* __restrict__ w, float* __restrict__ out, int k, int n_embd,
         const float* __restrict__ res) {
@@ -195,102 +180,3 @@ extern "C" __global__ void moe_combine(const float* __restrict__ y, const int* _
         out[(long long)t * n_embd + c] = s;
     }
 }
-"""
-
-C_MV = C_MOE_ACT + r"""
-template <class T, int N, int R>
-__global__ void __launch_bounds__(128) moe_mv(
-        const unsigned char* __restrict__ w0, const unsigned char* __restrict__ w1, long long ebytes,
-        const int* __restrict__ slot_of, const float* __restrict__ x, float* __restrict__ out0,
-        float* __restrict__ out1, const int* __restrict__ blk_expert, const int* __restrict__ blk_rows,
-        int kdiv, int S, int rows, int cols, int x_by_row) {
-    const int b = blockIdx.y;
-    const int e = blk_expert[b];
-    if (e < 0) return;
-    const int slot = slot_of ? slot_of[e] : e;
-    if (slot < 0) return;                      // not resident this round
-    T::init();                                 // per-type tables in shared memory (IQ grids); the
-                                               // returns above are uniform over the block
-    const unsigned char* w = (blockIdx.z ? w1 : w0) + (long long)slot * ebytes;
-    float* out = blockIdx.z ? out1 : out0;
-    int xr[N];                                 // the token of padded row b*N+n, -1 = padding
-    #pragma unroll
-    for (int n = 0; n < N; n++) {
-        const int i = b * N + n;
-        xr[n] = blk_rows ? blk_rows[i] : (i < S ? i / kdiv : -1);
-    }
-    // x_by_row: x is already in padded-row order (the down product reads the activations of gate
-    // and up, one row per token-slot), so row i reads x row i, not its token's row. Padding rows
-    // read row b*N (row 0 of a used block is always real) and are not written.
-    const float* xp[N];
-    #pragma unroll
-    for (int n = 0; n < N; n++) {
-        const int i = b * N + n;
-        const int src = x_by_row ? (xr[n] >= 0 ? i : b * N) : (xr[n] >= 0 ? xr[n] : xr[0]);
-        xp[n] = x + (long long)src * cols;
-    }
-    const int row0 = blockIdx.x * R, nb = cols / T::BE, chunks = nb * T::CPB;
-    const long long rb = (long long)nb * T::TS;
-    const unsigned char* rowp[R];
-    #pragma unroll
-    for (int r = 0; r < R; r++) rowp[r] = w + (long long)min(row0 + r, rows - 1) * rb;
-    float acc[R][N];
-    #pragma unroll
-    for (int r = 0; r < R; r++)
-        #pragma unroll
-        for (int n = 0; n < N; n++) acc[r][n] = 0.f;
-    for (int c = threadIdx.x; c < chunks; c += 128) {
-        typename T::Raw cur[R];
-        #pragma unroll
-        for (int r = 0; r < R; r++) T::load(cur[r], rowp[r], c);
-        #pragma unroll
-        for (int n = 0; n < N; n++) {
-            float4 xv[8];
-            float xa, xb;
-            load_x<T>(xp[n], c, xv, xa, xb);
-            #pragma unroll
-            for (int r = 0; r < R; r++) acc[r][n] += T::dot(cur[r], c, xv, xa, xb);
-        }
-    }
-    __shared__ float red[4][R * N];
-    const float total = block_sum<R, N>(acc, red);
-    if (threadIdx.x < R * N) {
-        const int r = threadIdx.x / N, n = threadIdx.x % N;
-        if (row0 + r < rows && xr[n] >= 0) out[(long long)(b * N + n) * rows + row0 + r] = total;
-    }
-}
-"""
-
-# IQ4_XS as a type of moe_mv (the IQ3_XXS one is kernels/matvec_iq.py's TIQ3_XXS, shared with the
-# persistent matvec). The decode is matvec_iq.py's mv_iq4xs (checked against gguf-py), a chunk =
-# a 32-weight sub-block; the 16 levels sit in shared memory. Blocks are 136 bytes, so with an
-# 8-aligned base every block and its qs (at 8 + 16 ib) are 8-aligned: uint2 loads.
-C_TIQ4_XS = r"""
-__shared__ float lt_iq4_kv[16];
-struct TIQ4_XS {   // d (f16), scales_h (u16), scales_l[4], qs[128]; sub-block ib: 16 bytes at 8 + 16 ib,
-                   // low nibbles are values 0..15, high nibbles 16..31; 6-bit scale (low 4 | high 2 << 4) - 32
-    static constexpr int BE = 256, TS = 136, CPB = 8;
-    struct Raw { uint2 lo, hi; unsigned w0, w1; };
-    __device__ static __forceinline__ void init() {
-        if (threadIdx.x < 16) lt_iq4_kv[threadIdx.x] = (float)IQ4_KVALUES[threadIdx.x];
-        __syncthreads();
-    }
-    template <bool SH = false> __device__ static __forceinline__ void load(Raw& r, const unsigned char* row, int c) {
-        const unsigned char* b = row + (c >> 3) * TS;
-        const int ib = c & 7;
-        r.lo = __ldg((const uint2*)(b + 8 + 16 * ib));
-        r.hi = __ldg((const uint2*)(b + 16 + 16 * ib));
-        r.w0 = __ldg((const unsigned*)b);
-        r.w1 = __ldg((const unsigned*)(b + 4));
-    }
-    __device__ static __forceinline__ int xoff(int c, int k) { return 32 * c + 4 * k; }
-    __device__ static __forceinline__ float dot(const Raw& r, int c, const float4 (&xv)[8], float, float) {
-        const int ib = c & 7;
-        const int ls = (int)(((r.w1 >> (8 * (ib >> 1) + 4 * (ib & 1))) & 15u) | (((r.w0 >> (16 + 2 * ib)) & 3u) << 4));
-        const unsigned qw[4] = {r.lo.x, r.lo.y, r.hi.x, r.hi.y};
-        return h2f((unsigned short)(r.w0 & 0xffffu)) * (float)(ls - 32) * iq4_dot32(qw, xv, lt_iq4_kv);
-    }
-};
-"""
-
-# dequant_basic's kernel signature and the gathered variant's (y = blockIdx.y picks sel[y]).

@@ -1,7 +1,7 @@
-"""`moe_mvw` (kernels/moe_mvw.py, decode's MoE matvec since session 3, when its GPU tests passed)
+"""`moe_decode_product` (kernels/moe_products.py, decode's MoE expert product)
 run on the host through tests/cuda_c_emulator.py against float64 products of gguf-py's dequantize.
 
-It checks moe_mv's N = 1 launch contract (block b = token-slot b, expert ids[b]; gate and up in
+It checks the pairs launch contract (block b = token-slot b, expert ids[b]; gate and up in
 one launch by blockIdx.z; x_by_row for the down product; slot_of with an expert not resident and
 blk_expert -1 leaving their rows untouched), row counts that are no multiple of the rows a lane group
 or a CTA takes, rows whose chunks are no multiple of a pass (L * C), and rows of several passes.
@@ -15,8 +15,7 @@ import cuda_c_emulator as emu
 from kernel_blocks import random_blocks, reference
 from test_kernels_matvec_emulated import HOST_SHIMS
 
-from lite.kernels import moe_cuda as mk
-from lite.kernels import moe_mvw
+from lite.kernels import moe_products as mp
 from lite.kernels import quant_info
 
 pytestmark = pytest.mark.skipif(not emu.available(), reason="needs g++ (C++20)")
@@ -34,7 +33,7 @@ COLS = (512, 768)
 
 
 def _configs(qtype):
-    return sorted({moe_mvw.config(qtype, c) for c in COLS + (256,)} | set(FORCED))
+    return sorted({mp.decode_shape(qtype, c) for c in COLS + (256,)} | set(FORCED))
 
 
 def _kname(qtype, cfg):
@@ -47,14 +46,14 @@ def _wrapper(qtype, cfg, act=0):
     name = _kname(qtype, cfg) + (f"_a{act}" if act else "")
     return (f'extern "C" __global__ void {name}({PARAMS}) {{\n'
             + ("" if act else '    if (w1) { blockIdx.z = blockIdx.y & 1; blockIdx.y >>= 1; }\n')
-            + f'    moe_mvw<{mk.mv_struct(qtype)}, {L}, {C}, {R}, {act}>({ARGS});\n}}\n')
+            + f'    moe_decode_product<{mp.struct(qtype)}, {L}, {C}, {R}, {act}>({ARGS});\n}}\n')
 
 
 @pytest.fixture(scope="module", params=TYPES)
 def lib(request):
     qtype = request.param
-    gated = {moe_mvw.gated_config(qtype, c) for c in COLS}
-    src = (HOST_SHIMS + moe_mvw.source(qtype, host=True) + "".join(_wrapper(qtype, c) for c in _configs(qtype))
+    gated = {mp.gated_shape(qtype, c) for c in COLS}
+    src = (HOST_SHIMS + mp.decode_source(qtype, host=True) + "".join(_wrapper(qtype, c) for c in _configs(qtype))
            + "".join(_wrapper(qtype, c, a) for c in gated for a in (1, 2)))
     return qtype, emu.compile_kernels(src)
 
@@ -74,9 +73,9 @@ def _x(shape, rng):
 def _launch(lib, cfg, w0, w1, x, out0, out1, blk_expert, S, rows, cols, x_by_row=False, slot_of=None, n_slots=E):
     qtype, kern = lib
     L, _, R = cfg
-    per_cta = moe_mvw.THREADS // L * R
+    per_cta = mp.THREADS // L * R
     grid_y = blk_expert.size * (2 if w1 is not None else 1)
-    kern.launch(_kname(qtype, cfg), (-(-rows // per_cta), grid_y), (moe_mvw.THREADS,),
+    kern.launch(_kname(qtype, cfg), (-(-rows // per_cta), grid_y), (mp.THREADS,),
                 w0, w1, np.int64(w0.size // n_slots), slot_of, x, out0, out1, blk_expert, None, np.int32(K),
                 np.int32(S), np.int32(rows), np.int32(cols), np.int32(bool(x_by_row)))
 
@@ -88,20 +87,16 @@ def _close(got, x, w):
     assert np.all(err <= 1e-3 * np.abs(want) + 1e-5 * scale + 1e-30), np.max(err / (np.abs(want) + 1e-30))
 
 
-def test_config_fits_the_30b_a3b_shapes(monkeypatch):
+def test_config_fits_the_30b_a3b_shapes():
     """Gate/up rows (2048 inputs, 64 chunks): 16 lanes x 4 chunks, one pass; down (768, 24 chunks):
-    8 lanes x 3 chunks; 2 rows a group, 16 and 32 rows a CTA (moe_mv: 8)."""
-    assert moe_mvw.config("Q4_K", 2048) == (16, 4, 2) and moe_mvw.rows_per_cta("Q4_K", 2048) == 16
-    assert moe_mvw.config("Q4_K", 768) == (8, 3, 2) and moe_mvw.rows_per_cta("Q4_K", 768) == 32
-    from lite.kernels import matvec_q8
-    monkeypatch.setattr(matvec_q8, "MOE", False)          # the float struct; with LITE_MOE_Q8 the integer one
-    assert moe_mvw.name("Q6_K", 768) == "moe_mvw<TQ6_K, 8, 3, 1>"
-    monkeypatch.setattr(matvec_q8, "MOE", True)
-    monkeypatch.setattr(matvec_q8, "ENABLED", ("Q6_K",))
-    assert moe_mvw.name("Q6_K", 768) == "moe_mvw<TQ6_KQ, 8, 3, 1>"
-    for q in mk.MV_TYPES:                      # every moe_mv type has a budget; R * C within it
+    8 lanes x 3 chunks; 2 rows a group, 16 and 32 rows a CTA (the sorted product: 2)."""
+    assert mp.decode_shape("Q4_K", 2048) == (16, 4, 2) and mp.decode_rows_per_cta("Q4_K", 2048) == 16
+    assert mp.decode_shape("Q4_K", 768) == (8, 3, 2) and mp.decode_rows_per_cta("Q4_K", 768) == 32
+    assert mp.decode_name("Q6_K", 768) == "moe_decode_product<TQ6_K, 8, 3, 1>"       # the float struct
+    assert mp.decode_name("Q6_K", 768, int8=True) == "moe_decode_product<TQ6_KQ, 8, 3, 1>"   # over int8 x
+    for q in mp.TYPES:                         # every product type has a budget; R * C within it
         for cols in (256, 512, 768, 2048, 4096, 14336):
-            L, C, R = moe_mvw.config(q, cols)
+            L, C, R = mp.decode_shape(q, cols)
             assert L in (8, 16, 32) and 1 <= C <= 4 and 1 <= R <= 4 and (R * C <= 8)
 
 
@@ -116,7 +111,7 @@ def test_pairs_gate_up_and_down_match_float64(lib, cols):
     (bg, Wg), (bu, Wu) = _experts(qtype, rows, cols, rng), _experts(qtype, rows, cols, rng)
     ids = np.stack([rng.permutation(E)[:K] for _ in range(T)]).astype(np.int32).reshape(-1)
     x, a = _x((T, cols), rng), _x((S, cols), rng)
-    for cfg in [moe_mvw.config(qtype, cols)] + list(FORCED):
+    for cfg in [mp.decode_shape(qtype, cols)] + list(FORCED):
         g, u, y = (np.full((S, rows), np.nan, np.float32) for _ in range(3))
         _launch(lib, cfg, bg, bu, x, g, u, ids, S, rows, cols)
         _launch(lib, cfg, bg, None, a, y, None, ids, S, rows, cols, x_by_row=True)
@@ -143,7 +138,7 @@ def test_slots_and_unused_blocks_leave_rows_untouched(lib):
     ids = np.array([1, 3, 0, 2, -1], np.int32)     # S = 4 slots and an unused block
     x = _x((T, cols), rng)
     y = np.full((ids.size, rows), np.nan, np.float32)
-    cfg = moe_mvw.config(qtype, cols)
+    cfg = mp.decode_shape(qtype, cols)
     _launch(lib, cfg, slots, None, x, y, None, ids, 4, rows, cols, slot_of=slot_of, n_slots=3)
     for i, e in enumerate(ids):
         if e < 0 or slot_of[e] < 0:
@@ -154,7 +149,8 @@ def test_slots_and_unused_blocks_leave_rows_untouched(lib):
 
 @pytest.mark.parametrize("act", ["silu", "gelu_tanh"])
 def test_gated_form_is_the_activation_of_gate_and_up(lib, act):
-    """moe_mvw's gated form (decode's default, moe_mvw.gated()): one launch writes act(gate x) * (up x) for each token-slot;
+    """The decode product's gated form (decode's default, BackendConfig.moe_gated): one launch
+    writes act(gate x) * (up x) for each token-slot;
     against gate and up from the plain kernel with the same lanes a row (the same sums), activated
     in NumPy fp32; 37 units (no multiple of a group's or a CTA's)."""
     qtype, kern = lib
@@ -164,12 +160,12 @@ def test_gated_form_is_the_activation_of_gate_and_up(lib, act):
     (bg, Wg), (bu, _) = _experts(qtype, rows, cols, rng), _experts(qtype, rows, cols, rng)
     ids = np.stack([rng.permutation(E)[:K] for _ in range(T)]).astype(np.int32).reshape(-1)
     x = (rng.standard_normal((T, cols)) * 2 / np.sqrt((Wg * Wg).sum(-1).max())).astype(np.float32)  # act bends
-    cfg = moe_mvw.gated_config(qtype, cols)
+    cfg = mp.gated_shape(qtype, cols)
     L, _, R = cfg
-    assert R % 2 == 0 and moe_mvw.name(qtype, cols, act).endswith(f", {moe_mvw.ACTS[act]}>")
+    assert R % 2 == 0 and mp.decode_name(qtype, cols, act).endswith(f", {mp.ACTS[act]}>")
     a = np.full((S, rows), np.nan, np.float32)
-    kern.launch(_kname(qtype, cfg) + f"_a{moe_mvw.ACTS[act]}",
-                (-(-rows // moe_mvw.rows_per_cta(qtype, cols, act)), ids.size), (moe_mvw.THREADS,),
+    kern.launch(_kname(qtype, cfg) + f"_a{mp.ACTS[act]}",
+                (-(-rows // mp.decode_rows_per_cta(qtype, cols, act)), ids.size), (mp.THREADS,),
                 bg, bu, np.int64(bg.size // E), None, x, a, None, ids, None, np.int32(K), np.int32(S),
                 np.int32(rows), np.int32(cols), np.int32(0))
     g, u = (np.full((S, rows), np.nan, np.float32) for _ in range(2))
@@ -181,32 +177,22 @@ def test_gated_form_is_the_activation_of_gate_and_up(lib, act):
     np.testing.assert_allclose(a, want, rtol=2e-6, atol=2e-6 * float(np.abs(want).max()))
 
 
-def test_iq3_grid_copies_change_nothing():
-    """LITE_IQ3_GCOPIES (the A/B knob of kernels/matvec_iq.py GCOPIES): IQ3_XXS experts with the
-    grid in 8 (the default before session 6) or 2 shared copies, or none (the default: read from
-    global memory through L1): the same grid values in the same order of sums, so outputs bit for
-    bit equal, gate/up and down, for the configs config() picks and one of 4 rows a group; and
-    within 1e-3 of float64."""
+def test_iq3_xxs_experts_match_float64():
+    """IQ3_XXS experts (its grid read through L1, no shared copies): gate and up in one launch,
+    for the shapes decode_shape() picks and one of 4 rows a group, against float64."""
     qtype = "IQ3_XXS"
-    cfgs = sorted({moe_mvw.config(qtype, c) for c in COLS} | {(16, 2, 4)})
+    cfgs = sorted({mp.decode_shape(qtype, c) for c in COLS} | {(16, 2, 4)})
     body = "".join(_wrapper(qtype, c) for c in cfgs)
-    libs = [(qtype, emu.compile_kernels(HOST_SHIMS + head + moe_mvw.source(qtype, host=True) + body))
-            for head in ("#define GCOPIES 8\n", "#define GCOPIES 2\n", "")]
+    lib = (qtype, emu.compile_kernels(HOST_SHIMS + mp.decode_source(qtype, host=True) + body))
     rng = np.random.default_rng(5)
     rows, T, cols = 21, 2, 512
     S = T * K
-    (bg, Wg), (bu, _) = _experts(qtype, rows, cols, rng), _experts(qtype, rows, cols, rng)
+    (bg, Wg), (bu, Wu) = _experts(qtype, rows, cols, rng), _experts(qtype, rows, cols, rng)
     ids = np.stack([rng.permutation(E)[:K] for _ in range(T)]).astype(np.int32).reshape(-1)
     x = _x((T, cols), rng)
     for cfg in cfgs:
-        outs = []
-        for lib in libs:
-            g, u = (np.full((S, rows), np.nan, np.float32) for _ in range(2))
-            _launch(lib, cfg, bg, bu, x, g, u, ids, S, rows, cols)
-            outs.append((g, u))
+        g, u = (np.full((S, rows), np.nan, np.float32) for _ in range(2))
+        _launch(lib, cfg, bg, bu, x, g, u, ids, S, rows, cols)
         for s in range(S):
-            _close(outs[0][0][s:s + 1], x[s // K:s // K + 1], Wg[ids[s]])
-        for other in outs[1:]:
-            for want, got in zip(outs[0], other):
-                assert not np.isnan(want).any()
-                np.testing.assert_array_equal(got, want)
+            _close(g[s:s + 1], x[s // K:s // K + 1], Wg[ids[s]])
+            _close(u[s:s + 1], x[s // K:s // K + 1], Wu[ids[s]])
