@@ -3,6 +3,7 @@
 resolve_backend(device) -> (device name, backend class). "auto" takes the GPU when one is usable
 and falls back to the CPU with one warning otherwise; "cuda" without a usable GPU is an error.
 """
+import importlib.util
 import logging
 
 from lite.errors import DeviceError
@@ -13,6 +14,8 @@ DEVICES = ("auto", "cpu", "cuda")
 
 def cuda_unavailable_reason():
     """None when a CUDA backend can run here, else why not (one line)."""
+    if importlib.util.find_spec("cupy") is None:    # a CPU install: leave numba unimported too
+        return "CuPy is not installed (pip install 'lite[cuda12]' or 'lite[cuda13]')"
     try:
         from lite.backends import cuda as cuda_backend  # noqa: F401
     except ImportError as e:
