@@ -69,8 +69,12 @@ def bench(target, n_prompt, n_gen, repetitions, as_json, timeline, show_counters
     if target == "kernels":
         from lite.backends import cuda_unavailable_reason
         from lite.errors import DeviceError, UnsupportedQuantError
-        from lite.kernels import dequant_types, quant_info
-        from lite.kernels.bench import bench_kernels, format_table
+        try:
+            from lite.kernels import dequant_types, quant_info
+            from lite.kernels.bench import bench_kernels, format_table
+        except ImportError as e:          # a CPU install: no numba
+            raise DeviceError(f"`lite bench kernels` times the GPU kernels and needs a CUDA GPU "
+                              f"and lite's GPU extra (pip install '.[cuda]'): {e}") from None
         names = None if types is None else [quant_info(t.strip()).name for t in types.split(",") if t.strip()]
         missing = [n for n in names or () if n not in dequant_types()]
         if missing:

@@ -5,6 +5,7 @@ and falls back to the CPU with one warning otherwise; "cuda" without a usable GP
 """
 import importlib.util
 import logging
+import sys
 
 from lite.errors import DeviceError
 
@@ -14,7 +15,8 @@ DEVICES = ("auto", "cpu", "cuda")
 
 def cuda_unavailable_reason():
     """None when a CUDA backend can run here, else why not (one line)."""
-    if importlib.util.find_spec("cupy") is None:    # a CPU install: leave numba unimported too
+    # A CPU install has no CuPy: say so without importing the CUDA backend (and numba with it).
+    if "cupy" not in sys.modules and importlib.util.find_spec("cupy") is None:
         return "CuPy is not installed (pip install 'lite[cuda12]' or 'lite[cuda13]')"
     try:
         from lite.backends import cuda as cuda_backend  # noqa: F401
