@@ -19,7 +19,7 @@ def cli(verbose):
     lite run "Why is the sky blue?"             default model (SmolLM2-135M-Instruct), fetched once
     lite run -m model.gguf -p "..." --no-chat   any GGUF file; plain completion
     lite run -i                                 chat, a message a line
-    lite info model.gguf --tensors              what is in a file
+    lite info model.gguf --tensors --verify     what is in a file; are its weights finite
     lite bench model.gguf -p 512 -n 64          prefill and decode speed
     """
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
