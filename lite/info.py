@@ -43,3 +43,32 @@ def describe(path, list_tensors=False) -> str:
         for t in g.tensors.values():
             lines.append(f"{t.name:40s} {t.type_name:8s} {' x '.join(map(str, t.shape))}")
     return "\n".join(lines)
+
+
+def verify(path, progress=None):
+    """Check every tensor (sizes, finite after dequantization), the layers block_count promises,
+    and, for a file lite fetches, its sha256. Returns (summary lines, problem lines)."""
+    from lite.verify import check_layers, check_tensor, file_sha256, known_file_digest
+    g = GGUFFile(path)           # parsing already checks each tensor's size against the file
+    problems = []
+    try:
+        check_layers(g, ModelConfig.from_gguf(g.metadata, g.path).n_layer)
+    except ConfigError as e:
+        problems.append(str(e))
+    for t in g.tensors.values():
+        r = check_tensor(t)
+        if not r.ok:
+            problems.append(r.describe())
+        if progress is not None:
+            progress.update(t.nbytes)
+    lines = [f"verify:        {len(g.tensors)} tensors checked (sizes, finite after dequantization): "
+             + (f"{len(problems)} problem(s)" if problems else "all good")]
+    known = known_file_digest(g.path)
+    if known is not None:
+        alias, want = known
+        got = file_sha256(g.path)
+        if got == want:
+            lines.append(f"sha256:        {got} (the published {alias} file)")
+        else:
+            problems.append(f"sha256 {got} differs from the published {alias} file's {want}")
+    return lines, problems

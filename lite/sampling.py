@@ -1,5 +1,7 @@
 """Token sampling on the host, in llama.cpp's order: repetition penalty, top-k, top-p, min-p,
-temperature, then a draw. temperature <= 0 is greedy. The same seed gives the same draws."""
+temperature, then a draw. temperature <= 0 is greedy. The same seed gives the same draws; seed
+None or -1 draws a fresh one (llama.cpp's -1)."""
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,6 +18,11 @@ class SamplingParams:
     seed: int | None = None
 
     def __post_init__(self):
+        for name in ("temperature", "top_p", "min_p", "repeat_penalty"):
+            if not math.isfinite(getattr(self, name)):
+                raise ValueError(f"{name.replace('_', ' ')} must be a finite number, got {getattr(self, name)}")
+        if self.seed is not None and self.seed < -1:
+            raise ValueError(f"seed must be >= 0, or -1 for a random one, got {self.seed}")
         if self.temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
         if self.top_k < 0:
@@ -35,7 +42,7 @@ class SamplingParams:
 class Sampler:
     def __init__(self, params: SamplingParams):
         self.p = params
-        self.rng = np.random.default_rng(params.seed)
+        self.rng = np.random.default_rng(None if params.seed == -1 else params.seed)
 
     def __call__(self, logits, history=()):
         """logits (n_vocab,) float32 on the host -> token id."""
@@ -46,7 +53,9 @@ class Sampler:
             recent = np.unique(np.asarray(history[-p.repeat_last_n:], dtype=np.int64))
             vals = logits[recent]
             logits[recent] = np.where(vals > 0, vals / p.repeat_penalty, vals * p.repeat_penalty)
-        if p.temperature <= 0:
+        # With a NaN or +inf logit, argmax returns one (and with all -inf, a -inf one): the
+        # engine checks the drawn token's logit, so broken logits stop generation there.
+        if p.temperature <= 0 or not np.isfinite(logits.max()):
             return int(np.argmax(logits))
         # candidates sorted by logit, descending (stable, so ties keep the lower id first)
         if p.top_k and p.top_k < logits.size:

@@ -130,7 +130,7 @@ def test_info(smollm2):
 
 def test_run_greedy_streams_text(smollm2):
     rc, out, err = lite("run", "-m", smollm2, "-p", "The capital of France is", "-n", "8",
-                        "--temp", "0", "--device", "cpu")
+                        "--temp", "0", "--device", "cpu", "--no-chat")
     assert rc == 0, err
     assert out.startswith("The capital of France is") and len(out) > len("The capital of France is")
     assert "generated 8 tokens" in err or "generated" in err
@@ -147,7 +147,7 @@ def test_device_cuda_without_a_gpu_is_an_error_auto_falls_back(smollm2):
         pytest.skip("a GPU is usable here")
     rc, _, err = lite("run", "-m", smollm2, "-p", "hi", "-n", "2", "--device", "cuda")
     assert_one_line_error(rc, err, "--device cuda")
-    rc, out, err = lite("run", "-m", smollm2, "-p", "hi", "-n", "2", "--temp", "0")
+    rc, out, err = lite("run", "-m", smollm2, "-p", "hi", "-n", "2", "--temp", "0", "--no-chat")
     assert rc == 0 and out.startswith("hi")
     assert sum("running on the CPU" in ln for ln in err.splitlines()) == 1
 
@@ -160,6 +160,17 @@ def test_chat_two_turns_reuse_the_cached_conversation(smollm2):
     turns = [ln for ln in err.splitlines() if "turn:" in ln]
     assert len(turns) == 2
     assert "(0 reused)" in turns[0] and "(0 reused)" not in turns[1]
+
+
+def test_run_answers_in_the_chat_template_by_default(smollm2):
+    """SmolLM2-Instruct given bare text ends its turn at once; as a user turn it answers."""
+    rc, out, err = lite("run", "-m", smollm2, "Why is the sky blue?", "-n", "16", "--temp", "0",
+                        "--device", "cpu")
+    assert rc == 0, err
+    assert len(out.strip()) > 20 and "generated 16 tokens" in err
+    rc, out, err = lite("run", "-m", smollm2, "-p", "-", "-n", "16", "--temp", "0", "--device", "cpu",
+                        input="Why is the sky blue?")
+    assert rc == 0 and len(out.strip()) > 20, err
 
 
 def test_run_help_explains_the_handoff_options():

@@ -3,7 +3,9 @@
 resolve_backend(device) -> (device name, backend class). "auto" takes the GPU when one is usable
 and falls back to the CPU with one warning otherwise; "cuda" without a usable GPU is an error.
 """
+import importlib.util
 import logging
+import sys
 
 from lite.errors import DeviceError
 
@@ -13,6 +15,9 @@ DEVICES = ("auto", "cpu", "cuda")
 
 def cuda_unavailable_reason():
     """None when a CUDA backend can run here, else why not (one line)."""
+    # A CPU install has no CuPy: say so without importing the CUDA backend (and numba with it).
+    if "cupy" not in sys.modules and importlib.util.find_spec("cupy") is None:
+        return "CuPy is not installed (pip install 'lite[cuda12]' or 'lite[cuda13]')"
     try:
         from lite.backends import cuda as cuda_backend  # noqa: F401
     except ImportError as e:
