@@ -164,6 +164,9 @@ class Engine:
         self.stages[0].kv.check_fits(len(ids))
         reuse = 0 if all_logits else _common_prefix(self.cached_ids, ids)
         reuse = min(reuse, len(ids) - 1)      # at least one position runs, to give logits
+        if self.cfg.is_hybrid and reuse and not all(st.kv.recurrent.at() in (None, reuse)
+                                                    and reuse == len(self.cached_ids) for st in self.stages):
+            reuse = 0        # recurrent states cannot be rewound: reuse only where they stand
         self.cached_ids = ids[:reuse]
         try:
             outs = self._prefill_chain(ids[reuse:], reuse, all_logits)

@@ -59,7 +59,10 @@ class Stage:
                  experts="auto", expert_cache="auto", handoff="host", handoff_stream=False,
                  config=None):
         self.cfg, self.spec = cfg, spec
-        self.fwd = family(cfg.arch).forward_layer
+        fam = family(cfg.arch)
+        self.fwd = fam.forward_layer
+        if hasattr(fam, "check_tensors"):          # one line naming a missing or misshaped tensor
+            fam.check_tensors(gguf, cfg, spec.layers)
         names = stage_tensor_names(gguf, cfg, spec)
         # --experts: a backend that can keep experts off the device places them itself, after the
         # dense weights and the KV cache (so that auto sees what VRAM is left).
