@@ -8,7 +8,7 @@ both.
 """
 import numpy as np
 
-from lite.errors import ContextOverflowError, LiteError
+from lite.errors import ContextOverflowError
 
 KV_KINDS = ("f16", "int8", "f32")
 
@@ -77,8 +77,10 @@ class KVCache:
 class RecurrentState:
     """Per recurrent layer of a stage, for one sequence: the conv window (the last taps-1 rows of
     the pre-conv q|k|v, zero at the start) and the delta-rule matrix S (Hv, dk, dv), both float32.
-    A chunk updates them in place; unlike a KV cache they cannot be rewound, so each layer tracks
-    the position it has reached and a chunk must start there, or at 0 (which clears the layer)."""
+    A chunk updates them in place; unlike a KV cache they cannot be rewound. Each layer tracks the
+    position it has reached: a chunk at 0 clears the layer, a chunk elsewhere than that position
+    (a calibration's timing run) leaves the state unknown (-1) until the next chunk at 0, so that
+    the engine never reuses it (Engine.prefill asks at())."""
 
     def __init__(self, cfg, layers, xp=np):
         self.xp = xp
@@ -97,15 +99,15 @@ class RecurrentState:
         if pos0 == 0:
             self.conv[il][...] = 0
             self.ssm[il][...] = 0
-        elif pos0 != self.pos[il]:
-            raise LiteError(f"layer {il}: the recurrent state is at token {self.pos[il]}, but the "
-                            f"chunk starts at {pos0} (a recurrent state cannot be rewound)")
-        self.pos[il] = pos0 + n_tokens
+        if pos0 == 0 or pos0 == self.pos[il]:
+            self.pos[il] = pos0 + n_tokens
+        else:
+            self.pos[il] = -1
         return self.conv[il], self.ssm[il]
 
     def at(self):
         """The position every layer's state has reached: None with no recurrent layer, -1 when
-        the layers differ (a chunk that failed half way)."""
+        unknown (a chunk off the state's position, or layers that differ after a failed chunk)."""
         got = set(self.pos.values())
         if not got:
             return None

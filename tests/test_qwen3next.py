@@ -14,7 +14,7 @@ import pytest
 from lite.backends.cpu_recurrent import causal_conv_silu, delta_rule_chunked, delta_rule_recurrent
 from lite.config import ModelConfig
 from lite.engine import Engine
-from lite.errors import ConfigError, LiteError
+from lite.errors import ConfigError
 from lite.gguf_file import GGUFFile
 from lite.sampling import Sampler, SamplingParams
 
@@ -207,11 +207,27 @@ def test_prefix_reuse_only_where_the_states_stand(ref):
     np.testing.assert_array_equal(got, fresh)
 
 
-def test_a_chunk_that_skips_the_state_is_an_error():
+def test_a_chunk_off_the_states_position_leaves_them_unknown(ref):
+    """A calibration's timing runs put chunks anywhere: the states are then unknown, and the
+    engine does not reuse them."""
+    ids = [int(i) for i in ref["ids"]]
     e = engine()
-    e.prefill(list(range(10)))
-    with pytest.raises(LiteError, match="cannot be rewound"):
-        e._prefill_chain([1, 2, 3], 5, False)
+    e.prefill(ids[:50])
+    e._prefill_chain([1, 2, 3], 70, False)
+    assert e.stages[0].kv.recurrent.at() == -1
+    e.cached_ids = ids[:50]              # as if the cache still held the prompt
+    got = e.prefill(ids)
+    assert e.last_reuse == 0 and rel_err(got, ref["logits"][-1]) < TOL
+
+
+def test_prefill_auto_calibrates_before_choosing_what_to_reuse(ref, tmp_path, monkeypatch):
+    monkeypatch.setenv("LITE_CACHE", str(tmp_path / "cache"))     # no saved profile: calibrate
+    ids = [int(i) for i in ref["ids"]]
+    e = engine(prefill_chunk="auto")
+    e.prefill(ids[:100])
+    assert e.profile is not None
+    got = e.prefill(ids)
+    assert e.last_reuse == 100 and rel_err(got, ref["logits"][-1]) < TOL
 
 
 # --- the stage chain ---------------------------------------------------------------------------
