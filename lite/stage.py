@@ -63,6 +63,7 @@ class Stage:
         self.fwd = fam.forward_layer
         if hasattr(fam, "check_tensors"):          # one line naming a missing or misshaped tensor
             fam.check_tensors(gguf, cfg, spec.layers)
+            fam.check_backend(backend_cls)
         names = stage_tensor_names(gguf, cfg, spec)
         # --experts: a backend that can keep experts off the device places them itself, after the
         # dense weights and the KV cache (so that auto sees what VRAM is left).

@@ -105,6 +105,18 @@ def expected_shapes(cfg, il, tensors):
     return want
 
 
+# The ops this family needs beyond those of the other families.
+HYBRID_OPS = ("sigmoid_mul", "l2_norm", "concat", "delta_gates", "conv_silu", "delta_rule")
+
+
+def check_backend(backend_cls):
+    """One line when the backend lacks the hybrid's ops (the GPU's are not written yet)."""
+    missing = [op for op in HYBRID_OPS if not hasattr(backend_cls, op)]
+    if missing:
+        raise ConfigError(f"qwen3next does not run on the {backend_cls.name} backend yet (it has no "
+                          f"{', '.join(missing)}): use --device cpu")
+
+
 def _squeeze(shape):
     """A shape without its 1s (the shared-expert gate is (1, E) in some files, (E,) in others)."""
     return tuple(d for d in shape if d != 1)

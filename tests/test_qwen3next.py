@@ -309,3 +309,15 @@ def test_synth_tiny_runs_and_checks(synth_tiny):
     from lite.models import qwen3next
     with pytest.raises(ConfigError, match="blk.0.attn_qkv.weight"):
         qwen3next.check_tensors(e.gguf, bad, range(4))
+
+
+def test_a_backend_without_the_hybrid_ops_is_one_line():
+    from lite.backends.cpu import CPUBackend
+    from lite.models import qwen3next
+
+    qwen3next.check_backend(CPUBackend)
+
+    class NoDelta:
+        name = "gpu-like"
+    with pytest.raises(ConfigError, match=r"no sigmoid_mul.*delta_rule\): use --device cpu"):
+        qwen3next.check_backend(NoDelta)
