@@ -8,6 +8,13 @@ tests/fixtures/qwen3next_tiny.gguf   the model (F16 matrices, F32 norms, router,
 tests/fixtures/qwen3next_ref.npz     ids (150,), logits (150, n_vocab) f32, greedy (8,): the greedy
                                      continuation, each token by a full forward of the sequence so far
 
+The second reference, llama.cpp (llama-cpp-python, which builds it from source; no torch needed):
+    python tests/make_qwen3next_fixture.py --llamacpp
+tests/fixtures/qwen3next_llamacpp.npz  llama.cpp's logits of every position of the same prompt over
+                                     the same file, its greedy continuation, and the last position's
+                                     logits of lite's tiny synth qwen3next file (SYNTH_CASE), which
+                                     shows that llama.cpp loads what `lite synth` writes
+
 The weights come from a NumPy generator seeded here (not torch's initialisation), are rounded to
 f16 where the file stores f16, and transformers runs on exactly those values, so the reference is
 the same math as lite's CPU path up to float32 rounding. Tensor names, the reordering of
@@ -24,6 +31,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 GGUF_PATH = os.path.join(HERE, "fixtures", "qwen3next_tiny.gguf")
 REF_PATH = os.path.join(HERE, "fixtures", "qwen3next_ref.npz")
+LLAMACPP_PATH = os.path.join(HERE, "fixtures", "qwen3next_llamacpp.npz")
+SYNTH_CASE = ("tiny", "Q4_K", 3)          # preset, quant, seed of the synth file llama.cpp runs
 SEED = 29
 N_PROMPT, N_GREEDY = 150, 8
 
@@ -194,5 +203,37 @@ def main():
           f"({os.path.getsize(REF_PATH):,d} bytes); greedy {greedy}")
 
 
+def llamacpp_logits(path, ids, n_greedy, threads=2):
+    """llama.cpp's logits of every position of ids (one batch), and its greedy continuation."""
+    import llama_cpp
+    llm = llama_cpp.Llama(path, n_ctx=256, n_batch=256, n_ubatch=256, n_threads=threads,
+                          n_threads_batch=threads, n_gpu_layers=0, logits_all=True, verbose=False)
+    n_vocab = llm.n_vocab()
+    llm.eval([int(i) for i in ids])
+    logits = np.array(llm.scores[:len(ids)], np.float32).reshape(len(ids), n_vocab)
+    greedy, last = [], logits[-1]
+    for _ in range(n_greedy):
+        greedy.append(int(np.argmax(last)))
+        llm.eval([greedy[-1]])
+        last = np.array(llm.scores[llm.n_tokens - 1], np.float32)
+    return logits, np.array(greedy, np.int32)
+
+
+def main_llamacpp():
+    import tempfile
+
+    from lite.synth import synth
+    ids = np.load(REF_PATH)["ids"]
+    logits, greedy = llamacpp_logits(GGUF_PATH, ids, N_GREEDY)
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "synth.gguf")
+        preset, quant, seed = SYNTH_CASE
+        synth("qwen3next", preset, quant, path, seed=seed)
+        synth_logits, _ = llamacpp_logits(path, ids[:40], 0)
+    np.savez_compressed(LLAMACPP_PATH, ids=ids, logits=logits, greedy=greedy,
+                        synth_ids=ids[:40], synth_last=synth_logits[-1])
+    print(f"wrote {LLAMACPP_PATH} ({os.path.getsize(LLAMACPP_PATH):,d} bytes); greedy {list(greedy)}")
+
+
 if __name__ == "__main__":
-    main()
+    main_llamacpp() if "--llamacpp" in sys.argv[1:] else main()
