@@ -32,7 +32,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 GGUF_PATH = os.path.join(HERE, "fixtures", "qwen3next_tiny.gguf")
 REF_PATH = os.path.join(HERE, "fixtures", "qwen3next_ref.npz")
 LLAMACPP_PATH = os.path.join(HERE, "fixtures", "qwen3next_llamacpp.npz")
-SYNTH_CASE = ("tiny", "Q4_K", 3)          # preset, quant, seed of the synth file llama.cpp runs
+SYNTH_CASE = ("tiny", "F16", 3)           # preset, quant, seed of the synth file llama.cpp runs
 SEED = 29
 N_PROMPT, N_GREEDY = 150, 8
 

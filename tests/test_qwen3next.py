@@ -146,6 +146,33 @@ def test_greedy_tokens_equal_transformers(ref):
     assert got == [int(t) for t in ref["greedy"]]
 
 
+# --- the second reference: llama.cpp (fixture from make_qwen3next_fixture.py --llamacpp) ----------
+# llama.cpp rounds the activations to f16 in its f16 products and keeps an f16 KV cache: against
+# transformers' float32 it is off by 2.2e-3 of the largest logit on this prompt, so 1e-2 here.
+LLAMACPP_TOL = 1e-2
+
+
+def test_whole_prompt_and_greedy_match_llamacpp(ref):
+    ll = np.load(fixture.LLAMACPP_PATH)
+    ids = [int(i) for i in ll["ids"]]
+    assert ids == [int(i) for i in ref["ids"]]
+    assert rel_err(engine().prefill(ids, all_logits=True), ll["logits"]) < LLAMACPP_TOL
+    got = list(engine().generate(ids, len(ll["greedy"]), GREEDY, stop_at_eog=False))
+    assert got == [int(t) for t in ll["greedy"]] == [int(t) for t in ref["greedy"]]
+
+
+def test_llamacpp_runs_the_synth_layout(tmp_path):
+    """llama.cpp loads what `lite synth --arch qwen3next` writes, and agrees with lite on it."""
+    from lite.synth import synth
+    ll = np.load(fixture.LLAMACPP_PATH)
+    preset, quant, seed = fixture.SYNTH_CASE
+    path = str(tmp_path / "synth.gguf")
+    synth("qwen3next", preset, quant, path, seed=seed)
+    got = engine(path).prefill([int(i) for i in ll["synth_ids"]])
+    assert rel_err(got, ll["synth_last"]) < LLAMACPP_TOL
+    assert int(np.argmax(got)) == int(np.argmax(ll["synth_last"]))
+
+
 # --- the delta rule and the conv on their own --------------------------------------------------
 def _delta_inputs(T, Hk=2, Hv=4, dk=16, dv=8, seed=0):
     rng = np.random.default_rng(seed)
