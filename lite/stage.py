@@ -91,7 +91,8 @@ class Stage:
             with self.ops.activate():
                 self.kv = KVCache(cfg, spec.layers, max_context, kv_kind, self.ops.xp)
         except MemoryError:
-            gib = kv_bytes_per_token(cfg, len(spec.layers), kv_kind) * max_context / 2**30
+            n_attn = sum(not cfg.is_recurrent_layer(il) for il in spec.layers)
+            gib = kv_bytes_per_token(cfg, n_attn, kv_kind) * max_context / 2**30
             raise DeviceError(
                 f"out of memory allocating the KV cache of {what}: {max_context} positions "
                 f"need {gib:.1f} GiB ({kv_kind}); lower -c/--max-context"

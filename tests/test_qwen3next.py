@@ -269,7 +269,7 @@ def synth_tiny(tmp_path_factory):
 @pytest.mark.parametrize("which", ["fixture", "synth"])
 def test_stage_counts_give_identical_bytes(which, synth_tiny):
     path = GGUF if which == "fixture" else synth_tiny
-    ids = list(range(7, 90))
+    ids = list(range(7, 60))
     ref_logits = ref_tokens = None
     for stages in (1, 2, 3, 4):
         e = Engine(path, device="cpu", max_context=128, prefill_chunk=16, layer_split=stages)
