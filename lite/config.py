@@ -4,7 +4,7 @@ from dataclasses import dataclass, field
 
 from lite.errors import ConfigError
 
-SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3", "qwen3moe", "qwen2moe", "gemma3")
+SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3", "qwen3moe", "qwen2moe", "gemma3", "qwen3next")
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,13 @@ class ModelConfig:
     n_ff_expert: int = 0
     expert_weights_norm: bool = True   # renormalize the top-k router weights to sum to one
     n_ff_shexp: int = 0      # qwen2moe: width of the shared expert (0: no shared expert)
+    # qwen3next (hybrid): Gated DeltaNet layers (True) among the full-attention ones
+    recurrent: tuple = ()
+    ssm_conv_kernel: int = 0  # causal conv taps
+    ssm_k_heads: int = 0      # key heads Hk (ssm.group_count)
+    ssm_v_heads: int = 0      # value heads Hv (ssm.time_step_rank)
+    ssm_k_dim: int = 0        # key head dim dk (ssm.state_size)
+    ssm_v_dim: int = 0        # value head dim dv (ssm.inner_size / Hv)
     extra: dict = field(default_factory=dict, compare=False)
 
     def is_swa_layer(self, il: int) -> bool:
@@ -53,6 +60,19 @@ class ModelConfig:
     @property
     def is_moe(self) -> bool:
         return self.n_expert > 0
+
+    @property
+    def is_hybrid(self) -> bool:
+        """Some layers keep a recurrent state (conv window and delta-rule matrix), not a KV cache."""
+        return any(self.recurrent)
+
+    def is_recurrent_layer(self, il: int) -> bool:
+        return bool(self.recurrent) and self.recurrent[il]
+
+    @property
+    def ssm_conv_channels(self) -> int:
+        """Channels of the causal conv: q and k of every key head, v of every value head."""
+        return 2 * self.ssm_k_heads * self.ssm_k_dim + self.ssm_v_heads * self.ssm_v_dim
 
     @classmethod
     def from_gguf(cls, md: dict, path: str = "") -> "ModelConfig":
@@ -135,8 +155,42 @@ class ModelConfig:
                        n_expert=int(get("expert_count")), n_expert_used=n_used,
                        n_ff_expert=int(get("expert_feed_forward_length", common["n_ff"] // n_used)),
                        expert_weights_norm=False, n_ff_shexp=n_ff_shexp)
+        if arch == "qwen3next":
+            return cls(**common, rope_neox=True, act="silu", qk_norm=True,
+                       **_qwen3next_fields(get, common, where))
         # gemma3
         return cls(**common, rope_neox=True, act="gelu_tanh", qk_norm=True, post_norms=True,
                    embed_scale=math.sqrt(n_embd),
                    sliding_window=int(get("attention.sliding_window", 0)), swa_pattern=6,
                    rope_base_swa=10000.0)
+
+
+def _qwen3next_fields(get, common, where):
+    """The hybrid's MoE and Gated DeltaNet keys (llama.cpp's qwen3next loader): which layers are
+    recurrent comes from attention.recurrent_layers when present, else every
+    full_attention_interval-th layer is full attention."""
+    n_layer = common["n_layer"]
+    flags = get("attention.recurrent_layers", None)
+    if flags is not None:
+        recurrent = tuple(bool(f) for f in flags)
+        if len(recurrent) < n_layer:
+            raise ConfigError(f"{where}qwen3next.attention.recurrent_layers has {len(recurrent)} "
+                              f"entries for {n_layer} layers")
+        recurrent = recurrent[:n_layer]
+    else:
+        interval = int(get("full_attention_interval", 4))
+        if interval < 1:
+            raise ConfigError(f"{where}qwen3next.full_attention_interval must be positive, got {interval}")
+        recurrent = tuple((i + 1) % interval != 0 for i in range(n_layer))
+    hk, hv = int(get("ssm.group_count")), int(get("ssm.time_step_rank"))
+    dk, inner, taps = int(get("ssm.state_size")), int(get("ssm.inner_size")), int(get("ssm.conv_kernel"))
+    if min(hk, hv, dk, inner, taps) <= 0 or hv % hk or inner % hv:
+        raise ConfigError(f"{where}qwen3next ssm sizes do not fit together: group_count {hk}, "
+                          f"time_step_rank {hv} (a multiple of it), state_size {dk}, "
+                          f"inner_size {inner} (a multiple of time_step_rank), conv_kernel {taps}")
+    n_used = int(get("expert_used_count"))
+    n_ff_shexp = int(get("expert_shared_feed_forward_length", common["n_ff"]))
+    return dict(n_expert=int(get("expert_count")), n_expert_used=n_used,
+                n_ff_expert=int(get("expert_feed_forward_length", common["n_ff"] // max(n_used, 1))),
+                n_ff_shexp=n_ff_shexp, recurrent=recurrent, ssm_conv_kernel=taps,
+                ssm_k_heads=hk, ssm_v_heads=hv, ssm_k_dim=dk, ssm_v_dim=inner // hv)

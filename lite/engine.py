@@ -164,8 +164,13 @@ class Engine:
         if not ids:
             raise LiteError("empty prompt: nothing to run")
         self.stages[0].kv.check_fits(len(ids))
+        if self.cfg.is_hybrid and self.chunk == "auto" and self.profile is None:
+            self.profile = self.cost_profile(0)   # it moves the recurrent states: before reuse
         reuse = 0 if all_logits else _common_prefix(self.cached_ids, ids)
         reuse = min(reuse, len(ids) - 1)      # at least one position runs, to give logits
+        if self.cfg.is_hybrid and reuse and not all(st.kv.recurrent.at() in (None, reuse)
+                                                    and reuse == len(self.cached_ids) for st in self.stages):
+            reuse = 0        # recurrent states cannot be rewound: reuse only where they stand
         self.cached_ids = ids[:reuse]
         try:
             outs = self._prefill_chain(ids[reuse:], reuse, all_logits)

@@ -31,6 +31,10 @@ def describe(path, list_tensors=False) -> str:
             + (f", sliding window {cfg.sliding_window}" if cfg.sliding_window else ""),
             f"vocabulary:    {cfg.n_vocab} ({md.get('tokenizer.ggml.model', '?')} tokenizer)",
         ]
+        if cfg.is_hybrid:
+            n_rec = sum(cfg.recurrent)
+            lines.append(f"layer kinds:   {n_rec} Gated DeltaNet (recurrent), {cfg.n_layer - n_rec} full "
+                         f"attention; delta rule {cfg.ssm_k_heads} key / {cfg.ssm_v_heads} value heads")
         if cfg.is_moe:
             lines.append(f"experts:       {cfg.n_expert}, {cfg.n_expert_used} used, ffn {cfg.n_ff_expert}"
                          + (f", shared expert ffn {cfg.n_ff_shexp}" if cfg.n_ff_shexp else ""))

@@ -2,6 +2,9 @@
 
 kind "f32" | "f16" | "int8"; int8 keeps one float32 scale per token and head (symmetric, max-abs).
 Written through the array module of the backend (numpy or cupy), so one class serves both.
+A hybrid model's recurrent layers have no KV cache: their state is a RecurrentState (below),
+which the KVCache of the stage holds beside the attention layers' cache, so that the stage owns
+both.
 """
 import numpy as np
 
@@ -25,6 +28,8 @@ class KVCache:
         self.kind, self.max_context, self.xp = kind, int(max_context), xp
         dtype = {"f32": np.float32, "f16": np.float16, "int8": np.int8}[kind]
         H, S = cfg.n_head_kv, self.max_context
+        self.recurrent = RecurrentState(cfg, [il for il in layers if cfg.is_recurrent_layer(il)], xp)
+        layers = [il for il in layers if not cfg.is_recurrent_layer(il)]
         self.k = {il: xp.zeros((H, S, cfg.head_dim), dtype) for il in layers}       # (Hkv, S, D)
         self.v = {il: xp.zeros((H, S, cfg.v_head_dim), dtype) for il in layers}     # (Hkv, S, Dv)
         if kind == "int8":
@@ -67,3 +72,46 @@ class KVCache:
             return (k.astype(np.float32) * self.ks[il][:, :n, None],
                     v.astype(np.float32) * self.vs[il][:, :n, None])
         return k.astype(np.float32), v.astype(np.float32)
+
+
+class RecurrentState:
+    """Per recurrent layer of a stage, for one sequence: the conv window (the last taps-1 rows of
+    the pre-conv q|k|v, zero at the start) and the delta-rule matrix S (Hv, dk, dv), both float32.
+    A chunk updates them in place; unlike a KV cache they cannot be rewound. Each layer tracks the
+    position it has reached: a chunk at 0 clears the layer, a chunk elsewhere than that position
+    (a calibration's timing run) leaves the state unknown (-1) until the next chunk at 0, so that
+    the engine never reuses it (Engine.prefill asks at())."""
+
+    def __init__(self, cfg, layers, xp=np):
+        self.xp = xp
+        taps, C = cfg.ssm_conv_kernel, cfg.ssm_conv_channels
+        self.conv = {il: xp.zeros((max(taps - 1, 0), C), np.float32) for il in layers}   # (taps-1, C)
+        self.ssm = {il: xp.zeros((cfg.ssm_v_heads, cfg.ssm_k_dim, cfg.ssm_v_dim), np.float32)
+                    for il in layers}                                                  # (Hv, dk, dv)
+        self.pos = {il: 0 for il in layers}
+
+    def __bool__(self):
+        return bool(self.pos)
+
+    def take(self, il, pos0, n_tokens):
+        """The (conv, ssm) state of layer il for a chunk of n_tokens at pos0, which the caller
+        updates in place; cleared when pos0 is 0."""
+        if pos0 == 0:
+            self.conv[il][...] = 0
+            self.ssm[il][...] = 0
+        if pos0 == 0 or pos0 == self.pos[il]:
+            self.pos[il] = pos0 + n_tokens
+        else:
+            self.pos[il] = -1
+        return self.conv[il], self.ssm[il]
+
+    def at(self):
+        """The position every layer's state has reached: None with no recurrent layer, -1 when
+        unknown (a chunk off the state's position, or layers that differ after a failed chunk)."""
+        got = set(self.pos.values())
+        if not got:
+            return None
+        return got.pop() if len(got) == 1 else -1
+
+    def nbytes(self):
+        return sum(a.nbytes for d in (self.conv, self.ssm) for a in d.values())

@@ -59,7 +59,11 @@ class Stage:
                  experts="auto", expert_cache="auto", handoff="host", handoff_stream=False,
                  config=None):
         self.cfg, self.spec = cfg, spec
-        self.fwd = family(cfg.arch).forward_layer
+        fam = family(cfg.arch)
+        self.fwd = fam.forward_layer
+        if hasattr(fam, "check_tensors"):          # one line naming a missing or misshaped tensor
+            fam.check_tensors(gguf, cfg, spec.layers)
+            fam.check_backend(backend_cls)
         names = stage_tensor_names(gguf, cfg, spec)
         # --experts: a backend that can keep experts off the device places them itself, after the
         # dense weights and the KV cache (so that auto sees what VRAM is left).
@@ -87,7 +91,8 @@ class Stage:
             with self.ops.activate():
                 self.kv = KVCache(cfg, spec.layers, max_context, kv_kind, self.ops.xp)
         except MemoryError:
-            gib = kv_bytes_per_token(cfg, len(spec.layers), kv_kind) * max_context / 2**30
+            n_attn = sum(not cfg.is_recurrent_layer(il) for il in spec.layers)
+            gib = kv_bytes_per_token(cfg, n_attn, kv_kind) * max_context / 2**30
             raise DeviceError(
                 f"out of memory allocating the KV cache of {what}: {max_context} positions "
                 f"need {gib:.1f} GiB ({kv_kind}); lower -c/--max-context"

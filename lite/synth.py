@@ -23,7 +23,7 @@ from gguf import GGUFWriter, LlamaFileType
 from gguf import quants as gguf_quants
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType as QT
 
-from lite import synth_gemma3, synth_qwen2moe
+from lite import synth_gemma3, synth_qwen2moe, synth_qwen3next
 from lite.errors import SynthError
 from lite.synth_vocab import vocab
 
@@ -49,6 +49,7 @@ class Preset:
     n_ff_shexp: int = 0            # shared expert width (qwen2moe)
     write_head_dim: bool = False   # the converter writes key_length/value_length only when config has head_dim
     sliding_window: int = 0        # gemma3: the local layers' attention window
+    ssm: tuple = None              # qwen3next: its Gated DeltaNet sizes (synth_qwen3next.SSM)
 
 
 # Tiny presets keep every row (ne0) a multiple of 256 so that K and IQ types fit everywhere, and use
@@ -74,6 +75,7 @@ PRESETS = {
     },
     "qwen2moe": {k: Preset(**v) for k, v in synth_qwen2moe.PRESETS.items()},
     "gemma3": {k: Preset(**v) for k, v in synth_gemma3.PRESETS.items()},
+    "qwen3next": {k: Preset(**v) for k, v in synth_qwen3next.PRESETS.items()},
 }
 ARCHS = tuple(PRESETS)
 
@@ -143,6 +145,9 @@ def plan(arch, preset, quant) -> list:
 
     specs = [mat("token_embd.weight", (p.n_vocab, p.n_embd), -1, big)]
     for il in range(p.n_layer):
+        if arch == "qwen3next":
+            specs += synth_qwen3next.layer(p, il, mat, norm)
+            continue
         b = f"blk.{il}."
         specs += [norm(b + "attn_norm.weight", p.n_embd, il),
                   mat(b + "attn_q.weight", (q_rows, p.n_embd), il),
@@ -258,6 +263,8 @@ def _metadata(w: GGUFWriter, arch, preset, p: Preset, q):
         synth_qwen2moe.metadata(w, p)
     if arch == "gemma3":
         synth_gemma3.metadata(w, p)
+    if arch == "qwen3next":
+        synth_qwen3next.metadata(w, p)
     if p.write_head_dim:
         w.add_key_length(p.head_dim)
         w.add_value_length(p.head_dim)

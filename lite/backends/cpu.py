@@ -11,6 +11,7 @@ import math
 import numpy as np
 from gguf import quants as gguf_quants
 
+from lite.backends.cpu_recurrent import causal_conv_silu, delta_rule_chunked, delta_rule_recurrent
 from lite.errors import UnsupportedQuantError
 
 log = logging.getLogger(__name__)
@@ -179,6 +180,35 @@ class CPUBackend(HostHandoff):
         token (qwen2moe's shared expert)."""
         g = h @ self.w[name].reshape(-1)                      # (T,); some files store (1, n_embd)
         return x * (1.0 / (1.0 + np.exp(-g)))[:, None]
+
+    # --- the hybrid's (qwen3next) ops -------------------------------------------------------------
+    def sigmoid_mul(self, x, gate):
+        """x * sigmoid(gate), elementwise (gated attention's output gate)."""
+        return x * (1.0 / (1.0 + np.exp(-gate)))
+
+    def l2_norm(self, x, eps):                              # over the last axis
+        return x * (1.0 / np.sqrt(np.sum(np.square(x), axis=-1, keepdims=True) + np.float32(eps)))
+
+    def concat(self, xs):                                   # along the last axis
+        return np.concatenate(xs, axis=-1)
+
+    def delta_gates(self, b, a, a_name, dt_bias_name):
+        """beta = sigmoid(b); g = ssm_a * softplus(a + dt_bias), the log decay (<= 0). (T, Hv) each."""
+        beta = 1.0 / (1.0 + np.exp(-b))
+        g = self.w[a_name] * np.logaddexp(np.float32(0.0), a + self.w[dt_bias_name])
+        return g.astype(np.float32), beta.astype(np.float32)
+
+    def conv_silu(self, x, name, state):
+        """silu(causal conv of x (T, C)), the window before x in state (K-1, C), updated in place."""
+        w = self.w[name]
+        return causal_conv_silu(x, w.reshape(w.shape[0], -1), state)
+
+    def delta_rule(self, q, k, v, g, beta, state, scale):
+        """The gated delta rule over a chunk: the recurrence for one token (decode), the chunked
+        form for more; state (Hv, dk, dv) updated in place. -> (T, Hv, dv)."""
+        if q.shape[0] == 1:
+            return delta_rule_recurrent(q, k, v, g, beta, state, scale)
+        return delta_rule_chunked(q, k, v, g, beta, state, scale)
 
     def add(self, a, b):
         return a + b
