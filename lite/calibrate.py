@@ -12,6 +12,11 @@ What is measured (DESIGN.md "Chunk size"; the model is at the top of lite/chunki
   stage_fixed_s (intercept) and handoff_s (slope). Measured even with one stage, because the
   profile is per device and model shape, not per split.
 
+The profile is keyed (lite/cost_profile.py ProfileKey, `profile_key`) by the model shape, the
+device, where the experts live and the expert cache's share, the stage layout and the KV type; the
+routing (experts, top-k) and the share of full-attention layers come from the model's config, not
+from the fit. The largest chunk comes from free memory (`memory_max_chunk`).
+
 Calibration writes the KV cache of positions `floor` and above, so a prefix cached below `floor`
 stays valid. It takes seconds: chunk sizes double, so the grid costs about twice its largest point
 per context and repeat; the largest sizes are dropped until that fits the time budget.
@@ -21,7 +26,9 @@ from time import perf_counter
 
 import numpy as np
 
-from lite.chunking import calibrate, choose_chunk, predict_time
+from lite.chunking import choose_schedule, memory_chunk_limit, predict_time
+from lite.cost_fit import calibrate
+from lite.cost_profile import ProfileKey
 from lite.errors import LiteError
 from lite.pipeline import ChunkJob, HostHandoff, StageChain
 
@@ -31,6 +38,9 @@ MIN_CALIBRATION_CONTEXT = 128   # room for chunks of 16, 32 and 64 plus some con
 QUICK_BUDGET_S = 5.0            # first use: a few seconds, once
 FULL_BUDGET_S = 60.0            # `lite calibrate`
 PROMPTS = (2048, 4096, 8192, 16384, 32768, 65536)
+ACTIVATION_SAFETY = 2.0         # GEMM input copies, quantized activations, allocator slack
+ATTN_SCRATCH_BYTES = 2 << 30    # the GPU's materialized attention batches its heads within this
+MEMORY_USE = 0.8                # share of what is free that one prefill chunk may take
 
 
 class CalibrationError(LiteError):
@@ -59,6 +69,83 @@ def stage_layout(engine):
     """(devices, stages per device): stages on one device cannot overlap (chunking.py)."""
     n_dev = len({st.ops.device_key for st in engine.stages})
     return n_dev, len(engine.stages) / n_dev
+
+
+def attention_share(cfg):
+    """The share of layers whose attention spans the whole context: sliding-window layers attend
+    a bounded window, recurrent (hybrid) layers none."""
+    n = cfg.n_layer
+    full = sum(not cfg.is_swa_layer(i) for i in range(n)) if cfg.sliding_window else n
+    interval = int(cfg.extra.get("full_attention_interval", 0) or 0)
+    if interval > 1:            # hybrid: every interval-th layer has attention
+        full = min(full, n // interval)
+    return max(full, 1) / n
+
+
+def expert_setting(engine):
+    """(placement, cache share) of the experts: ("none", "") for a dense model, ("gpu", "") with
+    them in VRAM, else ("host" | "mmap", the GPU expert cache as a whole percent of the experts'
+    bytes, summed over stages)."""
+    if not engine.cfg.is_moe:
+        return "none", ""
+    placed = [st.residency for st in engine.stages if getattr(st, "residency", None)]
+    modes = sorted({r.mode for r in placed})
+    if not placed or modes == ["gpu"]:
+        return "gpu", ""
+    total = sum(t.nbytes for n, t in engine.gguf.tensors.items() if n.endswith("_exps.weight"))
+    cached = sum(r.cache_bytes for r in placed)
+    return "+".join(modes), f"{round(100 * min(cached / total, 1.0)) if total else 0}%"
+
+
+def profile_key(engine):
+    """Everything that changes the cost model's terms for this engine (cost_profile.ProfileKey)."""
+    n_dev, k = stage_layout(engine)
+    experts, cache = expert_setting(engine)
+    return ProfileKey(model_key=engine.model_key, device=profile_device(engine), experts=experts,
+                      expert_cache=cache, stages=f"{n_dev}x{k:g}", kv=engine.stages[0].kv.kind)
+
+
+def activation_bytes(cfg, device):
+    """(bytes per token, bytes per token per attended position) one prefill chunk allocates:
+    hidden states, Q/K/V, the FFN's (or the routed experts') intermediates; on the CPU also the
+    attention scores, which the GPU's flash kernel never materializes."""
+    qkv = (cfg.n_head * cfg.head_dim + cfg.n_head_kv * (cfg.head_dim + cfg.v_head_dim))
+    if cfg.is_moe:
+        ffn = cfg.n_expert_used * (cfg.n_embd + 3 * cfg.n_ff_expert) + 3 * cfg.n_ff_shexp
+    else:
+        ffn = 3 * cfg.n_ff
+    per_token = ACTIVATION_SAFETY * 4 * (6 * cfg.n_embd + 2 * qkv + ffn)
+    per_ctx = 12.0 * cfg.n_head if device != "cuda" else 0.0   # scores f32, mask, probabilities
+    return per_token, per_ctx
+
+
+def free_bytes(engine):
+    """The smallest free memory over the devices the stages run on (VRAM, or the host's RAM),
+    divided among the stages that share a device."""
+    n_dev, k = stage_layout(engine)
+    if engine.device != "cuda":
+        import os
+        try:
+            free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError, AttributeError):
+            free = 8 << 30
+        return free / len(engine.stages)
+    import cupy
+    frees = []
+    for st in engine.stages:
+        with st.ops.activate():
+            free = cupy.cuda.runtime.memGetInfo()[0] + cupy.get_default_memory_pool().free_bytes()
+        frees.append(free - ATTN_SCRATCH_BYTES)
+    return min(frees) / k
+
+
+def memory_max_chunk(engine):
+    """The largest prefill chunk the free memory holds (chunking.memory_chunk_limit), at most
+    the context."""
+    per_token, per_ctx = activation_bytes(engine.cfg, engine.device)
+    cap = memory_chunk_limit(MEMORY_USE * free_bytes(engine), per_token, per_ctx,
+                             engine.max_context)
+    return max(1, min(cap, engine.max_context))
 
 
 def plan_points(max_context, max_chunk=4096, context=8192, floor=0):
@@ -174,10 +261,12 @@ def calibrate_engine(engine, quick=False, budget_s=None, repeats=None, context=8
             log.info("calibration: chunks up to %d fit the %.0f s budget", kept[-1], budget_s)
         probe = HandoffProbe(engine, kept[-1])
         hop = chain_hop_seconds()
+        cfg = engine.cfg
         prof = calibrate(lambda c, ctx: measure_stack(engine, c, ctx), kept, contexts,
                          handoff_fn=lambda n: probe(n) + hop, repeats=repeats,
-                         device=profile_device(engine), model_key=engine.model_key,
-                         max_chunk=max(int(max_chunk), kept[-1]), samples=samples)
+                         key=profile_key(engine), max_chunk=memory_max_chunk(engine),
+                         samples=samples, attn_share=attention_share(cfg),
+                         n_expert=cfg.n_expert, expert_top_k=cfg.n_expert_used)
     finally:
         last.all_logits = keep_all_logits
         # positions from `floor` on now hold calibration keys and values, not the cached prompt
@@ -186,29 +275,31 @@ def calibrate_engine(engine, quick=False, budget_s=None, repeats=None, context=8
 
 
 def chosen_chunks(profile, n_devices=1, stages_per_device=1, prompts=PROMPTS):
-    """[(prompt tokens, chosen chunk, predicted seconds)] for a table of prompt lengths."""
+    """[(prompt tokens, chosen schedule, predicted seconds)] for a table of prompt lengths."""
     out = []
     for P in prompts:
-        c = choose_chunk(P, n_devices, profile, stages_per_device=stages_per_device)
-        out.append((P, c, predict_time(P, c, n_devices, profile,
-                                       stages_per_device=stages_per_device)))
+        sizes = choose_schedule(P, n_devices, profile, stages_per_device=stages_per_device)
+        out.append((P, sizes, predict_time(P, sizes, n_devices, profile,
+                                           stages_per_device=stages_per_device)))
     return out
 
 
 def check_prediction(engine, profile, n_tokens, chunks=()):
-    """Prefill n_tokens through the engine's StageChain with the chunk choose_chunk picks (and
-    each of `chunks`); returns [(chunk, predicted s, measured s)]. Clears the prefix cache."""
+    """Prefill n_tokens through the engine's StageChain with the schedule choose_schedule picks
+    (and each chunk of `chunks`); returns [(chunk or schedule, predicted s, measured s)]. Clears
+    the prefix cache."""
     n_dev, k = stage_layout(engine)
     if n_tokens > engine.max_context:
         raise CalibrationError(f"a check of {n_tokens} tokens needs -c/--max-context >= "
                                f"{n_tokens}, got {engine.max_context}")
-    auto = choose_chunk(n_tokens, n_dev, profile, stages_per_device=k)
+    sizes = choose_schedule(n_tokens, n_dev, profile, stages_per_device=k)
+    auto = sizes[0] if len(set(sizes[:-1])) <= 1 and sizes[-1] <= sizes[0] else sizes
     last = engine.stages[-1]
     keep_all_logits, last.all_logits = last.all_logits, False
     rows = []
     try:
         for c in [auto] + sorted({min(int(c), n_tokens) for c in chunks} - {auto}):
-            ids = _ids(engine, n_tokens, seed=n_tokens + c)
+            ids = _ids(engine, n_tokens, seed=n_tokens + len(rows))
             for st in engine.stages:
                 st.ops.synchronize()
             t0 = perf_counter()

@@ -5,14 +5,15 @@ import math
 import numpy as np
 import pytest
 
-from lite.chunking import (CostProfile, ProfileError, calibrate, candidate_chunks, choose_chunk,
+from lite.chunking import (CostProfile, ProfileError, ProfileKey, candidate_chunks, choose_chunk,
                            predict_time, profile_path, stack_time)
+from lite.cost_fit import calibrate
 from lite.errors import LiteError
 
 PROFILES = {
     "default": CostProfile(),
     "launch-bound": CostProfile(fixed_s=0.05, per_token_s=2e-5, stage_fixed_s=1e-3),
-    "attention-heavy": CostProfile(fixed_s=2e-3, per_token_s=5e-5, attn_s=2e-8,
+    "attention-heavy": CostProfile(fixed_s=2e-3, per_token_s=5e-5, attn_s=2e-8, attn_chunk_s=2e-8,
                                    min_gemm_chunk=128, max_chunk=8192),
     "cheap-fixed": CostProfile(fixed_s=1e-4, per_token_s=1e-4, stage_fixed_s=0, handoff_s=0,
                                min_gemm_chunk=64),
@@ -22,8 +23,9 @@ PROFILES = {
 def random_profiles(n, seed=0):
     rng = np.random.default_rng(seed)
     for _ in range(n):
+        attn = 10 ** rng.uniform(-11, -8)      # a kernel that skips masked tiles: in-chunk = context
         yield CostProfile(fixed_s=10 ** rng.uniform(-4, -1), per_token_s=10 ** rng.uniform(-5.5, -3.5),
-                          attn_s=10 ** rng.uniform(-11, -8), stage_fixed_s=10 ** rng.uniform(-5, -3),
+                          attn_s=attn, attn_chunk_s=attn, stage_fixed_s=10 ** rng.uniform(-5, -3),
                           handoff_s=10 ** rng.uniform(-8, -6),
                           min_gemm_chunk=int(rng.choice([64, 128, 256, 512])),
                           max_chunk=int(rng.choice([2048, 4096, 8192])))
@@ -36,7 +38,8 @@ def simulate(prompt, chunk, S, p, depth=1):
     sizes = [min(chunk, prompt - a) for a in range(0, prompt, chunk)]
     pos = np.cumsum([0] + sizes[:-1])
     t = [p.stage_fixed_s + p.fixed_s / S + p.per_token_s / S * max(c, p.min_gemm_chunk)
-         + p.attn_s / S * sum(x + 1 for x in range(a, a + c)) + (p.handoff_s * c if S > 1 else 0)
+         + (p.attn_s * c * a + p.attn_chunk_s * sum(x + 1 for x in range(c))) / S
+         + (p.handoff_s * c if S > 1 else 0)
          for c, a in zip(sizes, pos)]
     n = len(sizes)
     finish = [[0.0] * n for _ in range(S)]
@@ -136,20 +139,33 @@ def test_profile_json_round_trip_and_errors():
 
 
 def test_profile_save_and_load(tmp_path, monkeypatch):
-    p = CostProfile(per_token_s=3e-5, device="NVIDIA H200/MIG 1g", model_key="qwen3moe 48x2048")
+    key = ProfileKey(model_key="qwen3moe 48x2048", device="NVIDIA H200/MIG 1g", experts="host",
+                     expert_cache="25%", stages="1x2", kv="q8_0")
+    p = CostProfile(per_token_s=3e-5).with_key(key)
+    assert p.key == key
     path = p.save(tmp_path)
     assert path.parent == tmp_path and "/" not in path.name and " " not in path.name
-    assert CostProfile.load(p.device, p.model_key, tmp_path) == p
-    assert CostProfile.load("other", p.model_key, tmp_path) is None
+    assert CostProfile.load(key, tmp_path) == p
+    for other in (dict(device="other"), dict(experts="gpu", expert_cache=""),
+                  dict(expert_cache="50%"), dict(stages="2x1"), dict(kv="f16")):
+        assert CostProfile.load(ProfileKey(**{**key.__dict__, **other}), tmp_path) is None, other
     monkeypatch.setenv("LITE_CACHE", str(tmp_path / "cache"))
     assert p.save().parent == tmp_path / "cache" / "profiles"
-    assert CostProfile.load(p.device, p.model_key) == p
+    assert CostProfile.load(key) == p
     monkeypatch.delenv("LITE_CACHE")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert profile_path("d", "m").parent == tmp_path / "xdg" / "lite" / "profiles"
-    path.write_text("{}")
+    assert profile_path(ProfileKey("m", "d")).parent == tmp_path / "xdg" / "lite" / "profiles"
+    path.write_text("{}")                   # no version: unreadable, not stale
     with pytest.raises(ProfileError, match=str(path.name)):
-        CostProfile.load(p.device, p.model_key, tmp_path)
+        CostProfile.load(key, tmp_path)
+    path.write_text('{"version": 1, "fixed_s": 0.01}')    # an older version: calibrate again
+    assert CostProfile.load(key, tmp_path) is None
+    with pytest.raises(ProfileError, match="version"):
+        CostProfile.load(key, tmp_path, stale_ok=False)
+    other = p.with_key(ProfileKey("x", "y"))
+    path.write_text(other.to_json())        # a file that holds another key's profile
+    with pytest.raises(ProfileError, match="not of"):
+        CostProfile.load(key, tmp_path)
 
 
 def test_calibrate_recovers_known_constants():
@@ -164,16 +180,18 @@ def test_calibrate_recovers_known_constants():
     def handoff(tokens):
         return (truth["stage_fixed"] + truth["handoff"] * tokens) * (1 + 0.01 * rng.random())
 
-    p = calibrate(measure, handoff_fn=handoff, contexts=(0, 8192), device="cpu", model_key="toy")
+    p = calibrate(measure, handoff_fn=handoff, contexts=(0, 8192), key=ProfileKey("toy", "cpu"),
+                  max_chunk=8192)
     assert p.min_gemm_chunk == truth["m"]
     assert p.fixed_s == pytest.approx(truth["fixed"], rel=0.1)
     assert p.per_token_s == pytest.approx(truth["per_token"], rel=0.05)
     assert p.attn_s == pytest.approx(truth["attn"], rel=0.1)
     assert p.stage_fixed_s == pytest.approx(truth["stage_fixed"], rel=0.1)
     assert p.handoff_s == pytest.approx(truth["handoff"], rel=0.1)
-    assert (p.device, p.model_key, p.max_chunk) == ("cpu", "toy", 4096)
+    assert p.attn_chunk_s == pytest.approx(truth["attn"], rel=0.1)
+    assert (p.device, p.model_key, p.max_chunk) == ("cpu", "toy", 8192)
     exact = CostProfile(fixed_s=truth["fixed"], per_token_s=truth["per_token"],
-                        attn_s=truth["attn"], stage_fixed_s=truth["stage_fixed"],
+                        attn_s=truth["attn"], attn_chunk_s=truth["attn"], stage_fixed_s=truth["stage_fixed"],
                         handoff_s=truth["handoff"], min_gemm_chunk=truth["m"])
     for P, S in [(8192, 4), (30000, 2), (65536, 8)]:
         c = choose_chunk(P, S, p)
@@ -194,7 +212,7 @@ def test_calibrate_without_a_gemm_knee_and_bad_input():
 def _stage_work(c, a, S_split, p):
     """One stage's seconds for a chunk when the stack is split into S_split stages."""
     return (p.stage_fixed_s + (p.fixed_s + p.per_token_s * max(c, p.min_gemm_chunk)
-                               + p.attn_s * sum(x + 1 for x in range(a, a + c))) / S_split
+                               + p.attn_s * c * a + p.attn_chunk_s * c * (c + 1) / 2) / S_split
             + (p.handoff_s * c if S_split > 1 else 0))
 
 
