@@ -6,7 +6,7 @@ import click
 
 from lite.kv_cache import KV_KINDS
 
-DEFAULT_CONTEXT = 4096 + 8192      # the largest chunk plus 8K of context for attention to show
+DEFAULT_CONTEXT = 2 * 16384        # room for the largest calibration chunk twice (plan_points)
 
 
 def _ints(spec, what):

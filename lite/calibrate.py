@@ -18,8 +18,8 @@ routing (experts, top-k) and the share of full-attention layers come from the mo
 from the fit. The largest chunk comes from free memory (`memory_max_chunk`).
 
 Calibration writes the KV cache of positions `floor` and above, so a prefix cached below `floor`
-stays valid. It takes seconds: chunk sizes double, so the grid costs about twice its largest point
-per context and repeat; the largest sizes are dropped until that fits the time budget.
+stays valid. It takes seconds: chunk sizes grow fourfold, so the grid costs about 4/3 of its
+largest point per context and repeat; the largest sizes are dropped until that fits the budget.
 """
 import logging
 from time import perf_counter
@@ -35,7 +35,7 @@ from lite.pipeline import ChunkJob, HostHandoff, StageChain
 log = logging.getLogger(__name__)
 
 MIN_CALIBRATION_CONTEXT = 128   # room for chunks of 16, 32 and 64 plus some context
-QUICK_BUDGET_S = 5.0            # first use: a few seconds, once
+QUICK_BUDGET_S = 8.0            # first use: a few seconds, once per ProfileKey
 FULL_BUDGET_S = 60.0            # `lite calibrate`
 PROMPTS = (2048, 4096, 8192, 16384, 32768, 65536)
 ACTIVATION_SAFETY = 2.0         # GEMM input copies, quantized activations, allocator slack
@@ -148,17 +148,18 @@ def memory_max_chunk(engine):
     return max(1, min(cap, engine.max_context))
 
 
-def plan_points(max_context, max_chunk=4096, context=8192, floor=0):
-    """Chunk sizes (powers of two from 16) and the two contexts to time them at, all within
-    positions floor..max_context: the largest chunk is at most half the room, so the second
-    context (up to `context` tokens above floor) leaves attention room to show."""
+def plan_points(max_context, max_chunk=16384, context=8192, floor=0):
+    """Chunk sizes (powers of four from 16, and the largest) and the two contexts to time them at,
+    all within positions floor..max_context: the largest chunk is at most half the room, so the
+    second context (up to `context` tokens above floor) leaves attention room to show. Large
+    chunks matter: with experts copied from the host, compute outgrows the copies only there."""
     room = int(max_context) - int(floor)
     if room < MIN_CALIBRATION_CONTEXT:
         raise CalibrationError(
             f"calibration needs at least {MIN_CALIBRATION_CONTEXT} free positions in the context, "
             f"got {room} (raise -c/--max-context)")
     top = 1 << (min(int(max_chunk), room // 2).bit_length() - 1)
-    chunks = [1 << i for i in range(4, top.bit_length())]
+    chunks = sorted({16 << 2 * i for i in range(8) if 16 << 2 * i <= top} | {top})
     hi = floor + min(int(context), room - top)
     return chunks, ([floor, hi] if hi > floor else [floor])
 
@@ -238,10 +239,10 @@ def chain_hop_seconds(n_jobs=32, repeats=3):
 
 
 def calibrate_engine(engine, quick=False, budget_s=None, repeats=None, context=8192,
-                     max_chunk=4096, floor=0, samples=None):
+                     max_chunk=16384, floor=0, samples=None):
     """Measure and fit a CostProfile for the engine's device and model shape (not saved).
 
-    quick: the first-use calibration (repeats 2, a ~5 s budget); else `lite calibrate`'s (repeats
+    quick: the first-use calibration (repeats 2, a ~8 s budget); else `lite calibrate`'s (repeats
     3, ~60 s). `samples` (a list) receives the kept timings, as chunking.calibrate writes them."""
     repeats = int(repeats or (2 if quick else 3))
     budget_s = float(budget_s or (QUICK_BUDGET_S if quick else FULL_BUDGET_S))
@@ -250,13 +251,17 @@ def calibrate_engine(engine, quick=False, budget_s=None, repeats=None, context=8
     keep_all_logits, last.all_logits = last.all_logits, False   # logits of one row, as prefill
     try:
         measure_stack(engine, chunks[0], contexts[0])       # compiles kernels: off the budget
-        # Probe upwards at the larger context; stop where the whole grid would pass the budget.
-        spent, kept = 0.0, []
+        # Probe upwards at the larger context; stop before the chunk with which the whole grid
+        # would pass the budget (its time guessed from the last one's, as sqrt of the growth:
+        # between copy-bound, flat, and compute-bound, linear).
+        spent, kept, t = 0.0, [], 0.0
         for c in chunks:
-            spent += measure_stack(engine, c, contexts[-1])
-            kept.append(c)
-            if len(kept) >= 3 and spent * 2 * repeats * len(contexts) > budget_s:
+            guess = t * (c / kept[-1]) ** 0.5 if kept else 0.0
+            if len(kept) >= 3 and (spent + guess) * repeats * len(contexts) > budget_s:
                 break
+            t = measure_stack(engine, c, contexts[-1])
+            spent += t
+            kept.append(c)
         if kept != chunks:
             log.info("calibration: chunks up to %d fit the %.0f s budget", kept[-1], budget_s)
         probe = HandoffProbe(engine, kept[-1])
@@ -266,7 +271,8 @@ def calibrate_engine(engine, quick=False, budget_s=None, repeats=None, context=8
                          handoff_fn=lambda n: probe(n) + hop, repeats=repeats,
                          key=profile_key(engine), max_chunk=memory_max_chunk(engine),
                          samples=samples, attn_share=attention_share(cfg),
-                         n_expert=cfg.n_expert, expert_top_k=cfg.n_expert_used)
+                         n_expert=cfg.n_expert, expert_top_k=cfg.n_expert_used,
+                         fit_overlap=expert_setting(engine)[0] not in ("none", "gpu"))
     finally:
         last.all_logits = keep_all_logits
         # positions from `floor` on now hold calibration keys and values, not the cached prompt

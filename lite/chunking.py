@@ -4,17 +4,19 @@ size) and `choose_schedule(...)` (the sizes along the prompt, possibly uneven).
 One chunk of c tokens whose first token sits at position p costs the whole layer stack on one
 device (the constants of a CostProfile, lite/cost_profile.py):
 
-    cost(c, p) = fixed + per_token * max(c, min_gemm_chunk)    launches, dequantization; GEMMs
+    cost(c, p) = fixed + compute + copy - overlap * min(compute, copy)
+    compute    = per_token * max(c, min_gemm_chunk)            GEMMs: below their minimum, no cheaper
                + share * attn * c * p                          attending the tokens before it
                + share * attn_chunk * c * (c + 1) / 2          causal attention inside the chunk
-               + expert * distinct(c)                          experts the chunk touches
+    copy       = expert * distinct(c)                          experts the chunk touches
 
 `share` is the share of layers with full attention (1, or fewer on hybrid and sliding-window
 models). distinct(c) is the number of distinct experts per MoE layer that c tokens touch: with
 top-k routing over E experts, E * (1 - (1 - k/E)^c) when tokens route independently, or a
 measured curve. With experts streamed from the host, `expert` is the bytes of one expert over all
 MoE layers that miss the GPU cache, over the host link bandwidth: a larger chunk amortises the
-copy of every expert it touches. attn_chunk is attn when the kernel skips masked tiles and up to
+copy of every expert it touches, and the copies run on their own stream beside the compute
+(`overlap` 1: the longer of the two is all that counts; 0: they add up). attn_chunk is attn when the kernel skips masked tiles and up to
 2 attn when it computes them; the difference is the only attention cost chunking can change.
 
 With layers split evenly over S devices, a device's time for a chunk is
@@ -61,9 +63,10 @@ def stack_time(c, pos, p):
     """The profile's seconds for one chunk of c tokens at position pos through the whole layer
     stack on one device (what calibration measures). Takes arrays."""
     c = np.asarray(c, float)
-    t = (p.fixed_s + p.per_token_s * np.maximum(c, p.min_gemm_chunk)
-         + p.attn_share * (p.attn_s * c * pos + p.attn_chunk_s * c * (c + 1) / 2)
-         + p.expert_s * distinct_experts(c, p))
+    compute = (p.per_token_s * np.maximum(c, p.min_gemm_chunk)
+               + p.attn_share * (p.attn_s * c * pos + p.attn_chunk_s * c * (c + 1) / 2))
+    copy = p.expert_s * distinct_experts(c, p)
+    t = p.fixed_s + compute + copy - p.expert_overlap * np.minimum(compute, copy)
     return float(t) if t.ndim == 0 else t
 
 
@@ -197,9 +200,11 @@ def equal_time_sizes(prompt_tokens, n_chunks, n_stages, profile, start=0, stages
     def one(c, pos):                # device_times of one chunk, in scalars (called often)
         d = (float(distinct_experts(c, pr)) if curve else
              E * (1 - (1 - top / E) ** c) if E and top else 0.0)
-        return (fixed + per_tok * c + (pr.fixed_s + pr.per_token_s * max(c, pr.min_gemm_chunk)
-                + pr.attn_share * (pr.attn_s * c * pos + pr.attn_chunk_s * c * (c + 1) / 2)
-                + pr.expert_s * d) / S)
+        compute = (pr.per_token_s * max(c, pr.min_gemm_chunk)
+                   + pr.attn_share * (pr.attn_s * c * pos + pr.attn_chunk_s * c * (c + 1) / 2))
+        copy = pr.expert_s * d
+        return (fixed + per_tok * c + (pr.fixed_s + compute + copy
+                                       - pr.expert_overlap * min(compute, copy)) / S)
 
     def greedy(T):
         sizes, pos = [], start

@@ -54,6 +54,7 @@ class CostProfile:
     attn_chunk_s: float = 2.5e-9       # per causal token pair inside the chunk (c(c+1)/2 pairs)
     attn_share: float = 1.0            # share of layers with full attention (hybrid, sliding)
     expert_s: float = 0.0              # per distinct expert a chunk touches in one MoE layer
+    expert_overlap: float = 0.0        # share of the shorter of expert copy and compute hidden
     n_expert: int = 0                  # experts per MoE layer (0: dense)
     expert_top_k: int = 0              # experts each token is routed to
     expert_curve: tuple = ()           # measured ((chunk, distinct experts), ...); else the formula
@@ -71,7 +72,7 @@ class CostProfile:
 
     def __post_init__(self):
         for name in ("fixed_s", "per_token_s", "attn_s", "attn_chunk_s", "attn_share",
-                     "expert_s", "stage_fixed_s", "handoff_s"):
+                     "expert_s", "expert_overlap", "stage_fixed_s", "handoff_s"):
             try:
                 v = float(getattr(self, name))
             except (TypeError, ValueError):
@@ -81,9 +82,9 @@ class CostProfile:
                 raise ProfileError(f"cost profile field {name} must be a finite number >= 0, "
                                    f"got {v!r}")
             setattr(self, name, v)
-        if self.attn_share > 1:
-            raise ProfileError(f"cost profile attn_share is a share of layers, "
-                               f"got {self.attn_share}")
+        if self.attn_share > 1 or self.expert_overlap > 1:
+            raise ProfileError(f"cost profile attn_share and expert_overlap are shares, got "
+                               f"{self.attn_share} and {self.expert_overlap}")
         for name in ("min_gemm_chunk", "max_chunk", "n_expert", "expert_top_k"):
             setattr(self, name, int(getattr(self, name)))
         if self.min_gemm_chunk < 1 or self.max_chunk < 1:

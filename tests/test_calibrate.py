@@ -40,12 +40,13 @@ def engine(tiny, **kw):
 
 
 def test_plan_points():
-    assert plan_points(12288) == ([16, 32, 64, 128, 256, 512, 1024, 2048, 4096], [0, 8192])
+    assert plan_points(32768) == ([16, 64, 256, 1024, 4096, 16384], [0, 8192])
+    assert plan_points(12288) == ([16, 64, 256, 1024, 4096], [0, 8192])
     chunks, ctxs = plan_points(4096)
-    assert chunks[-1] == 2048 and ctxs == [0, 2048]
+    assert chunks == [16, 64, 256, 1024, 2048] and ctxs == [0, 2048]
     chunks, ctxs = plan_points(1000, floor=300)          # room 700: chunks to 256, context 444
-    assert chunks == [16, 32, 64, 128, 256] and ctxs == [300, 300 + 700 - 256]
-    assert plan_points(100000, max_chunk=1024, context=4096)[1] == [0, 4096]
+    assert chunks == [16, 64, 256] and ctxs == [300, 300 + 700 - 256]
+    assert plan_points(100000, max_chunk=1024, context=4096) == ([16, 64, 256, 1024], [0, 4096])
     with pytest.raises(CalibrationError, match="max-context"):
         plan_points(200, floor=100)
 
@@ -139,11 +140,11 @@ def test_fit_from_a_fake_measure_recovers_the_model_and_keeps_the_budget(tiny, m
     assert prof.min_gemm_chunk == 64
     for f in ("fixed_s", "per_token_s", "attn_s", "attn_chunk_s"):
         assert getattr(prof, f) == pytest.approx(getattr(truth, f), rel=1e-6)
-    assert {c for c, _ in calls} == {16, 32, 64, 128, 256, 512, 1024, 2048}
+    assert {c for c, _ in calls} == {16, 64, 256, 1024, 2048}
     # a budget the grid cannot meet keeps the three smallest chunk sizes
     calls.clear()
     prof = calibrate_engine(e, repeats=2, budget_s=1e-6)
-    assert {c for c, _ in calls} == {16, 32, 64}
+    assert {c for c, _ in calls} == {16, 64, 256}
     assert prof.max_chunk == 4096          # the context, not the grid: large chunks extrapolate
 
 
