@@ -224,3 +224,20 @@ def test_a_new_key_recalibrates(tiny, cache_dir, monkeypatch):
                         lambda eng, **k: made.append(1) or CostProfile().with_key(profile_key(eng)))
     e2.chunk_for(300)
     assert made == [1] and e2.profile.stages == "1x2"
+
+
+def test_a_schedule_through_the_chain_and_bench_prints_it(tiny, cache_dir):
+    """An uneven schedule gives the logits of even chunks; `lite bench` rows name the schedule
+    auto chose (a saved profile: no calibration here)."""
+    from lite.bench import bench_model, format_table
+    e, ref = engine(tiny), engine(tiny)
+    ids = list(range(7, 206))
+    got = e.chain.prefill(np.asarray(ids, np.int32), (100, 60, 39))
+    want = ref.chain.prefill(np.asarray(ids, np.int32), 64)
+    np.testing.assert_allclose(got[-1][-1], want[-1][-1], rtol=1e-4, atol=1e-4)
+    CostProfile(fixed_s=0.05).with_key(profile_key(engine(tiny, max_context=300))).save()
+    rows = bench_model(tiny, [200], 0, repetitions=1, device="cpu", max_context=300,
+                       prefill_chunk=["auto", 64])
+    auto, fixed = (r for r in rows if r["test"] == "pp200")
+    assert auto["prefill"] == "auto" and auto["schedule"] == "200" and fixed["schedule"] == "64x3+8"
+    assert "auto 200" in format_table(rows) and auto["spread"] >= 0
