@@ -84,13 +84,15 @@ def attention_share(cfg):
 
 def expert_setting(engine):
     """(placement, cache share) of the experts: ("none", "") for a dense model, ("gpu", "") with
-    them in VRAM, else ("host" | "mmap", the GPU expert cache as a whole percent of the experts'
+    them in VRAM ("device", "" on a backend that never moves them), else ("host" | "mmap", the GPU expert cache as a whole percent of the experts'
     bytes, summed over stages)."""
     if not engine.cfg.is_moe:
         return "none", ""
     placed = [st.residency for st in engine.stages if getattr(st, "residency", None)]
     modes = sorted({r.mode for r in placed})
-    if not placed or modes == ["gpu"]:
+    if not placed:              # a backend that keeps every expert with the dense weights
+        return "device", ""
+    if modes == ["gpu"]:
         return "gpu", ""
     total = sum(t.nbytes for n, t in engine.gguf.tensors.items() if n.endswith("_exps.weight"))
     cached = sum(r.cache_bytes for r in placed)

@@ -19,7 +19,7 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lite.chunking import choose_chunk, choose_schedule, even_sizes
+from lite.chunking import choose_chunk, choose_schedule, describe_schedule, even_sizes
 from lite.cost_profile import CostProfile, ProfileKey
 from lite.errors import LiteError
 
@@ -158,7 +158,8 @@ def format_verdicts(table, verdicts):
     lines = [f"{table.model} [{table.setting.experts}{table.setting.expert_cache} stages "
              f"{table.setting.stages} kv {table.setting.kv}]"]
     for v in verdicts:
-        lines.append(f"  pp{v.prompt}: chose {v.chosen} {v.seconds:.4f} s, best fixed "
+        chosen = describe_schedule(v.chosen) if isinstance(v.chosen, tuple) else v.chosen
+        lines.append(f"  pp{v.prompt}: chose {chosen} {v.seconds:.4f} s, best fixed "
                      f"{v.best_chunk} {v.best_seconds:.4f} s ({100 * (v.ratio - 1):+.1f}%)"
                      f"{'' if v.ok else '  OUTSIDE 3%'}")
     return "\n".join(lines)
