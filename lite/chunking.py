@@ -207,17 +207,22 @@ def equal_time_sizes(prompt_tokens, n_chunks, n_stages, profile, start=0, stages
                                        - pr.expert_overlap * min(compute, copy)) / S)
 
     def greedy(T):
-        sizes, pos = [], start
+        sizes, pos, c_max = [], start, min(cap, -(-P // step) * step) // step   # in steps
         while pos < start + P:
-            left = start + P - pos
-            lo, hi = 1, min(cap, -(-left // step) * step) // step   # in steps
-            while lo < hi:                  # the largest chunk whose time stays within T
-                mid = (lo + hi + 1) // 2
-                if one(mid * step, pos) <= T:
-                    lo = mid
-                else:
-                    hi = mid - 1
-            c = min(lo * step, left)
+            if not sizes:                   # the largest first chunk whose time stays within T
+                lo, hi = 1, c_max
+                while lo < hi:
+                    mid = (lo + hi + 1) // 2
+                    if one(mid * step, pos) <= T:
+                        lo = mid
+                    else:
+                        hi = mid - 1
+            else:                           # later chunks start later: never larger, step down
+                lo = c_max
+                while lo > 1 and one(lo * step, pos) > T:
+                    lo -= 1
+            c_max = lo
+            c = min(lo * step, start + P - pos)
             sizes.append(c)
             pos += c
             if len(sizes) > n_chunks + 1:
@@ -225,7 +230,7 @@ def equal_time_sizes(prompt_tokens, n_chunks, n_stages, profile, start=0, stages
         return sizes
 
     lo_t, hi_t = 0.0, one(min(P, cap), start + P - min(P, cap)) * 2
-    for _ in range(30):
+    while hi_t - lo_t > 1e-3 * hi_t:        # a makespan to 0.1%: the gain must be 0.5%
         mid = (lo_t + hi_t) / 2
         if len(greedy(mid)) <= n_chunks:
             hi_t = mid
@@ -251,7 +256,7 @@ def choose_schedule(prompt_tokens, n_stages, profile, start=0, max_chunk=None,
 
     best_t = makespan(best)
     even_t = best_t
-    for n in range(max(2, len(best) - 2), len(best) + 3):
+    for n in range(max(2, len(best) - 1), len(best) + 2):
         sizes = tuple(equal_time_sizes(P, n, S, profile, start, k, max_chunk))
         t = makespan(sizes)
         if t < best_t:
