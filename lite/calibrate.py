@@ -21,6 +21,7 @@ Calibration writes the KV cache of positions `floor` and above, so a prefix cach
 stays valid. It takes seconds: chunk sizes grow fourfold, so the grid costs about 4/3 of its
 largest point per context and repeat; the largest sizes are dropped until that fits the budget.
 """
+import functools
 import logging
 from time import perf_counter
 
@@ -52,17 +53,20 @@ def profile_device(engine):
     profile made on one GPU model is not used on another through a shared cache directory."""
     if engine.device != "cuda":
         return str(engine.device)
-    names = set()
     try:
-        import cupy
-        for st in engine.stages:
-            props = cupy.cuda.runtime.getDeviceProperties(st.ops.device.id)
-            name = props["name"]
-            names.add(name.decode() if isinstance(name, bytes) else str(name))
+        names = {_gpu_name(st.ops.device.id) for st in engine.stages}
     except Exception as e:      # a profile name is no reason to fail: fall back to the kind
         log.info("GPU name unknown (%s): profile saved under 'cuda'", e)
         return "cuda"
     return "cuda-" + "+".join(sorted(names))
+
+
+@functools.lru_cache(maxsize=None)
+def _gpu_name(device_id):
+    """The GPU's model name (asked once per device: --prefill auto asks at every prompt)."""
+    import cupy
+    name = cupy.cuda.runtime.getDeviceProperties(device_id)["name"]
+    return name.decode() if isinstance(name, bytes) else str(name)
 
 
 def stage_layout(engine):
