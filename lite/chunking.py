@@ -45,6 +45,7 @@ from lite.errors import LiteError
 MIN_CHUNK = 16          # below this a chunk is all launch overhead on any device
 SCHEDULE_STEP = 64      # sizes of an uneven schedule are multiples of this (GEMM tiles)
 SCHEDULE_GAIN = 0.005   # an uneven schedule must win by this share to replace even chunks
+ALIGN_SLACK = 0.01      # a GEMM-aligned size this close to the best predicted one is chosen
 
 
 def distinct_experts(c, p):
@@ -165,8 +166,9 @@ def candidate_chunks(prompt_tokens, max_chunk, min_chunk=MIN_CHUNK):
 
 def choose_chunk(prompt_tokens, n_stages, profile, candidates=None, start=0, max_chunk=None,
                  stages_per_device=1):
-    """The candidate chunk size with the smallest predicted makespan (the larger one on a tie:
-    fewer chunks, fewer launches). n_stages counts devices (stages that can overlap); pass
+    """The candidate chunk size with the smallest predicted makespan, or one within ALIGN_SLACK
+    of it that is a multiple of a larger power of two (up to 256; the larger one on a tie: fewer
+    chunks, fewer launches). n_stages counts devices (stages that can overlap); pass
     stages_per_device for virtual stages. Pure: depends only on its arguments."""
     P = int(prompt_tokens)
     if P <= 0:
@@ -178,12 +180,18 @@ def choose_chunk(prompt_tokens, n_stages, profile, candidates=None, start=0, max
         candidates = sorted({min(int(c), P) for c in candidates if int(c) >= 1})
         if not candidates:
             raise LiteError("choose_chunk: no candidate chunk size >= 1")
-    best, best_t = None, math.inf
-    for c in candidates:
-        t = predict_time(P, c, n_stages, profile, start, stages_per_device)
-        if t <= best_t * (1 + 1e-9):
-            best, best_t = c, t
-    return best
+    times = {c: predict_time(P, c, n_stages, profile, start, stages_per_device)
+             for c in candidates}
+    best_t = min(times.values())
+    # Within the model's error of the best, a size whose GEMM tiles divide it evenly (or the
+    # whole prompt in one chunk) wins: the model knows no tile quantization.
+    close = [c for c, t in times.items() if t <= best_t * (1 + ALIGN_SLACK)]
+    return max(close, key=lambda c: (_alignment(c, P), -times[c], c))
+
+
+def _alignment(c, prompt_tokens):
+    """How evenly GEMM tiles divide a chunk: its power-of-two factor, up to 256 (8)."""
+    return 8 if c == prompt_tokens else min(8, (c & -c).bit_length() - 1)
 
 
 def equal_time_sizes(prompt_tokens, n_chunks, n_stages, profile, start=0, stages_per_device=1,
