@@ -88,8 +88,8 @@ def attention_share(cfg):
 
 def expert_setting(engine):
     """(placement, cache share) of the experts: ("none", "") for a dense model, ("gpu", "") with
-    them in VRAM ("device", "" on a backend that never moves them), else ("host" | "mmap", the GPU expert cache as a whole percent of the experts'
-    bytes, summed over stages)."""
+    them in VRAM ("device", "" on a backend that never moves them), else ("host" | "mmap", the
+    GPU expert cache as a whole percent of the experts' bytes, summed over stages)."""
     if not engine.cfg.is_moe:
         return "none", ""
     placed = [st.residency for st in engine.stages if getattr(st, "residency", None)]

@@ -5,7 +5,7 @@ One chunk of c tokens whose first token sits at position p costs the whole layer
 device (the constants of a CostProfile, lite/cost_profile.py):
 
     cost(c, p) = fixed + compute + copy - overlap * min(compute, copy)
-    compute    = per_token * max(c, min_gemm_chunk)            GEMMs: below their minimum, no cheaper
+    compute    = per_token * max(c, min_gemm_chunk)            GEMMs (below a minimum, no cheaper)
                + share * attn * c * p                          attending the tokens before it
                + share * attn_chunk * c * (c + 1) / 2          causal attention inside the chunk
     copy       = expert * distinct(c)                          experts the chunk touches
@@ -16,8 +16,9 @@ top-k routing over E experts, E * (1 - (1 - k/E)^c) when tokens route independen
 measured curve. With experts streamed from the host, `expert` is the bytes of one expert over all
 MoE layers that miss the GPU cache, over the host link bandwidth: a larger chunk amortises the
 copy of every expert it touches, and the copies run on their own stream beside the compute
-(`overlap` 1: the longer of the two is all that counts; 0: they add up). attn_chunk is attn when the kernel skips masked tiles and up to
-2 attn when it computes them; the difference is the only attention cost chunking can change.
+(`overlap` 1: the longer of the two is all that counts; 0: they add up). attn_chunk is attn
+when the kernel skips masked tiles and up to 2 attn when it computes them; the difference is the
+only attention cost chunking can change.
 
 With layers split evenly over S devices, a device's time for a chunk is
 
