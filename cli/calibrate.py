@@ -6,7 +6,7 @@ import click
 
 from lite.kv_cache import KV_KINDS
 
-DEFAULT_CONTEXT = 4096 + 8192      # the largest chunk plus 8K of context for attention to show
+DEFAULT_CONTEXT = 2 * 16384        # room for the largest calibration chunk twice (plan_points)
 
 
 def _ints(spec, what):
@@ -49,7 +49,7 @@ def calibrate(model, device, layer_split, max_context, kv, quick, budget, check_
     """
     from lite.calibrate import (calibrate_engine, check_prediction, chosen_chunks,
                                 stage_layout)
-    from lite.chunking import stack_time
+    from lite.chunking import describe_schedule, stack_time
     from lite.engine import Engine
     from lite.hub import resolve_model
     split = None
@@ -76,27 +76,31 @@ def calibrate(model, device, layer_split, max_context, kv, quick, budget, check_
         click.echo(json.dumps({
             "profile": json.loads(prof.to_json()), "path": str(path) if path else None,
             "samples": samples,
-            "chosen": {name: [{"prompt": P, "chunk": c, "predicted_s": t} for P, c, t in rows]
-                       for name, rows in table.items()},
+            "chosen": {name: [{"prompt": P, "schedule": list(s), "predicted_s": t}
+                              for P, s, t in rows] for name, rows in table.items()},
             "check": [{"tokens": n, "chunk": c, "predicted_s": p, "measured_s": m}
                       for c, p, m in checks]}, indent=1))
         return
-    click.echo(f"profile {prof.device} / {prof.model_key}" + (f" -> {path}" if path else
-                                                                " (not saved)"))
+    click.echo(f"profile {prof.device} / {prof.model_key} / experts {prof.experts}"
+               f"{prof.expert_cache} / stages {prof.stages} / kv {prof.kv}"
+               + (f" -> {path}" if path else " (not saved)"))
     click.echo(f"  fixed {1e3 * prof.fixed_s:.3f} ms/chunk, per token {1e6 * prof.per_token_s:.3f}"
                f" us (flat below {prof.min_gemm_chunk}), attention {1e9 * prof.attn_s:.4f} ns/"
-               f"token/context token, per stage {1e3 * prof.stage_fixed_s:.3f} ms/chunk, hand-off "
-               f"{1e9 * prof.handoff_s:.2f} ns/token, max chunk {prof.max_chunk}")
+               f"token/context token and {1e9 * prof.attn_chunk_s:.4f} ns/pair in the chunk "
+               f"(on {100 * prof.attn_share:.0f}% of layers), experts {1e3 * prof.expert_s:.4f} "
+               f"ms/distinct expert, per stage {1e3 * prof.stage_fixed_s:.3f} ms/chunk, hand-off "
+               f"{1e9 * prof.handoff_s:.2f} ns/token, max chunk {prof.max_chunk} (memory)")
     click.echo("  chunk  context  measured ms  model ms  error")
     for c, ctx, t in (s for s in samples if s[0] != "handoff"):
         m = stack_time(c, ctx, prof)
         click.echo(f"  {c:5d}  {ctx:7d}  {1e3 * t:11.3f}  {1e3 * m:8.3f}  {100 * (m / t - 1):+5.1f}%")
-    click.echo("chunk --prefill auto picks (predicted prefill seconds):")
-    click.echo("  prompt  " + "  ".join(f"{name:>18s}" for name in table))
+    click.echo("schedule --prefill auto picks (predicted prefill seconds):")
+    click.echo("  prompt  " + "  ".join(f"{name:>28s}" for name in table))
     for i, P in enumerate(r[0] for r in next(iter(table.values()))):
-        cells = [f"{rows[i][1]:6d} {rows[i][2]:10.3f} s" for rows in table.values()]
-        click.echo(f"  {P:6d}  " + "  ".join(f"{c:>18s}" for c in cells))
+        cells = [f"{describe_schedule(rows[i][1])} {rows[i][2]:8.3f} s" for rows in table.values()]
+        click.echo(f"  {P:6d}  " + "  ".join(f"{c:>28s}" for c in cells))
     for c, p, m in checks:
-        click.echo(f"check: pp{n} chunk {c}{' (auto)' if c == checks[0][0] else ''}: predicted "
+        label = describe_schedule(c) if isinstance(c, tuple) else c
+        click.echo(f"check: pp{n} chunk {label}{' (auto)' if c == checks[0][0] else ''}: predicted "
                    f"{p:.3f} s, measured {m:.3f} s ({n / m:,.0f} tok/s, "
                    f"{100 * (p / m - 1):+.0f}%)")

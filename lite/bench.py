@@ -8,6 +8,7 @@ import time
 
 import numpy as np
 
+from lite.chunking import as_sizes, describe_schedule
 from lite.engine import Engine
 from lite.sampling import Sampler, SamplingParams
 
@@ -71,7 +72,9 @@ def _bench_rows(engine, prompt_lens, n_gen, repetitions, nonce0):
         rows.append({"model": engine.gguf.path.rsplit("/", 1)[-1], "arch": engine.cfg.arch,
                      "device": engine.device, "kv": engine.stages[0].kv.kind,
                      "chunk": engine.last_chunk, "prefill": engine.chunk, "stages": len(engine.stages),
-                     "test": f"pp{n}", "tok_s": statistics.median(pp), "runs": pp})
+                     "schedule": describe_schedule(as_sizes(n, engine.last_chunk)),
+                     "test": f"pp{n}", "tok_s": statistics.median(pp), "runs": pp,
+                     "spread": (max(pp) - min(pp)) / statistics.median(pp) if pp else 0.0})
         if n_gen:
             rows.append({**rows[-1], "test": f"tg{n_gen} @ {n}", "tok_s": statistics.median(tg),
                          "runs": tg})
@@ -79,15 +82,20 @@ def _bench_rows(engine, prompt_lens, n_gen, repetitions, nonce0):
 
 
 def _chunk_label(row):
-    """The chunk a prefill used; `auto 4096` when the cost model chose it."""
-    return f"auto {row['chunk']}" if row.get("prefill") == "auto" else str(row["chunk"])
+    """The chunk a prefill used; `auto 4096x2` (the schedule) when the cost model chose it."""
+    if row.get("prefill") == "auto":
+        return f"auto {row.get('schedule') or row['chunk']}"
+    return str(row["chunk"])
 
 
 def format_table(rows):
-    head = f"| {'model':36s} | {'device':6s} | {'kv':4s} | {'chunk':>9s} | {'stages':>6s} | {'test':>12s} | {'t/s':>10s} |"
+    w = max([9] + [len(_chunk_label(r)) for r in rows])
+    head = (f"| {'model':36s} | {'device':6s} | {'kv':4s} | {'chunk':>{w}s} | {'stages':>6s} | "
+            f"{'test':>12s} | {'t/s':>10s} |")
     sep = "|" + "|".join("-" * (len(c)) for c in head.split("|")[1:-1]) + "|"
     out = [head, sep]
     for r in rows:
-        out.append(f"| {r['model'][:36]:36s} | {r['device']:6s} | {r['kv']:4s} | {_chunk_label(r):>9s} | "
-                   f"{r['stages']:6d} | {r['test']:>12s} | {r['tok_s']:10.2f} |")
+        out.append(f"| {r['model'][:36]:36s} | {r['device']:6s} | {r['kv']:4s} | "
+                   f"{_chunk_label(r):>{w}s} | {r['stages']:6d} | {r['test']:>12s} | "
+                   f"{r['tok_s']:10.2f} |")
     return "\n".join(out)

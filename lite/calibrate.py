@@ -12,25 +12,36 @@ What is measured (DESIGN.md "Chunk size"; the model is at the top of lite/chunki
   stage_fixed_s (intercept) and handoff_s (slope). Measured even with one stage, because the
   profile is per device and model shape, not per split.
 
+The profile is keyed (lite/cost_profile.py ProfileKey, `profile_key`) by the model shape, the
+device, where the experts live and the expert cache's share, the stage layout and the KV type; the
+routing (experts, top-k) and the share of full-attention layers come from the model's config, not
+from the fit. The largest chunk comes from free memory (`memory_max_chunk`).
+
 Calibration writes the KV cache of positions `floor` and above, so a prefix cached below `floor`
-stays valid. It takes seconds: chunk sizes double, so the grid costs about twice its largest point
-per context and repeat; the largest sizes are dropped until that fits the time budget.
+stays valid. It takes seconds: chunk sizes grow fourfold, so the grid costs about 4/3 of its
+largest point per context and repeat; the largest sizes are dropped until that fits the budget.
 """
+import functools
 import logging
 from time import perf_counter
 
 import numpy as np
 
-from lite.chunking import calibrate, choose_chunk, predict_time
+from lite.chunking import choose_schedule, memory_chunk_limit, predict_time
+from lite.cost_fit import calibrate
+from lite.cost_profile import ProfileKey
 from lite.errors import LiteError
 from lite.pipeline import ChunkJob, HostHandoff, StageChain
 
 log = logging.getLogger(__name__)
 
 MIN_CALIBRATION_CONTEXT = 128   # room for chunks of 16, 32 and 64 plus some context
-QUICK_BUDGET_S = 5.0            # first use: a few seconds, once
+QUICK_BUDGET_S = 8.0            # first use: a few seconds, once per ProfileKey
 FULL_BUDGET_S = 60.0            # `lite calibrate`
 PROMPTS = (2048, 4096, 8192, 16384, 32768, 65536)
+ACTIVATION_SAFETY = 2.0         # GEMM input copies, quantized activations, allocator slack
+ATTN_SCRATCH_BYTES = 2 << 30    # the GPU's materialized attention batches its heads within this
+MEMORY_USE = 0.8                # share of what is free that one prefill chunk may take
 
 
 class CalibrationError(LiteError):
@@ -42,17 +53,20 @@ def profile_device(engine):
     profile made on one GPU model is not used on another through a shared cache directory."""
     if engine.device != "cuda":
         return str(engine.device)
-    names = set()
     try:
-        import cupy
-        for st in engine.stages:
-            props = cupy.cuda.runtime.getDeviceProperties(st.ops.device.id)
-            name = props["name"]
-            names.add(name.decode() if isinstance(name, bytes) else str(name))
+        names = {_gpu_name(st.ops.device.id) for st in engine.stages}
     except Exception as e:      # a profile name is no reason to fail: fall back to the kind
         log.info("GPU name unknown (%s): profile saved under 'cuda'", e)
         return "cuda"
     return "cuda-" + "+".join(sorted(names))
+
+
+@functools.lru_cache(maxsize=None)
+def _gpu_name(device_id):
+    """The GPU's model name (asked once per device: --prefill auto asks at every prompt)."""
+    import cupy
+    name = cupy.cuda.runtime.getDeviceProperties(device_id)["name"]
+    return name.decode() if isinstance(name, bytes) else str(name)
 
 
 def stage_layout(engine):
@@ -61,17 +75,97 @@ def stage_layout(engine):
     return n_dev, len(engine.stages) / n_dev
 
 
-def plan_points(max_context, max_chunk=4096, context=8192, floor=0):
-    """Chunk sizes (powers of two from 16) and the two contexts to time them at, all within
-    positions floor..max_context: the largest chunk is at most half the room, so the second
-    context (up to `context` tokens above floor) leaves attention room to show."""
+def attention_share(cfg):
+    """The share of layers whose attention spans the whole context: sliding-window layers attend
+    a bounded window, recurrent (hybrid) layers none."""
+    n = cfg.n_layer
+    full = sum(not cfg.is_swa_layer(i) for i in range(n)) if cfg.sliding_window else n
+    interval = int(cfg.extra.get("full_attention_interval", 0) or 0)
+    if interval > 1:            # hybrid: every interval-th layer has attention
+        full = min(full, n // interval)
+    return max(full, 1) / n
+
+
+def expert_setting(engine):
+    """(placement, cache share) of the experts: ("none", "") for a dense model, ("gpu", "") with
+    them in VRAM ("device", "" on a backend that never moves them), else ("host" | "mmap", the
+    GPU expert cache as a whole percent of the experts' bytes, summed over stages)."""
+    if not engine.cfg.is_moe:
+        return "none", ""
+    placed = [st.residency for st in engine.stages if getattr(st, "residency", None)]
+    modes = sorted({r.mode for r in placed})
+    if not placed:              # a backend that keeps every expert with the dense weights
+        return "device", ""
+    if modes == ["gpu"]:
+        return "gpu", ""
+    total = sum(t.nbytes for n, t in engine.gguf.tensors.items() if n.endswith("_exps.weight"))
+    cached = sum(r.cache_bytes for r in placed)
+    return "+".join(modes), f"{round(100 * min(cached / total, 1.0)) if total else 0}%"
+
+
+def profile_key(engine):
+    """Everything that changes the cost model's terms for this engine (cost_profile.ProfileKey)."""
+    n_dev, k = stage_layout(engine)
+    experts, cache = expert_setting(engine)
+    return ProfileKey(model_key=engine.model_key, device=profile_device(engine), experts=experts,
+                      expert_cache=cache, stages=f"{n_dev}x{k:g}", kv=engine.stages[0].kv.kind)
+
+
+def activation_bytes(cfg, device):
+    """(bytes per token, bytes per token per attended position) one prefill chunk allocates:
+    hidden states, Q/K/V, the FFN's (or the routed experts') intermediates; on the CPU also the
+    attention scores, which the GPU's flash kernel never materializes."""
+    qkv = (cfg.n_head * cfg.head_dim + cfg.n_head_kv * (cfg.head_dim + cfg.v_head_dim))
+    if cfg.is_moe:
+        ffn = cfg.n_expert_used * (cfg.n_embd + 3 * cfg.n_ff_expert) + 3 * cfg.n_ff_shexp
+    else:
+        ffn = 3 * cfg.n_ff
+    per_token = ACTIVATION_SAFETY * 4 * (6 * cfg.n_embd + 2 * qkv + ffn)
+    per_ctx = 12.0 * cfg.n_head if device != "cuda" else 0.0   # scores f32, mask, probabilities
+    return per_token, per_ctx
+
+
+def free_bytes(engine):
+    """The smallest free memory over the devices the stages run on (VRAM, or the host's RAM),
+    divided among the stages that share a device."""
+    n_dev, k = stage_layout(engine)
+    if engine.device != "cuda":
+        import os
+        try:
+            free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError, AttributeError):
+            free = 8 << 30
+        return free / len(engine.stages)
+    import cupy
+    frees = []
+    for st in engine.stages:
+        with st.ops.activate():
+            free = cupy.cuda.runtime.memGetInfo()[0] + cupy.get_default_memory_pool().free_bytes()
+        frees.append(free - ATTN_SCRATCH_BYTES)
+    return min(frees) / k
+
+
+def memory_max_chunk(engine):
+    """The largest prefill chunk the free memory holds (chunking.memory_chunk_limit), at most
+    the context."""
+    per_token, per_ctx = activation_bytes(engine.cfg, engine.device)
+    cap = memory_chunk_limit(MEMORY_USE * free_bytes(engine), per_token, per_ctx,
+                             engine.max_context)
+    return max(1, min(cap, engine.max_context))
+
+
+def plan_points(max_context, max_chunk=16384, context=8192, floor=0):
+    """Chunk sizes (powers of four from 16, and the largest) and the two contexts to time them at,
+    all within positions floor..max_context: the largest chunk is at most half the room, so the
+    second context (up to `context` tokens above floor) leaves attention room to show. Large
+    chunks matter: with experts copied from the host, compute outgrows the copies only there."""
     room = int(max_context) - int(floor)
     if room < MIN_CALIBRATION_CONTEXT:
         raise CalibrationError(
             f"calibration needs at least {MIN_CALIBRATION_CONTEXT} free positions in the context, "
             f"got {room} (raise -c/--max-context)")
     top = 1 << (min(int(max_chunk), room // 2).bit_length() - 1)
-    chunks = [1 << i for i in range(4, top.bit_length())]
+    chunks = sorted({16 << 2 * i for i in range(8) if 16 << 2 * i <= top} | {top})
     hi = floor + min(int(context), room - top)
     return chunks, ([floor, hi] if hi > floor else [floor])
 
@@ -151,10 +245,10 @@ def chain_hop_seconds(n_jobs=32, repeats=3):
 
 
 def calibrate_engine(engine, quick=False, budget_s=None, repeats=None, context=8192,
-                     max_chunk=4096, floor=0, samples=None):
+                     max_chunk=16384, floor=0, samples=None):
     """Measure and fit a CostProfile for the engine's device and model shape (not saved).
 
-    quick: the first-use calibration (repeats 2, a ~5 s budget); else `lite calibrate`'s (repeats
+    quick: the first-use calibration (repeats 2, a ~8 s budget); else `lite calibrate`'s (repeats
     3, ~60 s). `samples` (a list) receives the kept timings, as chunking.calibrate writes them."""
     repeats = int(repeats or (2 if quick else 3))
     budget_s = float(budget_s or (QUICK_BUDGET_S if quick else FULL_BUDGET_S))
@@ -163,21 +257,28 @@ def calibrate_engine(engine, quick=False, budget_s=None, repeats=None, context=8
     keep_all_logits, last.all_logits = last.all_logits, False   # logits of one row, as prefill
     try:
         measure_stack(engine, chunks[0], contexts[0])       # compiles kernels: off the budget
-        # Probe upwards at the larger context; stop where the whole grid would pass the budget.
-        spent, kept = 0.0, []
+        # Probe upwards at the larger context; stop before the chunk with which the whole grid
+        # would pass the budget (its time guessed from the last one's, as sqrt of the growth:
+        # between copy-bound, flat, and compute-bound, linear).
+        spent, kept, t = 0.0, [], 0.0
         for c in chunks:
-            spent += measure_stack(engine, c, contexts[-1])
-            kept.append(c)
-            if len(kept) >= 3 and spent * 2 * repeats * len(contexts) > budget_s:
+            guess = t * (c / kept[-1]) ** 0.5 if kept else 0.0
+            if len(kept) >= 3 and (spent + guess) * repeats * len(contexts) > budget_s:
                 break
+            t = measure_stack(engine, c, contexts[-1])
+            spent += t
+            kept.append(c)
         if kept != chunks:
             log.info("calibration: chunks up to %d fit the %.0f s budget", kept[-1], budget_s)
         probe = HandoffProbe(engine, kept[-1])
         hop = chain_hop_seconds()
+        cfg = engine.cfg
         prof = calibrate(lambda c, ctx: measure_stack(engine, c, ctx), kept, contexts,
                          handoff_fn=lambda n: probe(n) + hop, repeats=repeats,
-                         device=profile_device(engine), model_key=engine.model_key,
-                         max_chunk=max(int(max_chunk), kept[-1]), samples=samples)
+                         key=profile_key(engine), max_chunk=memory_max_chunk(engine),
+                         samples=samples, attn_share=attention_share(cfg),
+                         n_expert=cfg.n_expert, expert_top_k=cfg.n_expert_used,
+                         fit_overlap=expert_setting(engine)[0] not in ("none", "gpu"))
     finally:
         last.all_logits = keep_all_logits
         # positions from `floor` on now hold calibration keys and values, not the cached prompt
@@ -186,29 +287,31 @@ def calibrate_engine(engine, quick=False, budget_s=None, repeats=None, context=8
 
 
 def chosen_chunks(profile, n_devices=1, stages_per_device=1, prompts=PROMPTS):
-    """[(prompt tokens, chosen chunk, predicted seconds)] for a table of prompt lengths."""
+    """[(prompt tokens, chosen schedule, predicted seconds)] for a table of prompt lengths."""
     out = []
     for P in prompts:
-        c = choose_chunk(P, n_devices, profile, stages_per_device=stages_per_device)
-        out.append((P, c, predict_time(P, c, n_devices, profile,
-                                       stages_per_device=stages_per_device)))
+        sizes = choose_schedule(P, n_devices, profile, stages_per_device=stages_per_device)
+        out.append((P, sizes, predict_time(P, sizes, n_devices, profile,
+                                           stages_per_device=stages_per_device)))
     return out
 
 
 def check_prediction(engine, profile, n_tokens, chunks=()):
-    """Prefill n_tokens through the engine's StageChain with the chunk choose_chunk picks (and
-    each of `chunks`); returns [(chunk, predicted s, measured s)]. Clears the prefix cache."""
+    """Prefill n_tokens through the engine's StageChain with the schedule choose_schedule picks
+    (and each chunk of `chunks`); returns [(chunk or schedule, predicted s, measured s)]. Clears
+    the prefix cache."""
     n_dev, k = stage_layout(engine)
     if n_tokens > engine.max_context:
         raise CalibrationError(f"a check of {n_tokens} tokens needs -c/--max-context >= "
                                f"{n_tokens}, got {engine.max_context}")
-    auto = choose_chunk(n_tokens, n_dev, profile, stages_per_device=k)
+    sizes = choose_schedule(n_tokens, n_dev, profile, stages_per_device=k)
+    auto = sizes[0] if len(set(sizes[:-1])) <= 1 and sizes[-1] <= sizes[0] else sizes
     last = engine.stages[-1]
     keep_all_logits, last.all_logits = last.all_logits, False
     rows = []
     try:
         for c in [auto] + sorted({min(int(c), n_tokens) for c in chunks} - {auto}):
-            ids = _ids(engine, n_tokens, seed=n_tokens + c)
+            ids = _ids(engine, n_tokens, seed=n_tokens + len(rows))
             for st in engine.stages:
                 st.ops.synchronize()
             t0 = perf_counter()

@@ -11,7 +11,7 @@ import numpy as np
 
 from lite.backend_config import BackendConfig
 from lite.backends import resolve_backend
-from lite.chunking import CostProfile, choose_chunk
+from lite.chunking import CostProfile, choose_schedule
 from lite.config import ModelConfig
 from lite.devices import assign_devices, parse_devices, resolve_handoff
 from lite.errors import ContextOverflowError, DeviceError, LiteError, NonFiniteLogitsError
@@ -113,40 +113,55 @@ class Engine:
 
     @property
     def model_key(self):
+        """The model shape and its tensor types: what the cost profile's constants depend on."""
         c = self.cfg
-        return f"{c.arch}-L{c.n_layer}-d{c.n_embd}-ff{c.n_ff or c.n_ff_expert}-{len(self.gguf.tensors)}t"
+        types = "+".join(sorted({t.qtype.name for t in self.gguf.tensors.values()}))
+        moe = f"-e{c.n_expert}x{c.n_expert_used}" if c.is_moe else ""
+        return (f"{c.arch}-L{c.n_layer}-d{c.n_embd}-ff{c.n_ff or c.n_ff_expert}{moe}"
+                f"-{len(self.gguf.tensors)}t-{types}")
 
     def chunk_for(self, n_tokens, start=0):
-        """The prefill chunk: fixed, or chosen by the cost model from the prompt and stage count."""
+        """The prefill chunk: fixed, or chosen by the cost model from the prompt, the stage layout
+        and the profile: a size, or a schedule of sizes (a tuple) when uneven chunks win."""
         if self.chunk != "auto":
             return int(self.chunk)
-        if self.profile is None:
+        from lite.calibrate import profile_key
+        key = profile_key(self)
+        if self.profile is None or self.profile.key != key:   # placement, cache, split changed
             self.profile = self.cost_profile(start)
         # Stages overlap only across devices: virtual stages on one device run one after another,
         # so the pipeline term counts devices, and each device pays its stages' per-stage costs.
         n_dev = len({st.ops.device_key for st in self.stages})
-        return choose_chunk(n_tokens, n_dev, self.profile, start=start,
-                            stages_per_device=len(self.stages) / n_dev)
+        sizes = choose_schedule(n_tokens, n_dev, self.profile, start=start,
+                                max_chunk=self.profile.max_chunk,
+                                stages_per_device=len(self.stages) / n_dev)
+        even = len(set(sizes[:-1])) <= 1 and sizes[-1] <= sizes[0]
+        return sizes[0] if even else sizes
 
     def cost_profile(self, start=0):
-        """The cost profile of this device and model shape: the saved one, else one made now by a
-        short calibration (seconds, once; saved for later runs). Calibrating writes KV positions
-        from `start` on, so a prefix cached below `start` stays valid."""
-        from lite.calibrate import CalibrationError, calibrate_engine, profile_device
-        device = profile_device(self)
-        prof = CostProfile.load(device, self.model_key)
+        """The cost profile of this engine's ProfileKey (model shape, device, expert placement and
+        cache, stage layout, KV type): the saved one, else one made now by a short calibration
+        (seconds, once; saved for later runs). Its max_chunk is what free memory holds now.
+        Calibrating writes KV positions from `start` on, so a prefix cached below `start` stays
+        valid."""
+        from lite.calibrate import (CalibrationError, calibrate_engine, memory_max_chunk,
+                                    profile_key)
+        key = profile_key(self)
+        prof = CostProfile.load(key)
         if prof is None:
-            log.warning("no cost profile for %s on %s: calibrating for a few seconds, once "
-                        "(`lite calibrate` measures more)", self.model_key, device)
+            log.warning("no cost profile for %s: calibrating for a few seconds, once "
+                        "(`lite calibrate` measures more)", key)
             try:
                 prof = calibrate_engine(self, quick=True, floor=start)
             except CalibrationError as e:      # a context too small to time: rough defaults
                 log.warning("%s; --prefill auto uses the default cost profile", e)
-                return CostProfile()
-            try:
-                prof.save()
-            except OSError as e:
-                log.warning("cost profile not saved (%s): the next run calibrates again", e)
+                prof = CostProfile().with_key(key)
+            else:
+                try:
+                    prof.save()
+                except OSError as e:
+                    log.warning("cost profile not saved (%s): the next run calibrates again", e)
+        prof.max_chunk = memory_max_chunk(self)
         return prof
 
     # --- the forward -------------------------------------------------------------------------

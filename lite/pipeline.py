@@ -129,14 +129,14 @@ def device_timer(runner):
 
 
 def make_jobs(ids, chunk, request_id=0, start=0):
-    """Split token ids into ChunkJobs of `chunk` tokens (the last may be shorter), positions from
-    `start` (the length of a reused prefix)."""
-    if chunk < 1:
+    """ChunkJobs of `chunk` tokens (the last may be shorter) or of a tuple's sizes, from `start`."""
+    if min(sizes := chunk if isinstance(chunk, tuple) else (chunk,)) < 1:
         raise LiteError(f"chunk size must be at least 1, got {chunk}")
     n = len(ids)
-    if n == 0:
-        raise LiteError("empty prompt: nothing to prefill")
-    bounds = list(range(0, n, chunk)) + [n]
+    if n == 0 or (sizes is chunk and sum(sizes) != n):
+        raise LiteError(f"empty prompt, or a schedule not of its {n} tokens: nothing to prefill")
+    bounds = ([sum(sizes[:i]) for i in range(len(sizes) + 1)] if sizes is chunk
+              else [*range(0, n, chunk), n])
     return [ChunkJob(request_id, i, start + a, start + b, ids[a:b], last=(b == n))
             for i, (a, b) in enumerate(zip(bounds[:-1], bounds[1:]))]
 

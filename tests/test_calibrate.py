@@ -1,6 +1,7 @@
 """Calibration on the CPU backend with a tiny synthetic llama: the profile it fits, its round trip
 through save/load into Engine.chunk_for, first-use calibration, the prefix it must not touch,
 the time budget, and `lite calibrate`."""
+import dataclasses
 import json
 import logging
 
@@ -9,10 +10,11 @@ import pytest
 from click.testing import CliRunner
 
 import lite.calibrate as cal
-from lite.calibrate import (CalibrationError, HandoffProbe, calibrate_engine, chain_hop_seconds,
-                            check_prediction, chosen_chunks, measure_stack, plan_points,
-                            profile_device, stage_layout)
-from lite.chunking import CostProfile, choose_chunk, stack_time
+from lite.calibrate import (CalibrationError, HandoffProbe, attention_share, calibrate_engine,
+                            chain_hop_seconds, check_prediction, chosen_chunks, expert_setting,
+                            measure_stack, memory_max_chunk, plan_points, profile_device,
+                            profile_key, stage_layout)
+from lite.chunking import CostProfile, choose_chunk, choose_schedule, stack_time
 from lite.cli.calibrate import calibrate as calibrate_cmd
 from lite.engine import Engine
 from lite.synth import synth
@@ -38,12 +40,13 @@ def engine(tiny, **kw):
 
 
 def test_plan_points():
-    assert plan_points(12288) == ([16, 32, 64, 128, 256, 512, 1024, 2048, 4096], [0, 8192])
+    assert plan_points(32768) == ([16, 64, 256, 1024, 4096, 16384], [0, 8192])
+    assert plan_points(12288) == ([16, 64, 256, 1024, 4096], [0, 8192])
     chunks, ctxs = plan_points(4096)
-    assert chunks[-1] == 2048 and ctxs == [0, 2048]
+    assert chunks == [16, 64, 256, 1024, 2048] and ctxs == [0, 2048]
     chunks, ctxs = plan_points(1000, floor=300)          # room 700: chunks to 256, context 444
-    assert chunks == [16, 32, 64, 128, 256] and ctxs == [300, 300 + 700 - 256]
-    assert plan_points(100000, max_chunk=1024, context=4096)[1] == [0, 4096]
+    assert chunks == [16, 64, 256] and ctxs == [300, 300 + 700 - 256]
+    assert plan_points(100000, max_chunk=1024, context=4096) == ([16, 64, 256, 1024], [0, 4096])
     with pytest.raises(CalibrationError, match="max-context"):
         plan_points(200, floor=100)
 
@@ -62,7 +65,9 @@ def test_calibrate_on_cpu_round_trips_into_chunk_for(tiny, cache_dir, monkeypatc
     assert all(np.isfinite(v) for v in (prof.per_token_s, prof.stage_fixed_s))
     path = prof.save()
     assert path.parent == cache_dir
-    assert CostProfile.load("cpu", e.model_key) == prof
+    key = profile_key(e)
+    assert (key.device, key.experts, key.stages, key.kv) == ("cpu", "none", "1x2", "f16")
+    assert CostProfile.load(key) == prof
 
     # --prefill auto loads it, and never calibrates again
     monkeypatch.setattr(cal, "calibrate_engine", lambda *a, **k: pytest.fail("recalibrated"))
@@ -71,7 +76,8 @@ def test_calibrate_on_cpu_round_trips_into_chunk_for(tiny, cache_dir, monkeypatc
     assert (n_dev, k) == (1, 2.0)                         # two virtual stages on the CPU
     for n in (100, 300, 500):
         assert e2.chunk_for(n) == choose_chunk(n, 1, prof, stages_per_device=2)
-    assert e2.profile == prof
+    assert e2.profile == dataclasses.replace(prof, max_chunk=e2.profile.max_chunk)
+    assert e2.profile.max_chunk == memory_max_chunk(e2) <= e2.max_context
     logits = e2.prefill(list(range(1, 200)))
     assert logits.shape == (e2.cfg.n_vocab,) and np.isfinite(logits).all()
 
@@ -132,14 +138,14 @@ def test_fit_from_a_fake_measure_recovers_the_model_and_keeps_the_budget(tiny, m
     e = engine(tiny, max_context=4096)
     prof = calibrate_engine(e, repeats=2, budget_s=100)
     assert prof.min_gemm_chunk == 64
-    for f in ("fixed_s", "per_token_s", "attn_s"):
+    for f in ("fixed_s", "per_token_s", "attn_s", "attn_chunk_s"):
         assert getattr(prof, f) == pytest.approx(getattr(truth, f), rel=1e-6)
-    assert {c for c, _ in calls} == {16, 32, 64, 128, 256, 512, 1024, 2048}
+    assert {c for c, _ in calls} == {16, 64, 256, 1024, 2048}
     # a budget the grid cannot meet keeps the three smallest chunk sizes
     calls.clear()
     prof = calibrate_engine(e, repeats=2, budget_s=1e-6)
-    assert {c for c, _ in calls} == {16, 32, 64}
-    assert prof.max_chunk == 4096          # the profile still serves large chunks (extrapolated)
+    assert {c for c, _ in calls} == {16, 64, 256}
+    assert prof.max_chunk == 4096          # the context, not the grid: large chunks extrapolate
 
 
 def test_measure_stack_and_handoff_on_the_cpu(tiny):
@@ -165,7 +171,7 @@ def test_check_prediction_and_chosen_chunks(tiny):
         check_prediction(e, prof, 5000)
     table = chosen_chunks(prof, 2, 1, prompts=(2048, 65536))
     assert [P for P, _, _ in table] == [2048, 65536]
-    assert all(c == choose_chunk(P, 2, prof) and t > 0 for P, c, t in table)
+    assert all(s == choose_schedule(P, 2, prof) and sum(s) == P and t > 0 for P, s, t in table)
 
 
 def test_cli_calibrate(tiny, cache_dir):
@@ -187,5 +193,51 @@ def test_first_use_with_no_room_to_calibrate_uses_the_defaults(tiny, cache_dir, 
     e = engine(tiny, max_context=100, prefill_chunk="auto")
     with caplog.at_level(logging.WARNING, logger="lite.engine"):
         assert e.chunk_for(90) == choose_chunk(90, 1, CostProfile())
-    assert e.profile == CostProfile() and not cache_dir.exists()
+    assert e.profile == CostProfile(max_chunk=e.profile.max_chunk).with_key(profile_key(e))
+    assert not cache_dir.exists()
     assert "default cost profile" in caplog.text
+
+
+def test_profile_key_follows_what_changes_the_terms(tiny):
+    one, two = engine(tiny), engine(tiny, layer_split=2, kv="int8")
+    k1, k2 = profile_key(one), profile_key(two)
+    assert k1.model_key == one.model_key and "Q4_K" in one.model_key
+    assert (k1.stages, k1.kv, k2.stages, k2.kv) == ("1x1", "f16", "1x2", "int8")
+    assert k1.file_name() != k2.file_name()
+    assert expert_setting(one) == ("none", "") and attention_share(one.cfg) == 1.0
+    sliding = dataclasses.replace(one.cfg, n_layer=12, sliding_window=512, swa_pattern=6)
+    assert attention_share(sliding) == pytest.approx(2 / 12)
+    hybrid = dataclasses.replace(one.cfg, n_layer=48, extra={"full_attention_interval": 4})
+    assert attention_share(hybrid) == pytest.approx(12 / 48)
+
+
+def test_a_new_key_recalibrates(tiny, cache_dir, monkeypatch):
+    """A profile saved for one stage layout is not used for another."""
+    e = engine(tiny, prefill_chunk="auto")
+    saved = CostProfile(fixed_s=0.5).with_key(profile_key(e))
+    saved.save()
+    monkeypatch.setattr(cal, "calibrate_engine", lambda *a, **k: pytest.fail("recalibrated"))
+    assert e.chunk_for(300) == choose_chunk(300, 1, e.profile) and e.profile.fixed_s == 0.5
+    e2 = engine(tiny, layer_split=2, prefill_chunk="auto")
+    made = []
+    monkeypatch.setattr(cal, "calibrate_engine",
+                        lambda eng, **k: made.append(1) or CostProfile().with_key(profile_key(eng)))
+    e2.chunk_for(300)
+    assert made == [1] and e2.profile.stages == "1x2"
+
+
+def test_a_schedule_through_the_chain_and_bench_prints_it(tiny, cache_dir):
+    """An uneven schedule gives the logits of even chunks; `lite bench` rows name the schedule
+    auto chose (a saved profile: no calibration here)."""
+    from lite.bench import bench_model, format_table
+    e, ref = engine(tiny), engine(tiny)
+    ids = list(range(7, 206))
+    got = e.chain.prefill(np.asarray(ids, np.int32), (100, 60, 39))
+    want = ref.chain.prefill(np.asarray(ids, np.int32), 64)
+    np.testing.assert_allclose(got[-1][-1], want[-1][-1], rtol=1e-4, atol=1e-4)
+    CostProfile(fixed_s=0.05).with_key(profile_key(engine(tiny, max_context=300))).save()
+    rows = bench_model(tiny, [200], 0, repetitions=1, device="cpu", max_context=300,
+                       prefill_chunk=["auto", 64])
+    auto, fixed = (r for r in rows if r["test"] == "pp200")
+    assert auto["prefill"] == "auto" and auto["schedule"] == "200" and fixed["schedule"] == "64x3+8"
+    assert "auto 200" in format_table(rows) and auto["spread"] >= 0

@@ -17,7 +17,8 @@ ROOT = Path(__file__).resolve().parent.parent
 # do not exist yet checks nothing.
 LEAVES = ("lite.errors", "lite._compat")          # what kernels/ may import from lite's own modules
 PURE = LEAVES + ("lite.gguf_file", "lite.config", "lite.tokenizer", "lite.pretokenizer", "lite.chat_template",
-                 "lite.sampling", "lite.chunking", "lite.timeline", "lite.hub", "lite.progress")
+                 "lite.sampling", "lite.chunking", "lite.cost_profile", "lite.cost_fit",
+                 "lite.cost_tables", "lite.timeline", "lite.hub", "lite.progress")
 LAYERS = [
     ("kernels/ imports only kernels and the leaves (lite.errors, lite._compat)",
      ("lite.kernels",), {"only": ("lite.kernels",) + LEAVES}),
