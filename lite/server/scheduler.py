@@ -71,7 +71,8 @@ class Scheduler:
         if not prompt_ids:
             raise LiteError("empty prompt: nothing to run")
         with self.cv:
-            if len(self.waiting) >= self.max_queue:
+            # waiting requests that free slots will take at the next step do not count as queued
+            if len(self.waiting) - (self.n_slots - len(self.running)) >= self.max_queue:
                 self.counters["requests_rejected"] += 1
                 raise QueueFull(f"the server is busy: {len(self.running)} requests running and "
                                 f"{len(self.waiting)} waiting; try again later")
