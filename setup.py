@@ -11,7 +11,7 @@ setup(
     python_requires=">=3.10",
     # kernels/, models/ and cli/ sit at the top of the repository but install under lite.*,
     # so nothing named `kernels` or `models` lands at the top of site-packages.
-    packages=["lite", "lite.backends", "lite.kernels", "lite.models", "lite.cli"],
+    packages=["lite", "lite.backends", "lite.server", "lite.kernels", "lite.models", "lite.cli"],
     package_dir={
         "lite": "lite",
         "lite.kernels": "kernels",
@@ -32,8 +32,8 @@ setup(
         "cuda": CUDA12,
         "cuda12": CUDA12,
         "cuda13": ["cupy-cuda13x>=13", *NUMBA],
-        "test": ["pytest>=7", *NUMBA],
-        "server": [],
+        "test": ["pytest>=7", "openai>=1.0", "starlette>=0.40", "uvicorn>=0.30", *NUMBA],
+        "server": ["starlette>=0.40", "uvicorn>=0.30"],
     },
     # the kernels' CUDA C (kernels/cuda_source.py reads them at run time)
     package_data={"lite.kernels": ["cuda/*.cu", "cuda/*.cuh"]},

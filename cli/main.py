@@ -104,12 +104,14 @@ def bench(target, n_prompt, n_gen, repetitions, as_json, timeline, show_counters
 
 
 from lite.cli.calibrate import calibrate  # noqa: E402
+from lite.cli.serve import serve_command  # noqa: E402
 from lite.cli.synth import synth  # noqa: E402
 
 cli.add_command(run)
 cli.add_command(chat)
 cli.add_command(synth)
 cli.add_command(calibrate)
+cli.add_command(serve_command(model_options, engine_kwargs))
 
 
 def main(argv=None):

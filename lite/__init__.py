@@ -9,7 +9,10 @@ def __getattr__(name):
     if name == "LLM":
         from lite.api import LLM
         return LLM
+    if name == "serve":
+        from lite.server.launch import serve
+        return serve
     raise AttributeError(name)
 
 
-__all__ = ["LLM", "LiteError", "GGUFError", "ConfigError", "ContextOverflowError"]
+__all__ = ["LLM", "serve", "LiteError", "GGUFError", "ConfigError", "ContextOverflowError"]

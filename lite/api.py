@@ -126,6 +126,11 @@ class LLM:
         pieces = self.stream(self.chat_prompt(messages), max_tokens, stop, **sampling)
         return pieces if stream else "".join(pieces)
 
+    def serve(self, host="127.0.0.1", port=8080, n_slots=4, api_key=None, alias=None, **kw):
+        """Serve this model over the OpenAI API until interrupted (what `lite serve` runs)."""
+        from lite.server.launch import serve
+        serve(engine=self.engine, host=host, port=port, n_slots=n_slots, api_key=api_key,
+              alias=alias, **kw)
 
 def set_cpu_threads(n):
     """Limit the threads of NumPy's BLAS (the CPU backend's matrix products) for this process."""

@@ -52,7 +52,7 @@ class Engine:
     def __init__(self, model_path, device="auto", max_context=None, kv="f16",
                  prefill_chunk=None, layer_split=None, pipeline="chain", handoff_depth=1,
                  devices=None, handoff="host", handoff_stream=False, device_times=False,
-                 experts="auto", expert_cache="auto", config=None):
+                 experts="auto", expert_cache="auto", config=None, contiguous_kv=True):
         self.config = config if config is not None else BackendConfig()
         self.gguf = GGUFFile(model_path)
         self.cfg = ModelConfig.from_gguf(self.gguf.metadata, self.gguf.path)
@@ -91,7 +91,8 @@ class Engine:
             raise LiteError(str(e)) from None
         self.stages = [Stage(self.gguf, self.cfg, spec, backend_cls, self.max_context, kv, dev,
                              experts=experts, expert_cache=expert_cache, handoff=self.handoff,
-                             handoff_stream=handoff_stream, config=self.config)
+                             handoff_stream=handoff_stream, config=self.config,
+                             contiguous_kv=contiguous_kv)
                        for spec, dev in zip(specs, stage_devs)]
         # Device time per stage-chunk (CUDA events) only when a timeline is asked for.
         self.chain = StageChain(self.stages, mode=pipeline, handoff_depth=handoff_depth,
@@ -99,6 +100,7 @@ class Engine:
         self.profile = None
         self.cached_ids = []   # token ids whose KV is in the cache, position 0 on
         self.n_requests = 0
+        self.kv_kind = kv
 
     def expert_stats(self):
         """The expert caches' counters summed over stages (experts off the GPU), else None."""

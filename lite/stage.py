@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lite.batch_ops import BatchOps
 from lite.errors import DeviceError, LiteError
 from lite.kv_cache import KVCache, kv_bytes_per_token
 from lite.models import family
@@ -57,7 +58,7 @@ class Stage:
 
     def __init__(self, gguf, cfg, spec, backend_cls, max_context, kv_kind, device_id=None,
                  experts="auto", expert_cache="auto", handoff="host", handoff_stream=False,
-                 config=None):
+                 config=None, contiguous_kv=True):
         self.cfg, self.spec = cfg, spec
         fam = family(cfg.arch)
         self.fwd = fam.forward_layer
@@ -88,8 +89,10 @@ class Stage:
             # on the stage's own GPU: allocated under another device's context, the cache of a
             # stage on GPU 1 sat on GPU 0 and every attention read it over the link (measured on
             # two H200s: pp32768 5,900 tok/s on two GPUs against 14,900 on one)
+            # (the server keeps its KV in a paged pool instead, lite/paged_kv.py)
             with self.ops.activate():
-                self.kv = KVCache(cfg, spec.layers, max_context, kv_kind, self.ops.xp)
+                self.kv = (KVCache(cfg, spec.layers, max_context, kv_kind, self.ops.xp)
+                           if contiguous_kv else None)
         except MemoryError:
             n_attn = sum(not cfg.is_recurrent_layer(il) for il in spec.layers)
             gib = kv_bytes_per_token(cfg, n_attn, kv_kind) * max_context / 2**30
@@ -168,6 +171,25 @@ class Stage:
         Returns hidden states, or on the last stage the logits (T or 1, n_vocab) as float32."""
         with self.ops.activate():
             return self._forward(x, pos0, all_logits)
+
+    def forward_batch(self, x, starts, counts, kvs):
+        """Rows of several sequences stacked: token ids (sum(counts),) on the first stage, else
+        hidden states; sequence i's counts[i] rows sit at positions starts[i].. of its KV view
+        kvs[i] (lite/batch_ops.py). Returns hidden states, or on the last stage the logits
+        (len(counts), n_vocab) of each sequence's last row."""
+        ops, cfg = BatchOps(self.ops, starts, counts, kvs), self.cfg
+        with self.ops.activate():
+            if self.spec.first:
+                x = ops.embed(x)
+                if cfg.embed_scale != 1.0:
+                    x = ops.scale(x, cfg.embed_scale)
+            for il in self.spec.layers:
+                x = self.fwd(ops, cfg, il, x, None, 0)
+            if not self.spec.last:
+                return ops.done(x) if hasattr(ops, "done") else x
+            x = x[np.cumsum(counts) - 1]
+            x = ops.rms_norm(x, "output_norm.weight", cfg.rms_eps)
+            return ops.to_host(ops.output(x))
 
     def _forward(self, x, pos0, all_logits):
         ops, cfg = self.ops, self.cfg

@@ -1,0 +1,150 @@
+"""The paged KV cache of the server: fixed-size blocks of positions from one pool per stage.
+
+BlockManager hands out block ids (the same ids on every stage, since each stage keeps the KV of
+its own layers for the same positions), counts references, and keeps a prefix cache: a full block
+is keyed by a hash of its tokens chained with the hash of the blocks before it, so a block holds
+the KV of exactly that prefix; a block nobody references keeps its KV and its key until it is
+taken for new tokens, least recently released first.
+
+BlockPool is one stage's storage; PagedKV is one sequence's view of one pool with the interface
+the backends' attention uses for the contiguous KVCache (write, read, check_fits).
+"""
+from collections import OrderedDict, deque
+
+import numpy as np
+
+from lite.errors import ContextOverflowError
+from lite.kv_cache import KV_KINDS
+
+DEFAULT_BLOCK_SIZE = 16
+
+
+def block_hashes(ids, block_size, parent=None):
+    """The chained keys of the full blocks of ids: key i covers ids[:(i + 1) * block_size]."""
+    out = []
+    for b in range(len(ids) // block_size):
+        parent = hash((parent, tuple(ids[b * block_size:(b + 1) * block_size])))
+        out.append(parent)
+    return out
+
+
+class BlockManager:
+    def __init__(self, n_blocks, block_size=DEFAULT_BLOCK_SIZE):
+        self.n_blocks, self.block_size = int(n_blocks), int(block_size)
+        self.refs = [0] * self.n_blocks
+        self.unkeyed = deque(range(self.n_blocks))   # free, holding no reusable KV
+        self.idle = OrderedDict()                    # free but keyed: block -> key, oldest first
+        self.by_key, self.key_of = {}, {}
+
+    @property
+    def n_free(self):
+        """Blocks no sequence references (prefix-cached ones count: they are taken on demand)."""
+        return len(self.unkeyed) + len(self.idle)
+
+    @property
+    def n_cached(self):
+        return len(self.by_key)
+
+    def match(self, keys):
+        """Take a reference on the blocks of the longest cached run of keys; returns the blocks."""
+        got = []
+        for k in keys:
+            b = self.by_key.get(k)
+            if b is None:
+                break
+            self._take(b)
+            got.append(b)
+        return got
+
+    def allocate(self):
+        if self.unkeyed:
+            b = self.unkeyed.popleft()
+        elif self.idle:
+            b, key = self.idle.popitem(last=False)        # the least recently released
+            del self.by_key[key], self.key_of[b]
+        else:
+            raise ContextOverflowError("the KV pool is full")   # the scheduler sizes it so it is not
+        self.refs[b] = 1
+        return b
+
+    def register(self, block, key):
+        """Key a block that now holds the KV of the prefix `key` names (once: a prefix computed by
+        two sequences at once stays in the block that was keyed first)."""
+        if key not in self.by_key and block not in self.key_of:
+            self.by_key[key], self.key_of[block] = block, key
+
+    def release(self, blocks):
+        for b in blocks:
+            self.refs[b] -= 1
+            if self.refs[b] == 0:
+                if b in self.key_of:
+                    self.idle[b] = self.key_of[b]
+                else:
+                    self.unkeyed.append(b)
+
+    def _take(self, b):
+        if self.refs[b] == 0:
+            self.idle.pop(b, None)
+        self.refs[b] += 1
+
+
+def _quantize(x):                             # x (T, H, D) f32 -> int8 (T, H, D), scales (T, H)
+    amax = np.abs(x).max(axis=-1)
+    scale = (amax / 127.0).astype(np.float32)
+    safe = np.where(scale > 0, scale, np.float32(1.0))
+    return np.clip(np.rint(x / safe[..., None]), -127, 127).astype(np.int8), scale
+
+
+class BlockPool:
+    """One stage's KV storage for n_blocks blocks of block_size positions (host memory)."""
+
+    def __init__(self, cfg, layers, n_blocks, block_size=DEFAULT_BLOCK_SIZE, kind="f16"):
+        if kind not in KV_KINDS:
+            raise ValueError(f"kv cache type must be one of {', '.join(KV_KINDS)}, got {kind!r}")
+        self.kind, self.block_size = kind, int(block_size)
+        dtype = {"f32": np.float32, "f16": np.float16, "int8": np.int8}[kind]
+        shape = (n_blocks, cfg.n_head_kv, self.block_size)
+        self.k = {il: np.zeros(shape + (cfg.head_dim,), dtype) for il in layers}     # (N, Hkv, B, D)
+        self.v = {il: np.zeros(shape + (cfg.v_head_dim,), dtype) for il in layers}   # (N, Hkv, B, Dv)
+        if kind == "int8":
+            self.ks = {il: np.zeros(shape, np.float32) for il in layers}              # (N, Hkv, B)
+            self.vs = {il: np.zeros(shape, np.float32) for il in layers}
+
+
+class PagedKV:
+    """One sequence's KV on one stage: positions p live in block table[p // B] at p % B."""
+
+    def __init__(self, pool, table, max_context):
+        self.pool, self.table, self.max_context = pool, table, int(max_context)
+
+    def check_fits(self, n_tokens):
+        if n_tokens > self.max_context:
+            raise ContextOverflowError(f"{n_tokens} tokens do not fit the context of {self.max_context}")
+
+    def write(self, il, k, v, pos0):
+        """k (T, Hkv, D), v (T, Hkv, Dv) float32 at positions pos0..pos0+T-1 (blocks allocated)."""
+        pool, B = self.pool, self.pool.block_size
+        pos = np.arange(pos0, pos0 + k.shape[0])
+        blk, off = np.asarray(self.table, np.int64)[pos // B], pos % B
+        if pool.kind == "int8":
+            (qk, sk), (qv, sv) = _quantize(k), _quantize(v)
+            pool.k[il][blk, :, off], pool.ks[il][blk, :, off] = qk, sk
+            pool.v[il][blk, :, off], pool.vs[il][blk, :, off] = qv, sv
+        else:
+            pool.k[il][blk, :, off] = k
+            pool.v[il][blk, :, off] = v
+
+    def _gather(self, arrays, il, n):           # the first n positions, blocks laid end to end
+        blocks = self.table[:-(-n // self.pool.block_size)]
+        a = arrays[il][blocks]                  # (nb, Hkv, B, ...)
+        a = np.swapaxes(a, 0, 1)
+        return a.reshape((a.shape[0], -1) + a.shape[3:])[:, :n]
+
+    def read(self, il, n):
+        """The first n positions as float32: (Hkv, n, D), (Hkv, n, Dv)."""
+        pool = self.pool
+        k, v = self._gather(pool.k, il, n), self._gather(pool.v, il, n)
+        if pool.kind == "int8":
+            return (k.astype(np.float32) * self._gather(pool.ks, il, n)[..., None],
+                    v.astype(np.float32) * self._gather(pool.vs, il, n)[..., None])
+        return k.astype(np.float32), v.astype(np.float32)

@@ -1,0 +1,223 @@
+"""The scheduler: one thread owns the engine and runs every request in slots, step by step.
+
+Requests wait in a bounded queue and are admitted into at most n_slots running sequences. Each
+step runs one forward over the stacked rows of all of them (Stage.forward_batch): one row for
+every sequence that is decoding, plus up to `chunk` prompt tokens of the sequences still
+prefilling, so a long prompt delays the others' next token by one chunk at most. A sequence's KV
+lives in blocks of the paged pool (lite/paged_kv.py); its prompt's full blocks are looked up in
+the prefix cache on admission, and every block it fills is keyed there for later requests.
+"""
+import logging
+import threading
+import time
+from collections import deque
+
+import numpy as np
+
+from lite.errors import LiteError
+from lite.paged_kv import DEFAULT_BLOCK_SIZE, BlockManager, BlockPool, PagedKV, block_hashes
+from lite.server.sequence import Sequence
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CHUNK = 256
+DEFAULT_MAX_QUEUE = 128
+
+
+class QueueFull(LiteError):
+    """Every slot is busy and the queue holds as many requests as it may."""
+
+
+class Scheduler:
+    def __init__(self, engine, n_slots=4, max_queue=DEFAULT_MAX_QUEUE, block_size=DEFAULT_BLOCK_SIZE,
+                 chunk=None):
+        if engine.device != "cpu":
+            raise LiteError("lite serve runs on the CPU for now (--device cpu): the GPU's batched "
+                            "decode and paged attention are not built yet")
+        self.engine, self.tokenizer = engine, engine.tokenizer
+        self.n_slots, self.max_queue = int(n_slots), int(max_queue)
+        self.ctx = engine.max_context
+        chunk = chunk or engine.chunk
+        self.chunk = int(chunk) if chunk != "auto" else DEFAULT_CHUNK
+        # every slot can always reach the full context: blocks shared through the prefix cache
+        # count once, and keyed blocks nobody uses are taken back on demand
+        n_blocks = self.n_slots * -(-self.ctx // block_size)
+        self.blocks = BlockManager(n_blocks, block_size)
+        self.pools = [BlockPool(engine.cfg, st.spec.layers, n_blocks, block_size, engine.kv_kind)
+                      for st in engine.stages]
+        self.waiting, self.running = deque(), []
+        self.cv = threading.Condition()
+        self.counters = dict.fromkeys(
+            ("requests", "requests_finished", "requests_cancelled", "requests_failed",
+             "requests_rejected", "prompt_tokens", "prompt_tokens_cached", "generated_tokens",
+             "steps"), 0)
+        self._next_id = 0
+        self._stopping = False
+        self._thread = threading.Thread(target=self._loop, name="lite-scheduler", daemon=True)
+
+    # --- the HTTP side (any thread) ------------------------------------------------------------
+    def start(self):
+        self._thread.start()
+        return self
+
+    def stop(self, timeout=10.0):
+        with self.cv:
+            self._stopping = True
+            self.cv.notify()
+        self._thread.join(timeout)
+
+    def submit(self, prompt_ids, params, emit):
+        """Queue a request; returns its Sequence. Raises QueueFull when the queue is full."""
+        if not prompt_ids:
+            raise LiteError("empty prompt: nothing to run")
+        with self.cv:
+            # waiting requests that free slots will take at the next step do not count as queued
+            if len(self.waiting) - (self.n_slots - len(self.running)) >= self.max_queue:
+                self.counters["requests_rejected"] += 1
+                raise QueueFull(f"the server is busy: {len(self.running)} requests running and "
+                                f"{len(self.waiting)} waiting; try again later")
+            self._next_id += 1
+            seq = Sequence(self._next_id, prompt_ids, params, emit, self.tokenizer.decoder())
+            budget = self.ctx - seq.n_prompt
+            seq.max_tokens = budget if params.max_tokens is None else min(params.max_tokens, budget)
+            self.waiting.append(seq)
+            self.counters["requests"] += 1
+            self.cv.notify()
+        return seq
+
+    def cancel(self, seq):
+        """Drop a request (its client went away): its slot and blocks are freed before the next step."""
+        with self.cv:
+            seq.cancelled = True
+            self.cv.notify()
+
+    def metrics(self):
+        with self.cv:
+            m = dict(self.counters)
+            m.update(slots_busy=len(self.running), slots_total=self.n_slots,
+                     queue_length=len(self.waiting), queue_max=self.max_queue,
+                     kv_blocks_free=self.blocks.n_free, kv_blocks_total=self.blocks.n_blocks,
+                     kv_blocks_cached=self.blocks.n_cached, kv_block_size=self.blocks.block_size)
+        return m
+
+    # --- the scheduler thread ------------------------------------------------------------------
+    def _loop(self):
+        while True:
+            with self.cv:
+                self._drop_cancelled()
+                while not self._stopping and not self.running and not self.waiting:
+                    self.cv.wait()
+                    self._drop_cancelled()
+                if self._stopping:
+                    return
+                self._admit()
+            if self.running:
+                self._step()
+
+    def _drop_cancelled(self):
+        for seq in [s for s in self.running if s.cancelled]:
+            self._retire(seq)
+            self.counters["requests_cancelled"] += 1
+        for seq in [s for s in self.waiting if s.cancelled]:
+            self.waiting.remove(seq)
+            self.counters["requests_cancelled"] += 1
+
+    def _admit(self):
+        B = self.blocks.block_size
+        while self.waiting and len(self.running) < self.n_slots:
+            seq = self.waiting.popleft()
+            # the prompt's last position always runs: its logits give the first token
+            keys = block_hashes(seq.tokens[:seq.n_prompt - 1], B)
+            seq.blocks = self.blocks.match(keys)
+            seq.keys = keys[:len(seq.blocks)]
+            seq.n_computed = seq.cached_tokens = len(seq.blocks) * B
+            seq.t_admit = time.perf_counter()
+            self.counters["prompt_tokens"] += seq.n_prompt
+            self.counters["prompt_tokens_cached"] += seq.cached_tokens
+            self.running.append(seq)
+
+    def _plan(self):
+        """This step's rows: (sequence, token count) for every decoding sequence, then prompt
+        chunks of the prefilling ones, oldest first, up to `chunk` tokens."""
+        plan = [(s, 1) for s in self.running if not s.prefilling]
+        budget = self.chunk
+        for s in self.running:
+            if s.prefilling and budget > 0:
+                n = min(budget, s.pending)
+                plan.append((s, n))
+                budget -= n
+        return plan
+
+    def _step(self):
+        plan = self._plan()
+        B = self.blocks.block_size
+        try:
+            with self.cv:
+                for s, n in plan:
+                    while len(s.blocks) * B < s.n_computed + n:
+                        s.blocks.append(self.blocks.allocate())
+            ids = np.asarray([t for s, n in plan for t in s.tokens[s.n_computed:s.n_computed + n]],
+                             np.int32)
+            starts, counts = [s.n_computed for s, _ in plan], [n for _, n in plan]
+            x = ids
+            for stage, pool in zip(self.engine.stages, self.pools):
+                kvs = [PagedKV(pool, s.blocks, self.ctx) for s, _ in plan]
+                x = stage.forward_batch(x, starts, counts, kvs)
+        except Exception as e:          # the server stays up: these requests fail, others go on
+            log.exception("step failed")
+            with self.cv:
+                for s, _ in plan:
+                    s.emit({"error": f"{type(e).__name__}: {e}"})
+                    self._retire(s)
+                    self.counters["requests_failed"] += 1
+            return
+        with self.cv:
+            self.counters["steps"] += 1
+            for j, (s, n) in enumerate(plan):
+                s.n_computed += n
+                self._key_full_blocks(s)
+                if s.pending == 0 and not s.cancelled:
+                    self._advance(s, x[j])
+
+    def _key_full_blocks(self, s):
+        B = self.blocks.block_size
+        done = s.n_computed // B
+        if done > len(s.keys):
+            parent = s.keys[-1] if s.keys else None
+            for b, key in enumerate(block_hashes(s.tokens[len(s.keys) * B:done * B], B, parent),
+                                    len(s.keys)):
+                self.blocks.register(s.blocks[b], key)
+                s.keys.append(key)
+
+    def _advance(self, s, logits):
+        """Sample the next token of a sequence whose pending tokens have all run."""
+        tok = s.sampler(logits, s.tokens)
+        if s.t_first is None:
+            s.t_first = time.perf_counter()
+        if tok in self.tokenizer.eog_ids:
+            return self._finish(s, "stop")         # the end-of-generation token is not sent
+        s.tokens.append(tok)
+        s.generated += 1
+        self.counters["generated_tokens"] += 1
+        text, hit = s.stop.push(s.decoder.push(tok))
+        if text:
+            s.emit({"text": text})
+        if hit:
+            self._finish(s, "stop", flush=False)
+        elif s.generated >= s.max_tokens:
+            self._finish(s, "length")
+
+    def _finish(self, s, reason, flush=True):
+        if flush:
+            text, _ = s.stop.push(s.decoder.flush())
+            text += s.stop.flush()
+            if text:
+                s.emit({"text": text})
+        s.emit({"finish": reason, "usage": s.usage(), "timings": s.timings(time.perf_counter())})
+        self._retire(s)
+        self.counters["requests_finished"] += 1
+
+    def _retire(self, s):
+        self.running.remove(s)
+        self.blocks.release(s.blocks)
+        s.blocks = []

@@ -1,0 +1,77 @@
+"""Start `lite serve` as a subprocess on 127.0.0.1 at a free port, and read its /metrics."""
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+try:                    # the openai client's HTTP library (renamed httpx2 in its newer releases)
+    import httpx2 as httpx
+except ImportError:
+    import httpx
+
+from lite.server.metrics import parse_prometheus
+
+START_TIMEOUT_S = 180
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServerProcess:
+    def __init__(self, model, *args, api_key=None):
+        self.port, self.api_key = free_port(), api_key
+        self.url = f"http://127.0.0.1:{self.port}"
+        cmd = [sys.executable, "-m", "lite.cli.main", "serve", model, "--device", "cpu",
+               "--port", str(self.port), *args] + (["--api-key", api_key] if api_key else [])
+        self.log = tempfile.TemporaryFile("w+")       # stdout and stderr, read back on failure
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, text=True)
+        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.http = httpx.Client(base_url=self.url, headers=self.headers, timeout=120)
+
+    def wait_ready(self):
+        """Poll /health (503 while loading) until 200; bounded by START_TIMEOUT_S."""
+        seen, deadline = set(), time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"lite serve exited {self.proc.returncode}: {self.output()}")
+            try:
+                r = httpx.get(self.url + "/health", timeout=5)
+                seen.add(r.status_code)
+                if r.status_code == 200:
+                    return seen
+            except httpx.TransportError:
+                pass
+            time.sleep(0.2)
+        raise TimeoutError(f"lite serve not ready in {START_TIMEOUT_S} s")
+
+    def output(self):
+        self.log.seek(0)
+        return self.log.read()
+
+    def metrics(self):
+        r = self.http.get("/metrics")
+        r.raise_for_status()
+        return parse_prometheus(r.text)
+
+    def wait_idle(self, timeout=60):
+        """Poll /metrics until no slot is busy and nothing waits; returns the last reading."""
+        deadline = time.monotonic() + timeout
+        while True:
+            m = self.metrics()
+            if (m["lite_slots_busy"] == 0 and m["lite_queue_length"] == 0) or time.monotonic() > deadline:
+                return m
+            time.sleep(0.1)
+
+    def close(self):
+        self.http.close()
+        self.proc.terminate()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+        self.log.close()
