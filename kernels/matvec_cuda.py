@@ -27,21 +27,15 @@ import numpy as np
 
 from lite.kernels import pdl as pdl_mod
 from lite.kernels.matvec_structs import C_TYPES, FAST_DOT  # noqa: F401  (C_TYPES: other modules read it here)
+from lite.kernels.matvec_structs import ALIGN, C_MAX_N, INT8_DOT_TYPES, THREADS, _ptr  # noqa: F401
 from lite.kernels.cuda_source import source
 
-C_MAX_N = 8
-THREADS = 128
 # (rows a CTA, prefetch 0/1) per type: the fastest at the decode shapes (BENCHMARKS.md); 16 rows a
 # CTA lost everywhere.
 CONFIG = {"Q4_0": (8, 1), "Q8_0": (8, 1), "Q4_K": (8, 0), "Q5_K": (4, 0), "Q6_K": (4, 0)}
-# The types whose decode products can quantize x and run on dp4a (kernels/matvec_q8.py): the default
-# of BackendConfig.int8_dot_types and of every `int8_dot_types` argument of the kernels.
-INT8_DOT_TYPES = ("Q4_K", "Q6_K", "IQ3_XXS")
 # The types whose register kernel takes the two-instruction dot (T<type>H, kernels/matvec_structs.py)
 # for n <= 2, in every decode product of the type (decode_struct: the epilogue kernels, the MoE experts).
 
-# Byte alignment the kernel needs of the block buffer (16-byte loads vs 32-bit word loads).
-ALIGN = {"Q4_0": 4, "Q8_0": 4, "Q4_K": 16, "Q5_K": 16, "Q6_K": 4}
 
 # The shared helpers (BF, dot16, load_x, block_sum, ...; pdl.cuh's PDL_PROLOGUE first) and the loop.
 C_HEAD = source("matvec_common.cuh")
@@ -81,10 +75,6 @@ def raw_module(device, qtype, config, ns=tuple(range(1, C_MAX_N + 1)), head=""):
 @functools.lru_cache(maxsize=None)
 def _kernel(device, qtype, config, n, head=""):
     return raw_module(device, qtype, config, (n,), head).get_function(kernel_name(qtype, n, *config))
-
-
-def _ptr(a):
-    return a.data.ptr
 
 
 def qualifies(qtype, blocks, x):

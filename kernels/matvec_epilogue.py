@@ -34,7 +34,7 @@ from lite.kernels.cuda_source import source
 
 C_LAST_OF_COLUMN = source("last_block_to_count.cuh")   # the split merge's hand-off (kernels/cuda/)
 
-EPILOGUES = {"add": 1, "silu": 2, "gelu_tanh": 3}
+from lite.kernels.matvec_mma import EPILOGUES  # noqa: E402  (one numbering for both fused ends)
 
 C_EPI = source("matvec_epilogue.cuh")
 

@@ -16,7 +16,7 @@ from collections import namedtuple
 
 import numpy as np
 
-from lite.kernels import iq3_b16, matvec_epilogue, matvec_mma_src
+from lite.kernels import iq3_b16, matvec_mma_src
 from lite.kernels import pdl as pdl_mod
 from lite.kernels.registry import register_matvec
 
@@ -54,7 +54,7 @@ def kernel_name(form, epilogue=0, nm=0):
     return f"bands16_product<{f.warps}, {f.prefetch}, {f.align}, {f.signs_add}{d}>"
 
 
-EPILOGUES = matvec_epilogue.EPILOGUES               # lt_mvb_end's E, matvec_fused_end's numbers
+EPILOGUES = {"add": 1, "silu": 2, "gelu_tanh": 3}   # the epilogue numbers of the fused ends (matvec_epilogue too)
 
 
 # The quantizer before bands16_product: quantize_x_early (kernels/matvec_q8.py), which lets bands16_product launch before it waits for the product

@@ -30,7 +30,8 @@ import functools
 
 import numpy as np
 
-from lite.kernels import matvec_cuda, matvec_q8_iq3
+from lite.kernels import matvec_q8_iq3
+from lite.kernels import matvec_structs as matvec_cuda   # the shared launch shape, alignment, types
 from lite.kernels.cuda_source import source
 from lite.kernels import pdl as pdl_mod
 

@@ -27,3 +27,18 @@ FAST_DOT = ("Q4_K",)
 from lite.kernels.cuda_source import source  # noqa: E402
 
 C_TYPES = source("matvec_float_structs.cuh")
+
+
+# The launch shape every register decode product shares (matvec_cuda, matvec_q8): x rows a launch,
+# threads a CTA.
+C_MAX_N = 8
+THREADS = 128
+# The types whose decode products can quantize x and run on dp4a (kernels/matvec_q8.py): the default
+# of BackendConfig.int8_dot_types and of every `int8_dot_types` argument of the kernels.
+INT8_DOT_TYPES = ("Q4_K", "Q6_K", "IQ3_XXS")
+# Byte alignment the register kernel needs of the block buffer (16-byte loads vs 32-bit word loads).
+ALIGN = {"Q4_0": 4, "Q8_0": 4, "Q4_K": 16, "Q5_K": 16, "Q6_K": 4}
+
+
+def _ptr(a):
+    return a.data.ptr
