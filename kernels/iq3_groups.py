@@ -22,8 +22,8 @@ SASS instructions in the loop: BENCHMARKS.md). Rows stay whole byte ranges (row 
 is bytes r*rb .. (r+1)*rb), so row slices and stacked rows (q/k/v) keep working; a row must be
 whole groups: cols a multiple of 1024.
 
-Who reads it: the GPU backend regroups its 2-D IQ3_XXS weights after loading (lite/backends/cuda.py,
-LITE_IQ3_REGROUP) and names them IQ3_XXS_G4 (registry.GPU_LAYOUTS, 102 bytes a block); the decode
+Who reads it: the GPU backend regroups its 2-D IQ3_XXS weights after loading (kernels/gpu_layout.py,
+BackendConfig.iq3_layout "groups4") and names them IQ3_XXS_G4 (registry.GPU_LAYOUTS, 102 bytes a block); the decode
 products take matvec_with_init<TIQ3_XXS_G4_INT8> (matvec_q8) or, with an epilogue, matvec_fused_end<TIQ3_XXS_G4_INT8> (matvec_epilogue),
 the prefill's and the embedding rows' dequantize kernels/dequant_iq3_cuda.py's g4 kernels (Numba:
 dequant_iq's _p_iq3_xxs_g4). MoE experts stay in the file's layout (768-column experts are not

