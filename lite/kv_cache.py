@@ -84,6 +84,9 @@ class RecurrentState:
 
     def __init__(self, cfg, layers, xp=np):
         self.xp = xp
+        self.conv, self.ssm, self.pos = {}, {}, {}
+        if not layers:                  # a stage of attention layers only: no recurrent shapes
+            return
         taps, C = cfg.ssm_conv_kernel, cfg.ssm_conv_channels
         self.conv = {il: xp.zeros((max(taps - 1, 0), C), np.float32) for il in layers}   # (taps-1, C)
         self.ssm = {il: xp.zeros((cfg.ssm_v_heads, cfg.ssm_k_dim, cfg.ssm_v_dim), np.float32)

@@ -57,14 +57,19 @@ class ServerProcess:
         r.raise_for_status()
         return parse_prometheus(r.text)
 
-    def wait_idle(self, timeout=60):
-        """Poll /metrics until no slot is busy and nothing waits; returns the last reading."""
+    def wait_metrics(self, ready, timeout=60):
+        """Poll /metrics until ready(reading) holds or the timeout passes; returns the last reading."""
         deadline = time.monotonic() + timeout
         while True:
             m = self.metrics()
-            if (m["lite_slots_busy"] == 0 and m["lite_queue_length"] == 0) or time.monotonic() > deadline:
+            if ready(m) or time.monotonic() > deadline:
                 return m
             time.sleep(0.1)
+
+    def wait_idle(self, timeout=60):
+        """Poll /metrics until no slot is busy and nothing waits; returns the last reading."""
+        return self.wait_metrics(lambda m: m["lite_slots_busy"] == 0 and m["lite_queue_length"] == 0,
+                                 timeout)
 
     def close(self):
         self.http.close()

@@ -298,7 +298,8 @@ def test_backend_decode_attention_matches_cpu(emulated, kind, defer_k, qk_norm):
     ops, dec = emulated
     rng = np.random.default_rng(3)
     H, Hkv, D, S, pos, il, eps = 8, 2, 64, 600, 321, 0, 1e-6
-    cfg = types.SimpleNamespace(n_head_kv=Hkv, head_dim=D, v_head_dim=D)
+    cfg = types.SimpleNamespace(n_head_kv=Hkv, head_dim=D, v_head_dim=D,
+                                is_recurrent_layer=lambda il: False)
     caches = [KVCache(cfg, [il], S, kind) for _ in range(2)]
     past = rng.standard_normal((2, pos, Hkv, D)).astype(np.float32)
     for c in caches:
@@ -383,7 +384,8 @@ def test_qwen3_attention_block_folds_qk_norm(emulated, fold):
     H, Hkv, D, S, pos, il = 8, 2, 128, 300, 200, 1
     cfg = types.SimpleNamespace(n_head=H, n_head_kv=Hkv, head_dim=D, v_head_dim=D, qk_norm=True,
                                 rms_eps=1e-6, rope_neox=True, rope_dim=D, attn_scale=D ** -0.5,
-                                layer_rope_base=lambda il: 1e6, layer_rope_scale=lambda il: 1.0)
+                                layer_rope_base=lambda il: 1e6, layer_rope_scale=lambda il: 1.0,
+                                is_recurrent_layer=lambda il: False)
     rng = np.random.default_rng(4)
     qkv = [rng.standard_normal(n * D).astype(np.float32) * 4 for n in (H, Hkv, Hkv)]
     p = f"blk.{il}."

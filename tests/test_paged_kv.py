@@ -8,7 +8,7 @@ from lite.kv_cache import KVCache
 from lite.paged_kv import BlockManager, BlockPool, PagedKV, block_hashes
 from lite.server.stop_text import StopMatcher
 
-CFG = SimpleNamespace(n_head_kv=2, head_dim=8, v_head_dim=8)
+CFG = SimpleNamespace(n_head_kv=2, head_dim=8, v_head_dim=8, is_recurrent_layer=lambda il: False)
 
 
 @pytest.mark.parametrize("kind", ["f32", "f16", "int8"])

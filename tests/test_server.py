@@ -183,7 +183,8 @@ def test_full_queue_503_and_closed_streams_free_their_slots(server):
         assert e["code"] == "queue_full"
         first = next(streams[0].iter_lines())                 # a running one has started
         assert first.startswith("data: ")
-        m = server.metrics()
+        # the scheduler admits waiting requests between steps, so the slots fill within a few steps
+        m = server.wait_metrics(lambda m: m["lite_slots_busy"] == 4, timeout=60)
         assert m["lite_slots_busy"] == 4 and m["lite_queue_length"] == 4
     m = server.wait_idle(timeout=60)                          # every stream closed early
     assert m["lite_slots_busy"] == 0 and m["lite_queue_length"] == 0
