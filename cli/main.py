@@ -62,8 +62,12 @@ def info(model, tensors, verify):
               help="Also print the expert cache's counters (experts off the GPU).")
 @click.option("--types", default=None, metavar="T1,T2",
               help="With `kernels`: the quant types to time, e.g. Q4_K,IQ3_XXS,IQ3_XXS_G4 (default: all).")
+@click.option("--config", "settings", default=None, metavar="KEY=VALUE,..",
+              help="GPU backend settings to compare, e.g. pdl=off,iq3_layout=groups4 "
+              "(the fields of BackendConfig: docs/configuration.md).")
 @model_options
-def bench(target, n_prompt, n_gen, repetitions, as_json, timeline, show_counters, types, **engine_opts):
+def bench(target, n_prompt, n_gen, repetitions, as_json, timeline, show_counters, types, settings,
+          **engine_opts):
     """Measure prefill and decode speed of MODEL (or `lite bench kernels`: GPU kernel bandwidth)."""
     import json
     if target == "kernels":
@@ -87,8 +91,10 @@ def bench(target, n_prompt, n_gen, repetitions, as_json, timeline, show_counters
         return
     if types is not None:
         raise click.BadParameter("--types goes with `lite bench kernels`", param_hint="--types")
+    from lite.backend_config import BackendConfig
     from lite.bench import bench_model, format_table
     from lite.hub import resolve_model
+    config = BackendConfig().with_settings(settings)    # a bad key fails before the model loads
     try:
         lens = [int(x) for x in n_prompt.split(",")]
     except ValueError:
@@ -99,7 +105,7 @@ def bench(target, n_prompt, n_gen, repetitions, as_json, timeline, show_counters
     chunks = engine_opts["prefill_chunk"]
     engine_opts["prefill_chunk"] = chunks if isinstance(chunks, list) else [chunks]
     rows = bench_model(resolve_model(target), lens, n_gen, repetitions, timeline=timeline,
-                       counters=show_counters, **engine_kwargs(**engine_opts))
+                       counters=show_counters, config=config, **engine_kwargs(**engine_opts))
     click.echo(json.dumps(rows, indent=1) if as_json else format_table(rows))
 
 

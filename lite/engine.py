@@ -185,9 +185,8 @@ class Engine:
             self.profile = self.cost_profile(0)   # it moves the recurrent states: before reuse
         reuse = 0 if all_logits else _common_prefix(self.cached_ids, ids)
         reuse = min(reuse, len(ids) - 1)      # at least one position runs, to give logits
-        if self.cfg.is_hybrid and reuse and not all(st.kv.recurrent.at() in (None, reuse)
-                                                    and reuse == len(self.cached_ids) for st in self.stages):
-            reuse = 0        # recurrent states cannot be rewound: reuse only where they stand
+        if self.cfg.is_hybrid:
+            reuse = self._recurrent_reuse(reuse)
         self.cached_ids = ids[:reuse]
         try:
             outs = self._prefill_chain(ids[reuse:], reuse, all_logits)
@@ -201,6 +200,26 @@ class Engine:
         self.cached_ids = ids
         self.last_reuse = reuse
         return np.concatenate(outs) if all_logits else outs[-1][-1]
+
+    def _recurrent_reuse(self, common):
+        """How much of a shared prefix of `common` tokens a hybrid can reuse: its recurrent states
+        cannot be rewound, so where they stand if that is inside the prefix, else the latest
+        checkpoint inside it (restored on every stage), else nothing."""
+        states = [st.kv.recurrent for st in self.stages if st.kv is not None and st.kv.recurrent]
+        if not states:
+            return common
+        now = {s.at() for s in states}
+        if len(now) == 1 and 0 < (at := now.pop()) <= common and at == len(self.cached_ids):
+            reuse = at
+        else:
+            saved = set.intersection(*(set(s.checkpoints) for s in states))
+            reuse = max((p for p in saved if p <= common), default=0)
+            for s in states:
+                if reuse:
+                    s.restore(reuse)
+        for s in states:
+            s.drop_after(reuse)      # past it the cache will hold this prompt's tokens
+        return reuse
 
     def decode_step(self, token):
         pos = len(self.cached_ids)

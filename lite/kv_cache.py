@@ -80,11 +80,19 @@ class RecurrentState:
     A chunk updates them in place; unlike a KV cache they cannot be rewound. Each layer tracks the
     position it has reached: a chunk at 0 clears the layer, a chunk elsewhere than that position
     (a calibration's timing run) leaves the state unknown (-1) until the next chunk at 0, so that
-    the engine never reuses it (Engine.prefill asks at())."""
+    the engine never reuses it (Engine.prefill asks at()).
+
+    Since the state cannot go back, prefix reuse restores checkpoints: copies of every layer's
+    state taken after a prefill chunk ends at the prompt's end or `every` tokens past the last one
+    (at most `keep`, the latest kept; on Qwen3-Next-80B one weighs about 75 MB a sequence)."""
+
+    EVERY, KEEP = 4096, 8
 
     def __init__(self, cfg, layers, xp=np):
         self.xp = xp
         self.conv, self.ssm, self.pos = {}, {}, {}
+        self.checkpoints = {}           # position -> {layer: (conv copy, ssm copy)}
+        self.every, self.keep = self.EVERY, self.KEEP
         if not layers:                  # a stage of attention layers only: no recurrent shapes
             return
         taps, C = cfg.ssm_conv_kernel, cfg.ssm_conv_channels
@@ -115,6 +123,29 @@ class RecurrentState:
         if not got:
             return None
         return got.pop() if len(got) == 1 else -1
+
+    def after_chunk(self, end, last):
+        """Called by the stage after a prefill chunk that ends at `end` (last: the prompt's end):
+        keep a checkpoint there when it is the prompt's end or `every` tokens past the last one."""
+        if not self.pos or self.at() != end:
+            return
+        if not last and end - max((p for p in self.checkpoints if p < end), default=0) < self.every:
+            return
+        self.checkpoints[end] = {il: (self.conv[il].copy(), self.ssm[il].copy()) for il in self.pos}
+        while len(self.checkpoints) > self.keep:
+            del self.checkpoints[min(self.checkpoints)]
+
+    def drop_after(self, pos):
+        """Forget the checkpoints past pos (their tokens are no longer the cached ones)."""
+        for p in [p for p in self.checkpoints if p > pos]:
+            del self.checkpoints[p]
+
+    def restore(self, pos):
+        """Put every layer's state back to the checkpoint at pos."""
+        for il, (conv, ssm) in self.checkpoints[pos].items():
+            self.conv[il][...] = conv
+            self.ssm[il][...] = ssm
+            self.pos[il] = pos
 
     def nbytes(self):
         return sum(a.nbytes for d in (self.conv, self.ssm) for a in d.values())

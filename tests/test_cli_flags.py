@@ -214,3 +214,30 @@ def test_the_cpu_path_imports_no_gpu_library(tiny):
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=TIMEOUT)
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines()[-1] == "0 0 []"
+
+
+def test_bench_config_reaches_the_engine(capsys, tiny, monkeypatch):
+    import lite.bench
+    seen = []
+    real = lite.bench.Engine
+
+    def engine(*a, **kw):
+        seen.append(kw["config"])
+        return real(*a, **kw)
+    monkeypatch.setattr(lite.bench, "Engine", engine)
+    rc, out, err = cli(capsys, "bench", tiny, "-p", "8", "-n", "2", "-r", "1", "--device", "cpu",
+                       "--config", "pdl=off,iq3-layout=groups4,int8_dot_types=Q4_K+q6_k")
+    assert rc == 0, err
+    assert (seen[0].pdl, seen[0].iq3_layout, seen[0].int8_dot_types) == (False, "groups4", ("Q4_K", "Q6_K"))
+    assert "pp8" in out
+
+
+@pytest.mark.parametrize("setting,needle", [
+    ("nonsense=1", "unknown setting 'nonsense=1'"), ("pdl=maybe", "pdl takes on or off"),
+    ("expert_full_layer=many", "expert_full_layer takes a int"), ("pdl", "unknown setting 'pdl'"),
+])
+def test_bench_config_bad_setting_is_one_line(capsys, tiny, setting, needle):
+    rc, out, err = cli(capsys, "bench", tiny, "-p", "8", "-n", "2", "-r", "1", "--device", "cpu",
+                       "--config", setting)
+    assert rc != 0 and out == ""
+    assert len(err.strip().splitlines()) == 1 and needle in err, err

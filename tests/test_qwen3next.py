@@ -52,6 +52,13 @@ def chunked_logits(e, ids, sizes):
     return np.concatenate(outs)
 
 
+def split_prefill(ids, n):
+    """The last logits of a fresh engine that prefills ids[:n], then the rest."""
+    e = engine()
+    e._prefill_chain(ids[:n], 0, False)
+    return e._prefill_chain(ids[n:], n, False)[-1][-1]
+
+
 def fixture_tensors():
     """The fixture's tensors as numpy arrays (f16 or f32), to write variants of the file."""
     g = GGUFFile(GGUF)
@@ -217,7 +224,7 @@ def test_conv_state_carries_across_chunks():
 
 
 # --- prefix reuse with a recurrent state -------------------------------------------------------
-def test_prefix_reuse_only_where_the_states_stand(ref):
+def test_prefix_reuse_where_the_states_stand_else_at_a_checkpoint(ref):
     ids = [int(i) for i in ref["ids"]]
     e = engine()
     e.prefill(ids[:100])
@@ -226,24 +233,77 @@ def test_prefix_reuse_only_where_the_states_stand(ref):
     got = e.prefill(ids)
     assert e.last_reuse == 100
     assert rel_err(got, ref["logits"][-1]) < TOL
-    # a prompt that shares only a part of the cache: the states cannot go back, so no reuse
+    # a prompt that shares 120 tokens: the states (at 150) cannot go back, so the checkpoint of
+    # the first prompt's end (100) is restored and the rest prefilled
     other = ids[:120] + [(t + 1) % 280 for t in ids[120:]]
     got = e.prefill(other)
+    assert e.last_reuse == 100
+    np.testing.assert_array_equal(got, split_prefill(other, 100))
+    # with the checkpoints gone, nothing is reused
+    for st in e.stages:
+        st.kv.recurrent.checkpoints.clear()
+    e.prefill(ids)
     assert e.last_reuse == 0
-    fresh = engine().prefill(other)
-    np.testing.assert_array_equal(got, fresh)
+
+
+@pytest.mark.parametrize("stages", [1, 2])
+def test_a_long_prompt_keeps_a_checkpoint_every_n_tokens(ref, stages):
+    ids = [int(i) for i in ref["ids"]]
+    e = engine(prefill_chunk=16, layer_split=stages)
+    for st in e.stages:
+        st.kv.recurrent.every = 32
+    e.prefill(ids)
+    for st in e.stages:               # every stage keeps its own, at the same chunk ends
+        assert sorted(st.kv.recurrent.checkpoints) == [32, 64, 96, 128, 150]
+    other = ids[:140] + [(t + 3) % 280 for t in ids[140:]]
+    got = e.prefill(other)
+    assert e.last_reuse == 128
+    fresh = engine(prefill_chunk=16, layer_split=stages).prefill(other)
+    np.testing.assert_array_equal(got, fresh)     # the same chunk ends, so the same bytes
+    assert sorted(e.stages[0].kv.recurrent.checkpoints) == [32, 64, 96, 128, 150]
+
+
+def test_checkpoints_are_bounded_keeping_the_latest(ref):
+    ids = [int(i) for i in ref["ids"]]
+    e = engine(prefill_chunk=16)
+    rs = e.stages[0].kv.recurrent
+    rs.every, rs.keep = 16, 3
+    e.prefill(ids)
+    assert sorted(rs.checkpoints) == [128, 144, 150]
+    assert all(c[1] is not rs.ssm[il] for il, c in rs.checkpoints[150].items())   # copies
+
+
+def test_a_chat_second_turn_prefills_only_the_new_part(ref):
+    """The second turn's prompt repeats the first turn and a re-rendered reply: the states stand
+    past the shared part, so the first prompt's checkpoint serves it."""
+    ids = [int(i) for i in ref["ids"]]
+    first = ids[:60]
+    e = engine()
+    reply = list(e.generate(first, 8, GREEDY, stop_at_eog=False))
+    assert e.stages[0].kv.recurrent.at() == 60 + 7        # the last token is not run
+    second = first + reply[:5] + ids[60:90]
+    got = e.prefill(second)
+    assert e.last_reuse == 60
+    prefilled = len(second) - e.last_reuse
+    assert prefilled == 35
+    np.testing.assert_array_equal(got, split_prefill(second, 60))
 
 
 def test_a_chunk_off_the_states_position_leaves_them_unknown(ref):
     """A calibration's timing runs put chunks anywhere: the states are then unknown, and the
-    engine does not reuse them."""
+    engine does not reuse them (only a checkpoint)."""
     ids = [int(i) for i in ref["ids"]]
     e = engine()
     e.prefill(ids[:50])
     e._prefill_chain([1, 2, 3], 70, False)
     assert e.stages[0].kv.recurrent.at() == -1
     e.cached_ids = ids[:50]              # as if the cache still held the prompt
-    got = e.prefill(ids)
+    got = e.prefill(ids)                 # the checkpoint of the prompt's end serves instead
+    assert e.last_reuse == 50 and rel_err(got, ref["logits"][-1]) < TOL
+    e._prefill_chain([1, 2, 3], 170, False)
+    for st in e.stages:
+        st.kv.recurrent.checkpoints.clear()
+    got = e.prefill(ids)                 # unknown states and no checkpoint: nothing reused
     assert e.last_reuse == 0 and rel_err(got, ref["logits"][-1]) < TOL
 
 
