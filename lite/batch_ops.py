@@ -3,7 +3,8 @@
 A layer's forward (models/*.py) sees BatchOps as its backend. Every op that treats rows alone
 (embedding, norms, products with the weights, activations, experts) runs once on all rows, so each
 weight is read once per step; RoPE and attention, which depend on a row's position and on its own
-sequence's KV, run per sequence on that sequence's rows. A sequence contributes one row in decode
+sequence's KV, run per sequence on that sequence's rows; so do a hybrid's causal conv and delta
+rule, on the recurrent state each sequence's KV view carries (kvs[i].recurrent). A sequence contributes one row in decode
 and a chunk of rows while its prompt is prefilled, so one step can mix both.
 """
 
@@ -34,3 +35,17 @@ class BatchOps:
         return self._per_sequence(
             lambda i, qi, ki, vi: self.ops.attention(self.kvs[i], il, qi, ki, vi, self.starts[i],
                                                      scale, window), q, k, v)
+
+    def recurrent_state(self, kv, il, pos0, n_tokens):
+        """Every sequence's (conv, delta-rule) state of layer il, as two lists."""
+        r = self.rows
+        got = [self.kvs[i].recurrent.take(il, self.starts[i], r[i + 1] - r[i])
+               for i in range(len(self.starts))]
+        return [c for c, _ in got], [s for _, s in got]
+
+    def conv_silu(self, x, name, states):
+        return self._per_sequence(lambda i, xi: self.ops.conv_silu(xi, name, states[i]), x)
+
+    def delta_rule(self, q, k, v, g, beta, states, scale):
+        return self._per_sequence(
+            lambda i, *a: self.ops.delta_rule(*a, states[i], scale), q, k, v, g, beta)

@@ -112,10 +112,12 @@ class BlockPool:
 
 
 class PagedKV:
-    """One sequence's KV on one stage: positions p live in block table[p // B] at p % B."""
+    """One sequence's KV on one stage: positions p live in block table[p // B] at p % B; a
+    hybrid's recurrent layers keep the sequence's RecurrentState beside it."""
 
-    def __init__(self, pool, table, max_context):
+    def __init__(self, pool, table, max_context, recurrent=None):
         self.pool, self.table, self.max_context = pool, table, int(max_context)
+        self.recurrent = recurrent
 
     def check_fits(self, n_tokens):
         if n_tokens > self.max_context:

@@ -53,7 +53,7 @@ def delta_net_block(ops, cfg, il, h, kv, pos0):
     p = f"blk.{il}."
     T, Hk, Hv = h.shape[0], cfg.ssm_k_heads, cfg.ssm_v_heads
     dk, dv, r = cfg.ssm_k_dim, cfg.ssm_v_dim, cfg.ssm_v_heads // cfg.ssm_k_heads
-    conv_state, ssm_state = kv.recurrent.take(il, pos0, T)
+    conv_state, ssm_state = ops.recurrent_state(kv, il, pos0, T)
     qkv, z = qkv_and_gate(ops, cfg, il, h)
     ba = ops.linear(h, p + "ssm_ba.weight").reshape(T, Hk, 2 * r)      # per key head [b | a]
     g, beta = ops.delta_gates(ba[:, :, :r].reshape(T, Hv), ba[:, :, r:].reshape(T, Hv),
@@ -106,7 +106,8 @@ def expected_shapes(cfg, il, tensors):
 
 
 # The ops this family needs beyond those of the other families.
-HYBRID_OPS = ("sigmoid_mul", "l2_norm", "concat", "delta_gates", "conv_silu", "delta_rule")
+HYBRID_OPS = ("sigmoid_mul", "l2_norm", "concat", "delta_gates", "conv_silu", "delta_rule",
+              "recurrent_state")
 
 
 def check_backend(backend_cls):

@@ -406,5 +406,42 @@ def test_a_backend_without_the_hybrid_ops_is_one_line():
 
     class NoDelta:
         name = "gpu-like"
-    with pytest.raises(ConfigError, match=r"no sigmoid_mul.*delta_rule\): use --device cpu"):
+    with pytest.raises(ConfigError, match=r"no sigmoid_mul.*delta_rule, recurrent_state\): use --device cpu"):
         qwen3next.check_backend(NoDelta)
+
+
+# --- the server's batched step -----------------------------------------------------------------
+@pytest.mark.parametrize("stages", [1, 2])
+def test_the_server_batches_hybrid_sequences_each_with_its_own_states(stages):
+    """Three requests of different lengths in one scheduler (chunked prefill mixed with decode):
+    each gets the text it gets alone from Engine.generate; the prefix cache is not used, since a
+    recurrent state cannot be rebuilt from KV blocks."""
+    import threading
+    from lite.server.scheduler import Scheduler
+    from lite.server.sequence import GenParams
+    e = Engine(GGUF, device="cpu", max_context=128, contiguous_kv=False, layer_split=stages)
+    sched = Scheduler(e, n_slots=3, chunk=16).start()
+    prompts = [list(range(5, 45)), list(range(7, 20)), list(range(30, 90)), list(range(5, 45))]
+    texts, finals, done = [[] for _ in prompts], [None] * len(prompts), [threading.Event() for _ in prompts]
+
+    def emitter(i):
+        def emit(ev):
+            if "text" in ev:
+                texts[i].append(ev["text"])
+            if "finish" in ev or "error" in ev:
+                finals[i] = ev
+                done[i].set()
+        return emit
+    try:
+        for i, p in enumerate(prompts):
+            sched.submit(p, GenParams(max_tokens=6, sampling=SamplingParams.greedy()), emitter(i))
+        assert all(d.wait(120) for d in done)
+    finally:
+        sched.stop()
+    alone = engine()
+    for i, p in enumerate(prompts):
+        assert "error" not in finals[i], finals[i]
+        alone.cached_ids = []
+        want = alone.tokenizer.decode(list(alone.generate(p, 6, GREEDY)))
+        assert "".join(texts[i]) == want, i
+        assert finals[i]["usage"]["prompt_tokens_details"]["cached_tokens"] == 0

@@ -198,6 +198,10 @@ class CPUBackend(HostHandoff):
         g = self.w[a_name] * np.logaddexp(np.float32(0.0), a + self.w[dt_bias_name])
         return g.astype(np.float32), beta.astype(np.float32)
 
+    def recurrent_state(self, kv, il, pos0, n_tokens):
+        """The (conv, delta-rule) state of layer il that a chunk of n_tokens at pos0 updates in place."""
+        return kv.recurrent.take(il, pos0, n_tokens)
+
     def conv_silu(self, x, name, state):
         """silu(causal conv of x (T, C)), the window before x in state (K-1, C), updated in place."""
         w = self.w[name]

@@ -15,6 +15,7 @@ from collections import deque
 import numpy as np
 
 from lite.errors import LiteError
+from lite.kv_cache import RecurrentState
 from lite.paged_kv import DEFAULT_BLOCK_SIZE, BlockManager, BlockPool, PagedKV, block_hashes
 from lite.server.sequence import Sequence
 
@@ -45,6 +46,10 @@ class Scheduler:
         self.blocks = BlockManager(n_blocks, block_size)
         self.pools = [BlockPool(engine.cfg, st.spec.layers, n_blocks, block_size, engine.kv_kind)
                       for st in engine.stages]
+        cfg = engine.cfg
+        # per stage, its recurrent layers (a hybrid; none otherwise): each sequence owns their states
+        self.recurrent_layers = ([[il for il in st.spec.layers if cfg.is_recurrent_layer(il)]
+                                  for st in engine.stages] if cfg.is_hybrid else [])
         self.waiting, self.running = deque(), []
         self.cv = threading.Condition()
         self.counters = dict.fromkeys(
@@ -128,7 +133,9 @@ class Scheduler:
             seq = self.waiting.popleft()
             # the prompt's last position always runs: its logits give the first token
             keys = block_hashes(seq.tokens[:seq.n_prompt - 1], B)
-            seq.blocks = self.blocks.match(keys)
+            # a hybrid's recurrent state cannot be rebuilt from KV blocks: its prompt runs whole
+            seq.blocks = [] if self.recurrent_layers else self.blocks.match(keys)
+            seq.recurrent = [RecurrentState(self.engine.cfg, layers) for layers in self.recurrent_layers]
             seq.keys = keys[:len(seq.blocks)]
             seq.n_computed = seq.cached_tokens = len(seq.blocks) * B
             seq.t_admit = time.perf_counter()
@@ -160,8 +167,9 @@ class Scheduler:
                              np.int32)
             starts, counts = [s.n_computed for s, _ in plan], [n for _, n in plan]
             x = ids
-            for stage, pool in zip(self.engine.stages, self.pools):
-                kvs = [PagedKV(pool, s.blocks, self.ctx) for s, _ in plan]
+            for si, (stage, pool) in enumerate(zip(self.engine.stages, self.pools)):
+                kvs = [PagedKV(pool, s.blocks, self.ctx, s.recurrent[si] if s.recurrent else None)
+                       for s, _ in plan]
                 x = stage.forward_batch(x, starts, counts, kvs)
         except Exception as e:          # the server stays up: these requests fail, others go on
             log.exception("step failed")

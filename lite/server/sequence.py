@@ -28,6 +28,7 @@ class Sequence:
         self.n_computed = 0                 # positions whose KV is in the blocks
         self.blocks, self.keys = [], []     # block table; prefix-cache keys of its full blocks
         self.cached_tokens = 0              # prompt positions served from the prefix cache
+        self.recurrent = None               # a hybrid's RecurrentState per stage (the scheduler's)
         self.generated = 0
         self.max_tokens = params.max_tokens
         self.sampler = Sampler(params.sampling)
