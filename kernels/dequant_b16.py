@@ -14,10 +14,10 @@ import functools
 import numpy as np
 
 from lite.kernels import iq3_b16
-from lite.kernels.cuda_source import source
+from lite.kernels.cuda_source import includes, source
 
 def c_source():
-    """The kernel after the unsigned grid it reads (the module adds the half helpers: dequant_iq3_b16.cu)."""
+    """The kernel after the unsigned grid it reads (the module adds the half helpers: _module)."""
     return source("iq3_grid.cuh", "dequant_iq3_b16.cuh")
 
 
@@ -33,7 +33,7 @@ def launch_shape(rows, cols, out_dtype):
 @functools.lru_cache(maxsize=None)
 def _module(device):
     import cupy
-    return cupy.RawModule(code=source("dequant_iq3_b16.cu"), options=("--std=c++17",),
+    return cupy.RawModule(code=includes("iq_helpers.cuh", "iq3_grid.cuh", "dequant_iq3_b16.cuh"), options=("--std=c++17",),
                           name_expressions=["dqb<float>", "dqb<unsigned short>"])
 
 

@@ -117,8 +117,6 @@ def mxfp4_value(n):
 
 
 # ---------------------------------------------------------------- the shared CUDA C pieces
-C_COMMON = source("dequant_common.cuh")
-
 # One tile: stage bytes in shared memory with 16-byte loads (byte loads if the source is not
 # 16-byte aligned, e.g. an odd slice), then decode GROUPS runs of 8 values a thread.
 C_KERNEL = source("dequant_tile.cu")
@@ -133,7 +131,7 @@ def _groups(tb, be):
 
 
 def c_source(name, tb, be, c_decode=None):
-    """CUDA C for one type: the common helpers, the decoders (kernels/cuda/dequant_decoders.cuh: dec_<type>)
+    """CUDA C for one type: the common helpers and the decoders (kernels/cuda/dequant_decoders.cuh: dec_<type>)
     and the tile kernel (dequant_tile.cu) for f16 and f32 output, its placeholders filled in. (c_decode:
     unused, for callers that passed DequantKernel.c_decode.)"""
     groups = _groups(tb, be)
@@ -142,7 +140,7 @@ def c_source(name, tb, be, c_decode=None):
     defs = {"NAME": name.lower(), "THREADS": str(THREADS), "GROUPS": str(groups), "TB": str(tb),
             "BE": str(be), "TILE_ELEMS": str(tile_elems), "TILE_BYTES": str(tile_bytes),
             "VEC_PER_THREAD": str(-(-tile_bytes // (16 * THREADS)))}
-    src = source("dequant_common.cuh", "dequant_decoders.cuh")
+    src = source("dequant_decoders.cuh")
     for out_name, out_t, store in (("f16", "unsigned short", C_STORE_F16), ("f32", "float", C_STORE_F32)):
         k = C_KERNEL.replace("STORE", store).replace("OUT_T", out_t).replace("_OUT(", f"_{out_name}(")
         for key, val in defs.items():

@@ -13,18 +13,19 @@ Block bytes are read through three views of the same memory: uint8, uint16 and f
 IQ block size is even, so 16-bit fields stay aligned).
 
 On the GPU, IQ3_XXS (and IQ3_XXS_G4, its blocks regrouped by kernels/iq3_groups.py) runs a CUDA C
-kernel (kernels/dequant_iq3_cuda.py: 16-byte stores, grid in shared memory, several times faster than
+kernel (iq3_launch_cuda below: 16-byte stores, grid in shared memory, several times faster than
 Numba's). Its Numba twin is what CI checks under the simulator; the device benchmark
 checks the CUDA C kernel against the Numba one.
 """
 import contextlib
+import functools
 
 import numpy as np
 from numba import cuda, float32, uint32, uint64
 
-from lite.kernels.cuda_source import source
+from lite.kernels.cuda_source import includes, source
 from lite.kernels.dequant_common import _ptr
-from lite.kernels.iq_tables import device_tables, grid_packed
+from lite.kernels.iq_tables import c_grid_array, device_tables  # noqa: F401  (c_grid_array: others read it here)
 from lite.kernels.registry import quant_info, register_dequant
 from lite.kernels.util import SIMULATOR, numba_stream
 
@@ -296,15 +297,58 @@ def launch_numba(name, blocks, out, stream):
             blocks, blocks.view(np.uint16), blocks.view(np.float16), device_tables(name), dst, n_groups)
 
 
-# ---- CUDA C helpers (kernels/dequant_iq3_cuda.py, the IQ matvec kernels) ---------------------
-
-def c_grid_array(cname, name):
-    """`__device__ const unsigned <cname>[n] = {...};` generated from the gguf-py grid."""
-    vals = ", ".join(f"{int(v):#x}u" for v in grid_packed(name))
-    return f"__device__ const unsigned {cname}[{grid_packed(name).size}] = {{{vals}}};\n"
-
+# ---- CUDA C helpers (IQ3_XXS's CUDA C dequantize below, the IQ matvec kernels) ---------------
 
 C_HELPERS = source("iq_helpers.cuh")
+
+
+# ---- IQ3_XXS's dequantize on the GPU in CUDA C ------------------------------------------------
+# A CuPy RawModule (kernels/cuda/dequant_iq3_xxs.cuh): 16-byte stores, the grid in shared memory, several
+# times faster than the Numba kernels. The same float operations as gguf-py, so fp32 output equals it and
+# fp16 output is its round-to-nearest cast; the Numba kernels above are the reference CI checks under the
+# simulator (and tests/test_iq3xxs_gather_emulated.py runs this text on the host).
+# Two layouts: IQ3_XXS as the file has it, and IQ3_XXS_G4 (kernels/iq3_groups.py: a row's blocks by
+# fours, each field together, the signs re-encoded whole and the scales in words of their own, 408
+# bytes a group of 4 blocks), which the decode products of the GPU backend read faster; the
+# prefill's dequantize then reads that layout too. The MoE prefill's gathered dequantize
+# (iq3xxs_gather_f16) reads the file's layout only (experts are never regrouped).
+
+C_IQ3_XXS_DEQUANT = source("dequant_iq3_xxs.cuh")   # (after the half helpers and the grid)
+
+
+def iq3_cuda_source():
+    """The module: the half helpers, the grid, then the kernels (the file's layout and IQ3_XXS_G4)."""
+    return includes("iq_helpers.cuh", "iq3_grid.cuh", "dequant_iq3_xxs.cuh")
+
+
+@functools.lru_cache(maxsize=None)
+def _iq3_module(device):
+    import cupy
+    mod = cupy.RawModule(code=iq3_cuda_source(), options=("--std=c++17",))
+    sms = cupy.cuda.runtime.getDeviceProperties(device)["multiProcessorCount"]
+    return mod, sms
+
+
+IQ3_GATHER_TILE = 2048      # values a block of iq3xxs_gather_f16
+IQ3_ALIGN = {False: 2, True: 4}     # the blocks' alignment iq3_launch_cuda() needs: the file's layout, IQ3_XXS_G4
+
+
+def iq3_gather_kernel(device, reference=False):
+    """(iq3xxs_gather_f16, values a block) for kernels/moe_layer.py's gathered dequantize; None where the
+    Numba kernels serve IQ3_XXS (reference, the simulator)."""
+    return None if SIMULATOR or reference else (_iq3_module(device)[0].get_function("iq3xxs_gather_f16"), IQ3_GATHER_TILE)
+
+
+def iq3_launch_cuda(blocks, out, stream, grouped=False):
+    """The CUDA C IQ3_XXS dequant (grouped: of IQ3_XXS_G4 blocks, whole groups of four); needs
+    2-aligned blocks (grouped: 4-aligned, IQ3_ALIGN) and a 16-aligned out."""
+    import cupy
+    mod, sms = _iq3_module(cupy.cuda.runtime.getDevice())
+    n_groups = blocks.size // quant_info("IQ3_XXS_G4" if grouped else "IQ3_XXS").type_size * 32
+    grid = max(1, min(-(-n_groups // 256), sms * 8))
+    name = f"iq3xxs{'_g4' if grouped else ''}_deq_{'f16' if out.dtype == np.float16 else 'f32'}"
+    with stream if stream is not None else contextlib.nullcontext():
+        mod.get_function(name)((grid,), (256,), (blocks, out, np.int64(n_groups)))
 
 
 def _register(name):
@@ -314,10 +358,9 @@ def _register(name):
             raise ValueError(f"IQ3_XXS_G4 blocks come in groups of four ({group} bytes; kernels/iq3_groups.py), "
                              f"got {blocks.size} bytes")
         if name.startswith("IQ3_XXS") and not (SIMULATOR or reference) and _ptr(out) % 16 == 0:
-            from lite.kernels import dequant_iq3_cuda      # (imports this module)
             grouped = name == "IQ3_XXS_G4"
-            if _ptr(blocks) % dequant_iq3_cuda.ALIGN[grouped] == 0:
-                return dequant_iq3_cuda.launch(blocks, out, stream, grouped=grouped)
+            if _ptr(blocks) % IQ3_ALIGN[grouped] == 0:
+                return iq3_launch_cuda(blocks, out, stream, grouped=grouped)
         return launch_numba(name, blocks, out, stream)
     return launch
 

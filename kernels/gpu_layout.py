@@ -5,7 +5,7 @@ loading into a layout its decode products read faster:
   IQ3_XXS_B16 (kernels/iq3_b16.py): bands of 16 rows made for the int8 tensor-core product
               (kernels/matvec_mma.py); rows a multiple of 16, cols of 256;
   IQ3_XXS_G4  (kernels/iq3_groups.py): a row's blocks by fours for the integer-dot product
-              (kernels/matvec_q8_iq3.py); cols a multiple of 1024; also where rows are looked up by
+              (kernels/matvec_q8.py); cols a multiple of 1024; also where rows are looked up by
               index (the token embedding) or a fused group's member would cut a band.
 Both need IQ3_XXS on the integer-dot kernels (BackendConfig.int8_dot_types) and the CUDA C kernels
 (not the reference ones). BackendConfig.iq3_layout: "bands16" (the default: B16 where it fits,

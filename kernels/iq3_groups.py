@@ -2,7 +2,7 @@
 
 An IQ3_XXS block is 98 bytes: d (2), 64 grid-index bytes, then a word a chunk of 32 weights: four
 7-bit sign fields (the eighth sign of each 8 completes an even parity) and a 4-bit scale. At 98
-bytes blocks are only 2-aligned, so the decode product (kernels/matvec_q8_iq3.py) read a lane's
+bytes blocks are only 2-aligned, so the decode product (kernels/matvec_q8.py) read a lane's
 chunk as seven 16-bit loads (L1/TEX-bound in Nsight Compute), then spent ~6
 instructions a 4-weight word turning the 7-bit fields into byte masks. Regrouped, every 4 blocks
 of a row are 408 bytes (block k's parts k-th in each field):
@@ -25,7 +25,7 @@ whole groups: cols a multiple of 1024.
 Who reads it: the GPU backend regroups its 2-D IQ3_XXS weights after loading (kernels/gpu_layout.py,
 BackendConfig.iq3_layout "groups4") and names them IQ3_XXS_G4 (registry.GPU_LAYOUTS, 102 bytes a block); the decode
 products take matvec_with_init<TIQ3_XXS_G4_INT8> (matvec_q8) or, with an epilogue, matvec_fused_end<TIQ3_XXS_G4_INT8> (matvec_epilogue),
-the prefill's and the embedding rows' dequantize kernels/dequant_iq3_cuda.py's g4 kernels (Numba:
+the prefill's and the embedding rows' dequantize kernels/dequant_iq.py's g4 CUDA C kernels (Numba:
 dequant_iq's _p_iq3_xxs_g4). MoE experts stay in the file's layout (768-column experts are not
 whole groups; the expert streaming copies file bytes).
 """

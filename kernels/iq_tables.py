@@ -97,10 +97,11 @@ def device_tables(name):
     return _upload(gguf_type(name), _device_key())   # a regrouped layout: its GGUF type's table
 
 
-__all__ = ["KVALUES_IQ4", "ksigns", "ksigns_formula", "grid_values", "grid_packed", "device_tables"]
+__all__ = ["KVALUES_IQ4", "ksigns", "ksigns_formula", "grid_values", "grid_packed", "device_tables",
+           "c_grid_array", "table_words", "C_TABLE_HEADERS"]
 
 
-# IQ3_XXS in offset binary (the integer-dot products, kernels/matvec_q8_iq3.py): grid bytes as
+# IQ3_XXS in offset binary (the integer-dot products, kernels/matvec_q8.py): grid bytes as
 # 64 + g, and per 7 stored sign bits the byte masks of the negative weights.
 def grid64():
     """IQ3_XXS grid entries with every byte g replaced by 64 + g (uint32, 256)."""
@@ -123,3 +124,56 @@ def _c_array(cname, vals):
 def c_offset_tables():
     """The CUDA C arrays of grid64 and sign_masks."""
     return _c_array("IQ3XXS_GRID64", grid64()) + _c_array("IQ3XXS_SMASK", sign_masks())
+
+
+def c_grid_array(cname, name):
+    """`__device__ const unsigned <cname>[n] = {...};` generated from the gguf-py grid."""
+    vals = ", ".join(f"{int(v):#x}u" for v in grid_packed(name))
+    return f"__device__ const unsigned {cname}[{grid_packed(name).size}] = {{{vals}}};\n"
+
+
+def table_words():
+    """The 4096 signed grid words of LT_TAB4096: entry idx | signs << 8, byte i = -g or g (sign bit i)."""
+    g = grid_values("IQ3_XXS").astype(np.int64)
+    e = np.arange(4096)
+    v = np.where((e[:, None] >> (8 + np.arange(4))) & 1, -g[e & 255], g[e & 255]) & 255
+    return (v[:, 0] | v[:, 1] << 8 | v[:, 2] << 16 | v[:, 3] << 24).astype(np.uint32)
+
+
+# The table headers the kernels' CUDA C includes (kernels/cuda_source.py): gguf-py's tables written
+# as C arrays when a module's text is made. They are data generated from gguf-py, not hand-written
+# CUDA C, so they have no file in kernels/cuda/ (tests/test_kernels_iq.py checks them against gguf-py).
+_GENERATED = "// Generated from gguf-py's tables (kernels/iq_tables.py; tests/test_kernels_iq.py checks them).\n"
+
+
+def _c_iq3_grid():
+    return _GENERATED + c_grid_array("IQ3XXS_GRID", "IQ3_XXS")
+
+
+def _c_iq3_sign_masks():
+    masks = ", ".join(f"{{{int(a):#x}u, {int(b):#x}u}}" for a, b in sign_masks())
+    return _GENERATED + f"__device__ const uint2 IQ3XXS_SMASK2[128] = {{{masks}}};\n"
+
+
+def _c_iq4_values():
+    return _GENERATED + f"__device__ const int IQ4_KVALUES[16] = {{{', '.join(str(int(v)) for v in KVALUES_IQ4)}}};\n"
+
+
+def _c_iq3_offset_tables():
+    return _GENERATED + c_offset_tables()
+
+
+def _c_iq3_signed_grid_words():
+    words = ", ".join(f"{int(v)}u" for v in table_words())
+    return ("// IQ3_XXS's grid words under every 4 signs: entry idx | signs << 8, byte i = -g or g (sign bit i);\n"
+            "// generated from gguf-py's grid (kernels/iq_tables.table_words, tests/test_kernels_iq.py).\n"
+            f"__device__ const unsigned LT_TAB4096[4096] __attribute__((aligned(16))) = {{{words}}};\n")
+
+
+C_TABLE_HEADERS = {                  # header name -> its text's generator
+    "iq3_grid.cuh": _c_iq3_grid,                            # IQ3XXS_GRID: grid_packed("IQ3_XXS")
+    "iq3_sign_masks.cuh": _c_iq3_sign_masks,                # IQ3XXS_SMASK2: sign_masks() as uint2 pairs
+    "iq4_values.cuh": _c_iq4_values,                        # IQ4_KVALUES: KVALUES_IQ4
+    "iq3_offset_tables.cuh": _c_iq3_offset_tables,          # IQ3XXS_GRID64, IQ3XXS_SMASK: c_offset_tables()
+    "iq3_signed_grid_words.cuh": _c_iq3_signed_grid_words,  # LT_TAB4096: table_words()
+}

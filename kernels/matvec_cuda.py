@@ -28,7 +28,7 @@ import numpy as np
 from lite.kernels import pdl as pdl_mod
 from lite.kernels.matvec_structs import C_TYPES, FAST_DOT  # noqa: F401  (C_TYPES: other modules read it here)
 from lite.kernels.matvec_structs import ALIGN, C_MAX_N, INT8_DOT_TYPES, THREADS, _ptr  # noqa: F401
-from lite.kernels.cuda_source import source
+from lite.kernels.cuda_source import includes, source
 
 # (rows a CTA, prefetch 0/1) per type: the fastest at the decode shapes (BENCHMARKS.md); 16 rows a
 # CTA lost everywhere.
@@ -47,8 +47,8 @@ TYPES = tuple(CONFIG)
 
 
 def c_source():
-    """The kernels' CUDA C (kernels/cuda/matvec.cu)."""
-    return source("matvec.cu")
+    """The kernels' CUDA C: the register decode products over float x, matvec_rows over each type's struct."""
+    return includes("matvec_common.cuh", "matvec_float_structs.cuh", "matvec_register_loop.cuh")
 
 
 def decode_struct(qtype):

@@ -12,8 +12,11 @@ Two implementations of the same product:
   random 16-byte gathers); bytes become
   floats by the 2^23 exponent trick (PRMT + FADD, not the slow I2F unit), signs flip x's sign bit.
   Templated on n (up to C_MAX_N, larger n in chunks) so the accumulators stay in registers.
-  For IQ3_XXS and n = 1 the same decode runs as a type (TIQ3_XXS) of the persistent kernel of
-  kernels/matvec_persistent.py with 8 rows a CTA (faster than the register kernel there).
+  For IQ3_XXS and n = 1 the same decode runs as a type (TIQ3_XXS) of the persistent kernel
+  `matvec_persistent` with 8 rows a CTA (faster than the register kernel there; the K types' register
+  kernel `matvec_rows` beat it): matvec_cuda's register loop on a grid of as many CTAs as fit the
+  device at once, each walking row groups blockIdx.x, +gridDim.x, ... and loading the next item
+  (row group, trip) into registers before computing this one, across row groups too.
 reference=True (BackendConfig.reference_kernels) takes the Numba kernels on the GPU too.
 """
 import contextlib
@@ -25,8 +28,8 @@ from numba import cuda, float32
 from lite.kernels.dequant_iq import (
     C_HELPERS, _p_iq3_xxs, _p_iq4_xs, _ptr, _v_grid_sign, _v_nonlinear, c_grid_array,
 )
-from lite.kernels import matvec_cuda, matvec_persistent
-from lite.kernels.cuda_source import source
+from lite.kernels import matvec_cuda
+from lite.kernels.cuda_source import includes, source
 from lite.kernels.iq_tables import KVALUES_IQ4, device_tables
 from lite.kernels.reduce import warp_sum
 from lite.kernels.registry import quant_info, register_matvec
@@ -92,7 +95,7 @@ C_IQ4_XS = source("matvec_iq4_xs.cuh")
 # IQ3_XXS as a type of the register loops (matvec_cuda's, the persistent one, the MoE experts'); the
 # decode is C_IQ3_XXS's, a thread per sub-block.
 C_IQ3_XXS_STAGED = source("iq3_xxs_struct.cuh")
-# IQ3_XXS's decode product over float x: the persistent kernel (kernels/matvec_persistent.py) with
+# IQ3_XXS's decode product over float x: the persistent kernel (matvec_persistent, below) with
 # TIQ3_XXS, 8 rows a CTA, for n = 1 (n = 2 spills registers there: mv_iq3xxs, the register kernel).
 PERSISTENT_ROWS = 8
 # The IQ3_XXS grid copies a CTA fills in shared memory (GCOPIES in C_IQ3_XXS): none, the 1 KB grid is
@@ -106,8 +109,10 @@ def grid_copies():
 
 
 def c_source():
-    """The module text (kernels/cuda/matvec_iq.cu): the IQ3_XXS grid read through L1 (GCOPIES 0)."""
-    return source("matvec_iq.cu")
+    """The module text: the IQ3_XXS grid read through L1 (GCOPIES 0); IQ3_XXS's and IQ4_XS's decode products over
+    float x: the register kernels mv_iq3xxs / mv_iq4xs, and IQ3_XXS's struct on the persistent loop (matvec_persistent)."""
+    return includes("iq_helpers.cuh", "iq3_grid.cuh", "iq4_values.cuh", "matvec_common.cuh", "matvec_persistent.cuh",
+                    "matvec_iq_common.cuh", "matvec_iq3_xxs.cuh", "matvec_iq4_xs.cuh", "iq3_xxs_struct.cuh")
 
 
 _C_NAMES = {"IQ3_XXS": "mv_iq3xxs", "IQ4_XS": "mv_iq4xs"}
@@ -121,6 +126,50 @@ def _raw_module(device, names=None):
     exprs = list(names or [f"{k}<{n}>" for name, k in _C_NAMES.items() for n in range(1, C_MAX_N[name] + 1)])
     return cupy.RawModule(code=c_source(), options=("--std=c++17",), name_expressions=exprs)
 
+
+# ---- the persistent kernel matvec_persistent ---------------------------------------------------
+
+PERSISTENT_THREADS = 128
+
+C_PERSISTENT = source("matvec_persistent.cuh")
+
+
+def persistent_name(struct, n, rows_per_cta):
+    return f"matvec_persistent<{struct}, {n}, {rows_per_cta}>"
+
+
+def _persistent_blocks_per_sm(func, smem, device):
+    import cupy
+    try:
+        return max(1, cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(func.ptr, PERSISTENT_THREADS, smem))
+    except Exception:   # noqa: BLE001 - no such call in this CuPy: registers and shared memory bound it
+        props = cupy.cuda.runtime.getDeviceProperties(device)
+        by_smem = props.get("sharedMemPerMultiprocessor", 233472) // (smem + func.shared_size_bytes + 1024)
+        regs = -(-func.num_regs * 32 // 256) * 256 * (PERSISTENT_THREADS // 32)
+        return max(1, min(by_smem, 65536 // max(regs, 1), 2048 // PERSISTENT_THREADS))
+
+
+@functools.lru_cache(maxsize=None)
+def persistent_prepare(func, smem, device):
+    """Allows `func` its dynamic shared memory; returns the persistent grid's size cap (CTAs that
+    fit on the device at once)."""
+    import cupy
+    if smem > 48 * 1024:
+        func.max_dynamic_shared_size_bytes = smem
+    if smem:   # ask for the largest shared-memory carveout, or fewer CTAs than computed may fit
+        func.preferred_shared_memory_carveout = 100
+    sms = cupy.cuda.runtime.getDeviceProperties(device)["multiProcessorCount"]
+    return sms * _persistent_blocks_per_sm(func, smem, device)
+
+
+def persistent_launch(func, smem, device, rows, rows_per_cta, args):
+    """Enqueue one persistent kernel on the current CuPy stream (smem: its dynamic shared memory)."""
+    cap = persistent_prepare(func, smem, device)
+    grid = max(1, min(-(-rows // rows_per_cta), cap))
+    func((grid,), (PERSISTENT_THREADS,), args, shared_mem=smem)
+
+
+# ---- launchers -----------------------------------------------------------------------------------
 
 def launch_cuda(name, blocks, x, out, rows, cols, stream, pdl=False, int8_dot_types=matvec_cuda.INT8_DOT_TYPES):
     """IQ3_XXS (and IQ3_XXS_G4) on dp4a over quantized x where int8_dot_types names it (matvec_q8;
@@ -141,9 +190,9 @@ def launch_cuda(name, blocks, x, out, rows, cols, stream, pdl=False, int8_dot_ty
             n = xs.shape[0]
             args = (blocks, xs, os_, np.int32(rows), np.int32(cols))
             if name == "IQ3_XXS" and n == 1:
-                kname = matvec_persistent.persistent_name(_STRUCTS[name], n, PERSISTENT_ROWS)
+                kname = persistent_name(_STRUCTS[name], n, PERSISTENT_ROWS)
                 func = _raw_module(device, (kname,)).get_function(kname)
-                matvec_persistent.launch(func, 0, device, rows, PERSISTENT_ROWS, args)
+                persistent_launch(func, 0, device, rows, PERSISTENT_ROWS, args)
                 continue
             w = blocks.view(np.uint16 if name == "IQ3_XXS" else np.uint32)
             kern = _raw_module(device).get_function(f"{_C_NAMES[name]}<{n}>")

@@ -1,7 +1,12 @@
 """IQ3_XXS's decode product on the tensor cores over bands of 16 rows: the kernel `bands16_product` (and `bands16_product_fused_end`, the
 same with the decode step's next op folded in), over IQ3_XXS_B16 (kernels/iq3_b16.py: bands of 16 rows laid
 out for the int8 mma's fragments). Registered as the IQ3_XXS_B16 matvec; the GPU backend's layout for
-IQ3_XXS matrices of whole bands (kernels/gpu_layout.py). The CUDA C: kernels/cuda/mma_iq3_b16*.cuh.
+IQ3_XXS matrices of whole bands (kernels/gpu_layout.py). The CUDA C: kernels/cuda/mma_iq3_b16.cuh (the int8 mma and
+its host emulation, the tables, a block's products: lt_b16_block; lt_b16_decode and lt_b16_mul, its two halves, for the
+block decoded before the PDL wait) and mma_iq3_b16_body.cuh (lt_mvb_end, the decode step's next op folded into the
+product: bands16_product_fused_end's epilogues and the next norm's first half, and lt_mvb_quantize_run, the norm out's x
+records for the product after it; then the kernel mvb_body, with the diagnostics LT_MVB_DIAG_* and the timeline
+LT_MVB_STAMPS). What each part does and what it was measured at: the comments beside it and below.
 
 A warp's mma.sync.m16n8k32.s8 takes 16 rows x 32 weights at once (the integer-dot product over IQ3_XXS_G4
 spends ~112 instructions a chunk of 32 weights and a row). Of each pair of chunks, the even chunk's grid words
@@ -16,7 +21,8 @@ from collections import namedtuple
 
 import numpy as np
 
-from lite.kernels import iq3_b16, matvec_mma_src
+from lite.kernels import iq3_b16
+from lite.kernels.cuda_source import includes
 from lite.kernels import pdl as pdl_mod
 from lite.kernels.registry import register_matvec
 
@@ -41,8 +47,9 @@ def config(rows, cols, sms, epilogue=False):
 
 
 def c_source():
-    """bands16_product's CUDA C (kernels/matvec_mma_src.py), after matvec_q8's IQ3_XXS text."""
-    return matvec_mma_src.c_source()
+    """bands16_product's CUDA C, after matvec_q8's IQ3_XXS text (which holds the x quantizer quantize_x_early,
+    lt_q8w, lt_topmask and the unsigned grid IQ3XXS_GRID)."""
+    return includes("mma_iq3_b16.cuh", "mma_iq3_b16_body.cuh")
 
 
 def kernel_name(form, epilogue=0, nm=0):

@@ -30,15 +30,37 @@ import functools
 
 import numpy as np
 
-from lite.kernels import matvec_q8_iq3
 from lite.kernels import matvec_structs as matvec_cuda   # the shared launch shape, alignment, types
-from lite.kernels.cuda_source import source
+from lite.kernels.cuda_source import includes, source
 from lite.kernels import pdl as pdl_mod
 
 C_Q8_BASE = source("int8_x_records.cuh")
 C_Q8_K = source("int8_kquant_structs.cuh")
 
 C_Q8 = C_Q8_BASE + C_Q8_K          # the K types' module text (after matvec_cuda's C_HEAD, C_TYPES)
+
+# IQ3_XXS on dp4a over quantized x: the integer struct TIQ3_XXS_INT8 (after matvec_iq's TIQ3_XXS) and
+# iq_tables' offset-binary tables: each grid byte g as 64 + g (IQ3XXS_GRID64), 64 - g where its sign bit is set
+# (u - 2 (u & 0x3F mask), iq_tables' sign masks as uint2 pairs: no borrow between bytes), so a word of 4 weights
+# meets x in 2 dp4a; the offset 64 comes off once a run of 16 as 64 times the run's sum of quantized
+# x. Sums a run: |dp4a sums| <= 16 * 126 * 127 (exact), their 254-weighted total < 2^26 (one fp32
+# rounding, ~6e-8 of it, before the offset cancels): inside the x quantization's bound.
+# (With its sign-mask table, iq3_sign_masks.cuh: one load a group.)
+C_Q8_IQ3 = source("int8_iq3_xxs_structs.cuh")
+
+# Where TIQ3_XXS_INT8 finds its tables (GC, SC, see C_Q8_IQ3): one grid copy in shared memory, the sign
+# masks computed (the fastest placement measured, BENCHMARKS.md).
+IQ3_TABLES = (1, 2)
+
+# matvec_cuda's `matvec_rows` with the struct's table fill first: the kernel of every IQ3_XXS integer-dot product.
+C_MV_INIT = source("matvec_with_init.cuh")
+
+
+def iq3_struct_name(tables=None, grouped=False):
+    """IQ3_XXS's integer struct's C++ name for (GC, SC) tables (default IQ3_TABLES); grouped: IQ3_XXS_G4's
+    (TIQ3_XXS_G4_INT8)."""
+    gc, sc = IQ3_TABLES if tables is None else tables
+    return f"{'TIQ3_XXS_G4_INT8' if grouped else 'TIQ3_XXS_INT8'}<{gc}, {sc}>"
 
 
 # The record layout of quantized x by record size (LT_Q8_LAYOUT20 / 24, int8_x_records.cuh's defaults):
@@ -98,9 +120,9 @@ def config(qtype):
 
 
 def struct(qtype):
-    """The integer struct of qtype's kernels (IQ3_XXS: with its table placement, matvec_q8_iq3.TABLES)."""
+    """The integer struct of qtype's kernels (IQ3_XXS: with its table placement, IQ3_TABLES)."""
     if qtype.startswith("IQ3_XXS"):
-        return matvec_q8_iq3.struct_name(grouped=qtype == "IQ3_XXS_G4")
+        return iq3_struct_name(grouped=qtype == "IQ3_XXS_G4")
     return TYPES[qtype][1]
 
 
@@ -111,18 +133,24 @@ def in_name(kernel_name):
 
 
 def c_source(qtype="Q4_K"):
-    """The module text of qtype's quantizer and integer-dot kernels (kernels/cuda/matvec_int8.cu,
-    matvec_iq3_int8.cu)."""
+    """The module text of qtype's quantizer and integer-dot kernels. The K types: the x quantizer quantize_x and
+    matvec_rows over TQ4_KQ / TQ6_KQ, on matvec_cuda's register loop. IQ3_XXS: the x quantizer and matvec_with_init
+    over TIQ3_XXS_INT8 (the file's layout) or TIQ3_XXS_G4_INT8 (IQ3_XXS_G4); also the base of the tensor-core
+    product's module (matvec_mma.c_source) and the epilogue kernels' IQ3_XXS module."""
     if qtype.startswith("IQ3_XXS"):
-        return source("matvec_iq3_int8.cu")
-    return source("matvec_int8.cu")
+        return includes("iq_helpers.cuh", "iq3_grid.cuh", "iq3_offset_tables.cuh", "iq4_values.cuh",
+                        "matvec_common.cuh", "matvec_register_loop.cuh", "matvec_iq_common.cuh", "matvec_iq3_xxs.cuh",
+                        "matvec_iq4_xs.cuh", "iq3_xxs_struct.cuh", "matvec_with_init.cuh", "int8_x_records.cuh",
+                        "int8_iq3_xxs_structs.cuh")
+    return includes("matvec_common.cuh", "matvec_float_structs.cuh", "matvec_register_loop.cuh", "int8_x_records.cuh",
+                    "int8_kquant_structs.cuh")
 
 
 def structs(qtype, tables=False):
     """The text that adds qtype's integer struct to a module holding its float struct (moe_mvw's);
     tables: also IQ3_XXS's offset-binary tables (a module without them)."""
     if qtype.startswith("IQ3_XXS"):
-        return (source("iq3_offset_tables.cuh") if tables else "") + layout_define() + C_Q8_BASE + matvec_q8_iq3.c_text()
+        return (source("iq3_offset_tables.cuh") if tables else "") + layout_define() + C_Q8_BASE + C_Q8_IQ3
     return layout_define() + C_Q8
 
 
@@ -136,10 +164,10 @@ def quantize_name(qtype):
 
 
 def kernel_name(qtype, n, rows=8, prefetch=0, tables=None):
-    """matvec_rows over quantized x; IQ3_XXS: matvec_with_init (matvec_rows with the struct's table fill first, matvec_q8_iq3).
-    tables: IQ3_XXS's (GC, SC) instead of matvec_q8_iq3.TABLES."""
+    """matvec_rows over quantized x; IQ3_XXS: matvec_with_init (matvec_rows with the struct's table fill first, C_MV_INIT).
+    tables: IQ3_XXS's (GC, SC) instead of IQ3_TABLES."""
     if qtype.startswith("IQ3_XXS"):
-        return f"matvec_with_init<{matvec_q8_iq3.struct_name(tables, qtype == 'IQ3_XXS_G4')}, {n}, {rows}, {prefetch}>"
+        return f"matvec_with_init<{iq3_struct_name(tables, qtype == 'IQ3_XXS_G4')}, {n}, {rows}, {prefetch}>"
     return f"matvec_rows<{TYPES[qtype][1]}, {n}, {rows}, {prefetch}>"
 
 

@@ -25,7 +25,7 @@ import functools
 
 import numpy as np
 
-from lite.kernels import dequant_common, dequant_iq3_cuda
+from lite.kernels import dequant_common, dequant_iq
 from lite.kernels.cuda_source import source
 from lite.kernels.pdl import call as pdl_call, source_head
 
@@ -97,10 +97,10 @@ def topk_kernel(n_expert, pdl=False):
 
 def gather_dequant_kernel(qtype, reference=False):
     """(kernel, tile_elems) or None when the type has no CUDA C dequantize to gather with (the tiled
-    scheme's types, and IQ3_XXS's own kernel: kernels/dequant_iq3_cuda.py; reference: IQ3_XXS
+    scheme's types, and IQ3_XXS's own kernel: kernels/dequant_iq.py iq3_gather_kernel; reference: IQ3_XXS
     through the Numba dequantize instead, as its other products)."""
     if qtype == "IQ3_XXS":
-        return None if reference else dequant_iq3_cuda.gather_kernel(_dev())
+        return None if reference else dequant_iq.iq3_gather_kernel(_dev())
     return _gather_dequant_kernel(_dev(), qtype)
 
 

@@ -4,7 +4,7 @@ Run with a Python that has llama-cpp-python (it builds llama.cpp from source fro
 registry) and the two models fetched by lite (`lite.hub.model_path`), e.g.:
     python -m venv /tmp/llvenv && /tmp/llvenv/bin/pip install llama-cpp-python jinja2
     /tmp/llvenv/bin/python tests/make_generation_fixtures.py ~/.cache/lite/models
-Writes tests/fixtures/generate_<model>.json: for each prompt the text, the prompt token ids as
+Writes tests/fixtures/generate.json, one key per model: for each prompt the text, the prompt token ids as
 llama.cpp tokenizes them, the greedy continuation, and the top-5 logits at the last prompt position.
 Chat prompts are rendered from the file's own chat template with Jinja2 (as llama-cpp-python does).
 
@@ -141,7 +141,10 @@ def main():
         doc = {"model": fname, "reference": f"llama.cpp via llama-cpp-python {llama_cpp.__version__}",
                "settings": "CPU, n_ctx 1024, f16 KV cache, greedy; the file's weights dequantized "
                            "to F32 (native_*: the quantized file as it is)", "cases": cases}
-        (fixtures / f"generate_{key}.json").write_text(json.dumps(doc, indent=1, ensure_ascii=False))
+        dest = fixtures / "generate.json"          # the other models' entries are kept
+        docs = json.loads(dest.read_text()) if dest.exists() else {}
+        docs[key] = doc
+        dest.write_text(json.dumps(docs, indent=1, ensure_ascii=False) + "\n")
 
 
 if __name__ == "__main__":

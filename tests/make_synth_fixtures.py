@@ -1,4 +1,4 @@
-"""Write tests/fixtures/synth_<arch>.json: llama.cpp's outputs on lite's tiny synth files.
+"""Write tests/fixtures/synth.json: llama.cpp's outputs on lite's tiny synth files, keyed by arch.
 
 The synth files are random-weight models in llama.cpp's own layouts; running them through llama.cpp
 (llama-cpp-python, which builds llama.cpp from source) gives an independent reference for lite's CPU
@@ -7,7 +7,8 @@ forward of the llama, qwen3, qwen3moe and qwen2moe layers, without downloading a
 Run with an interpreter that has llama_cpp (plus numpy, gguf, click, regex, jinja2: lite's deps):
     /tmp/llvenv2/bin/python tests/make_synth_fixtures.py [--arch qwen3moe] [--threads 2]
 
-For each arch it writes the tiny file with lite.synth (seed and quant below), then records:
+For each arch it writes the tiny file with lite.synth (seed and quant below), then records under
+the arch's key (the other archs' entries are kept as they are):
   file_sha256          so that a test can tell when synth's output changed and the fixture is stale
   token_ids            the 12 ids evaluated (one batch, positions 0..11)
   top_ids, top_logits  the 10 largest logits at the last position, largest first
@@ -32,7 +33,7 @@ import numpy as np  # noqa: E402
 
 from lite.synth import get_preset, synth  # noqa: E402
 
-FIXTURES = os.path.join(ROOT, "tests", "fixtures")
+FIXTURE = os.path.join(ROOT, "tests", "fixtures", "synth.json")
 # A quant per arch, so that the fixtures cover several weight formats between them. qwen2moe takes
 # seed 7, the first whose argmax choices are all clear: seeds 0-6 each have a step whose top two
 # logits lie 0.001-0.048 apart, near the ~0.01 by which llama.cpp (8-bit activations) and lite differ
@@ -100,22 +101,30 @@ def run_case(arch, out_dir, threads):
     }
 
 
+def dump(docs):
+    """One arch a key, one field a line inside it, lists kept on their line: short diffs."""
+    return "{\n" + ",\n".join(
+        f" {json.dumps(arch)}: {{\n" + ",\n".join(f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in fx.items())
+        + "\n }" for arch, fx in docs.items()) + "\n}\n"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--arch", action="append", choices=sorted(CASES), help="default: all")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
-    os.makedirs(FIXTURES, exist_ok=True)
+    os.makedirs(os.path.dirname(FIXTURE), exist_ok=True)
+    docs = {}
+    if os.path.exists(FIXTURE):
+        with open(FIXTURE) as f:
+            docs = json.load(f)
     with tempfile.TemporaryDirectory() as d:
         for arch in args.arch or list(CASES):
-            fx = run_case(arch, d, args.threads)
-            out = os.path.join(FIXTURES, f"synth_{arch}.json")
-            with open(out, "w") as f:   # one key a line, lists kept on their line: short diffs
-                f.write("{\n" + ",\n".join(f" {json.dumps(k)}: {json.dumps(v)}" for k, v in fx.items())
-                        + "\n}\n")
-            print(f"{out}: top {fx['top_ids'][:3]} {fx['top_logits'][:3]}, greedy {fx['greedy']}, "
-                  f"min margin {fx['min_margin']}")
-
+            fx = docs[arch] = run_case(arch, d, args.threads)
+            with open(FIXTURE, "w") as f:       # after each arch, so that a failure keeps the others
+                f.write(dump(docs))
+            print(f"{FIXTURE} [{arch}]: top {fx['top_ids'][:3]} {fx['top_logits'][:3]}, "
+                  f"greedy {fx['greedy']}, min margin {fx['min_margin']}")
 
 if __name__ == "__main__":
     main()

@@ -1,5 +1,5 @@
-"""Write tests/fixtures/tokens_<model>.json from llama.cpp (through llama-cpp-python), the reference
-lite's tokenizer is checked against.
+"""Write tests/fixtures/tokens.json (one key per model; the other models' entries are kept) from
+llama.cpp (through llama-cpp-python), the reference lite's tokenizer is checked against.
 
 Run with an interpreter that has llama_cpp installed (not a dependency of lite):
     /path/to/venv/bin/python tests/make_token_fixtures.py [--models-dir ~/.cache/lite/models]
@@ -186,11 +186,16 @@ def make(name, path):
             "rendered": fmt(messages=CHAT_MESSAGES).prompt,
         }
     os.makedirs(FIXTURES, exist_ok=True)
-    dest = os.path.join(FIXTURES, f"tokens_{name}.json")
+    dest = os.path.join(FIXTURES, "tokens.json")
+    docs = {}
+    if os.path.exists(dest):
+        with open(dest, encoding="utf-8") as f:
+            docs = json.load(f)
+    docs[name] = out
     with open(dest, "w", encoding="utf-8") as f:
-        json.dump(out, f, ensure_ascii=False, indent=1)
+        json.dump(docs, f, ensure_ascii=False, indent=1)
         f.write("\n")
-    print(f"wrote {dest}: {len(cases)} strings, {len(pieces)} pieces, eog={eog}")
+    print(f"wrote {dest} [{name}]: {len(cases)} strings, {len(pieces)} pieces, eog={eog}")
 
 
 def main(argv=None):

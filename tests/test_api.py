@@ -1,13 +1,17 @@
-"""The Python API on the real SmolLM2 model, CPU backend."""
+"""The Python API on the real SmolLM2 model, CPU backend; and one LLM used from many threads at
+once: requests queue, each gets the text it gets alone, and abandoned streams give the engine back."""
+import gc
 import json
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from lite import LLM, ContextOverflowError
+from lite import LLM, ContextOverflowError, LiteError
 from realmodels import real_model
 
-FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "generate_smollm2.json").read_text())
+FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "generate.json").read_text())["smollm2"]
 
 
 @pytest.fixture(scope="module")
@@ -65,3 +69,56 @@ def test_prompt_too_long_is_an_error_before_work(llm):
 def test_unknown_sampling_option(llm):
     with pytest.raises(TypeError, match="temprature"):
         llm.generate("hi", max_tokens=2, temprature=0.5)
+
+
+# --- one LLM from many threads (its own, with a shorter context) ---
+
+PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time, in a small village",
+           "Chapter 1. The lighthouse keeper", "Water boils at", "My favourite colour is",
+           "import numpy as np\n", "Three primary colours are"]
+TIMEOUT = 600
+
+
+@pytest.fixture(scope="module")
+def shared_llm():
+    return LLM(real_model("smollm2"), device="cpu", max_context=256)
+
+
+def test_eight_threads_each_get_their_single_thread_text(shared_llm):
+    alone = {}
+    for p in PROMPTS:
+        alone[p] = shared_llm.generate(p, max_tokens=32, temperature=0)
+    start = threading.Barrier(len(PROMPTS))
+
+    def one(p):
+        start.wait(timeout=60)
+        return shared_llm.generate(p, max_tokens=32, temperature=0)
+    with ThreadPoolExecutor(len(PROMPTS)) as pool:
+        futures = {p: pool.submit(one, p) for p in reversed(PROMPTS)}
+        got = {p: f.result(timeout=TIMEOUT) for p, f in futures.items()}
+    assert got == alone
+    assert all(alone.values())
+
+
+def test_an_abandoned_stream_releases_the_engine(shared_llm):
+    it = shared_llm.stream("Once upon a time", max_tokens=32, temperature=0)
+    next(it)                             # holds the engine now
+    assert shared_llm._lock.locked()
+    with pytest.raises(LiteError, match="unfinished stream"):
+        shared_llm.generate("hi", max_tokens=2)  # the same thread would wait for itself: an error instead
+    del it
+    gc.collect()
+    assert not shared_llm._lock.locked()
+    for piece in shared_llm.stream("Once upon a time", max_tokens=32, temperature=0):
+        break                            # leaving the loop drops the stream
+    assert not shared_llm._lock.locked()
+    it = shared_llm.stream("Once upon a time", max_tokens=32, temperature=0)
+    next(it)
+    done = []
+    t = threading.Thread(target=lambda: done.append(shared_llm.generate("Hello", max_tokens=2, temperature=0)))
+    t.start()
+    t.join(0.5)
+    assert not done                       # waits for the open stream
+    it.close()
+    t.join(TIMEOUT)
+    assert done and not shared_llm._lock.locked()

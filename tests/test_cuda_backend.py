@@ -100,10 +100,11 @@ def test_decode_graph_matches_plain_launches(synth_model):
 def test_real_model_gpu_matches_cpu(key):
     from lite.hub import KNOWN, cache_dir
     path = cache_dir() / "models" / KNOWN[key].filename
-    doc = FIXTURES / f"generate_{key}.json"
-    if not path.exists() or not doc.exists():
+    doc = FIXTURES / "generate.json"
+    cases = json.loads(doc.read_text()).get(key, {}).get("cases") if doc.exists() else None
+    if not path.exists() or cases is None:
         pytest.skip(f"{path.name} or its fixtures are not on this machine")
-    for case in json.loads(doc.read_text())["cases"]:
+    for case in cases:
         got, want = compare(str(path), case["prompt_ids"], len(case["generated"]), chunk=128)
         assert got == want
 

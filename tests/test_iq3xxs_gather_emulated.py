@@ -1,4 +1,4 @@
-"""IQ3_XXS's CUDA C dequantize (kernels/dequant_iq3_cuda.py), run on the host through
+"""IQ3_XXS's CUDA C dequantize (kernels/dequant_iq.py iq3_cuda_source), run on the host through
 tests/cuda_c_emulator.py against gguf-py's dequantize (rounded to fp16): the whole-tensor kernels in
 both layouts (the file's, and IQ3_XXS_G4, kernels/iq3_groups.py), and the gathered dequantize for
 the MoE prefill (iq3xxs_gather_f16, taken by kernels/moe_layer.gather_dequant_kernel).
@@ -14,7 +14,7 @@ import cuda_c_emulator as emu
 from kernel_blocks import random_blocks, reference
 from test_kernels_matvec_emulated import HOST_SHIMS
 
-from lite.kernels import dequant_iq, dequant_iq3_cuda
+from lite.kernels import dequant_iq
 
 pytestmark = pytest.mark.skipif(not emu.available(), reason="needs g++ (C++20)")
 
@@ -27,7 +27,7 @@ E, ELEMS = 5, 3 * 256 * 4                      # experts; values an expert (not 
 @pytest.fixture(scope="module")
 def lib():
     return emu.compile_kernels(HOST_SHIMS + SHIMS + dequant_iq.c_grid_array("IQ3XXS_GRID", "IQ3_XXS")
-                               + dequant_iq3_cuda.C_IQ3_XXS_DEQUANT)
+                               + dequant_iq.C_IQ3_XXS_DEQUANT)
 
 
 @pytest.mark.parametrize("slots", [False, True])
@@ -44,7 +44,7 @@ def test_gathered_rows_are_the_selected_experts(lib, slots):
     else:
         src, slot_of = blocks, None
     out = np.full((len(sel), ELEMS), 7, np.float16)                 # 7: rows never written
-    grid = (-(-ELEMS // dequant_iq3_cuda.GATHER_TILE), len(sel))
+    grid = (-(-ELEMS // dequant_iq.IQ3_GATHER_TILE), len(sel))
     lib.launch("iq3xxs_gather_f16", grid, (256,), src, np.int64(ebytes), out, np.int64(ELEMS), sel,
                slot_of)
     for y, e in enumerate(sel):

@@ -90,10 +90,10 @@ def test_cuda_c_matches_numba_on_gpu(name, monkeypatch):
     rows, cols = 37, 2048                      # rows not a multiple of the 4 a CUDA block takes
     blocks = cupy.asarray(random_blocks(name, rows * cols // 256, rng))
     x = cupy.asarray(rng.standard_normal((5, cols)).astype(np.float32))
-    from lite.kernels import matvec_persistent, matvec_q8
+    from lite.kernels import matvec_iq, matvec_q8
     used, q8 = [], []
-    real, real_q8 = matvec_persistent.launch, matvec_q8.launch
-    monkeypatch.setattr(matvec_persistent, "launch", lambda *a, **k: used.append(1) or real(*a, **k))
+    real, real_q8 = matvec_iq.persistent_launch, matvec_q8.launch
+    monkeypatch.setattr(matvec_iq, "persistent_launch", lambda *a, **k: used.append(1) or real(*a, **k))
     monkeypatch.setattr(matvec_q8, "launch", lambda *a, **k: q8.append(1) or real_q8(*a, **k))
     results = {}
     for impl in ("cuda", "numba"):
@@ -175,7 +175,7 @@ def test_regrouped_iq3xxs_matvec_matches_float64_or_refuses():
 
 def test_table_headers_match_gguf_tables():
     """kernels/cuda's table headers are gguf-py's tables as the generators write them."""
-    from lite.kernels import dequant_iq, iq_tables, matvec_mma_src
+    from lite.kernels import dequant_iq, iq_tables
     from lite.kernels.cuda_source import source
     assert dequant_iq.c_grid_array("IQ3XXS_GRID", "IQ3_XXS") in source("iq3_grid.cuh")
     assert iq_tables.c_offset_tables() in source("iq3_offset_tables.cuh")
@@ -184,5 +184,5 @@ def test_table_headers_match_gguf_tables():
     m = iq_tables.sign_masks()
     masks = ", ".join(f"{{{int(a):#x}u, {int(b):#x}u}}" for a, b in m)
     assert f"IQ3XXS_SMASK2[128] = {{{masks}}};" in source("iq3_sign_masks.cuh")
-    words = ", ".join(f"{int(v)}u" for v in matvec_mma_src.table_words())
+    words = ", ".join(f"{int(v)}u" for v in iq_tables.table_words())
     assert f"= {{{words}}};" in source("iq3_signed_grid_words.cuh")

@@ -1,4 +1,4 @@
-"""The CUDA C decode matvec kernels (kernels/matvec_cuda.py `mv`, kernels/matvec_persistent.py `mvp`,
+"""The CUDA C decode matvec kernels (kernels/matvec_cuda.py `mv`, kernels/matvec_iq.py `mvp`,
 kernels/matvec_iq.py IQ3_XXS) run on the host through tests/cuda_c_emulator.py, against float64.
 
 The Numba twins are what the simulator checks in CI; these tests check the CUDA C text itself
@@ -10,7 +10,7 @@ import pytest
 import cuda_c_emulator as emu
 from kernel_blocks import random_blocks, reference
 
-from lite.kernels import dequant_iq, matvec_cuda, matvec_iq, matvec_persistent, quant_info
+from lite.kernels import dequant_iq, matvec_cuda, matvec_iq, quant_info
 
 pytestmark = pytest.mark.skipif(not emu.available(), reason="needs g++ (C++20)")
 
@@ -69,7 +69,7 @@ def _kernels():
 def lib():
     iq = matvec_iq   # its register kernels' macros (GCOPIES, GB, SX) and the IQ3_XXS struct
     source = (HOST_SHIMS + dequant_iq.c_grid_array("IQ3XXS_GRID", "IQ3_XXS")
-              + matvec_cuda.C_HEAD + matvec_cuda.C_TYPES + matvec_cuda.C_KERNEL + matvec_persistent.C_PERSISTENT
+              + matvec_cuda.C_HEAD + matvec_cuda.C_TYPES + matvec_cuda.C_KERNEL + matvec_iq.C_PERSISTENT
               + iq.C_COMMON + iq.C_IQ3_XXS + iq.C_IQ3_XXS_STAGED
               + "".join(_wrap(name, call) for _, _, call, _, _, name in _kernels()))
     return emu.compile_kernels(source)

@@ -136,7 +136,7 @@ def test_mvb_matches_float64(mma_lib, cfg, shape):
 @pytest.mark.parametrize("e", [0, 1, 2, 3], ids=["none", "add", "silu", "gelu_tanh"])
 @pytest.mark.parametrize("cfg", EPI_CONFIGS, ids=lambda c: f"w{c[0]}p{c[1]}a{c[2]}sg{c[3]}d{c[4]}")
 def test_mvbe_epilogues_match_float64(mma_lib, cfg, e, nm):
-    """mvbe (mvb with the decode step's next op, kernels/matvec_mma_src.py lt_mvb_end): the product (times the
+    """mvbe (mvb with the decode step's next op, kernels/cuda/mma_iq3_b16_body.cuh lt_mvb_end): the product (times the
     norm's scale with scale_in), plus res ("add") or act(gate) * up over [gate; up] rows interleaved (silu,
     gelu_tanh), against float64 within the product's bound carried through the op."""
     if not (e or nm):

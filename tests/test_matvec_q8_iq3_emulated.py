@@ -1,4 +1,4 @@
-"""IQ3_XXS's decode matvec on dp4a over quantized x (kernels/matvec_q8_iq3.py: TIQ3_XXS_INT8 over the
+"""IQ3_XXS's decode matvec on dp4a over quantized x (kernels/matvec_q8.py: TIQ3_XXS_INT8 over the
 file's blocks, TIQ3_XXS_G4_INT8 over IQ3_XXS_G4's, kernels/iq3_groups.py), its CUDA C on the host through
 tests/cuda_c_emulator.py against float64 products of gguf-py's dequantize, as the K types' in
 tests/test_matvec_q8_emulated.py (whose helpers these share); the epilogue kernels (mve) over them;
@@ -16,41 +16,40 @@ from lite.kernels import iq3_groups, matvec_cuda, matvec_q8, quant_info
 pytestmark = pytest.mark.skipif(not emu.available(), reason="needs g++ (C++20)")
 
 
-# IQ3_XXS: TIQ3_XXS_INT8 on the register loop (matvec_q8_iq3's mv_iq2:
+# IQ3_XXS: TIQ3_XXS_INT8 on the register loop (matvec_q8's mv_iq2:
 # mv with the table fill) over quantized x, its tables (grid copies, sign masks) through L1, in shared
 # memory or (the masks) computed; one on the persistent loop (mvp). (n, rows a CTA, prefetch, tables).
 IQ3_KERNELS = [(1, 4, 0, (0, 0)), (1, 8, 0, (0, 0)), (2, 4, 0, (0, 0)), (1, 2, 1, (0, 0)), (1, 4, 0, (1, 1)),
                (1, 4, 0, (4, 2)), (2, 4, 0, (8, 2)), (1, 4, 0, (0, 2)), (1, 8, 1, (16, 1)), (1, 4, "mvp", (2, 2)), (2, 2, 0, (1, 2)), (2, 4, 1, (1, 2))]
 
 
-# The grouped layout (matvec_q8_iq3.TIQ3_XXS_G4_INT8 over iq3_groups.repack's bytes: the GPU backend's).
+# The grouped layout (matvec_q8's TIQ3_XXS_G4_INT8 over iq3_groups.repack's bytes: the GPU backend's).
 IQ3_GROUPED = [(1, 4, 0, (1, 2)), (2, 4, 0, (0, 0)), (1, 8, 1, (32, 2)), (1, 4, 2, (1, 2)), (2, 2, 2, (1, 2)),
                (1, 4, 2, (1, 3)), (2, 4, 0, (1, 4)), (1, 4, 2, (32, 2))]
 
 
 def _iq3_name(n, r, p, tables):
-    from lite.kernels import matvec_persistent, matvec_q8_iq3
+    from lite.kernels import matvec_iq
     if p == "mvp":
-        return matvec_persistent.persistent_name(matvec_q8_iq3.struct_name(tables), n, r)
+        return matvec_iq.persistent_name(matvec_q8.iq3_struct_name(tables), n, r)
     return matvec_q8.kernel_name("IQ3_XXS", n, r, p, tables)
 
 
 def _iq3_source():
     """IQ3_XXS's mvq module text for the emulator (matvec_q8.c_source without the asm helpers)."""
-    from lite.kernels import dequant_iq, iq_tables, matvec_iq, matvec_persistent, matvec_q8_iq3
+    from lite.kernels import dequant_iq, iq_tables, matvec_iq
     return ("#define GCOPIES 0\n" + HOST_SHIMS + Q8_SHIMS
             + "inline uint2 make_uint2(unsigned a, unsigned b) { return {a, b}; }\n"
             + dequant_iq.c_grid_array("IQ3XXS_GRID", "IQ3_XXS") + iq_tables.c_offset_tables()
-            + matvec_cuda.C_HEAD + matvec_cuda.C_KERNEL + matvec_persistent.C_PERSISTENT + matvec_iq.C_COMMON
-            + matvec_iq.C_IQ3_XXS + matvec_iq.C_IQ3_XXS_STAGED + matvec_q8_iq3.C_MV_INIT + matvec_q8.structs("IQ3_XXS"))
+            + matvec_cuda.C_HEAD + matvec_cuda.C_KERNEL + matvec_iq.C_PERSISTENT + matvec_iq.C_COMMON
+            + matvec_iq.C_IQ3_XXS + matvec_iq.C_IQ3_XXS_STAGED + matvec_q8.C_MV_INIT + matvec_q8.structs("IQ3_XXS"))
 
 
 @pytest.fixture(scope="module")
 def iq3_lib():
-    from lite.kernels import matvec_q8_iq3
     wraps = "".join(f'extern "C" __global__ void iq3q_{i}({ARGS}) {{ {_iq3_name(*k)}(w, x, out, rows, cols); }}\n'
                     for i, k in enumerate(IQ3_KERNELS))
-    wraps += "".join(f'extern "C" __global__ void iq3g_{i}({ARGS}) {{ matvec_with_init<{matvec_q8_iq3.struct_name(t, True)}, '
+    wraps += "".join(f'extern "C" __global__ void iq3g_{i}({ARGS}) {{ matvec_with_init<{matvec_q8.iq3_struct_name(t, True)}, '
                      f'{n}, {r}, {p}>(w, x, out, rows, cols); }}\n' for i, (n, r, p, t) in enumerate(IQ3_GROUPED))
     wraps += ('extern "C" __global__ void emu_qx_IQ3_XXS(const float* x, float* xq, int cols) '
               f'{{ {matvec_q8.quantize_name("IQ3_XXS")}(x, xq, cols); }}\n')

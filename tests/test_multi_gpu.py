@@ -1,5 +1,7 @@
-"""The stage chain across real GPUs (issue 7): one stage per GPU must give the same bytes as one GPU.
-Skips unless the machine has at least two usable GPUs."""
+"""Splitting the layers into stages changes no byte. On the CPU backend: 1, 2, 3 and 4 stages at a
+fixed chunk size, for a dense and a MoE synthetic model (issue 5), in both pipeline modes. Across
+real GPUs (issue 7): one stage per GPU must give the same bytes as one GPU; those tests skip unless
+the machine has at least two usable GPUs."""
 import numpy as np
 import pytest
 
@@ -19,10 +21,42 @@ def _n_gpus():
     return cupy.cuda.runtime.getDeviceCount()
 
 
-pytestmark = pytest.mark.skipif(_n_gpus() < 2, reason=f"needs 2 or more GPUs "
-                                f"({WHY or f'{_n_gpus()} found'})")
+needs_two_gpus = pytest.mark.skipif(_n_gpus() < 2, reason=f"needs 2 or more GPUs "
+                                    f"({WHY or f'{_n_gpus()} found'})")
 GREEDY = Sampler(SamplingParams.greedy())
 
+
+# --- on the CPU backend ---
+
+@pytest.fixture(scope="module", params=[("llama", "Q4_K"), ("qwen3moe", "Q4_K")],
+                ids=lambda p: p[0])
+def cpu_model(request, tmp_path_factory):
+    arch, quant = request.param
+    path = tmp_path_factory.mktemp("split") / f"{arch}.gguf"
+    synth(arch, "tiny", quant, str(path), seed=2)
+    return str(path)
+
+
+@pytest.mark.parametrize("mode", ["chain", "sync"])
+def test_stage_counts_give_identical_bytes(cpu_model, mode):
+    ids = list(range(7, 60))
+    greedy = Sampler(SamplingParams.greedy())
+    ref_logits = ref_tokens = None
+    for stages in (1, 2, 3, 4):
+        e = Engine(cpu_model, device="cpu", max_context=128, prefill_chunk=8, layer_split=stages,
+                   pipeline=mode)
+        assert len(e.stages) == stages
+        logits = e.prefill(ids, all_logits=True)
+        e.cached_ids = []
+        tokens = list(e.generate(ids, 6, greedy, stop_at_eog=False))
+        if ref_logits is None:
+            ref_logits, ref_tokens = logits, tokens
+        else:
+            assert np.array_equal(logits, ref_logits), stages
+            assert tokens == ref_tokens, stages
+
+
+# --- across real GPUs ---
 
 # These tests compare bytes across stage boundaries: the decode norms split across the products (the
 # default) run as plain norms at a boundary, ~1e-6 apart (test_cuda_backend's
@@ -39,6 +73,7 @@ def model(request, tmp_path_factory):
     return str(path)
 
 
+@needs_two_gpus
 @pytest.mark.parametrize("pipeline", ["chain", "sync"])
 def test_stages_on_separate_gpus_match_one_gpu(model, pipeline):
     n = min(_n_gpus(), 4)
@@ -59,6 +94,7 @@ def _all_peers(n):
     return all(can(a, b) for a in range(n) for b in range(n) if a != b)
 
 
+@needs_two_gpus
 @pytest.mark.parametrize("handoff_stream", [False, True], ids=["compute-stream", "copy-stream"])
 @pytest.mark.parametrize("handoff", ["host", "p2p"])
 def test_handoff_modes_match_one_gpu(model, handoff, handoff_stream):

