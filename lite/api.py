@@ -19,7 +19,7 @@ from lite.engine import Engine, GenStats
 from lite.errors import ContextOverflowError, LiteError
 from lite.hub import resolve_model
 from lite.sampling import Sampler, SamplingParams
-from lite.stops import StopMatcher
+from lite.sampling import StopMatcher
 
 _SAMPLING_KEYS = {"temperature", "top_k", "top_p", "min_p", "repeat_penalty", "repeat_last_n", "seed"}
 
@@ -128,7 +128,7 @@ class LLM:
 
     def serve(self, host="127.0.0.1", port=8080, n_slots=4, api_key=None, alias=None, **kw):
         """Serve this model over the OpenAI API until interrupted (what `lite serve` runs)."""
-        from lite.server.launch import serve
+        from lite.server.app import serve
         serve(engine=self.engine, host=host, port=port, n_slots=n_slots, api_key=api_key,
               alias=alias, **kw)
 

@@ -23,7 +23,7 @@ from gguf import GGUFWriter, LlamaFileType
 from gguf import quants as gguf_quants
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType as QT
 
-from lite import synth_gemma3, synth_qwen2moe, synth_qwen3next
+from lite import synth_archs
 from lite.errors import SynthError
 from lite.synth_vocab import vocab
 
@@ -49,7 +49,7 @@ class Preset:
     n_ff_shexp: int = 0            # shared expert width (qwen2moe)
     write_head_dim: bool = False   # the converter writes key_length/value_length only when config has head_dim
     sliding_window: int = 0        # gemma3: the local layers' attention window
-    ssm: tuple = None              # qwen3next: its Gated DeltaNet sizes (synth_qwen3next.SSM)
+    ssm: tuple = None              # qwen3next: its Gated DeltaNet sizes (synth_archs.SSM)
 
 
 # Tiny presets keep every row (ne0) a multiple of 256 so that K and IQ types fit everywhere, and use
@@ -73,9 +73,9 @@ PRESETS = {
         "30b-a3b": Preset(48, 2048, 32, 4, 128, 6144, 151936, 151643, 32768, 1000000.0, 1e-6, 128, 8, 768,
                           write_head_dim=True),                                               # Qwen3-30B-A3B
     },
-    "qwen2moe": {k: Preset(**v) for k, v in synth_qwen2moe.PRESETS.items()},
-    "gemma3": {k: Preset(**v) for k, v in synth_gemma3.PRESETS.items()},
-    "qwen3next": {k: Preset(**v) for k, v in synth_qwen3next.PRESETS.items()},
+    "qwen2moe": {k: Preset(**v) for k, v in synth_archs.QWEN2MOE_PRESETS.items()},
+    "gemma3": {k: Preset(**v) for k, v in synth_archs.GEMMA3_PRESETS.items()},
+    "qwen3next": {k: Preset(**v) for k, v in synth_archs.QWEN3NEXT_PRESETS.items()},
 }
 ARCHS = tuple(PRESETS)
 
@@ -146,7 +146,7 @@ def plan(arch, preset, quant) -> list:
     specs = [mat("token_embd.weight", (p.n_vocab, p.n_embd), -1, big)]
     for il in range(p.n_layer):
         if arch == "qwen3next":
-            specs += synth_qwen3next.layer(p, il, mat, norm)
+            specs += synth_archs.qwen3next_layer(p, il, mat, norm)
             continue
         b = f"blk.{il}."
         specs += [norm(b + "attn_norm.weight", p.n_embd, il),
@@ -170,9 +170,9 @@ def plan(arch, preset, quant) -> list:
                       mat(b + "ffn_down.weight", (p.n_embd, p.n_ff), il),
                       mat(b + "ffn_up.weight", (p.n_ff, p.n_embd), il)]
         if arch == "qwen2moe":
-            specs += synth_qwen2moe.layer_tensors(p, il, mat)
+            specs += synth_archs.qwen2moe_layer_tensors(p, il, mat)
         if arch == "gemma3":
-            specs += synth_gemma3.post_norms(il, norm, p.n_embd)
+            specs += synth_archs.gemma3_post_norms(il, norm, p.n_embd)
     specs.append(norm("output_norm.weight", p.n_embd, -1))
     if arch != "gemma3":                                   # gemma3's output is token_embd (tied)
         specs.append(mat("output.weight", (p.n_vocab, p.n_embd), -1, big))
@@ -260,11 +260,11 @@ def _metadata(w: GGUFWriter, arch, preset, p: Preset, q):
         w.add_expert_used_count(p.n_expert_used)
         w.add_expert_feed_forward_length(p.n_ff_exp)
     if arch == "qwen2moe":
-        synth_qwen2moe.metadata(w, p)
+        synth_archs.qwen2moe_metadata(w, p)
     if arch == "gemma3":
-        synth_gemma3.metadata(w, p)
+        synth_archs.gemma3_metadata(w, p)
     if arch == "qwen3next":
-        synth_qwen3next.metadata(w, p)
+        synth_archs.qwen3next_metadata(w, p)
     if p.write_head_dim:
         w.add_key_length(p.head_dim)
         w.add_value_length(p.head_dim)

@@ -1,4 +1,4 @@
-"""A fake CuPy for checking the order of stream operations on the CPU (tests/test_handoff.py).
+"""A fake CuPy for checking the order of stream operations on the CPU (tests/test_multi_gpu.py).
 
 Device memory is NumPy memory tagged with a device id; copies and "kernels" run at once on the
 host, so data is always right. What the fake checks is the order a real GPU would guarantee: every

@@ -1,5 +1,5 @@
 """A CuPy stand-in with host memory as the "device", for the expert-streaming tests on the CPU
-(tests/test_expert_residency.py, tests/test_expert_devcache.py): arrays are NumPy arrays whose
+(tests/test_expert_residency.py): arrays are NumPy arrays whose
 .data.ptr is their host address, so lite's raw copies (cudaMemcpyAsync) can be done by memmove."""
 import ctypes
 import types

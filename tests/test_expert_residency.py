@@ -1,18 +1,25 @@
 """--experts / --expert-cache: the flags through the engine (CPU), and on the GPU outputs that are
 byte-identical whether the experts live on the device or stream from host RAM or the file's pages
-through a cache of any size (all experts, some, one)."""
+through a cache of any size (all experts, some, one); the copy machinery on the CPU.
+
+Also the decode-time expert cache managed on the device (lite/backends/cuda_expert_dev.py) and the
+host-managed path's prefill without syncs: on the CPU through a fake CuPy (tests/host_cupy.py) and
+the kernels' NumPy twins, on the GPU the kernels against the twins (skipped elsewhere)."""
 import types
 
 import numpy as np
 import pytest
 from host_cupy import HostCupy
+from host_cupy import HostCupy as FakeCupy
 
+from lite.backends import cuda_expert_dev as xd
 from lite.backends import cuda_unavailable_reason
 from lite.backends.cpu import CPUBackend
 from lite.cli.main import main as cli_main
 from lite.engine import Engine
 from lite.errors import LiteError
 from lite.gguf_file import GGUFFile
+from lite.kernels import expert_cache as kx
 from lite.sampling import Sampler, SamplingParams
 from lite.synth import synth
 
@@ -37,6 +44,7 @@ def tiny_moe_iq(tmp_path_factory):
     return str(path)
 
 
+# --- the flags, through the engine on the CPU ---
 def test_bad_flags_are_one_line_errors(tiny_moe, capsys):
     with pytest.raises(LiteError, match="--experts"):
         Engine(tiny_moe, device="cpu", experts="vram")
@@ -201,3 +209,192 @@ def test_copies_fill_the_right_slots(tiny_moe, monkeypatch, mode, n_slots):
     assert st["misses"] > 0 and st["hits"] + st["misses"] >= 12
     if mode == "host" and n_slots == 64:     # runs of consecutive experts: fewer calls than copies
         assert HostCupy.cuda.runtime.calls < 3 * (st["misses"] + st["prefetched"])
+
+
+# --- the device-managed decode cache (lite/backends/cuda_expert_dev.py) and the host path's prefill
+# without syncs; tiny_moe, GPU_WHY and needs_gpu are the ones above ---
+def _host_experts(monkeypatch, path, **kw):
+    import sys
+    from lite.backends import cuda_host_experts as hx_mod
+    monkeypatch.setitem(sys.modules, "cupyx", types.SimpleNamespace(empty_pinned=lambda n, dt: np.zeros(n, dt)))
+    monkeypatch.setattr(FakeCupy, "no_sync", False)
+    g = GGUFFile(path)
+    names = [n for n in g.tensors if n.endswith("_exps.weight")]
+    be = types.SimpleNamespace(cp=FakeCupy, stream=FakeCupy.cuda.Stream(), moe_pairs_max_tokens=8)
+    kw.setdefault("dev_launch", (kx.step_ref, kx.fetch_ref))
+    return g, be, hx_mod.HostExperts(be, g, names, "host", kw.pop("cache_bytes", 0), **kw)
+
+
+def _expert_bytes(g, il, e, k, eb):
+    from lite.backends.cuda_host_experts import KINDS
+    return g.tensors[f"blk.{il}.ffn_{KINDS[k]}_exps.weight"].raw.reshape(-1)[e * eb:(e + 1) * eb]
+
+
+class LRUModel:
+    """What expert_cache_step must do, said differently: least recently used slot out (free ones first, then
+    the lower slot), the experts of one call never evicting each other."""
+
+    def __init__(self, n):
+        self.slot_of, self.last, self.tick = {}, [-1] * n, 0
+
+    def step(self, layer, ids):
+        self.tick += 1
+        need = sorted(set(int(e) for e in np.asarray(ids).reshape(-1)))
+        miss = [e for e in need if (layer, e) not in self.slot_of]
+        for e in need:
+            if (layer, e) in self.slot_of:
+                self.last[self.slot_of[(layer, e)]] = self.tick
+        for e in miss:
+            s = min((v, s) for s, v in enumerate(self.last) if v != self.tick)[1]
+            self.slot_of = {k: v for k, v in self.slot_of.items() if v != s}
+            self.slot_of[(layer, e)] = s
+            self.last[s] = self.tick
+        return len(need) - len(miss), len(miss)
+
+
+@pytest.mark.parametrize("n_dev", [16, 24, 64])
+def test_device_cache_twin_keeps_the_right_bytes(tiny_moe, monkeypatch, n_dev):
+    """step_ref + fetch_ref (the kernels' contract) through HostExperts' device cache: after each
+    step every routed expert's slot holds its bytes, the tables agree, counts follow LRU."""
+    g, be, hx = _host_experts(monkeypatch, tiny_moe, dev_slots=n_dev)
+    pool = hx.pools[0]
+    dev = pool.dev
+    assert dev is not None and dev.n_dev == n_dev and hx.graph_safe()
+    n_expert = hx.weights[0][0].shape[0]
+    rng = np.random.default_rng(n_dev)
+    model, hits, misses = LRUModel(n_dev), 0, 0
+    for step in range(6):
+        for il in sorted(hx.pool_of):
+            T = int(rng.integers(1, 9))
+            ids = np.stack([rng.choice(n_expert, 2, replace=False) for _ in range(T)]).astype(np.int32)
+            if ids.size > dev.max_ids:
+                continue
+            dev.step(FakeCupy.asarray(ids), il)
+            h, m = model.step(il, ids)
+            hits, misses = hits + h, misses + m
+            row = np.asarray(dev.slot_of(il))
+            for e in np.unique(ids):
+                s = int(row[e])
+                assert s >= 0 and model.slot_of[(il, int(e))] == s
+                for k, eb in enumerate(pool.ebytes):
+                    assert np.array_equal(dev.bufs[k][s * eb:(s + 1) * eb], _expert_bytes(g, il, int(e), k, eb))
+            assert dev.contents() == {k: v for k, v in model.slot_of.items()}
+    st = dev.stats()
+    assert (st["hits"], st["misses"]) == (hits, misses) and misses > 0 and hits > 0
+    assert st["bytes_streamed"] == misses * sum(pool.ebytes)
+
+
+def _fake_backend(be, log, plan_path):
+    def moe_plan(ids, ws, bases=None):
+        return {"path": plan_path, "pos": None}
+
+    def moe_run(plan, h, ids, ws, act, bases=None, slot_of=None, y=None, rnd=None):
+        log.append((bases, None if slot_of is None else np.asarray(slot_of).copy(), rnd))
+        return np.zeros((ids.size, h.shape[1]), np.float32) if y is None else y
+    be.moe_plan, be.moe_products = moe_plan, moe_run
+    be.moe_combine = lambda y, pos, w: None
+
+
+def test_decode_goes_through_the_device_cache_without_host_sync(tiny_moe, monkeypatch):
+    """T <= 8 with a fused type: no cp.asnumpy (host sync) anywhere, the products read the device
+    cache's buffers through the layer's table row, which maps the routed experts to their bytes."""
+    g, be, hx = _host_experts(monkeypatch, tiny_moe, dev_slots=16)
+    log = []
+    _fake_backend(be, log, "pairs")
+    monkeypatch.setattr(FakeCupy, "no_sync", True)
+    pool = hx.pools[0]
+    ids = np.array([[1, 4]], np.int32)
+    for il in sorted(hx.pool_of):
+        hx.moe_experts(be, np.zeros((1, 8), np.float32), il, ids, np.ones((1, 2), np.float32), "silu")
+        bases, slot_of, _ = log[-1]
+        assert bases is pool.dev.bufs
+        for e in (1, 4):
+            s = slot_of[e]
+            for k, eb in enumerate(pool.ebytes):
+                assert np.array_equal(bases[k][s * eb:(s + 1) * eb], _expert_bytes(g, il, e, k, eb))
+    st = hx.stats()
+    assert st["dev_calls"] == len(hx.pool_of) and st["host_calls"] == 0 and st["host_syncs"] == 0
+    assert st["dev_misses"] == 2 * len(hx.pool_of)
+
+
+def test_prefill_chunk_makes_the_layer_resident_without_reading_ids(tiny_moe, monkeypatch):
+    """A chunk with >= FULL_LAYER token-slots an expert: one round of every expert, no host sync;
+    smaller chunks read the ids (one sync) and make only the routed experts resident."""
+    g, be, hx = _host_experts(monkeypatch, tiny_moe, n_slots=64, dev_launch=None)
+    n_expert = hx.weights[0][0].shape[0]
+    log = []
+    _fake_backend(be, log, "gemm")
+    pool = hx.pools[0]
+    T = hx.full_layer * n_expert // 2
+    rng = np.random.default_rng(0)
+    ids = np.stack([rng.choice(n_expert, 2, replace=False) for _ in range(T)]).astype(np.int32)
+    monkeypatch.setattr(FakeCupy, "no_sync", True)
+    for il in sorted(hx.pool_of):
+        hx.moe_experts(be, np.zeros((T, 8), np.float32), il, ids, np.ones((T, 2), np.float32), "silu")
+        _, slot_of, rnd = log[-1]
+        assert rnd.experts == tuple(range(n_expert))
+        for e in range(n_expert):
+            s = slot_of[e]
+            for k, eb in enumerate(pool.ebytes):
+                assert np.array_equal(pool.bufs[k][s * eb:(s + 1) * eb], _expert_bytes(g, il, e, k, eb))
+    assert hx.stats()["full_layers"] == len(hx.pool_of)
+    monkeypatch.setattr(FakeCupy, "no_sync", False)
+    small = ids[:12]                                  # 24 token-slots: read the ids
+    hx.moe_experts(be, np.zeros((12, 8), np.float32), 0, small, np.ones((12, 2), np.float32), "silu")
+    assert set(log[-1][2].experts) <= set(np.unique(small).tolist())
+    assert hx.stats()["host_syncs"] == 1
+
+
+def test_budget_split_and_defaults():
+    import inspect
+    from lite.backend_config import BackendConfig
+    from lite.backends import cuda_host_experts as hx_mod
+    c = BackendConfig()
+    assert c.expert_prefetch and c.expert_device_cache and c.expert_prefill_share == 0.5 and c.expert_full_layer == 16
+    defaults = {k: v.default for k, v in inspect.signature(hx_mod.HostExperts).parameters.items()}
+    assert (defaults["prefetch"], defaults["device_cache"], defaults["prefill_share"], defaults["full_layer"]) == (
+        c.expert_prefetch, c.expert_device_cache, c.expert_prefill_share, c.expert_full_layer)
+    split = hx_mod.HostExperts._dev_split
+    # 30B-A3B, 128 experts, a 50% cache of 48 layers: 3072 slots, half for decode
+    assert split(3072, 128, "host", True, None, None) == 1536
+    assert split(1536, 128, "host", True, None, None) == 768
+    assert split(300, 128, "host", True, None, None) == 0        # two layers' staging first
+    assert split(3072, 128, "mmap", True, None, None) == 0       # no pinned source
+    assert split(3072, 128, "host", False, None, None) == 0      # --expert-cache off
+    assert split(3072, 128, "host", True, 8, None) == 0          # tests' n_slots
+    assert split(3072, 128, "host", True, 8, 20) == 20
+    assert split(3072, 128, "host", True, None, None, device_cache=False) == 0
+    assert split(3072, 128, "host", True, None, None, prefill_share=0.75) == 768
+
+
+@needs_gpu
+def test_gpu_step_kernel_matches_twin():
+    """expert_cache_step and expert_cache_fetch on the GPU against step_ref and the host bytes, over random calls."""
+    import cupy as cp
+    import cupyx
+    n_expert, layers, n_dev, ebytes = 128, [0, 1, 2], 40, [4096, 4096, 2064]
+    src = {il: [cupyx.empty_pinned(n_expert * eb, np.uint8) for eb in ebytes] for il in layers}
+    rng = np.random.default_rng(1)
+    for il in layers:
+        for a in src[il]:
+            a[...] = rng.integers(0, 256, a.size, dtype=np.uint8)
+    dev = xd.DeviceExpertCache(cp, n_dev, layers, n_expert, ebytes, lambda il, k: src[il][k].ctypes.data, 32)
+    ref = {"table": np.full((3, n_expert), -1, np.int32), "key": np.full(n_dev, -1, np.int32),
+           "stamp": np.full(n_dev, -1, np.int32), "clock": np.zeros(1, np.int32),
+           "fetch": np.zeros(65, np.int32), "counters": np.zeros(3, np.uint64)}
+    for step in range(40):
+        il = layers[step % 3]
+        T = int(rng.integers(1, 5))
+        ids = np.stack([rng.choice(24 if step % 2 else n_expert, 8, replace=False) for _ in range(T)]).astype(np.int32)
+        dev.step(cp.asarray(ids), il)
+        kx.step_ref(ids, dev.row[il], n_expert, ref["table"], ref["key"], ref["stamp"], ref["clock"],
+                    ref["fetch"], ref["counters"])
+        for name in ("table", "key", "stamp", "clock", "counters"):
+            assert np.array_equal(getattr(dev, name).get(), ref[name]), (step, name)
+        n = int(ref["fetch"][0])
+        assert np.array_equal(dev.fetch.get()[:1 + 2 * n], ref["fetch"][:1 + 2 * n])
+        row = ref["table"][dev.row[il]]
+        for e in np.unique(ids):
+            s = int(row[e])
+            for k, eb in enumerate(ebytes):
+                assert np.array_equal(dev.bufs[k][s * eb:(s + 1) * eb].get(), src[il][k][e * eb:(e + 1) * eb])

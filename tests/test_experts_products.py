@@ -17,7 +17,7 @@ from test_experts import _cpu, _gpu
 # ------------------------------------------------------------------------------------------------
 # The decode product `moe_decode_product` (kernels/moe_products.py) of the grouped MoE path: which
 # launch moe_products.grouped takes (CPU), and on the GPU that a layer's experts match the CPU
-# backend. The kernel's CUDA C is also checked on the host by tests/test_moe_decode_product_emulated.py.
+# backend. The kernel's CUDA C is also checked on the host by tests/test_moe_kernels_emulated.py.
 GPU_WHY = cuda_unavailable_reason()
 needs_gpu = pytest.mark.skipif(GPU_WHY is not None, reason=f"needs a GPU: {GPU_WHY}")
 
@@ -51,8 +51,8 @@ def test_gpu_decode_product_layer_matches_cpu(tmp_path_factory, qtype, T):
 # ------------------------------------------------------------------------------------------------
 # IQ3_XXS / IQ4_XS experts on the grouped MoE path: the grouped products serve them in decode (one
 # launch a product, no host sync, so decode steps are graph-captured) and in short prefill (sorted
-# blocks of 8). The kernels are checked on the host by tests/test_moe_sorted_product_emulated.py and
-# tests/test_moe_decode_product_emulated.py; the GPU tests below against the CPU backend.
+# blocks of 8). The kernels are checked on the host by tests/test_moe_kernels_emulated.py; the GPU
+# tests below against the CPU backend.
 class _Dev:
     """Stands in for a CuPy uint8 array: what the plan and graph checks read of it."""
 
@@ -110,7 +110,7 @@ def test_product_sources_name_the_iq_structs():
 @pytest.mark.parametrize("T", [1, 5, 12])        # pairs, pairs, sorted blocks
 def test_gpu_grouped_iq_experts_match_cpu(tmp_path_factory, qtype, T):
     """Not yet run on a GPU (written without device time); the emulated twin is
-    tests/test_moe_sorted_product_emulated.py."""
+    tests/test_moe_kernels_emulated.py."""
     path = str(tmp_path_factory.mktemp("moe") / f"qwen3moe-{qtype}.gguf")
     synth("qwen3moe", "tiny", qtype, path, seed=3)
     cpu, gpu = _cpu(path), _gpu(path)

@@ -3,6 +3,12 @@ kernels/matvec_iq.py IQ3_XXS) run on the host through tests/cuda_c_emulator.py, 
 
 The Numba twins are what the simulator checks in CI; these tests check the CUDA C text itself
 (the per-type decode structs and both kernel loops), which otherwise runs only on a GPU.
+
+Also kernels/bench.py's copy16 (the copy-bandwidth reference of `lite bench kernels`, session 7) on
+the host through the emulator: every 16-byte element copied, whatever the count against the grid's
+stride (the unrolled part and the tail); and how many launches a timed graph holds.
+
+HOST_SHIMS (below) is imported by the other emulated kernel tests.
 """
 import numpy as np
 import pytest
@@ -10,7 +16,7 @@ import pytest
 import cuda_c_emulator as emu
 from kernel_blocks import random_blocks, reference
 
-from lite.kernels import dequant_iq, matvec_cuda, matvec_iq, quant_info
+from lite.kernels import bench, dequant_iq, matvec_cuda, matvec_iq, quant_info
 
 pytestmark = pytest.mark.skipif(not emu.available(), reason="needs g++ (C++20)")
 
@@ -36,6 +42,9 @@ template <class T> inline T __ldg(const T* p) { return *p; }
 inline int __float_as_int(float f) { int i; std::memcpy(&i, &f, 4); return i; }
 inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return {a, b, c, d}; }
 """
+
+
+# --- the decode matvec kernels against float64 ---
 
 TYPES = ["Q4_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K"]
 # 37 rows (no multiple of any rows a CTA); odd block counts for the 2-aligned types, so that rows
@@ -98,3 +107,25 @@ def test_emulated_cuda_c_matvec_matches_float64(lib, kernel):
     lib.launch(name, (grid,), (128,), blocks, x, out, np.int32(rows), np.int32(cols))
     err = np.abs(out.astype(np.float64) - ref)
     assert np.all(err <= 1e-3 * np.abs(ref) + 1e-5 * scale), np.max(err / (np.abs(ref) + 1e-30))
+
+
+# --- kernels/bench.py: copy16 and the launches a timed graph holds ---
+
+@pytest.mark.parametrize("n16", [1, 255, 256 * 2 * 4, 256 * 2 * 4 + 17, 5000])
+def test_copy16_copies_every_element(n16):
+    lib = emu.compile_kernels(HOST_SHIMS + bench.C_COPY16)
+    src = np.random.default_rng(n16).integers(0, 2**32, 4 * n16, dtype=np.uint64).astype(np.uint32)
+    dst = np.zeros_like(src)
+    lib.launch("copy16", (2,), (256,), src, dst, np.int64(n16))
+    np.testing.assert_array_equal(dst, src)
+
+
+def test_graphs_hold_milliseconds_of_launches():
+    """A timed graph runs for several milliseconds at the device's bandwidth (MAX_LAUNCHES of a 22.5 MB
+    matrix product, 4096x14336 IQ3_XXS: session 13 found 11 there, ~0.4 us of graph overhead on each),
+    never fewer than 10 launches."""
+    assert bench._launches_for(22_478_848) == bench.MAX_LAUNCHES
+    for nbytes in (150 << 20, 1 << 30, 8 << 30):
+        n = bench._launches_for(nbytes)
+        assert 10 <= n < bench.MAX_LAUNCHES
+        assert n * nbytes / bench.DEVICE_BYTES_PER_S >= min(0.8 * bench.GRAPH_SECONDS, 10 * nbytes / bench.DEVICE_BYTES_PER_S)

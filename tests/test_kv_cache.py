@@ -10,7 +10,7 @@ from lite.config import ModelConfig
 from lite.errors import ContextOverflowError
 from lite.kv_cache import KVCache, kv_bytes_per_token
 from lite.paged_kv import BlockManager, BlockPool, PagedKV, block_hashes
-from lite.stops import StopMatcher
+from lite.sampling import StopMatcher
 
 
 def cfg():

@@ -323,42 +323,42 @@ def dqb_lib():
     from test_kernels_matvec_emulated import HOST_SHIMS
     from test_matvec_q8_emulated import Q8_SHIMS
 
-    from lite.kernels import dequant_b16
+    from lite.kernels import iq3_b16
     wraps = ('extern "C" __global__ void dqb_f32(const unsigned char* w, float* out, int rows, int cols) '
              '{ dqb<float>(w, out, rows, cols); }\n'
              'extern "C" __global__ void dqb_f16(const unsigned char* w, unsigned short* out, int rows, int cols) '
              '{ dqb<unsigned short>(w, out, rows, cols); }\n')
     return emu.compile_kernels(HOST_SHIMS + Q8_SHIMS + "inline uint2 make_uint2(unsigned a, unsigned b) { return {a, b}; }\n"
-                               + dequant_b16.c_source() + wraps)
+                               + iq3_b16.c_source() + wraps)
 
 
 @pytest.mark.parametrize("shape", [(16, 256), (32, 1280)], ids=lambda s: f"{s[0]}x{s[1]}")
 def test_b16_dequantize_matches_gguf(dqb_lib, shape):
-    """kernels/dequant_b16.py over the repacked records: gguf-py's dequantize of the file's blocks,
+    """kernels/iq3_b16.py over the repacked records: gguf-py's dequantize of the file's blocks,
     exactly in fp32 and to fp16's rounding in fp16 (5 blocks a row: a CTA's last warps idle)."""
-    from lite.kernels import dequant_b16
+    from lite.kernels import iq3_b16
     rows, cols = shape
     blocks = random_blocks("IQ3_XXS", rows * cols // 256, np.random.default_rng(rows + cols))
     records = iq3_b16.repack(blocks, rows, cols)
     ref = reference(blocks, "IQ3_XXS").astype(np.float32).reshape(rows, cols)
     out = np.full((rows, cols), np.nan, np.float32)
-    dqb_lib.launch("dqb_f32", *dequant_b16.launch_shape(rows, cols, np.float32), records, out, np.int32(rows), np.int32(cols))
+    dqb_lib.launch("dqb_f32", *iq3_b16.launch_shape(rows, cols, np.float32), records, out, np.int32(rows), np.int32(cols))
     assert np.array_equal(out, ref)
     out16 = np.zeros((rows, cols), np.uint16)
-    dqb_lib.launch("dqb_f16", *dequant_b16.launch_shape(rows, cols, np.float16), records, out16, np.int32(rows), np.int32(cols))
+    dqb_lib.launch("dqb_f16", *iq3_b16.launch_shape(rows, cols, np.float16), records, out16, np.int32(rows), np.int32(cols))
     assert np.array_equal(out16.view(np.float16), ref.astype(np.float16))
 
 
 @pytest.mark.skipif(not _gpu(), reason="needs a CUDA GPU (the CUDA C text runs above under the emulator)")
 def test_gpu_b16_dequantize_full_size():
-    """kernels/dequant_b16.py on the GPU at 4096x14336, the records repacked there: gguf-py's values exactly in
+    """kernels/iq3_b16.py on the GPU at 4096x14336, the records repacked there: gguf-py's values exactly in
     fp32, fp16's rounding in fp16."""
     import cupy
 
-    from lite.kernels import dequant_b16
+    from lite.kernels import iq3_b16
     rows, cols = 4096, 14336
     blocks = random_blocks("IQ3_XXS", rows * cols // 256, np.random.default_rng(11))
     ref = reference(blocks, "IQ3_XXS").astype(np.float32).reshape(rows, cols)
     records = iq3_b16.repack(cupy.asarray(blocks), rows, cols)
-    assert np.array_equal(dequant_b16.dequantize(records, rows, cols, np.float32).get(), ref)
-    assert np.array_equal(dequant_b16.dequantize(records, rows, cols).get(), ref.astype(np.float16))
+    assert np.array_equal(iq3_b16.dequantize(records, rows, cols, np.float32).get(), ref)
+    assert np.array_equal(iq3_b16.dequantize(records, rows, cols).get(), ref.astype(np.float16))

@@ -7,7 +7,7 @@ On the tiny synthetic llama, qwen3, qwen3moe, qwen2moe and gemma3 files (fixture
 tests/make_synth_fixtures.py): the logits of llama.cpp's top 10 at the last position, and 8 greedy
 tokens. For qwen3moe this is the independent check of the MoE forward; for qwen2moe, of the
 attention biases, the un-renormalized top-k weights and the gated shared expert (leaving out any one
-of them moves these logits by 0.08 or more; see lite/synth_qwen2moe.py); for gemma3, of the
+of them moves these logits by 0.08 or more; see lite/synth_archs.py); for gemma3, of the
 synthetic layout itself (llama.cpp loads it as Gemma 3) and the forward with head dim 256, post
 norms and a sliding window of 16 that the greedy steps pass (12 + 8 positions).
 

@@ -1,11 +1,11 @@
 """Choosing and ending the text: sampling (greedy, temperature, top-k, top-p, min-p, repetition
-penalty, seeds) and lite/stops.py, where a stop string ends the text and never shows, whole or in
+penalty, seeds) and lite/sampling.py's StopMatcher, where a stop string ends the text and never shows, whole or in
 part, however the pieces split it."""
 import numpy as np
 import pytest
 
 from lite.sampling import Sampler, SamplingParams
-from lite.stops import StopMatcher
+from lite.sampling import StopMatcher
 
 
 def logits_from_probs(p):
@@ -81,7 +81,7 @@ def test_bad_parameters(bad):
         SamplingParams(**bad)
 
 
-# --- lite/stops.py: stop strings ---
+# --- lite/sampling.py's StopMatcher: stop strings ---
 
 def feed(stops, pieces):
     m = StopMatcher(stops)

@@ -29,7 +29,7 @@ try:                    # the openai client's HTTP library (renamed httpx2 in it
 except ImportError:
     import httpx
 
-from lite.server.metrics import parse_prometheus  # noqa: E402
+from lite.server.scheduler import parse_prometheus  # noqa: E402
 
 START_TIMEOUT_S = 180
 
@@ -267,7 +267,7 @@ def test_full_queue_503_and_closed_streams_free_their_slots(server):
     open, so requests are opened until one is refused, and the counts are checked against the
     requests that finished meanwhile."""
     body = {"model": ALIAS, "prompt": PROMPTS[4], "max_tokens": 200, "temperature": 0, "stream": True}
-    before = server.metrics()
+    before = server.wait_idle(timeout=60)            # no request of an earlier test still running
     finished = lambda m: m["lite_requests_finished_total"] - before["lite_requests_finished_total"]  # noqa: E731
     with contextlib.ExitStack() as held:
         streams = []

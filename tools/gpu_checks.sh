@@ -3,7 +3,7 @@
 # per file; the full output in ${OUT:-/tmp/lite-checks}/FILE.log. Files whose tests all skip there
 # (no second GPU, no real model carried) say so in their line.
 #   bash tools/gpu_checks.sh                  # every test file (GPU tests run, CPU tests too)
-#   bash tools/gpu_checks.sh tests/test_cuda_decode.py
+#   bash tools/gpu_checks.sh tests/test_cuda_backend.py
 set -u
 out=${OUT:-/tmp/lite-checks}; mkdir -p "$out"
 files=("$@")

@@ -1,14 +1,13 @@
 #!/usr/bin/env bash
-# Issue 6's table for the Qwen3-30B-A3B shape: prefill at 2K, 8K and 32K tokens and decode, with all
-# experts on the GPU and with experts streamed from pinned host RAM through GPU caches of 0%
-# (--expert-cache off: two layers of staging, nothing kept), 25% and 50% of the experts.
+# The MoE table of BENCHMARKS.md for the Qwen3-30B-A3B shape: prefill at 2K, 8K and 32K tokens and
+# decode, with all experts on the GPU and with experts streamed from pinned host RAM through GPU caches
+# of 0% (--expert-cache off: two layers of staging, nothing kept), 25% and 50% of the experts.
 # On the GPU machine, after `source tools/device_setup.sh`:
 #   bash tools/moe_bench.sh                 # Q4_K and IQ3_XXS
 #   bash tools/moe_bench.sh Q4_K            # one quant
-# Session 5 defaults: next-layer prefetch on (LITE_EXPERT_PREFETCH=0 turns it off), decode through the
-# device-managed expert cache, graph-captured (LITE_EXPERT_DEVICE_CACHE=0: the host-managed path),
-# half of a cache for it (LITE_EXPERT_PREFILL_SHARE=0.5: the host-managed share, prefill), prefill
-# chunks of >= 16 token-slots an expert without an ids sync (LITE_EXPERT_FULL_LAYER=0 turns it off).
+# It runs the defaults (next-layer prefetch, decode through the graph-captured device-managed expert
+# cache, half of a cache for prefill, whole layers streamed past 16 token-slots an expert); compare
+# them with `lite bench --config expert_prefetch=off,...` (docs/configuration.md).
 # `lite bench --verbose` prints the counters: dev_* (device cache), host_calls/host_syncs/host_s.
 # Env: PRESET (30b-a3b; `tiny` for a smoke test), PROMPTS (2048,8192,32768), NGEN (64), REPS (2),
 #      CHUNK (prefill chunk, 8192: a chunk's compute hides its layers' copies), DEVICE (cuda; cpu runs the script without a GPU), DIR (where

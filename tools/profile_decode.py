@@ -1,13 +1,14 @@
 """Where a decode step's time goes on the GPU: graph replay alone against the whole step.
 
-    python3 tools/profile_decode.py MODEL.gguf [prompt_tokens]
-    LITE_GRAPH_IO=1 python3 tools/profile_decode.py MODEL.gguf [prompt_tokens]   (pinned graph I/O)
+    python3 tools/profile_decode.py MODEL.gguf [prompt_tokens] [KEY=VALUE,..]
+(the last: BackendConfig settings, as `lite bench --config`, e.g. graph_io=off)
 """
 import sys
 import time
 
 import numpy as np
 
+from lite.backend_config import BackendConfig
 from lite.engine import Engine
 from lite.sampling import Sampler, SamplingParams
 
@@ -15,7 +16,8 @@ from lite.sampling import Sampler, SamplingParams
 def main():
     path = sys.argv[1]
     n = int(sys.argv[2]) if len(sys.argv) > 2 else 512
-    e = Engine(path, device="cuda", max_context=n + 256)
+    config = BackendConfig().with_settings(sys.argv[3] if len(sys.argv) > 3 else "")
+    e = Engine(path, device="cuda", max_context=n + 256, config=config)
     greedy = Sampler(SamplingParams.greedy())
     ids = [int(x) for x in np.random.default_rng(0).integers(100, 30000, n)]
     tok = greedy(e.prefill(ids))
@@ -68,7 +70,7 @@ def main():
           f"{sample * 1e3:.3f} ms on {logits.size} logits")
     io = getattr(e.stages[-1].ops, "graph_io", None)
     print(f"host share per step (step without sampling - GPU time per replay): "
-          f"{(bare - gpu) * 1e6:.1f} us; LITE_GRAPH_IO={'1' if io is not None else '0'}"
+          f"{(bare - gpu) * 1e6:.1f} us; graph_io {'on' if io is not None else 'off'}"
           + (f" (pinned logits buffers held {io.pool.held}/{io.pool.size}, steps that copied "
              f"{io.copied_steps})" if io is not None else ""))
     for name in ("linear", "linear_many", "linear_add", "linear_gated", "rms_norm", "add_rms_norm",

@@ -23,7 +23,7 @@ The asynchronous ways keep these events in the slot's HandoffBuffer (_SlotState)
            by stream) could hand y's memory to the next chunk's kernels while the copy still reads.
 
 Checked on the CPU against a fake CuPy that logs every stream operation and checks their order
-(tests/test_handoff.py); tests/test_multi_gpu.py compares host/p2p and copy stream on/off on two GPUs.
+(tests/test_multi_gpu.py), which also compares host/p2p and copy stream on/off on two GPUs.
 """
 import logging
 

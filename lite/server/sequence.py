@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 
 from lite.sampling import Sampler, SamplingParams
-from lite.stops import StopMatcher
+from lite.sampling import StopMatcher
 
 
 @dataclass(frozen=True)
