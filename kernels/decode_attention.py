@@ -9,7 +9,8 @@ and never synchronizes; pdl=True launches with programmatic dependencies (kernel
 The attention kernel gives every warp its own cp.async stream of 8-key stages (decode_attention.cu
 says how). It copies whole 16-byte pieces of rows and is compiled for key dims 32..256: other head
 dims (int8 rows that are no whole pieces, key dims below 32, value dims above 256) take the tiled
-kernel of kernels/decode_attention_tiled.py, which has the same contract.
+kernel (tiled_attention below, CUDA C in kernels/cuda/decode_attention_tiled.cu), which has the same
+contract.
 """
 import functools
 from collections import namedtuple
@@ -17,7 +18,7 @@ from collections import namedtuple
 import cupy as cp
 import numpy as np
 
-from lite.kernels import decode_attention_tiled, pdl
+from lite.kernels import pdl
 from lite.kernels.cuda_source import source
 from lite.kernels.pdl import call as _launch
 
@@ -172,8 +173,7 @@ def attention(q, K, V, ks, vs, pos_dev, scale, window, counters, stream, pdl=Fal
     Hkv, S_max, Dv = V.shape
     int8 = ks is not None
     if not supports(D, Dv, int8):
-        return decode_attention_tiled.attention(q, K, V, ks, vs, pos_dev, scale, window, counters,
-                                                stream, pdl)
+        return tiled_attention(q, K, V, ks, vs, pos_dev, scale, window, counters, stream, pdl)
     cols, ns = grid_shape(H, Hkv, S_max, D, Dv, int8)
     if counters.size < cols:
         raise ValueError(f"decode attention needs {cols} counters, got {counters.size}")
@@ -186,4 +186,85 @@ def attention(q, K, V, ks, vs, pos_dev, scale, window, counters, stream, pdl=Fal
             np.float32(scale), np.int32(window), np.int32(s.min_keys))
     head = (q, K, V, ks, vs) if int8 else (q, K, V)
     _launch(fn, (cols, ns), (32 * s.warps,), head + tail, stream, shared_mem=s.shared_bytes, pdl=pdl)
+    return out
+
+
+# --- The tiled kernel (kernels/cuda/decode_attention_tiled.cu): the head dims the default lacks:
+#
+# int8 rows that are no whole 16-byte pieces, key dims below 32, value dims above 256. The same
+# contract as attention: position from the device, a grid fixed by the cache size, the splits merged
+# by the last block of a column. Its four warps walk tiles of keys together (K loads, a block
+# barrier, softmax, a barrier, V loads), which serves any head dims that are multiples of 8 (keys up
+# to TILED_MAX_KEY_DIM, values up to 8 * TILED_THREADS) but keeps one load round in flight a block,
+# so it is not the default.
+
+TILED_HEADS_PER_BLOCK = 4        # DEC_GB in the CUDA source
+TILED_MAX_SPLITS = 64            # DEC_MAX_SPLITS: the grid's splits per KV head (fixed by S_max)
+TILED_MIN_KEYS_PER_SPLIT = 64    # fewer keys a split would cost more in the merge than they save
+TILED_THREADS = 128              # DEC_THREADS
+TILED_MAX_KEY_DIM = 256          # DEC_MAX_D
+_tiled_modules = {}              # PDL on -> the module
+
+
+def _tiled_kernel(name, use_pdl):
+    if use_pdl not in _tiled_modules:
+        code = ("#include <cuda_fp16.h>\n" + pdl.source_head(use_pdl)
+                + source("decode_attention_tiled.cu"))
+        _tiled_modules[use_pdl] = cp.RawModule(code=code, options=("--std=c++17",))
+    return _tiled_modules[use_pdl].get_function(name)
+
+
+def tiled_check_dims(D, Dv):
+    """Raise if the tiled kernel cannot serve these head dims."""
+    if D % 8 or D > TILED_MAX_KEY_DIM or Dv % 8 or Dv // 8 > TILED_THREADS:
+        raise ValueError(f"decode attention needs head dims that are multiples of 8, keys at most "
+                         f"{TILED_MAX_KEY_DIM} and values at most {8 * TILED_THREADS}, "
+                         f"got {D}/{Dv}")
+
+
+@functools.lru_cache(maxsize=None)
+def _tiled_resident_blocks(device_id):
+    """Blocks the GPU holds at once: the kernel's __launch_bounds__ keep it at 168 registers a
+    thread, room for three 128-thread blocks an SM (ptxas, sm_90). More splits than that would run
+    a second, mostly idle wave at long contexts."""
+    return 3 * cp.cuda.runtime.getDeviceProperties(device_id)["multiProcessorCount"]
+
+
+def _tiled_current_resident_blocks():
+    try:
+        return _tiled_resident_blocks(cp.cuda.Device().id)
+    except AttributeError:       # no device API (the host emulation in the tests)
+        return 3 * 132
+
+
+def tiled_grid_shape(H, Hkv, S_max):
+    """(block columns, splits) of the tiled kernel: a column is a KV head and a group of its query
+    heads."""
+    G = H // Hkv
+    cols = Hkv * -(-G // TILED_HEADS_PER_BLOCK)
+    splits = min(TILED_MAX_SPLITS, max(1, _tiled_current_resident_blocks() // cols),
+                 -(-S_max // TILED_MIN_KEYS_PER_SPLIT))
+    return cols, splits
+
+
+def tiled_attention(q, K, V, ks, vs, pos_dev, scale, window, counters, stream, pdl=False):
+    """attention's contract, on the tiled kernel."""
+    H, D = q.shape
+    Hkv, S_max, Dv = V.shape
+    tiled_check_dims(D, Dv)
+    cols, ns = tiled_grid_shape(H, Hkv, S_max)
+    if counters.size < cols:
+        raise ValueError(f"decode attention needs {cols} counters, got {counters.size}")
+    pm = cp.empty((cols, ns, TILED_HEADS_PER_BLOCK), np.float32)
+    pl = cp.empty((cols, ns, TILED_HEADS_PER_BLOCK), np.float32)
+    pacc = cp.empty((cols, ns, TILED_HEADS_PER_BLOCK, Dv), np.float32)
+    out = cp.empty((H, Dv), np.float32)
+    common = (pm, pl, pacc, counters, out, pos_dev, np.int32(H), np.int32(Hkv), np.int32(D),
+              np.int32(Dv), np.int32(S_max), np.float32(scale), np.int32(window),
+              np.int32(TILED_MIN_KEYS_PER_SPLIT))
+    if ks is None:
+        fn, args = _tiled_kernel("decode_attention_tiled_f16", pdl), (q, K, V)
+    else:
+        fn, args = _tiled_kernel("decode_attention_tiled_i8", pdl), (q, K, V, ks, vs)
+    _launch(fn, (cols, ns), (TILED_THREADS,), args + common, stream, pdl=pdl)
     return out

@@ -23,7 +23,7 @@ this one is used):
 Shapes: q (T, H, D) f32; K/V caches (Hkv, S_max, D) f16, positions 0..pos0+T-1 used; out (T, H, D)
 f32. D = Dv = 64 or 128 (other head dims, e.g. 256, take the materialized path). An int8 KV cache is
 served through the fp16 copy of its first S positions that the backend makes anyway.
-The CUDA C is kernels/cuda/flash_attention.cu; tests/flash_attn_twin.py is a NumPy twin of its
+The CUDA C is kernels/cuda/flash_attention.cu; tests/test_flash_attn.py holds a NumPy twin of its
 fragment layouts (CPU CI). The CUDA backend's default prefill attention where the head dim allows
 (BackendConfig.flash_attention).
 """

@@ -30,9 +30,8 @@ from numba import cuda, float32
 
 from lite.kernels import matvec_cuda
 from lite.kernels.matvec_units import SPECS
-from lite.kernels.reduce import warp_sum
 from lite.kernels.registry import array_module, quant_info, register_matvec
-from lite.kernels.util import SIMULATOR, numba_stream
+from lite.kernels.util import SIMULATOR, numba_stream, warp_sum
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 Two implementations of the same product:
 - Numba (the reference, what CI runs under the simulator): one 32-thread block per row, a thread
   per group of 8 weights decoded by dequant_iq's per-type functions (so the decode is the one
-  checked bit for bit against gguf-py), fp32 accumulation, reduce.warp_sum across the row.
+  checked bit for bit against gguf-py), fp32 accumulation, util.warp_sum across the row.
 - CUDA C (the GPU path, a CuPy RawModule): a 128-thread block per 4 rows, a thread per 32-weight
   sub-block. The x chunk a thread loads is reused for all 4 rows (x is 32 bits a weight against
   3-4.25 bits of weight, so without reuse x traffic would swamp L1); the sub-block scale
@@ -31,9 +31,8 @@ from lite.kernels.dequant_iq import (
 from lite.kernels import matvec_cuda
 from lite.kernels.cuda_source import includes, source
 from lite.kernels.iq_tables import KVALUES_IQ4, device_tables
-from lite.kernels.reduce import warp_sum
 from lite.kernels.registry import quant_info, register_matvec
-from lite.kernels.util import SIMULATOR, numba_stream
+from lite.kernels.util import SIMULATOR, numba_stream, warp_sum
 
 MAX_N = 8          # x rows a Numba launch handles; more are done in chunks
 # The same for CUDA C, per kernel: beyond these the fully unrolled body spills (ptxas -v, sm_90).

@@ -20,7 +20,7 @@ from lite.kv_cache import KV_KINDS
 from lite.pipeline import ChunkJob, StageChain, StageError
 from lite.stage import Stage, as_ids, split_layers
 from lite.tokenizer import Tokenizer
-from lite.verify import check_layers
+from lite.info import check_layers
 
 log = logging.getLogger(__name__)
 

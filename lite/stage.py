@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lite.batch_ops import BatchOps
+from lite.paged_kv import BatchOps
 from lite.errors import DeviceError, LiteError
 from lite.kv_cache import KVCache, kv_bytes_per_token
 from lite.models import family
@@ -177,7 +177,7 @@ class Stage:
     def forward_batch(self, x, starts, counts, kvs):
         """Rows of several sequences stacked: token ids (sum(counts),) on the first stage, else
         hidden states; sequence i's counts[i] rows sit at positions starts[i].. of its KV view
-        kvs[i] (lite/batch_ops.py). Returns hidden states, or on the last stage the logits
+        kvs[i] (lite/paged_kv.py BatchOps). Returns hidden states, or on the last stage the logits
         (len(counts), n_vocab) of each sequence's last row."""
         ops, cfg = BatchOps(self.ops, starts, counts, kvs), self.cfg
         with self.ops.activate():

@@ -1,4 +1,5 @@
-"""A fake CuPy for checking the order of stream operations on the CPU (tests/test_multi_gpu.py).
+"""Two CuPy stand-ins for the CPU. FakeCupy checks the order of stream operations
+(tests/test_multi_gpu.py).
 
 Device memory is NumPy memory tagged with a device id; copies and "kernels" run at once on the
 host, so data is always right. What the fake checks is the order a real GPU would guarantee: every
@@ -13,6 +14,8 @@ on a stream of its own device; waiting on an event never recorded is an error (C
 done); memcpyAsync touches only the stream's own device (peer copies go through memcpyPeerAsync).
 Nothing is ever freed, so addresses are never reused (CuPy's pool reuse is not modelled).
 
+HostCupy (at the end) is simpler: host memory as the device, for the expert-streaming tests.
+
 Stream capture (tests/test_decode_io.py): between a stream's begin_capture() and end_capture(),
 copies and kernels enqueued on it are recorded as graph nodes and not run; a copy captured must
 have both ends in registered memory (device or pinned: CUDA cannot capture a pageable copy), and
@@ -23,6 +26,7 @@ import contextlib
 import ctypes
 import itertools
 import threading
+import types
 
 import numpy as np
 
@@ -324,3 +328,73 @@ def installed(monkeypatch, fake):
     import types
     monkeypatch.setitem(sys.modules, "cupyx", types.SimpleNamespace(empty_pinned=fake.empty_pinned))
     yield fake
+
+
+# --- HostCupy -----------------------------------------------------------------------------------
+# A CuPy stand-in with host memory as the "device", for the expert-streaming tests on the CPU
+# (tests/test_expert_residency.py): arrays are NumPy arrays whose
+# .data.ptr is their host address, so lite's raw copies (cudaMemcpyAsync) can be done by memmove.
+class _Arr(np.ndarray):
+    @property
+    def data(self):
+        return type("Ptr", (), {"ptr": self.ctypes.data})()
+
+
+class HostCupy:
+    """Host memory as the "device": memcpyAsync copies at once (and counts its calls), events and
+    stream waits do nothing; asnumpy (a host sync) is counted, or refused with `no_sync`."""
+    no_sync = False
+    syncs = 0
+
+    class cuda:
+        class Stream:
+            ptr = 0
+
+            def __init__(self, **kw):
+                pass
+
+            def record(self):
+                return types.SimpleNamespace(synchronize=lambda: None)
+
+            def wait_event(self, ev):
+                pass
+
+        class runtime:
+            memcpyHostToDevice = 1
+            calls = 0
+
+            @classmethod
+            def memcpyAsync(cls, dst, src, n, kind, stream):
+                cls.calls += 1
+                ctypes.memmove(dst, src, n)
+
+        @staticmethod
+        def get_elapsed_time(a, b):
+            return 0.0
+
+    @staticmethod
+    def empty(n, dtype):
+        return np.zeros(n, dtype).view(_Arr)
+
+    @staticmethod
+    def zeros(n, dtype):
+        return np.zeros(n, dtype).view(_Arr)
+
+    @staticmethod
+    def empty_like(a):
+        return np.empty_like(a).view(_Arr)
+
+    @staticmethod
+    def asarray(a):
+        return np.asarray(a).view(_Arr)
+
+    @staticmethod
+    def ascontiguousarray(a, dtype=None):
+        return np.ascontiguousarray(a, dtype=dtype).view(_Arr)
+
+    @classmethod
+    def asnumpy(cls, a):
+        if cls.no_sync:
+            raise AssertionError("host sync (cp.asnumpy) in a path that must not have one")
+        cls.syncs += 1
+        return np.asarray(a).copy()

@@ -271,8 +271,8 @@ def _cache_8b(kind, S, seed=0, heads=(32, 8, 128)):
 
 def _run(variant, dev, pos, window, counters, stream):
     import cupy as cp
-    from lite.kernels import decode_attention, decode_attention_tiled
-    attend = decode_attention_tiled.attention if variant == "tiled" else decode_attention.attention
+    from lite.kernels import decode_attention
+    attend = decode_attention.tiled_attention if variant == "tiled" else decode_attention.attention
     out = attend(*dev, cp.asarray([pos], np.int64), 0.088, window, counters, stream)
     got = cp.asnumpy(out, stream=stream)
     stream.synchronize()

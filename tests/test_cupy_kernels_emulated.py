@@ -41,7 +41,7 @@ def emulated():
     fake.RawModule = _RawModule
     fake.ElementwiseKernel = lambda *a, **k: None
     import lite.kernels as package
-    modules = ("small_ops", "decode_attention_tiled", "decode_attention")
+    modules = ("small_ops", "decode_attention")
     names = ("cupy",) + tuple("lite.kernels." + m for m in modules)
     saved = {n: sys.modules.pop(n, None) for n in names}
     saved_attrs = {a: getattr(package, a, None) for a in modules}
@@ -243,7 +243,7 @@ def _check_attn_decode(dec, variant, kind, H, Hkv, S, positions, window, D=64, D
     q = rng.standard_normal((H, D)).astype(np.float32)
     K, V, ks, vs = _cache(rng, kind, Hkv, S, D, Dv)
     counters = dec.new_counters(64)
-    attend = dec.decode_attention_tiled.attention if variant == "tiled" else dec.attention
+    attend = dec.tiled_attention if variant == "tiled" else dec.attention
     for pos in positions:
         out = attend(q, K, V, ks, vs, np.array([pos], np.int64), 0.125, window, counters, None,
                      pdl=pdl)

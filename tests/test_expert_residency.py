@@ -3,14 +3,14 @@ byte-identical whether the experts live on the device or stream from host RAM or
 through a cache of any size (all experts, some, one); the copy machinery on the CPU.
 
 Also the decode-time expert cache managed on the device (lite/backends/cuda_expert_dev.py) and the
-host-managed path's prefill without syncs: on the CPU through a fake CuPy (tests/host_cupy.py) and
+host-managed path's prefill without syncs: on the CPU through a fake CuPy (tests/fake_cupy.py's HostCupy) and
 the kernels' NumPy twins, on the GPU the kernels against the twins (skipped elsewhere)."""
 import types
 
 import numpy as np
 import pytest
-from host_cupy import HostCupy
-from host_cupy import HostCupy as FakeCupy
+from fake_cupy import HostCupy
+from fake_cupy import HostCupy as FakeCupy
 
 from lite.backends import cuda_expert_dev as xd
 from lite.backends import cuda_unavailable_reason

@@ -1,4 +1,4 @@
-"""Fused dequantize-and-dot kernels (kernels/matvec_basic.py) and the warp sums (kernels/reduce.py).
+"""Fused dequantize-and-dot kernels (kernels/matvec_basic.py) and the warp sums (kernels/util.py).
 
 Under the simulator on tiny shapes against a float64 product of the gguf-py dequantization; on a GPU
 also one matvec captured into a CUDA graph and replayed.
@@ -10,9 +10,8 @@ from conftest import HAS_GPU
 from kernel_blocks import random_blocks, reference
 
 from lite.kernels import matvec, matvec_types
-from lite.kernels.reduce import group_sum, warp_sum
 from numba import cuda  # after lite.kernels: the simulator's numba.cuda is swapped in for kernels
-from lite.kernels.util import SIMULATOR
+from lite.kernels.util import SIMULATOR, group_sum, warp_sum
 
 TYPES = ["Q4_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K"]      # with a CUDA C twin
 NUMBA_ONLY = ["Q4_1", "Q5_0", "Q5_1"]                   # Numba kernels on the GPU as well

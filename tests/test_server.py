@@ -265,10 +265,11 @@ def test_full_queue_503_and_closed_streams_free_their_slots(server):
     """4 slots and a queue of 4: once 8 requests are in, the next gets 503; closing the streams
     frees everything. On a slow machine a running request may reach max_tokens while the streams
     open, so requests are opened until one is refused, and the counts are checked against the
-    requests that finished meanwhile."""
+    requests that ended meanwhile."""
     body = {"model": ALIAS, "prompt": PROMPTS[4], "max_tokens": 200, "temperature": 0, "stream": True}
     before = server.wait_idle(timeout=60)            # no request of an earlier test still running
-    finished = lambda m: m["lite_requests_finished_total"] - before["lite_requests_finished_total"]  # noqa: E731
+    ended = lambda m: sum(m[k] - before[k] for k in (              # noqa: E731
+        "lite_requests_finished_total", "lite_requests_cancelled_total", "lite_requests_failed_total"))
     with contextlib.ExitStack() as held:
         streams = []
         for _ in range(16):
@@ -282,15 +283,15 @@ def test_full_queue_503_and_closed_streams_free_their_slots(server):
         first = next(streams[0].iter_lines())                 # a running one has started
         assert first.startswith("data: ")
         # the scheduler admits waiting requests between steps: every accepted request is running,
-        # waiting or finished, and the slots stay full while 4 or more remain
-        m = server.wait_metrics(lambda m: m["lite_slots_busy"] == min(4, len(streams) - finished(m)),
+        # waiting or has ended, and the slots stay full while 4 or more remain
+        m = server.wait_metrics(lambda m: m["lite_slots_busy"] == min(4, len(streams) - ended(m)),
                                 timeout=60)
-        assert m["lite_slots_busy"] + m["lite_queue_length"] + finished(m) == len(streams)
+        assert m["lite_slots_busy"] == min(4, len(streams) - ended(m))
+        assert m["lite_slots_busy"] + m["lite_queue_length"] + ended(m) == len(streams)
     m = server.wait_idle(timeout=60)                          # every stream closed early
     assert m["lite_slots_busy"] == 0 and m["lite_queue_length"] == 0
     assert m["lite_kv_blocks_free"] == m["lite_kv_blocks_total"]
-    cancelled = m["lite_requests_cancelled_total"] - before["lite_requests_cancelled_total"]
-    assert cancelled + finished(m) == len(streams)
+    assert ended(m) == len(streams) and m["lite_requests_failed_total"] == before["lite_requests_failed_total"]
 
 
 def test_tokenize_and_detokenize(server, llm):

@@ -1,5 +1,5 @@
 // Attention of one query token for the head dims decode_attention.cu lacks (any multiple of 8),
-// launched by kernels/decode_attention_tiled.py; the same contract as decode_attention.cu.
+// launched by kernels/decode_attention.py (tiled_attention); the same contract as decode_attention.cu.
 #include "last_block_to_count.cuh"
 #include "pdl.cuh"
 
@@ -13,7 +13,7 @@
 #define DEC_MAX_D 256        // key head dim
 #define DEC_UNROLL 8         // K or V rows a lane has in flight
 // the kernel is held to 168 registers (no spills, sm_90) so three blocks fit an SM; the wrapper
-// sizes the grid on that (kernels/decode_attention_tiled.py, _resident_blocks)
+// sizes the grid on that (kernels/decode_attention.py, _tiled_resident_blocks)
 
 #include "warp_reduce.cuh"
 // eight consecutive cache values: one 16-byte (f16) or 8-byte (int8) load kept raw while in
