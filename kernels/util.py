@@ -1,5 +1,13 @@
 """Small shared pieces for kernel wrappers: simulator detection, stream conversion, warp sums."""
-from lite._compat import patch_numpy_for_numba
+import numpy as np
+
+
+def patch_numpy_for_numba():
+    """Work-arounds for library versions, applied before numba.cuda is imported."""
+    # numba-cuda 0.30 calls np.row_stack, which numpy 2.5 removed (shared device notes).
+    if not hasattr(np, "row_stack"):
+        np.row_stack = np.vstack
+
 
 patch_numpy_for_numba()
 

@@ -15,12 +15,12 @@ ROOT = Path(__file__).resolve().parent.parent
 # (prefixes: a module matches a prefix when it is that module or inside it), and either `only`
 # (all they may import from the product) or `not` (what they may not import). A rule whose modules
 # do not exist yet checks nothing.
-LEAVES = ("lite.errors", "lite._compat")          # what kernels/ may import from lite's own modules
+LEAVES = ("lite.errors",)          # what kernels/ may import from lite's own modules
 PURE = LEAVES + ("lite.gguf_file", "lite.config", "lite.tokenizer", "lite.pretokenizer", "lite.chat_template",
                  "lite.sampling", "lite.chunking", "lite.cost_profile", "lite.cost_fit",
                  "lite.cost_tables", "lite.timeline", "lite.hub", "lite.progress")
 LAYERS = [
-    ("kernels/ imports only kernels and the leaves (lite.errors, lite._compat)",
+    ("kernels/ imports only kernels and the leaves (lite.errors)",
      ("lite.kernels",), {"only": ("lite.kernels",) + LEAVES}),
     ("models/ imports no backend, no kernels and nothing above it (engine, stage chain, bench, api, cli)",
      ("lite.models",), {"not": ("lite.backends", "lite.kernels", "lite.engine", "lite.pipeline",
