@@ -53,7 +53,7 @@ def c_source():
 
 def decode_struct(qtype):
     """The struct every decode product of qtype takes (matvec_rows, matvec_epilogue's matvec_fused_end, the MoE experts'
-    moe_mv/moe_mvw): T<type>, or T<type>H, the two-instruction dot, for the FAST_DOT types."""
+    moe_sorted_product / moe_decode_product): T<type>, or T<type>H, the two-instruction dot, for the FAST_DOT types."""
     return f"TQ{qtype[1:]}" + ("H" if qtype in FAST_DOT else "")
 
 

@@ -103,7 +103,7 @@ GRID_COPIES = 0
 
 
 def grid_copies():
-    """GRID_COPIES (kernels/moe_mvw.py's modules define GCOPIES from it)."""
+    """GRID_COPIES (kernels/moe_products.py's modules define GCOPIES from it)."""
     return GRID_COPIES
 
 

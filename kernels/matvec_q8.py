@@ -98,7 +98,7 @@ def applies(qtype, int8_dot_types=DEFAULT_TYPES):
 
 
 def applies_moe(qtype, int8_dot_types=DEFAULT_TYPES, moe_int8_dot=True):
-    """The MoE decode experts' products (kernels/moe_mvw.py) on the same structs over quantized x:
+    """The MoE decode experts' products (kernels/moe_products.py) on the same structs over quantized x:
     BackendConfig.moe_int8_dot, for the types int8_dot_types names."""
     return moe_int8_dot and applies(qtype, int8_dot_types)
 
@@ -128,7 +128,7 @@ def struct(qtype):
 
 def in_name(kernel_name):
     """True when a kernel's name instantiates one of the integer structs, so its module needs
-    structs() (matvec_epilogue's and moe_mvw's kernel caches build the source from the name)."""
+    structs() (matvec_epilogue's and moe_decode_product's kernel caches build the source from the name)."""
     return any(f"<{s}" in kernel_name for _, s, _ in TYPES.values())   # TIQ3_XXS_INT8<GC, SC> by its prefix
 
 
@@ -147,7 +147,7 @@ def c_source(qtype="Q4_K"):
 
 
 def structs(qtype, tables=False):
-    """The text that adds qtype's integer struct to a module holding its float struct (moe_mvw's);
+    """The text that adds qtype's integer struct to a module holding its float struct (moe_decode_product's);
     tables: also IQ3_XXS's offset-binary tables (a module without them)."""
     if qtype.startswith("IQ3_XXS"):
         return (source("iq3_offset_tables.cuh") if tables else "") + layout_define() + C_Q8_BASE + C_Q8_IQ3

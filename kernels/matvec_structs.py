@@ -1,5 +1,5 @@
 """The per-type decode structs of the register matvec kernels (kernels/matvec_cuda.py: matvec_rows; also
-matvec_epilogue's matvec_fused_end, moe_cuda's moe_mv / moe_mvw), in CUDA C after
+matvec_epilogue's matvec_fused_end, moe_products' moe_sorted_product / moe_decode_product), in CUDA C after
 matvec_cuda.C_HEAD (its BF, LO4, dot16, dot8, kblock_scales): TQ4_0, TQ8_0, TQ4_K, TQ5_K, TQ6_K, and
 TQ4_KH, Q4_K with the dot in two instructions a weight (below).
 

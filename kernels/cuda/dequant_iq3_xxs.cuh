@@ -87,7 +87,7 @@ extern "C" __global__ void __launch_bounds__(256) iq3xxs_g4_deq_f32(
     iq3xxs_deq_f32_body<1>(w16, out, n_groups);
 }
 
-// The MoE prefill's gathered dequantize (kernels/moe_cuda.gather_dequant, same arguments as the
+// The MoE prefill's gathered dequantize (kernels/moe_layer.gather_dequant, same arguments as the
 // tiled types' deq_*_f16 there): block row y dequantizes expert sel[y] (-1: none), found at slot
 // slot_of[sel[y]] of src0 (slot_of null: slot = expert), into out0 row y of n fp16; each thread
 // one group of 8 (GATHER_TILE = 2048 values a block).
