@@ -283,15 +283,8 @@ def calibrate_engine(engine, quick=False, budget_s=None, repeats=None, context=8
         last.all_logits = keep_all_logits
         # positions from `floor` on now hold calibration keys and values, not the cached prompt
         engine.cached_ids = engine.cached_ids[:floor]
-        drop_checkpoints(engine, floor)
+        engine.drop_checkpoints(floor)
     return prof
-
-
-def drop_checkpoints(engine, pos):
-    """A hybrid's recurrent checkpoints past pos no longer describe the cached tokens."""
-    for st in engine.stages:
-        if st.kv is not None and st.kv.recurrent:
-            st.kv.recurrent.drop_after(pos)
 
 
 def chosen_chunks(profile, n_devices=1, stages_per_device=1, prompts=PROMPTS):
@@ -331,5 +324,5 @@ def check_prediction(engine, profile, n_tokens, chunks=()):
     finally:
         last.all_logits = keep_all_logits
         engine.cached_ids = []
-        drop_checkpoints(engine, 0)
+        engine.drop_checkpoints(0)
     return rows

@@ -205,21 +205,27 @@ class Engine:
         """How much of a shared prefix of `common` tokens a hybrid can reuse: its recurrent states
         cannot be rewound, so where they stand if that is inside the prefix, else the latest
         checkpoint inside it (restored on every stage), else nothing."""
-        states = [st.kv.recurrent for st in self.stages if st.kv is not None and st.kv.recurrent]
+        states = self._recurrent_states()
         if not states:
             return common
-        now = {s.at() for s in states}
-        if len(now) == 1 and 0 < (at := now.pop()) <= common and at == len(self.cached_ids):
-            reuse = at
+        if common and common == len(self.cached_ids) and {s.at() for s in states} == {common}:
+            reuse = common
         else:
             saved = set.intersection(*(set(s.checkpoints) for s in states))
             reuse = max((p for p in saved if p <= common), default=0)
-            for s in states:
-                if reuse:
+            if reuse:
+                for s in states:
                     s.restore(reuse)
-        for s in states:
-            s.drop_after(reuse)      # past it the cache will hold this prompt's tokens
+        self.drop_checkpoints(reuse)     # past it the cache will hold this prompt's tokens
         return reuse
+
+    def _recurrent_states(self):
+        return [st.kv.recurrent for st in self.stages if st.kv is not None and st.kv.recurrent]
+
+    def drop_checkpoints(self, pos):
+        """Forget a hybrid's recurrent checkpoints past pos: they no longer describe the cached tokens."""
+        for s in self._recurrent_states():
+            s.drop_after(pos)
 
     def decode_step(self, token):
         pos = len(self.cached_ids)

@@ -123,7 +123,7 @@ class Stage:
             y = self._decode_graphed(x, job.start)
         else:
             y = self.forward(x, job.start, self.all_logits)
-            if not job.decode and self.kv is not None and self.kv.recurrent:
+            if not job.decode and self.kv is not None:
                 self.kv.recurrent.after_chunk(job.end, job.last)
         return self.ops.to_host(y) if self.spec.last else y
 
