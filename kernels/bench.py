@@ -166,7 +166,8 @@ def bench_kernels(types=None, shapes=None, numba_variants=True, pdl=None, int8_d
                 if label.endswith("numba") and not numba_variants:
                     continue
                 try:
-                    t = _time_graph(lambda: launch(blocks, out, stream), stream, _launches_for(nb + 2 * n))
+                    t = _time_graph(lambda b=blocks, o=out: launch(b, o, stream), stream,
+                                  _launches_for(nb + 2 * n))
                 except Exception as e:  # noqa: BLE001 - one broken kernel must not hide the others
                     log.warning("%s %s %s failed: %s", qtype, shape, label, e)
                     continue

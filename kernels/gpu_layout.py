@@ -64,7 +64,6 @@ def dequantize_matrix(blocks, layout, rows, cols, out_dtype, stream=None, out=No
     """A rows x cols weight in `layout` dequantized (flat, out_dtype): IQ3_XXS_B16 needs the shape
     (kernels/iq3_b16.py), the others are the registry's dequantize of whole blocks."""
     if layout == iq3_b16.NAME:
-        from lite.kernels import iq3_b16
         return iq3_b16.dequantize(blocks, rows, cols, out_dtype, stream, out=out).reshape(-1)
     from lite.kernels import dequantize
     return dequantize(blocks, layout, out_dtype, stream, out=out, reference=reference)
