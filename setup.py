@@ -32,7 +32,7 @@ setup(
         "cuda": CUDA12,
         "cuda12": CUDA12,
         "cuda13": ["cupy-cuda13x>=13", *NUMBA],
-        "test": ["pytest>=7", "pyflakes>=3", "openai>=1.0", "starlette>=0.40", "uvicorn>=0.30", *NUMBA],
+        "test": ["pytest>=7", "openai>=1.0", "starlette>=0.40", "uvicorn>=0.30", *NUMBA],
         "server": ["starlette>=0.40", "uvicorn>=0.30"],
     },
     # the kernels' CUDA C (kernels/cuda_source.py reads them at run time)
