@@ -306,7 +306,7 @@ C_HELPERS = source("iq_helpers.cuh")
 # A CuPy RawModule (kernels/cuda/dequant_iq3_xxs.cuh): 16-byte stores, the grid in shared memory, several
 # times faster than the Numba kernels. The same float operations as gguf-py, so fp32 output equals it and
 # fp16 output is its round-to-nearest cast; the Numba kernels above are the reference CI checks under the
-# simulator (and tests/test_iq3xxs_gather_emulated.py runs this text on the host).
+# simulator (and tests/test_kernels_iq.py runs this text on the host).
 # Two layouts: IQ3_XXS as the file has it, and IQ3_XXS_G4 (kernels/iq3_groups.py: a row's blocks by
 # fours, each field together, the signs re-encoded whole and the scales in words of their own, 408
 # bytes a group of 4 blocks), which the decode products of the GPU backend read faster; the

@@ -7,8 +7,7 @@ import pytest
 
 import cuda_c_emulator as emu
 from kernel_blocks import random_blocks, reference
-from test_matvec_q8_emulated import ARGS, _gpu, _x, assert_product_matches
-from test_matvec_q8_iq3_emulated import _iq3_source
+from test_matvec_q8_emulated import ARGS, _gpu, _iq3_source, _x, assert_product_matches
 
 from lite.kernels import iq3_b16, matvec_mma, matvec_q8
 

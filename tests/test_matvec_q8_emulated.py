@@ -1,8 +1,15 @@
-"""kernels/matvec_q8.py (Q4_K / Q6_K decode matvec on dp4a over x quantized in two int8 parts): its
-CUDA C on the host through tests/cuda_c_emulator.py. The quantizer's records (both layouts) are
-decoded here and checked against x (the parts' ranges, the reconstruction bound a / 64,516 of
-matvec_q8's docstring, the run sums), and mv / mve over them against float64 products of gguf-py's
-dequantize, at the 1e-3 the float kernels are held to; on a GPU the same at full size."""
+"""kernels/matvec_q8.py (the decode matvec on dp4a over x quantized in two int8 parts): its CUDA C on
+the host through tests/cuda_c_emulator.py, against float64 products of gguf-py's dequantize at the 1e-3
+the float kernels are held to; on a GPU the same at full size.
+- Q4_K / Q6_K: the quantizer's records (both layouts) decoded here and checked against x (the parts'
+  ranges, the reconstruction bound a / 64,516 of matvec_q8's docstring, the run sums); matvec_rows
+  and the fused-epilogue kernels (kernels/matvec_epilogue.py) over them; the MoE decode products
+  (kernels/moe_products.py) over them.
+- IQ3_XXS: TIQ3_XXS_INT8 over the file's blocks and TIQ3_XXS_G4_INT8 over IQ3_XXS_G4's
+  (kernels/iq3_groups.py), the fused-epilogue kernels over both (the layout's repack:
+  tests/test_kernels_iq.py).
+The helpers here (ARGS, _x, assert_product_matches, quant_bound, _iq3_source, ...) are imported by
+tests/test_matvec_mma_emulated.py."""
 import numpy as np
 import pytest
 
@@ -10,7 +17,7 @@ import cuda_c_emulator as emu
 from kernel_blocks import random_blocks, reference
 from test_kernels_matvec_emulated import HOST_SHIMS
 
-from lite.kernels import matvec_cuda, matvec_q8, quant_info
+from lite.kernels import iq3_groups, matvec_cuda, matvec_q8, quant_info
 
 pytestmark = pytest.mark.skipif(not emu.available(), reason="needs g++ (C++20)")
 
@@ -34,7 +41,7 @@ SHAPES = [(37, 768), (11, 256 * 17)]   # ragged row groups; 136 chunks: a second
 
 @pytest.fixture(scope="module", params=[0, 1], ids=["layout0", "layout1"])
 def lib(request):
-    """The K types' quantizer and mvq kernels, with quantized x in record layout 0 or 1 (both sizes)."""
+    """The K types' quantizer and matvec_rows kernels over quantized x, in record layout 0 or 1 (both sizes)."""
     wraps = "".join(f'extern "C" __global__ void {name}({ARGS}) {{ '
                     f'{matvec_q8.kernel_name(qt, n, r, p)}(w, x, out, rows, cols); }}\n'
                     for qt, name, n, r, p in KERNELS)
@@ -182,7 +189,7 @@ def test_gpu_mvq_full_size_against_float64_and_mv(qt, config):
             assert np.all(np.abs(got - flt) <= 1e-3 * np.abs(flt) + 1e-5 * scale + bound)
 
 
-# mve (kernels/matvec_epilogue.py) over quantized x: what the decode step runs by default.
+# matvec_fused_end (kernels/matvec_epilogue.py) over quantized x: what the decode step runs by default.
 EPI_ARGS = ("const unsigned char* w, const float* x, float* out, int rows, int cols, const float* res, "
             "const float* g, float* xg, float* part, float* scale, int* counter, float eps")
 EPI_CASES = [(qt, n, e, nm) for qt in Q8_TYPES for n in (1, 3) for e, nm in ((1, 0), (2, 0), (3, 0), (0, 2), (2, 2))]
@@ -254,19 +261,19 @@ def test_q8_switch_routes_the_decode_products():
 
 
 def test_kernel_names_tell_which_modules_need_the_integer_structs(monkeypatch):
-    """matvec_epilogue's and moe_mvw's kernel caches build a module's source from the kernel's name:
+    """matvec_epilogue's and moe_products' kernel caches build a module's source from the kernel's name:
     every integer struct's name, IQ3_XXS's included, must ask for structs(); float names must not.
     (IQ3_XXS_G4, the regrouped layout, has dense products only: experts keep the file's layout.)"""
-    from lite.kernels import matvec_epilogue, moe_products as moe_mvw
+    from lite.kernels import matvec_epilogue, moe_products
     for qt in matvec_q8.DEFAULT_TYPES:
-        assert matvec_q8.in_name(moe_mvw.decode_name(qt, 768, int8=True))
-        assert matvec_q8.in_name(moe_mvw.decode_name(qt, 2048, "silu", int8=True))
+        assert matvec_q8.in_name(moe_products.decode_name(qt, 768, int8=True))
+        assert matvec_q8.in_name(moe_products.decode_name(qt, 2048, "silu", int8=True))
     assert matvec_q8.in_name(matvec_epilogue.kernel_name("Q4_K", 1, 2, 0, 1))
     assert matvec_q8.in_name(matvec_q8.kernel_name("IQ3_XXS_G4", 1, 4, 0))
     assert "TIQ3_XXS_G4_INT8<" in matvec_q8.kernel_name("IQ3_XXS_G4", 1, 4, 0)
-    monkeypatch.setattr(matvec_q8, "applies_moe", lambda *a, **k: False)   # (moe_mvw: moe_int8_dot off)
+    monkeypatch.setattr(matvec_q8, "applies_moe", lambda *a, **k: False)   # (moe_products: moe_int8_dot off)
     for qt in matvec_q8.DEFAULT_TYPES:
-        assert not matvec_q8.in_name(moe_mvw.decode_name(qt, 768, int8=False))
+        assert not matvec_q8.in_name(moe_products.decode_name(qt, 768, int8=False))
     assert not matvec_q8.in_name(matvec_epilogue.kernel_name("Q4_K", 1, 8, 0, 1, q8=False))
 
 
@@ -278,22 +285,22 @@ MOE_ARGS = ("const unsigned char* w0, const unsigned char* w1, long long ebytes,
 
 @pytest.fixture(scope="module", params=["K", "IQ3_XXS"])
 def moe_lib(request, monkeypatch_module):
-    """moe_mvw over quantized x: the K types' module, or IQ3_XXS's (its own structs and tables)."""
-    from lite.kernels import moe_products as moe_mvw
+    """moe_products' decode kernels over quantized x: the K types' module, or IQ3_XXS's (its own structs and tables)."""
+    from lite.kernels import moe_products
     types = Q8_TYPES if request.param == "K" else ["IQ3_XXS"]
     wraps = ""
     for qt in types:
         for cols in (512, 768):
             for act in (None, "silu"):
                 wraps += (f'extern "C" __global__ void moe_{qt}_{cols}_{act}({MOE_ARGS}) {{ '
-                          f'{moe_mvw.decode_name(qt, cols, act, int8=True)}(w0, w1, ebytes, slot_of, x, out0, out1, blk_expert, '
+                          f'{moe_products.decode_name(qt, cols, act, int8=True)}(w0, w1, ebytes, slot_of, x, out0, out1, blk_expert, '
                           'blk_rows, kdiv, S, rows, cols, x_by_row); }\n')
         wraps += (f'extern "C" __global__ void emu_qx_{qt}(const float* x, float* xq, int cols) '
                   f'{{ {matvec_q8.quantize_name(qt)}(x, xq, cols); }}\n')
     assert all(matvec_q8.struct(qt) + "," in wraps for qt in types)
     head = "" if request.param == "K" else (
         "#define GCOPIES 0\ninline uint2 make_uint2(unsigned a, unsigned b) { return {a, b}; }\n")
-    src = HOST_SHIMS + Q8_SHIMS + head + moe_mvw.decode_source(types[0], host=True, int8=True) + wraps
+    src = HOST_SHIMS + Q8_SHIMS + head + moe_products.decode_source(types[0], host=True, int8=True) + wraps
     return types, emu.compile_kernels(src)
 
 
@@ -302,7 +309,7 @@ def moe_lib(request, monkeypatch_module):
 def test_moe_mvw_over_quantized_x_matches_float64(moe_lib, monkeypatch_module, qt, cols):
     """Decode's expert products: gate and up in the gated form (silu) over the tokens' quantized x,
     down (x_by_row) over the slots' quantized rows; 3 tokens, 2 experts each of 4, 37 rows."""
-    from lite.kernels import moe_products as moe_mvw
+    from lite.kernels import moe_products
     types, moe_lib = moe_lib
     if qt not in types:
         pytest.skip("in the other module")
@@ -317,11 +324,11 @@ def test_moe_mvw_over_quantized_x_matches_float64(moe_lib, monkeypatch_module, q
     xq, aq = _quantize(moe_lib, qt, x), _quantize(moe_lib, qt, a)
     args = (None, np.int32(K), np.int32(S), np.int32(rows), np.int32(cols))
     g = np.full((S, rows), np.nan, np.float32)
-    moe_lib.launch(f"moe_{qt}_{cols}_silu", (-(-rows // moe_mvw.decode_rows_per_cta(qt, cols, "silu")), S),
-                   (moe_mvw.THREADS,), wg, wu, np.int64(wg.size // E), None, xq, g, None, ids, *args, np.int32(0))
+    moe_lib.launch(f"moe_{qt}_{cols}_silu", (-(-rows // moe_products.decode_rows_per_cta(qt, cols, "silu")), S),
+                   (moe_products.THREADS,), wg, wu, np.int64(wg.size // E), None, xq, g, None, ids, *args, np.int32(0))
     y = np.full((S, rows), np.nan, np.float32)
-    moe_lib.launch(f"moe_{qt}_{cols}_None", (-(-rows // moe_mvw.decode_rows_per_cta(qt, cols)), S),
-                   (moe_mvw.THREADS,), wg, None, np.int64(wg.size // E), None, aq, y, None, ids, *args, np.int32(1))
+    moe_lib.launch(f"moe_{qt}_{cols}_None", (-(-rows // moe_products.decode_rows_per_cta(qt, cols)), S),
+                   (moe_products.THREADS,), wg, None, np.int64(wg.size // E), None, aq, y, None, ids, *args, np.int32(1))
     for i in range(S):
         e, t = ids[i], i // K
         gv, uv = Wg[e] @ x[t], Wu[e] @ x[t]
@@ -335,3 +342,152 @@ def test_moe_mvw_over_quantized_x_matches_float64(moe_lib, monkeypatch_module, q
         err = np.abs(y[i] - want)
         bound = quant_bound(qt, a[i:i + 1].astype(np.float64), Wg[e])[0]
         assert np.all(err <= 1e-3 * np.abs(want) + 1e-5 * (np.abs(Wg[e]) @ np.abs(a[i])) + bound)
+
+
+# --- IQ3_XXS --------------------------------------------------------------------------------------
+
+# IQ3_XXS: TIQ3_XXS_INT8 on the register loop (matvec_q8's matvec_with_init: matvec_rows with the
+# table fill) over quantized x, its tables (grid copies, sign masks) through L1, in shared memory or
+# (the masks) computed; one on the persistent loop (matvec_persistent, "mvp" in the ids).
+# (n, rows a CTA, prefetch, tables).
+IQ3_KERNELS = [(1, 4, 0, (0, 0)), (1, 8, 0, (0, 0)), (2, 4, 0, (0, 0)), (1, 2, 1, (0, 0)), (1, 4, 0, (1, 1)),
+               (1, 4, 0, (4, 2)), (2, 4, 0, (8, 2)), (1, 4, 0, (0, 2)), (1, 8, 1, (16, 1)), (1, 4, "mvp", (2, 2)), (2, 2, 0, (1, 2)), (2, 4, 1, (1, 2))]
+
+
+# The grouped layout (matvec_q8's TIQ3_XXS_G4_INT8 over iq3_groups.repack's bytes: the GPU backend's).
+IQ3_GROUPED = [(1, 4, 0, (1, 2)), (2, 4, 0, (0, 0)), (1, 8, 1, (32, 2)), (1, 4, 2, (1, 2)), (2, 2, 2, (1, 2)),
+               (1, 4, 2, (1, 3)), (2, 4, 0, (1, 4)), (1, 4, 2, (32, 2))]
+
+
+def _iq3_name(n, r, p, tables):
+    from lite.kernels import matvec_iq
+    if p == "mvp":
+        return matvec_iq.persistent_name(matvec_q8.iq3_struct_name(tables), n, r)
+    return matvec_q8.kernel_name("IQ3_XXS", n, r, p, tables)
+
+
+def _iq3_source():
+    """IQ3_XXS's integer-dot module text for the emulator (matvec_q8.c_source without the asm helpers)."""
+    from lite.kernels import dequant_iq, iq_tables, matvec_iq
+    return ("#define GCOPIES 0\n" + HOST_SHIMS + Q8_SHIMS
+            + "inline uint2 make_uint2(unsigned a, unsigned b) { return {a, b}; }\n"
+            + dequant_iq.c_grid_array("IQ3XXS_GRID", "IQ3_XXS") + iq_tables.c_offset_tables()
+            + matvec_cuda.C_HEAD + matvec_cuda.C_KERNEL + matvec_iq.C_PERSISTENT + matvec_iq.C_COMMON
+            + matvec_iq.C_IQ3_XXS + matvec_iq.C_IQ3_XXS_STAGED + matvec_q8.C_MV_INIT + matvec_q8.structs("IQ3_XXS"))
+
+
+@pytest.fixture(scope="module")
+def iq3_lib():
+    wraps = "".join(f'extern "C" __global__ void iq3q_{i}({ARGS}) {{ {_iq3_name(*k)}(w, x, out, rows, cols); }}\n'
+                    for i, k in enumerate(IQ3_KERNELS))
+    wraps += "".join(f'extern "C" __global__ void iq3g_{i}({ARGS}) {{ matvec_with_init<{matvec_q8.iq3_struct_name(t, True)}, '
+                     f'{n}, {r}, {p}>(w, x, out, rows, cols); }}\n' for i, (n, r, p, t) in enumerate(IQ3_GROUPED))
+    wraps += ('extern "C" __global__ void emu_qx_IQ3_XXS(const float* x, float* xq, int cols) '
+              f'{{ {matvec_q8.quantize_name("IQ3_XXS")}(x, xq, cols); }}\n')
+    return emu.compile_kernels(_iq3_source() + wraps)
+
+
+@pytest.mark.parametrize("shape", [(37, 768), (11, 256 * 17)], ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("k", range(len(IQ3_KERNELS)), ids=lambda i: "n{}_{}_{}_t{}{}".format(*IQ3_KERNELS[i][:3], *IQ3_KERNELS[i][3]))
+def test_iq3xxs_mvq_matches_float64(iq3_lib, k, shape):
+    """IQ3_XXS blocks (98 bytes: rows 2 bytes off a word for odd block counts) against float64 of
+    gguf-py's dequantize, within the fp32 tolerance plus the x quantization's bound."""
+    n, r, p, _ = IQ3_KERNELS[k]
+    rows, cols = shape
+    rng = np.random.default_rng(rows * 3 + n)
+    blocks = random_blocks("IQ3_XXS", rows * cols // 256, rng)
+    grid = (3,) if p == "mvp" else (-(-rows // r),)      # persistent: fewer CTAs than row groups, each walks several
+    assert_product_matches(iq3_lib, f"iq3q_{k}", grid, blocks, blocks, "IQ3_XXS", _x(n, cols, rng), rows, cols)
+
+
+@pytest.mark.parametrize("shape", [(37, 1024), (11, 2048), (5, 14336)], ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("k", range(len(IQ3_GROUPED)), ids=lambda i: "n{}_{}_{}_t{}{}".format(*IQ3_GROUPED[i][:3], *IQ3_GROUPED[i][3]))
+def test_iq3xxs_grouped_layout_matches_float64(iq3_lib, k, shape):
+    """TIQ3_XXS_G4_INT8 over the repacked bytes computes what the raw layout does: float64 of gguf-py's
+    dequantize of the raw blocks, within the same bound."""
+    n, r, _, _ = IQ3_GROUPED[k]
+    rows, cols = shape
+    rng = np.random.default_rng(rows * 5 + n)
+    blocks = random_blocks("IQ3_XXS", rows * cols // 256, rng)
+    packed = iq3_groups.repack(blocks, rows, cols)
+    assert packed.nbytes == iq3_groups.nbytes(rows, cols) == blocks.nbytes * 408 // 392
+    assert_product_matches(iq3_lib, f"iq3g_{k}", (-(-rows // r),), packed, blocks, "IQ3_XXS", _x(n, cols, rng), rows, cols)
+
+
+@pytest.mark.skipif(not _gpu(), reason="needs a CUDA GPU (the CUDA C text runs above under the emulator)")
+def test_gpu_iq3xxs_mvq_full_size():
+    """4096x14336 and a ragged 37x2048 through matvec_iq.launch_cuda with int8_dot_types naming
+    IQ3_XXS: within 1e-3 of float64 plus the x quantization's bound."""
+    import cupy
+    from lite.kernels import matvec_iq
+    for rows, cols in ((4096, 14336), (37, 2048)):
+        rng = np.random.default_rng(rows + 1)
+        blocks = random_blocks("IQ3_XXS", rows * cols // 256, rng)
+        w = reference(blocks, "IQ3_XXS").astype(np.float64).reshape(rows, cols)
+        for n in (1, 3):
+            x = _x(n, cols, rng)
+            ref, scale = x.astype(np.float64) @ w.T, np.abs(x).astype(np.float64) @ np.abs(w).T
+            out = cupy.full((n, rows), np.nan, cupy.float32)
+            matvec_iq.launch_cuda("IQ3_XXS", cupy.asarray(blocks), cupy.asarray(x), out, rows, cols, None,
+                                  int8_dot_types=("Q4_K", "IQ3_XXS"))
+            err = np.abs(out.get().astype(np.float64) - ref)
+            assert np.all(err <= 1e-3 * np.abs(ref) + 1e-5 * scale + quant_bound("IQ3_XXS", x, w))
+
+
+# matvec_fused_end over IQ3_XXS: the epilogue kernels on the IQ3 integer-dot structs, the file's layout and the
+# regrouped one (kernels/iq3_groups.py), interleaved [gate; up] rows too.
+IQ3_EPI_CASES = [(qt, n, e, nm, il) for qt in ("IQ3_XXS", "IQ3_XXS_G4") for n in (1, 3)
+                 for e, nm, il in ((1, 0, False), (2, 0, False), (0, 2, False), (2, 2, False), (2, 0, True))]
+
+
+@pytest.fixture(scope="module")
+def iq3_epi_lib():
+    from lite.kernels import matvec_epilogue
+    from lite.kernels.matvec_epilogue import C_LAST_OF_COLUMN
+    wraps = "".join(f'extern "C" __global__ void iepi_{qt}_{n}_{e}_{nm}_{int(il)}({EPI_ARGS}) {{ '
+                    f'{matvec_epilogue.kernel_name(qt, n, *matvec_epilogue.config(qt, n, q8=True), e, nm, il, q8=True)}'
+                    '(w, x, out, rows, cols, res, g, xg, part, scale, counter, eps); }\n'
+                    for qt, n, e, nm, il in IQ3_EPI_CASES)
+    wraps += ('extern "C" __global__ void emu_qx_IQ3_XXS(const float* x, float* xq, int cols) '
+              f'{{ {matvec_q8.quantize_name("IQ3_XXS")}(x, xq, cols); }}\n')
+    assert "TIQ3_XXS_G4_INT8<" in wraps and "TIQ3_XXS_INT8<" in wraps
+    return emu.compile_kernels(_iq3_source() + "#undef R\n" + C_LAST_OF_COLUMN + matvec_epilogue.C_EPI + wraps)
+
+
+@pytest.mark.parametrize("case", IQ3_EPI_CASES, ids=lambda c: f"{c[0]}-n{c[1]}-e{c[2]}-nm{c[3]}" + ("-il" if c[4] else ""))
+def test_mve_iq3xxs_matches_float64(iq3_epi_lib, case):
+    """The residual add, the gated activations (plain and interleaved rows) and the norm's scale in,
+    at the end of IQ3_XXS's integer-dot product (both layouts): float64 of gguf-py's values, within the
+    fp32 tolerance plus the x quantization's bound."""
+    from lite.kernels import matvec_epilogue
+    qt, n, e, nm, il = case
+    units, cols = 19, 2048
+    rows = units if e <= 1 else 2 * units
+    rng = np.random.default_rng(300 + 10 * e + n + nm + il)
+    blocks = random_blocks("IQ3_XXS", rows * cols // 256, rng)
+    w = reference(blocks, "IQ3_XXS").astype(np.float64).reshape(rows, cols)
+    order = matvec_epilogue.interleave_rows(units) if il else np.arange(rows)
+    stored = blocks.reshape(rows, -1)[order].reshape(-1)            # the backend's row order
+    if qt == "IQ3_XXS_G4":
+        stored = iq3_groups.repack(stored, rows, cols)
+    x = (rng.standard_normal((n, cols)) * 4 / np.sqrt((w * w).sum(1).max())).astype(np.float32)
+    sc = (rng.random(n) + 0.5).astype(np.float32)
+    k = sc[:, None] if nm == 2 else 1.0
+    y, mag, bound = (x.astype(np.float64) @ w.T) * k, (np.abs(x).astype(np.float64) @ np.abs(w).T) * k, \
+        quant_bound("IQ3_XXS", x.astype(np.float64), w) * k
+    res = rng.standard_normal((n, rows)).astype(np.float32)
+    width = rows if e <= 1 else units
+    out = np.full((n, width), np.nan, np.float32)
+    r = matvec_epilogue.config(qt, n, q8=True)[0]
+    iq3_epi_lib.launch(f"iepi_{qt}_{n}_{e}_{nm}_{int(il)}", (-(-width // (r if e <= 1 else r // 2)),), (128,),
+                       stored, _quantize(iq3_epi_lib, "IQ3_XXS", x), out, np.int32(rows), np.int32(cols), res,
+                       None, None, None, sc, None, np.float32(0))
+    if e <= 1:
+        ref, tol = y + (res if e == 1 else 0), 1e-3 * mag + 1e-6 + bound
+    else:
+        g, u = y[:, :units], y[:, units:]
+        act = g / (1 + np.exp(-g))
+        ref = act * u
+        tol = 2e-3 * (mag[:, :units] * np.abs(u) + np.abs(act) * mag[:, units:]) + 1e-6 \
+            + 2 * (bound[:, :units] * np.abs(u) + np.abs(act) * bound[:, units:])
+    assert np.all(np.abs(out - ref) <= tol), np.max(np.abs(out - ref) / tol)

@@ -1,10 +1,10 @@
 """The CPU reference against llama.cpp, and in every quant type.
 
-On the real models (fixtures from tests/make_generation_fixtures.py): the same prompt token ids,
+On the real models (fixtures from tests/make_llamacpp_fixtures.py generation): the same prompt token ids,
 the same greedy continuation, and top-5 logits close.
 
 On the tiny synthetic llama, qwen3, qwen3moe, qwen2moe and gemma3 files (fixtures from
-tests/make_synth_fixtures.py): the logits of llama.cpp's top 10 at the last position, and 8 greedy
+tests/make_llamacpp_fixtures.py synth): the logits of llama.cpp's top 10 at the last position, and 8 greedy
 tokens. For qwen3moe this is the independent check of the MoE forward; for qwen2moe, of the
 attention biases, the un-renormalized top-k weights and the gated shared expert (leaving out any one
 of them moves these logits by 0.08 or more; see lite/synth_archs.py); for gemma3, of the
@@ -34,7 +34,7 @@ def load(key):
     p = FIXTURES / "generate.json"
     docs = json.loads(p.read_text()) if p.exists() else {}
     if key not in docs:
-        pytest.skip(f"{p.name} has no {key} yet (tests/make_generation_fixtures.py)")
+        pytest.skip(f"{p.name} has no {key} yet (tests/make_llamacpp_fixtures.py generation)")
     return docs[key]
 
 

@@ -222,11 +222,11 @@ def test_fixture_matches_this_synth_and_lite_tokenizer(tiny, arch, tmp_path):
     path = os.path.join(HERE, "fixtures", "synth.json")
     fixtures = json.load(open(path)) if os.path.exists(path) else {}
     if arch not in fixtures:
-        pytest.skip(f"{path} has no {arch} yet (tests/make_synth_fixtures.py)")
+        pytest.skip(f"{path} has no {arch} yet (tests/make_llamacpp_fixtures.py synth)")
     fx = fixtures[arch]
     f = synth(arch, fx["preset"], fx["quant"], tmp_path / "f.gguf", seed=fx["seed"])["path"]
     assert hashlib.sha256(open(f, "rb").read()).hexdigest() == fx["file_sha256"], \
-        "synth's output changed: rerun tests/make_synth_fixtures.py"
+        "synth's output changed: rerun tests/make_llamacpp_fixtures.py synth"
     from lite.tokenizer import Tokenizer
     tok = Tokenizer.from_metadata(GGUFFile(f).metadata)
     assert tok.encode(fx["text"]) == fx["text_ids"]
@@ -383,6 +383,6 @@ def test_fixture_is_from_this_synth_and_lite_tokenizes_alike(tmp_path):
     fx = json.load(open(os.path.join(HERE, "fixtures", "synth.json")))["qwen2moe"]
     f = synth("qwen2moe", fx["preset"], fx["quant"], tmp_path / "f.gguf", seed=fx["seed"])["path"]
     assert hashlib.sha256(open(f, "rb").read()).hexdigest() == fx["file_sha256"], \
-        "synth's output changed: rerun tests/make_synth_fixtures.py --arch qwen2moe"
+        "synth's output changed: rerun tests/make_llamacpp_fixtures.py synth --arch qwen2moe"
     assert Tokenizer.from_metadata(GGUFFile(f).metadata).encode(fx["text"]) == fx["text_ids"]
     assert fx["min_margin"] > 0.06      # greedy choices well clear of llama.cpp/lite rounding (~0.01)

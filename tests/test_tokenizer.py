@@ -1,7 +1,7 @@
 """Tokenizer and chat templates against llama.cpp.
 
 Fixtures (tests/fixtures/tokens.json, one key per model) come from llama.cpp through llama-cpp-python
-(tests/make_token_fixtures.py). The model-backed tests skip when the model cannot be had; the
+(tests/make_llamacpp_fixtures.py tokens). The model-backed tests skip when the model cannot be had; the
 synthetic ones at the bottom need no model.
 """
 import json

@@ -1,10 +1,23 @@
-"""Where a decode step's time goes on the GPU: graph replay alone against the whole step.
+"""Where a decode step's time goes on the GPU.
 
     python3 tools/profile_decode.py MODEL.gguf [prompt_tokens] [KEY=VALUE,..]
-(the last: BackendConfig settings, as `lite bench --config`, e.g. graph_io=off)
+graph replay alone against the whole step, the host's share, and each op replayed alone (its own
+graph, launch overhead included); the last argument: BackendConfig settings, as `lite bench
+--config`, e.g. graph_io=off.
+
+    ncu --profile-from-start off --graph-profiling node --clock-control none \
+        --metrics gpu__time_duration.sum --csv python3 tools/profile_decode.py --trace MODEL.gguf [n] [steps] > K.csv
+    python3 tools/profile_decode.py --summary K.csv [steps] [graph replay us]
+--trace: the decode step's kernels as they run inside the replayed CUDA graph, each kernel's own GPU
+time: Nsight Compute (the device image has ncu, not nsys) times every kernel node of the captured
+steps only. --summary: per kernel name, the count a step and the GPU time a step; their sum against
+the graph replay's time (the first mode's "GPU time per replay"): the rest is the gaps between
+dependent kernels (launch latency, drain, ramp-up), which no kernel's speed removes.
 """
+import csv
 import sys
 import time
+from collections import defaultdict
 
 import numpy as np
 
@@ -13,10 +26,8 @@ from lite.engine import Engine
 from lite.sampling import Sampler, SamplingParams
 
 
-def main():
-    path = sys.argv[1]
-    n = int(sys.argv[2]) if len(sys.argv) > 2 else 512
-    config = BackendConfig().with_settings(sys.argv[3] if len(sys.argv) > 3 else "")
+def profile(path, n=512, settings=""):
+    config = BackendConfig().with_settings(settings)
     e = Engine(path, device="cuda", max_context=n + 256, config=config)
     greedy = Sampler(SamplingParams.greedy())
     ids = [int(x) for x in np.random.default_rng(0).integers(100, 30000, n)]
@@ -52,7 +63,6 @@ def main():
           f"-> {nbytes / gpu / 1e9:.0f} GB/s")
     # GPU time of each op of one decode step: every op call is captured into a graph of its own
     # and replayed (a plain launch from Python would time the host, not the kernel)
-    from collections import defaultdict
     times, counts = defaultdict(float), defaultdict(int)
     # embed copies ids from the host: not capturable; a one-token rope only marks its input for
     # attention, which rotates q and k in the launch that stores the KV cache (no GPU work)
@@ -99,5 +109,52 @@ def main():
         print(f"  {k:12s} {counts[k]:4d} calls {times[k]:8.3f} ms  {times[k] / counts[k] * 1e3:7.1f} us/call")
 
 
+def trace(path, n, steps):
+    import cupy
+    e = Engine(path, device="cuda", max_context=n + steps + 64)
+    greedy = Sampler(SamplingParams.greedy())
+    ids = [int(x) for x in np.random.default_rng(0).integers(100, 30000, n)]
+    tok = greedy(e.prefill(ids))
+    for _ in range(3):
+        tok = greedy(e.decode_step(tok))           # warm-up and capture
+    cupy.cuda.runtime.deviceSynchronize()
+    cupy.cuda.profiler.start()
+    for _ in range(steps):
+        tok = greedy(e.decode_step(tok))
+    cupy.cuda.runtime.deviceSynchronize()
+    cupy.cuda.profiler.stop()
+
+
+def short(name):
+    name = name.split("(")[0]
+    return name[:60]
+
+
+def summary(csv_path, steps, replay_us=None):
+    lines = open(csv_path).read().splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith('"ID"'))
+    rows = [r for r in csv.DictReader(lines[first:]) if r.get("Metric Name") == "gpu__time_duration.sum"]
+    per, cnt = defaultdict(float), defaultdict(int)
+    for r in rows:
+        scale = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3}[r["Metric Unit"]]
+        k = short(r["Kernel Name"])
+        per[k] += float(r["Metric Value"].replace(",", "")) * scale
+        cnt[k] += 1
+    busy = sum(per.values()) / steps
+    print(f"{len(rows) / steps:.0f} kernels a step, their GPU time {busy:.1f} us a step"
+          + (f"; graph replay {replay_us:.1f} us: {replay_us - busy:.1f} us of gaps "
+             f"({(replay_us - busy) / (len(rows) / steps):.2f} us a kernel)" if replay_us else ""))
+    for k in sorted(per, key=lambda k: -per[k]):
+        print(f"  {per[k] / steps:8.1f} us  {cnt[k] / steps:5.0f}x  {per[k] / cnt[k]:6.2f} us  {k}")
+
+
 if __name__ == "__main__":
-    main()
+    if sys.argv[1] == "--summary":
+        summary(sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 1,
+                float(sys.argv[4]) if len(sys.argv) > 4 else None)
+    elif sys.argv[1] == "--trace":
+        trace(sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 2048,
+              int(sys.argv[4]) if len(sys.argv) > 4 else 1)
+    else:
+        profile(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 512,
+                sys.argv[3] if len(sys.argv) > 3 else "")
