@@ -6,6 +6,8 @@ A hybrid model's recurrent layers have no KV cache: their state is a RecurrentSt
 which the KVCache of the stage holds beside the attention layers' cache, so that the stage owns
 both.
 """
+import contextlib
+
 import numpy as np
 
 from lite.errors import ContextOverflowError
@@ -90,6 +92,7 @@ class RecurrentState:
 
     def __init__(self, cfg, layers, xp=np):
         self.xp = xp
+        self._on_device = _current_device_and_stream(xp)
         self.conv, self.ssm, self.pos = {}, {}, {}
         self.checkpoints = {}           # position -> {layer: (conv copy, ssm copy)}
         self.every, self.keep = self.EVERY, self.KEEP
@@ -131,7 +134,8 @@ class RecurrentState:
             return
         if not last and end - max((p for p in self.checkpoints if p < end), default=0) < self.every:
             return
-        self.checkpoints[end] = {il: (self.conv[il].copy(), self.ssm[il].copy()) for il in self.pos}
+        with self._on_device():
+            self.checkpoints[end] = {il: (self.conv[il].copy(), self.ssm[il].copy()) for il in self.pos}
         while len(self.checkpoints) > self.keep:
             del self.checkpoints[min(self.checkpoints)]
 
@@ -142,10 +146,29 @@ class RecurrentState:
 
     def restore(self, pos):
         """Put every layer's state back to the checkpoint at pos."""
-        for il, (conv, ssm) in self.checkpoints[pos].items():
-            self.conv[il][...] = conv
-            self.ssm[il][...] = ssm
-            self.pos[il] = pos
+        with self._on_device():
+            for il, (conv, ssm) in self.checkpoints[pos].items():
+                self.conv[il][...] = conv
+                self.ssm[il][...] = ssm
+                self.pos[il] = pos
 
     def nbytes(self):
         return sum(a.nbytes for d in (self.conv, self.ssm) for a in d.values())
+
+
+def _current_device_and_stream(xp):
+    """A context factory that makes the device and stream current when this is called current
+    again (CuPy; nothing for NumPy). The stage makes its states under its own stream, so that the
+    checkpoint copies and restores, which the stage chain and the engine call outside a forward,
+    stay in the order of the stage's kernels rather than on another stream or device."""
+    cuda = getattr(xp, "cuda", None)
+    if cuda is None or not hasattr(cuda, "get_current_stream"):
+        return contextlib.nullcontext
+    device, stream = cuda.Device(), cuda.get_current_stream()
+
+    def on_device():
+        stack = contextlib.ExitStack()
+        stack.enter_context(device)
+        stack.enter_context(stream)
+        return stack
+    return on_device

@@ -88,27 +88,30 @@ class BlockManager:
         self.refs[b] += 1
 
 
-def _quantize(x):                             # x (T, H, D) f32 -> int8 (T, H, D), scales (T, H)
-    amax = np.abs(x).max(axis=-1)
+def _quantize(xp, x):                         # x (T, H, D) f32 -> int8 (T, H, D), scales (T, H)
+    amax = xp.abs(x).max(axis=-1)
     scale = (amax / 127.0).astype(np.float32)
-    safe = np.where(scale > 0, scale, np.float32(1.0))
-    return np.clip(np.rint(x / safe[..., None]), -127, 127).astype(np.int8), scale
+    safe = xp.where(scale > 0, scale, np.float32(1.0))
+    return xp.clip(xp.rint(x / safe[..., None]), -127, 127).astype(np.int8), scale
 
 
 class BlockPool:
-    """One stage's KV storage for n_blocks blocks of block_size positions (host memory)."""
+    """One stage's KV storage for n_blocks blocks of block_size positions, in the array module xp of
+    the stage's backend (numpy: host memory; cupy: the current device, so a GPU stage allocates it
+    under its backend's activate()). A hybrid's recurrent layers get none."""
 
-    def __init__(self, cfg, layers, n_blocks, block_size=DEFAULT_BLOCK_SIZE, kind="f16"):
+    def __init__(self, cfg, layers, n_blocks, block_size=DEFAULT_BLOCK_SIZE, kind="f16", xp=np):
         if kind not in KV_KINDS:
             raise ValueError(f"kv cache type must be one of {', '.join(KV_KINDS)}, got {kind!r}")
-        self.kind, self.block_size = kind, int(block_size)
+        self.kind, self.block_size, self.xp = kind, int(block_size), xp
         dtype = {"f32": np.float32, "f16": np.float16, "int8": np.int8}[kind]
         shape = (n_blocks, cfg.n_head_kv, self.block_size)
-        self.k = {il: np.zeros(shape + (cfg.head_dim,), dtype) for il in layers}     # (N, Hkv, B, D)
-        self.v = {il: np.zeros(shape + (cfg.v_head_dim,), dtype) for il in layers}   # (N, Hkv, B, Dv)
+        layers = [il for il in layers if not cfg.is_recurrent_layer(il)]
+        self.k = {il: xp.zeros(shape + (cfg.head_dim,), dtype) for il in layers}     # (N, Hkv, B, D)
+        self.v = {il: xp.zeros(shape + (cfg.v_head_dim,), dtype) for il in layers}   # (N, Hkv, B, Dv)
         if kind == "int8":
-            self.ks = {il: np.zeros(shape, np.float32) for il in layers}              # (N, Hkv, B)
-            self.vs = {il: np.zeros(shape, np.float32) for il in layers}
+            self.ks = {il: xp.zeros(shape, np.float32) for il in layers}              # (N, Hkv, B)
+            self.vs = {il: xp.zeros(shape, np.float32) for il in layers}
 
 
 class PagedKV:
@@ -124,12 +127,14 @@ class PagedKV:
             raise ContextOverflowError(f"{n_tokens} tokens do not fit the context of {self.max_context}")
 
     def write(self, il, k, v, pos0):
-        """k (T, Hkv, D), v (T, Hkv, Dv) float32 at positions pos0..pos0+T-1 (blocks allocated)."""
-        pool, B = self.pool, self.pool.block_size
+        """k (T, Hkv, D), v (T, Hkv, Dv) float32 at positions pos0..pos0+T-1 (blocks allocated), as
+        arrays of the pool's module. (A CUDA stage's batched step stores through its rope-store
+        kernel instead: lite/paged_cuda.py.)"""
+        pool, B, xp = self.pool, self.pool.block_size, self.pool.xp
         pos = np.arange(pos0, pos0 + k.shape[0])
-        blk, off = np.asarray(self.table, np.int64)[pos // B], pos % B
+        blk, off = (xp.asarray(a) for a in (np.asarray(self.table, np.int64)[pos // B], pos % B))
         if pool.kind == "int8":
-            (qk, sk), (qv, sv) = _quantize(k), _quantize(v)
+            (qk, sk), (qv, sv) = _quantize(xp, k), _quantize(xp, v)
             pool.k[il][blk, :, off], pool.ks[il][blk, :, off] = qk, sk
             pool.v[il][blk, :, off], pool.vs[il][blk, :, off] = qv, sv
         else:
@@ -137,19 +142,21 @@ class PagedKV:
             pool.v[il][blk, :, off] = v
 
     def _gather(self, arrays, il, n):           # the first n positions, blocks laid end to end
-        blocks = self.table[:-(-n // self.pool.block_size)]
+        blocks = self.pool.xp.asarray(np.asarray(self.table[:-(-n // self.pool.block_size)], np.int64))
         a = arrays[il][blocks]                  # (nb, Hkv, B, ...)
-        a = np.swapaxes(a, 0, 1)
+        a = a.swapaxes(0, 1)
         return a.reshape((a.shape[0], -1) + a.shape[3:])[:, :n]
 
-    def read(self, il, n):
-        """The first n positions as float32: (Hkv, n, D), (Hkv, n, Dv)."""
-        pool = self.pool
+    def read(self, il, n, dtype=np.float32):
+        """The first n positions as dtype (float32, or float16 for a GPU's prefill attention):
+        (Hkv, n, D), (Hkv, n, Dv), contiguous."""
+        pool, xp = self.pool, self.pool.xp
         k, v = self._gather(pool.k, il, n), self._gather(pool.v, il, n)
         if pool.kind == "int8":
-            return (k.astype(np.float32) * self._gather(pool.ks, il, n)[..., None],
-                    v.astype(np.float32) * self._gather(pool.vs, il, n)[..., None])
-        return k.astype(np.float32), v.astype(np.float32)
+            k = k.astype(np.float32) * self._gather(pool.ks, il, n)[..., None]
+            v = v.astype(np.float32) * self._gather(pool.vs, il, n)[..., None]
+        return (xp.ascontiguousarray(k.astype(dtype, copy=False)),
+                xp.ascontiguousarray(v.astype(dtype, copy=False)))
 
 
 # --- the batched step's ops ---------------------------------------------------------------------
@@ -160,7 +167,8 @@ class PagedKV:
 # weight is read once per step; RoPE and attention, which depend on a row's position and on its own
 # sequence's KV, run per sequence on that sequence's rows; so do a hybrid's causal conv and delta
 # rule, on the recurrent state each sequence's KV view carries (kvs[i].recurrent). A sequence contributes one row in decode
-# and a chunk of rows while its prompt is prefilled, so one step can mix both.
+# and a chunk of rows while its prompt is prefilled, so one step can mix both. On a CUDA stage,
+# CUDABatchOps (lite/paged_cuda.py) does RoPE and attention of all rows in a few launches instead.
 class BatchOps:
     def __init__(self, ops, starts, counts, kvs):
         # sequence i: rows rows[i]:rows[i + 1], first position starts[i], KV view kvs[i]

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lite.paged_kv import BatchOps
+from lite.paged_cuda import batch_ops
 from lite.errors import DeviceError, LiteError
 from lite.kv_cache import KVCache, kv_bytes_per_token
 from lite.models import family
@@ -113,7 +113,10 @@ class Stage:
         # kernels one by one from Python would cost more host time than the GPU needs.
         # MoE stages capture too when the backend's grouped expert path needs no host sync.
         moe_ok = not cfg.is_moe or getattr(self.ops, "moe_graph_safe", lambda: False)()
-        self.use_graphs = (getattr(self.ops, "supports_graphs", False) and moe_ok
+        # Not a stage with recurrent layers: the warm-up step before the capture would apply its
+        # token to the states twice, and a replay skips RecurrentState.take's position bookkeeping.
+        recurrent = any(cfg.is_recurrent_layer(il) for il in spec.layers)
+        self.use_graphs = (getattr(self.ops, "supports_graphs", False) and moe_ok and not recurrent
                            and self.ops.graph_safe())
         self._graph = None
 
@@ -179,17 +182,20 @@ class Stage:
         hidden states; sequence i's counts[i] rows sit at positions starts[i].. of its KV view
         kvs[i] (lite/paged_kv.py BatchOps). Returns hidden states, or on the last stage the logits
         (len(counts), n_vocab) of each sequence's last row."""
-        ops, cfg = BatchOps(self.ops, starts, counts, kvs), self.cfg
+        ops, cfg = batch_ops(self.ops, starts, counts, kvs), self.cfg
         with self.ops.activate():
             if self.spec.first:
                 x = ops.embed(x)
                 if cfg.embed_scale != 1.0:
                     x = ops.scale(x, cfg.embed_scale)
+            elif isinstance(x, np.ndarray) and ops.xp is not np:
+                x = ops.xp.asarray(x)              # hidden states from a stage on another device
             for il in self.spec.layers:
                 x = self.fwd(ops, cfg, il, x, None, 0)
             if not self.spec.last:
                 return ops.done(x) if hasattr(ops, "done") else x
-            x = x[np.cumsum(counts) - 1]
+            if x.shape[0] != len(counts):          # prompt chunks: each sequence's last row
+                x = (ops.done(x) if hasattr(ops, "done") else x)[ops.xp.asarray(np.cumsum(counts) - 1)]
             x = ops.rms_norm(x, "output_norm.weight", cfg.rms_eps)
             return ops.to_host(ops.output(x))
 

@@ -16,7 +16,7 @@ import logging
 import os
 import time
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from gguf import GGUFWriter, LlamaFileType
@@ -115,6 +115,16 @@ def get_preset(arch, preset) -> Preset:
     return PRESETS[arch][preset]
 
 
+def _layers(p: Preset, n_layer) -> Preset:
+    """The preset with only its first n_layer layers (None: all): a short file in a big model's
+    layout, for tests that compare with the CPU."""
+    if n_layer is None:
+        return p
+    if not isinstance(n_layer, int) or not 1 <= n_layer <= p.n_layer:
+        raise SynthError(f"layers must be 1..{p.n_layer} for this preset, got {n_layer!r}")
+    return replace(p, n_layer=n_layer)
+
+
 def _check_quant(quant) -> str:
     q = str(quant).upper()
     if q not in QUANT_TYPES:
@@ -126,9 +136,10 @@ def _fits(qtype, cols) -> bool:
     return cols % GGML_QUANT_SIZES[QT[qtype]][0] == 0
 
 
-def plan(arch, preset, quant) -> list:
-    """The tensor table synth writes, in file order: [TensorSpec]."""
-    p, q = get_preset(arch, preset), _check_quant(quant)
+def plan(arch, preset, quant, n_layer=None) -> list:
+    """The tensor table synth writes, in file order: [TensorSpec] (the first n_layer layers only
+    when given)."""
+    p, q = _layers(get_preset(arch, preset), n_layer), _check_quant(quant)
     # llama.cpp's quantized files keep the embedding and output at Q6_K (a float file keeps them float);
     # where n_embd is no multiple of 256 the K type cannot hold a row, so they take the --quant type.
     big = q if q in FLOAT_TYPES or not _fits("Q6_K", p.n_embd) else "Q6_K"
@@ -288,16 +299,17 @@ def _metadata(w: GGUFWriter, arch, preset, p: Preset, q):
         w.add_quantization_version(2)
 
 
-def synth(arch, preset, quant, out, seed=0, progress=None) -> dict:
-    """Write the file; returns {"path", "n_tensors", "bytes", "seconds"}.
+def synth(arch, preset, quant, out, seed=0, progress=None, n_layer=None) -> dict:
+    """Write the file; returns {"path", "n_tensors", "bytes", "seconds"}. n_layer: only the
+    preset's first n_layer layers (None: all of them).
 
     progress(done_layers, n_layer, bytes_written, seconds), if given, is called after each layer.
     Memory stays at about the largest tensor (the embedding): nothing else is held.
     """
     if not isinstance(seed, int) or seed < 0:
         raise SynthError(f"seed must be a non-negative integer, got {seed!r}")
-    p, q = get_preset(arch, preset), _check_quant(quant)
-    specs = plan(arch, preset, q)
+    p, q = _layers(get_preset(arch, preset), n_layer), _check_quant(quant)
+    specs = plan(arch, preset, q, n_layer)
     out = os.fspath(out)
     if os.path.isdir(out):
         raise SynthError(f"{out}: is a directory; give a file name such as model.gguf")

@@ -63,8 +63,10 @@ def delta_net_block(ops, cfg, il, h, kv, pos0):
     k = ops.l2_norm(c[:, Hk * dk:2 * Hk * dk].reshape(T, Hk, dk), cfg.rms_eps)
     v = c[:, 2 * Hk * dk:].reshape(T, Hv, dv)
     o = ops.delta_rule(q, k, v, g, beta, ssm_state, 1.0 / dk ** 0.5)    # (T, Hv, dv)
-    o = ops.rms_norm(o, p + "ssm_norm.weight", cfg.rms_eps)
-    o = ops.act_mul(z.reshape(T, Hv, dv), o, "silu")
+    # the norm per head over rows (T * Hv, dv): the CUDA backend leaves a (1, heads, dim) norm for
+    # attention's RoPE launch (NormLater), and this one feeds act_mul
+    o = ops.rms_norm(o.reshape(T * Hv, dv), p + "ssm_norm.weight", cfg.rms_eps)
+    o = ops.act_mul(z.reshape(T * Hv, dv), o, "silu")
     return ops.linear(o.reshape(T, Hv * dv), p + "ssm_out.weight")
 
 
@@ -111,7 +113,7 @@ HYBRID_OPS = ("sigmoid_mul", "l2_norm", "concat", "delta_gates", "conv_silu", "d
 
 
 def check_backend(backend_cls):
-    """One line when the backend lacks the hybrid's ops (the GPU's are not written yet)."""
+    """One line when the backend lacks the hybrid's ops (the CPU and CUDA backends have them)."""
     missing = [op for op in HYBRID_OPS if not hasattr(backend_cls, op)]
     if missing:
         raise ConfigError(f"qwen3next does not run on the {backend_cls.name} backend yet (it has no "

@@ -11,6 +11,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from lite.backends import cuda_unavailable_reason
 from lite.backends.cpu_recurrent import causal_conv_silu, delta_rule_chunked, delta_rule_recurrent
 from lite.config import ModelConfig
 from lite.engine import Engine
@@ -398,6 +399,17 @@ def test_synth_tiny_runs_and_checks(synth_tiny):
         qwen3next.check_tensors(e.gguf, bad, range(4))
 
 
+def test_synth_writes_the_first_layers_of_a_preset(tmp_path):
+    """--layers: a short file in a big layout (the GPU tests' 80B-A3B file has 4 of its 48)."""
+    from lite.synth import SynthError, synth
+    synth("qwen3next", "tiny", "Q4_K", str(tmp_path / "two.gguf"), seed=3, n_layer=2)
+    e = Engine(str(tmp_path / "two.gguf"), device="cpu", max_context=32)
+    assert e.cfg.n_layer == 2 and e.cfg.recurrent == (True, False)
+    assert np.isfinite(e.prefill(list(range(3, 20)))).all()
+    with pytest.raises(SynthError, match="layers must be 1..4"):
+        synth("qwen3next", "tiny", "Q4_K", str(tmp_path / "x.gguf"), n_layer=5)
+
+
 def test_a_backend_without_the_hybrid_ops_is_one_line():
     from lite.backends.cpu import CPUBackend
     from lite.models import qwen3next
@@ -445,3 +457,103 @@ def test_the_server_batches_hybrid_sequences_each_with_its_own_states(stages):
         want = alone.tokenizer.decode(list(alone.generate(p, 6, GREEDY)))
         assert "".join(texts[i]) == want, i
         assert finals[i]["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+
+
+# --- the GPU against the CPU (the GPU machine; skipped elsewhere) -------------------------------
+# The CUDA backend rounds each product's input to f16 (cuBLAS over f16, fp32 accumulation) and
+# keeps an f16 KV cache: on the CPU that rounding moves this prompt's logits by 4e-3 of the largest.
+GPU_WHY = cuda_unavailable_reason()
+on_gpu = pytest.mark.skipif(GPU_WHY is not None, reason=f"needs a GPU: {GPU_WHY}")
+GPU_TOL = 1e-2
+
+
+def gpu_engine(path=GGUF, **kw):
+    kw.setdefault("prefill_chunk", 512)
+    return Engine(path, device="cuda", max_context=256, kv="f16", **kw)
+
+
+@on_gpu
+def test_gpu_matches_cpu_whole_chunked_and_greedy(ref):
+    """The fixture prompt whole and in chunks of 1 (the decode kernels), 37, 64 and 48; then 64
+    greedy tokens (the decode path): all equal to the CPU's."""
+    ids = [int(i) for i in ref["ids"]]
+    want = engine().prefill(ids, all_logits=True)
+    assert rel_err(gpu_engine().prefill(ids, all_logits=True), want) < GPU_TOL
+    assert rel_err(chunked_logits(gpu_engine(), ids, (1, 37, 64, 48)), want) < GPU_TOL
+    import cupy
+    e = gpu_engine()
+    assert all(isinstance(s, cupy.ndarray) for s in e.stages[0].kv.recurrent.ssm.values())
+    got = list(e.generate(ids, 64, GREEDY, stop_at_eog=False))
+    assert got == list(engine().generate(ids, 64, GREEDY, stop_at_eog=False))
+    assert e.stages[0].kv.recurrent.at() == len(ids) + 63      # the last token is not run
+
+
+@on_gpu
+def test_gpu_chat_second_turn_restores_the_checkpoint(ref):
+    """The states' checkpoint copied and restored on the device (in the stage's stream order): the
+    second turn prefills only its new 35 tokens, to the bytes of a fresh engine's same chunks."""
+    ids = [int(i) for i in ref["ids"]]
+    e = gpu_engine()
+    reply = list(e.generate(ids[:60], 8, GREEDY, stop_at_eog=False))
+    second = ids[:60] + reply[:5] + ids[60:90]
+    got = e.prefill(second)
+    assert e.last_reuse == 60 and len(second) - e.last_reuse == 35
+    fresh = gpu_engine()
+    fresh._prefill_chain(second[:60], 0, False)
+    np.testing.assert_array_equal(got, fresh._prefill_chain(second[60:], 60, False)[-1][-1])
+
+
+@on_gpu
+@pytest.mark.parametrize("which", ["fixture", "synth"])
+def test_gpu_stage_counts_give_identical_bytes(which, synth_tiny):
+    """1, 2 and 4 virtual stages on one GPU: the same logits and tokens byte for byte (no lazy
+    value crosses a stage here: every layer ends in a plain add)."""
+    path = GGUF if which == "fixture" else synth_tiny
+    ids = list(range(7, 60))
+    runs = []
+    for stages in (1, 2, 4):
+        e = gpu_engine(path, prefill_chunk=16, layer_split=stages)
+        assert len(e.stages) == stages
+        logits = e.prefill(ids, all_logits=True)
+        e.cached_ids = []
+        runs.append((logits, list(e.generate(ids, 8, GREEDY, stop_at_eog=False))))
+    for logits, tokens in runs[1:]:
+        assert np.array_equal(logits, runs[0][0]) and tokens == runs[0][1]
+
+
+def mostly_close(got, want):
+    """Random weights: a router near a tie may choose another expert for a token where rounding
+    differs, so most logits (as tests/test_cuda_backend.py's compare), not all, and the last
+    position's choice."""
+    close = np.isclose(got, want, rtol=GPU_TOL, atol=GPU_TOL * np.abs(want).max())
+    assert close.mean() > 0.95, close.mean()
+    assert int(np.argmax(got[-1])) == int(np.argmax(want[-1]))
+
+
+@on_gpu
+def test_gpu_matches_cpu_on_the_synth_tiny(synth_tiny):
+    """Q4_K weights: the quantized products, the grouped experts (pairs, sorted by chunk size)."""
+    ids = list(range(5, 45))
+    cpu, gpu = (Engine(synth_tiny, device=d, max_context=128, kv="f16", prefill_chunk=16)
+                for d in ("cpu", "cuda"))
+    mostly_close(gpu.prefill(ids, all_logits=True), cpu.prefill(ids, all_logits=True))
+
+
+@on_gpu
+def test_gpu_matches_cpu_on_the_80b_layout(tmp_path):
+    """Qwen3-Next-80B-A3B's shapes in its first 4 layers (3 Gated DeltaNet, 1 gated attention: head
+    dim 256 with 64 rotated, dk 128, 32 value heads on 16 key heads, 512 experts, top 10), Q4_0 (the
+    CPU dequantizes it fastest): a short prompt and 2 decode steps."""
+    from lite.synth import synth
+    path = str(tmp_path / "q3n-80b-4l.gguf")
+    synth("qwen3next", "80b-a3b", "Q4_0", path, seed=1, n_layer=4)
+    ids = list(range(1000, 1008))
+    runs = []
+    for device in ("cpu", "cuda"):
+        e = Engine(path, device=device, max_context=64, kv="f16", prefill_chunk=16)
+        rows = list(e.prefill(ids, all_logits=True))
+        for _ in range(2):
+            rows.append(e.decode_step(int(np.argmax(rows[-1]))))
+        runs.append(np.stack(rows))
+    mostly_close(runs[1][:len(ids)], runs[0][:len(ids)])
+    mostly_close(runs[1], runs[0])

@@ -20,6 +20,7 @@ pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 
 from lite import LLM  # noqa: E402
+from lite.backends import cuda_unavailable_reason  # noqa: E402
 from realmodels import real_model  # noqa: E402
 
 # --- starting `lite serve` as a subprocess and reading its /metrics ---
@@ -41,10 +42,10 @@ def free_port():
 
 
 class ServerProcess:
-    def __init__(self, model, *args, api_key=None):
+    def __init__(self, model, *args, api_key=None, device="cpu"):
         self.port, self.api_key = free_port(), api_key
         self.url = f"http://127.0.0.1:{self.port}"
-        cmd = [sys.executable, "-m", "lite.cli.main", "serve", model, "--device", "cpu",
+        cmd = [sys.executable, "-m", "lite.cli.main", "serve", model, "--device", device,
                "--port", str(self.port), *args] + (["--api-key", api_key] if api_key else [])
         self.log = tempfile.TemporaryFile("w+")       # stdout and stderr, read back on failure
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, text=True)
@@ -322,11 +323,15 @@ def _rss_kib(pid):
         return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
 
 
-def test_many_clients_cancelled_and_malformed():
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_many_clients_cancelled_and_malformed(device):
+    if device == "cuda" and cuda_unavailable_reason():
+        pytest.skip(f"needs a GPU: {cuda_unavailable_reason()}")
     model = real_model("smollm2")
-    alone = {p: LLM(model, device="cpu", max_context=128).generate(p, max_tokens=N_TOKENS, temperature=0)
-             for p in LOAD_PROMPTS}
-    srv = ServerProcess(model, "-np", "8", "-c", "128", "--max-queue", "64")
+    llm = LLM(model, device=device, max_context=128)
+    alone = {p: llm.generate(p, max_tokens=N_TOKENS, temperature=0) for p in LOAD_PROMPTS}
+    del llm
+    srv = ServerProcess(model, "-np", "8", "-c", "128", "--max-queue", "64", device=device)
     try:
         srv.wait_ready()
         http = srv.http

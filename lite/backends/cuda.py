@@ -22,6 +22,7 @@ from lite.backends.cuda_handoff import CUDAHandoff
 from lite.backends.cuda_linear import CUDALinear
 from lite.backends.cuda_moe import CUDAExperts
 from lite.backends.cuda_norm import CUDAFoldNorm
+from lite.backends.cuda_recurrent import CUDARecurrent
 from lite.backends.cuda_weights import CUDAWeights
 
 log = logging.getLogger(__name__)
@@ -45,7 +46,7 @@ def unavailable_reason():
     return None
 
 
-class CUDABackend(CUDAWeights, CUDALinear, CUDAFoldNorm, CUDAHandoff, CUDAAttention, CUDAExperts):
+class CUDABackend(CUDAWeights, CUDALinear, CUDAFoldNorm, CUDAHandoff, CUDAAttention, CUDAExperts, CUDARecurrent):
     name = "cuda"
     supports_graphs = True
 

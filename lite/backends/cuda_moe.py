@@ -332,5 +332,10 @@ class CUDAExperts:
     def _expert_weight(self, name, e):
         w = self.w[name]
         n_exp, rows, cols = w.shape
+        if w.data.ndim == 3:                  # F32 experts: a float32 (n_exp, rows, cols) array
+            return _Weight(name, w.qtype, (rows, cols), w.data[e])
         per = w.data.size // n_exp
-        return _Weight(name, w.qtype, (rows, cols), w.data[e * per:(e + 1) * per])
+        data = w.data[e * per:(e + 1) * per]
+        if w.qtype == "F16":                  # _matmul multiplies F16 as the float16 matrix it is
+            data = data.view(np.float16).reshape(rows, cols)
+        return _Weight(name, w.qtype, (rows, cols), data)

@@ -32,9 +32,10 @@ class QueueFull(LiteError):
 class Scheduler:
     def __init__(self, engine, n_slots=4, max_queue=DEFAULT_MAX_QUEUE, block_size=DEFAULT_BLOCK_SIZE,
                  chunk=None):
-        if engine.device != "cpu":
-            raise LiteError("lite serve runs on the CPU for now (--device cpu): the GPU's batched "
-                            "decode and paged attention are not built yet")
+        if engine.device not in ("cpu", "cuda"):
+            raise LiteError(f"lite serve runs on the CPU or a CUDA GPU, not {engine.device!r}")
+        if engine.device == "cuda" and engine.kv_kind not in ("f16", "int8"):
+            raise LiteError(f"lite serve on the GPU keeps its KV as f16 or int8, not --kv {engine.kv_kind}")
         self.engine, self.tokenizer = engine, engine.tokenizer
         self.n_slots, self.max_queue = int(n_slots), int(max_queue)
         self.ctx = engine.max_context
@@ -44,8 +45,11 @@ class Scheduler:
         # count once, and keyed blocks nobody uses are taken back on demand
         n_blocks = self.n_slots * -(-self.ctx // block_size)
         self.blocks = BlockManager(n_blocks, block_size)
-        self.pools = [BlockPool(engine.cfg, st.spec.layers, n_blocks, block_size, engine.kv_kind)
-                      for st in engine.stages]
+        self.pools = []
+        for st in engine.stages:            # each stage's pool on its own device (GPU stages)
+            with st.ops.activate():
+                self.pools.append(BlockPool(engine.cfg, st.spec.layers, n_blocks, block_size,
+                                            engine.kv_kind, st.ops.xp))
         cfg = engine.cfg
         # per stage, its recurrent layers (a hybrid; none otherwise): each sequence owns their states
         self.recurrent_layers = ([[il for il in st.spec.layers if cfg.is_recurrent_layer(il)]
@@ -135,13 +139,18 @@ class Scheduler:
             keys = block_hashes(seq.tokens[:seq.n_prompt - 1], B)
             # a hybrid's recurrent state cannot be rebuilt from KV blocks: its prompt runs whole
             seq.blocks = [] if self.recurrent_layers else self.blocks.match(keys)
-            seq.recurrent = [RecurrentState(self.engine.cfg, layers) for layers in self.recurrent_layers]
+            seq.recurrent = [self._recurrent_state(st, layers)
+                             for st, layers in zip(self.engine.stages, self.recurrent_layers)]
             seq.keys = keys[:len(seq.blocks)]
             seq.n_computed = seq.cached_tokens = len(seq.blocks) * B
             seq.t_admit = time.perf_counter()
             self.counters["prompt_tokens"] += seq.n_prompt
             self.counters["prompt_tokens_cached"] += seq.cached_tokens
             self.running.append(seq)
+
+    def _recurrent_state(self, stage, layers):
+        with stage.ops.activate():          # on the stage's device, like its pool
+            return RecurrentState(self.engine.cfg, layers, stage.ops.xp)
 
     def _plan(self):
         """This step's rows: (sequence, token count) for every decoding sequence, then prompt
@@ -166,10 +175,14 @@ class Scheduler:
             ids = np.asarray([t for s, n in plan for t in s.tokens[s.n_computed:s.n_computed + n]],
                              np.int32)
             starts, counts = [s.n_computed for s, _ in plan], [n for _, n in plan]
-            x = ids
-            for si, (stage, pool) in enumerate(zip(self.engine.stages, self.pools)):
+            x, stages = ids, self.engine.stages
+            for si, (stage, pool) in enumerate(zip(stages, self.pools)):
                 kvs = [PagedKV(pool, s.blocks, self.ctx, s.recurrent[si] if s.recurrent else None)
                        for s, _ in plan]
+                if si and stage.ops.device_key != stages[si - 1].ops.device_key:
+                    x = stages[si - 1].ops.to_host(x)    # to the next device through the host
+                elif si:                                 # the same device, another stream
+                    stages[si - 1].ops.synchronize()
                 x = stage.forward_batch(x, starts, counts, kvs)
         except Exception as e:          # the server stays up: these requests fail, others go on
             log.exception("step failed")
