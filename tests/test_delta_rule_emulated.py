@@ -16,7 +16,7 @@ from lite.backends.cpu import CPUBackend
 from lite.backends.cpu_recurrent import causal_conv_silu, delta_rule_chunked, delta_rule_recurrent
 from lite.backends.cuda import CUDABackend
 from lite.backends.cuda_attention import CUDAAttention, NormLater, RopeLater
-from lite.backends.cuda_recurrent import CUDARecurrent
+from lite.backends.cuda_attention import CUDARecurrent
 
 pytestmark = pytest.mark.skipif(not available(), reason="needs g++ (C++20) to emulate CUDA C")
 

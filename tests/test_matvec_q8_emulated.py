@@ -182,7 +182,7 @@ def test_gpu_mvq_full_size_against_float64_and_mv(qt, config):
             out, xq = cupy.full((n, rows), np.nan, cupy.float32), cupy.empty_like(xd)
             matvec_q8.launch(qt, b, xd, xq, out, rows, cols, config)
             flt = cupy.empty_like(out)
-            matvec_cuda.launch(qt, b, xd, flt, rows, cols, config=matvec_cuda.CONFIG[qt])
+            matvec_cuda.launch(qt, b, xd, flt, rows, cols, cta=matvec_cuda.CONFIG[qt], int8_dot_types=())
             got, flt = out.get().astype(np.float64), flt.get().astype(np.float64)
             bound = quant_bound(qt, x, w)
             assert np.all(np.abs(got - ref) <= 1e-3 * np.abs(ref) + 1e-5 * scale + bound)

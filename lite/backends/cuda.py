@@ -17,12 +17,11 @@ import numpy as np
 
 from lite.backend_config import BackendConfig
 from lite.backends import cuda_graph_io
-from lite.backends.cuda_attention import CUDAAttention
+from lite.backends.cuda_attention import CUDAAttention, CUDARecurrent
 from lite.backends.cuda_handoff import CUDAHandoff
 from lite.backends.cuda_linear import CUDALinear
 from lite.backends.cuda_moe import CUDAExperts
 from lite.backends.cuda_norm import CUDAFoldNorm
-from lite.backends.cuda_recurrent import CUDARecurrent
 from lite.backends.cuda_weights import CUDAWeights
 
 log = logging.getLogger(__name__)

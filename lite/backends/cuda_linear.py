@@ -15,6 +15,8 @@ import numpy as np
 from lite.backends.cuda_moe import FUSED_MAX_TOKENS
 from lite.kernels import matvec_epilogue
 
+SPLIT_MAX_TOKENS = 4 * FUSED_MAX_TOKENS    # up to this many rows: fused matvecs of 8 rows each
+
 
 class CUDALinear:
     @functools.cached_property
@@ -48,8 +50,15 @@ class CUDALinear:
         T = x.shape[0]
         if w.qtype == "F32":
             return x @ w.data.T
-        if w.qtype not in ("F16",) and T <= FUSED_MAX_TOKENS and get_matvec(w.qtype) is not None:
-            return matvec(w.data, w.qtype, cp.ascontiguousarray(x), rows, cols, self.stream, **self._kernel_options)
+        if w.qtype not in ("F16",) and T <= SPLIT_MAX_TOKENS and get_matvec(w.qtype) is not None:
+            x = cp.ascontiguousarray(x)
+            if T <= FUSED_MAX_TOKENS:
+                return matvec(w.data, w.qtype, x, rows, cols, self.stream, **self._kernel_options)
+            # a server step of a few more rows: the weight read once per 8 rows still moves less
+            # than its fp16 dequantization (written, then read by the GEMM)
+            return cp.concatenate([matvec(w.data, w.qtype, x[r:r + FUSED_MAX_TOKENS], rows, cols,
+                                          self.stream, **self._kernel_options)
+                                   for r in range(0, T, FUSED_MAX_TOKENS)])
         w16 = w.data if w.qtype == "F16" else self._dequant_f16(w).reshape(rows, cols)
         return gemm_f16_f32(cp, x.astype(np.float16), w16, self.stream)
 
