@@ -126,6 +126,31 @@ static void emu_launch(dim3 grid, dim3 block, const std::function<void()>& body)
 }
 """
 
+# More intrinsics the decode products use (fp16 bits, popc, byte_perm, funnel shifts, __ldg), for a test
+# to put before its kernels: `compile_kernels(HOST_SHIMS + SOURCE)`. Not in HEADER: some tests bring
+# their own __popc.
+HOST_SHIMS = r"""
+#define LITE_HOST_SHIM
+inline float lt_h2f(unsigned short h) { _Float16 f; std::memcpy(&f, &h, 2); return (float)f; }
+inline float h2f(unsigned short h) { return lt_h2f(h); }
+inline unsigned short f2h(float v) { _Float16 f = (_Float16)v; unsigned short h; std::memcpy(&h, &f, 2); return h; }
+inline unsigned __popc(unsigned v) { return __builtin_popcount(v); }
+inline unsigned ksign(unsigned s7) { return s7 | ((__popc(s7) & 1u) << 7); }
+inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {   // selectors here never set bit 3
+    const unsigned long long v = ((unsigned long long)y << 32) | x;
+    unsigned r = 0;
+    for (int i = 0; i < 4; i++) r |= (unsigned)((v >> (8 * ((s >> (4 * i)) & 7))) & 0xFFu) << (8 * i);
+    return r;
+}
+inline unsigned __funnelshift_r(unsigned lo, unsigned hi, unsigned s) {
+    return (unsigned)((((unsigned long long)hi << 32) | lo) >> (s & 31)); }
+inline unsigned __funnelshift_rc(unsigned lo, unsigned hi, unsigned s) {
+    return (unsigned)((((unsigned long long)hi << 32) | lo) >> (s < 32 ? s : 32)); }
+template <class T> inline T __ldg(const T* p) { return *p; }
+inline int __float_as_int(float f) { int i; std::memcpy(&i, &f, 4); return i; }
+inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return {a, b, c, d}; }
+"""
+
 _SIGNATURE = re.compile(
     r'extern "C" __global__ void (?:__launch_bounds__\([^)]*\)\s*)?(\w+)\s*\(([^)]*)\)')
 

@@ -352,7 +352,8 @@ def recorded_tables():
 @pytest.mark.parametrize("table", recorded_tables(), ids=lambda t: Path(t.path).stem)
 def test_recorded_tables_heuristic(table):
     """Issue 28's CPU acceptance on measured data: for each regime recorded, the chunk the profile
-    recorded with the table picks among the table's sizes is within 3% of the best one."""
+    recorded with the table picks among the table's sizes is within 3% of the best one.
+    How to record a table into tests/data/cost_tables/: tools/README.md, "Recorded cost tables"."""
     got = heuristic_on_grid(table)
     assert all(v.ok for v in got), format_verdicts(table, got)
 

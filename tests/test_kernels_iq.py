@@ -19,7 +19,7 @@ import pytest
 
 import cuda_c_emulator as emu
 from kernel_blocks import random_blocks, reference, reference_f16
-from test_kernels_matvec_emulated import HOST_SHIMS
+from cuda_c_emulator import HOST_SHIMS
 
 from lite import kernels as K
 from lite.backend_config import BackendConfig

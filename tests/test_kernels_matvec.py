@@ -1,17 +1,30 @@
-"""Fused dequantize-and-dot kernels (kernels/matvec_basic.py) and the warp sums (kernels/util.py).
+"""The decode products: the fused dequantize-and-dot kernels (kernels/matvec_basic.py), the warp sums
+(kernels/util.py), and their CUDA C (kernels/matvec_cuda.py's matvec_rows, kernels/matvec_iq.py's
+matvec_persistent and IQ3_XXS struct).
 
 Under the simulator on tiny shapes against a float64 product of the gguf-py dequantization; on a GPU
-also one matvec captured into a CUDA graph and replayed.
+also one matvec captured into a CUDA graph and replayed, and the CUDA C kernels against their Numba
+twins at full size (skipped elsewhere). The CUDA C text itself (the per-type decode structs and both
+kernel loops) also runs on the host through tests/cuda_c_emulator.py against float64 (needs g++; runs
+in CI, where the GPU tests skip).
+
+Also kernels/bench.py's copy16 (the copy-bandwidth reference of `lite bench kernels`) on the host
+through the emulator: every 16-byte element copied, whatever the count against the grid's stride (the
+unrolled part and the tail); and how many launches a timed graph holds.
 """
 import numpy as np
 import pytest
 
+import cuda_c_emulator as emu
 from conftest import HAS_GPU
+from cuda_c_emulator import HOST_SHIMS
 from kernel_blocks import random_blocks, reference
 
-from lite.kernels import matvec, matvec_types
+from lite.kernels import bench, dequant_iq, matvec, matvec_cuda, matvec_iq, matvec_types, quant_info
 from numba import cuda  # after lite.kernels: the simulator's numba.cuda is swapped in for kernels
 from lite.kernels.util import SIMULATOR, group_sum, warp_sum
+
+needs_gxx = pytest.mark.skipif(not emu.available(), reason="needs g++ (C++20)")
 
 TYPES = ["Q4_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K"]      # with a CUDA C twin
 NUMBA_ONLY = ["Q4_1", "Q5_0", "Q5_1"]                   # Numba kernels on the GPU as well
@@ -36,7 +49,6 @@ def _host(a):
 
 def _problem(qtype, rows, cols, n, seed):
     rng = np.random.default_rng(seed)
-    from lite.kernels import quant_info
     info = quant_info(qtype)
     blocks = random_blocks(qtype, rows * cols // info.block_elems, rng)
     x = rng.standard_normal((n, cols)).astype(np.float32)
@@ -164,18 +176,19 @@ def test_matvec_in_cuda_graph_replays_like_direct_launch():
 
 
 # ---- the CUDA C path (kernels/matvec_cuda.py), GPU only ------------------------------------------
-# Full-size shapes of an 8B model's FFN (both orientations), and a ragged one: rows not a multiple
-# of a CTA's rows, and (Q4_0, Q8_0, Q6_K) rows starting 2 bytes off a word boundary.
+# Full-size shapes of an 8B model's FFN (both orientations), and a ragged one (also the emulated
+# tests' shape): 37 rows, no multiple of any CTA's rows; odd block counts for the 2-aligned types
+# (Q4_0, Q8_0, Q6_K), so that rows start 2 bytes off a word and the loaders' funnel shifts run.
 FULL = {"Q4_K": (4096, 14336), "Q6_K": (4096, 14336), "Q4_0": (14336, 4096), "Q8_0": (14336, 4096),
         "Q5_K": (14336, 4096)}
-RAGGED = {"Q4_0": (37, 32 * 33), "Q8_0": (37, 32 * 35), "Q4_K": (37, 768), "Q5_K": (37, 768), "Q6_K": (37, 768)}
+RAGGED = {"Q4_0": (37, 32 * 33), "Q8_0": (37, 32 * 35), "Q4_K": (37, 768), "Q5_K": (37, 768), "Q6_K": (37, 768),
+          "IQ3_XXS": (37, 768)}
 
 
 def _both_impls(monkeypatch, qtype, blocks, x, rows, cols, config=None):
     """(CUDA C result, Numba result), asserting that the CUDA C kernel really ran for the first.
     config: a (rows per CTA, prefetch) to use instead of matvec_cuda.CONFIG's."""
     import cupy
-    from lite.kernels import matvec_cuda
     calls = []
     real = getattr(matvec_cuda.launch, "real", matvec_cuda.launch)   # not a spy of an earlier call
 
@@ -220,18 +233,10 @@ def test_cuda_c_ragged_rows_and_every_n(qtype, monkeypatch):
             _check(twin, ref[:n], scale[:n])
 
 
-
-
-def cupy_asarray(a):
-    import cupy
-    return cupy.asarray(a)
-
-
 @pytest.mark.skipif(SIMULATOR, reason="the CUDA C kernels run only on a GPU (no GPU driver here)")
 def test_cuda_c_skipped_for_unaligned_blocks(monkeypatch):
     # Blocks 2 bytes into a buffer do not qualify for 16-byte loads: the Numba path must take them.
     import cupy
-    from lite.kernels import matvec_cuda
     rows, cols = 8, 512
     blocks, x, ref, scale = _problem("Q4_K", rows, cols, 1, seed=9)
     buf = cupy.zeros(blocks.size + 2, dtype=np.uint8)
@@ -242,10 +247,83 @@ def test_cuda_c_skipped_for_unaligned_blocks(monkeypatch):
 
 def test_launch_plan():
     # pure host logic (no GPU): which kernel and configuration one launch gets
-    from lite.kernels import matvec_cuda as mc
-    assert mc.plan("Q4_K", 1) == (True, 8, 0) and mc.plan("Q4_K", 2) == (True, 8, 0)   # the two-instruction dot
-    assert mc.plan("Q4_K", 3) == (False, 4, 0)                                         # n > 2: at most 4 rows
-    assert mc.plan("Q8_0", 1) == (False, 8, 1) and mc.plan("Q8_0", 5) == (False, 4, 1)
-    assert mc.plan("Q6_K", 1) == (False,) + mc.CONFIG["Q6_K"]
-    assert mc.kernel_name("Q4_K", 2, False, 8, 0) == "matvec_rows<TQ4_K, 2, 8, 0>"
-    assert mc.kernel_name("Q4_K", 1, True, 8, 0) == "matvec_rows<TQ4_KH, 1, 8, 0>"
+    plan, name = matvec_cuda.plan, matvec_cuda.kernel_name
+    assert plan("Q4_K", 1) == (True, 8, 0) and plan("Q4_K", 2) == (True, 8, 0)   # the two-instruction dot
+    assert plan("Q4_K", 3) == (False, 4, 0)                                      # n > 2: at most 4 rows
+    assert plan("Q8_0", 1) == (False, 8, 1) and plan("Q8_0", 5) == (False, 4, 1)
+    assert plan("Q6_K", 1) == (False,) + matvec_cuda.CONFIG["Q6_K"]
+    assert name("Q4_K", 2, False, 8, 0) == "matvec_rows<TQ4_K, 2, 8, 0>"
+    assert name("Q4_K", 1, True, 8, 0) == "matvec_rows<TQ4_KH, 1, 8, 0>"
+
+
+# ---- the CUDA C kernels on the host (tests/cuda_c_emulator.py) ------------------------------------
+
+ARGS = "const unsigned char* w, const float* x, float* out, int rows, int cols"
+
+
+def _wrap(name, call):
+    return f'extern "C" __global__ void {name}({ARGS}) {{ {call}(w, x, out, rows, cols); }}\n'
+
+
+def _kernels():
+    """(type, n, the kernel it calls, rows a CTA, persistent?, wrapper name) of every wrapper."""
+    out = []
+    for qt in TYPES:
+        s = f"TQ{qt[1:]}"
+        r, p = matvec_cuda.CONFIG[qt]
+        for n in (1, 2):
+            out.append((qt, n, f"matvec_rows<{s}, {n}, {r}, {p}>", r, False))
+            out.append((qt, n, f"matvec_rows<{s}, {n}, 4, 1>", 4, False))
+            out.append((qt, n, f"matvec_persistent<{s}, {n}, 4>", 4, True))
+    out.append(("IQ3_XXS", 1, "matvec_persistent<TIQ3_XXS, 1, 8>", 8, True))
+    for n in (1, 2):                                     # the two-instruction dot (Q4_K's default)
+        out.append(("Q4_K", n, f"matvec_rows<TQ4_KH, {n}, 8, 0>", 8, False))
+    return [(qt, n, call, r, persistent, f"emu_{i}") for i, (qt, n, call, r, persistent) in enumerate(out)]
+
+
+@pytest.fixture(scope="module")
+def emulated():
+    # matvec_iq: its register kernels' macros (GCOPIES, GB, SX) and the IQ3_XXS struct
+    source = (HOST_SHIMS + dequant_iq.c_grid_array("IQ3XXS_GRID", "IQ3_XXS")
+              + matvec_cuda.C_HEAD + matvec_cuda.C_TYPES + matvec_cuda.C_KERNEL + matvec_iq.C_PERSISTENT
+              + matvec_iq.C_COMMON + matvec_iq.C_IQ3_XXS + matvec_iq.C_IQ3_XXS_STAGED
+              + "".join(_wrap(name, call) for _, _, call, _, _, name in _kernels()))
+    return emu.compile_kernels(source)
+
+
+@needs_gxx
+@pytest.mark.parametrize("kernel", _kernels(), ids=lambda k: f"{k[0]}-n{k[1]}-{k[2]}")
+def test_emulated_cuda_c_matvec_matches_float64(emulated, kernel):
+    qt, n, _, rows_per_cta, persistent, name = kernel
+    rows, cols = RAGGED[qt]
+    blocks, x, ref, scale = _problem(qt, rows, cols, n, seed=len(name) + 7 * n)
+    out = np.full((n, rows), np.nan, np.float32)
+    groups = -(-rows // rows_per_cta)
+    # the persistent kernel on fewer CTAs than row groups, so that a CTA walks several of them
+    grid = 3 if persistent else groups
+    emulated.launch(name, (grid,), (128,), blocks, x, out, np.int32(rows), np.int32(cols))
+    err = np.abs(out.astype(np.float64) - ref)
+    assert np.all(err <= 1e-3 * np.abs(ref) + 1e-5 * scale), np.max(err / (np.abs(ref) + 1e-30))
+
+
+# ---- kernels/bench.py: copy16 and the launches a timed graph holds --------------------------------
+
+@needs_gxx
+@pytest.mark.parametrize("n16", [1, 255, 256 * 2 * 4, 256 * 2 * 4 + 17, 5000])
+def test_copy16_copies_every_element(n16):
+    lib = emu.compile_kernels(HOST_SHIMS + bench.C_COPY16)
+    src = np.random.default_rng(n16).integers(0, 2**32, 4 * n16, dtype=np.uint64).astype(np.uint32)
+    dst = np.zeros_like(src)
+    lib.launch("copy16", (2,), (256,), src, dst, np.int64(n16))
+    np.testing.assert_array_equal(dst, src)
+
+
+def test_graphs_hold_milliseconds_of_launches():
+    """A timed graph runs for several milliseconds at the device's bandwidth (MAX_LAUNCHES of a 22.5 MB
+    matrix product, 4096x14336 IQ3_XXS: session 13 found 11 there, ~0.4 us of graph overhead on each),
+    never fewer than 10 launches."""
+    assert bench._launches_for(22_478_848) == bench.MAX_LAUNCHES
+    for nbytes in (150 << 20, 1 << 30, 8 << 30):
+        n = bench._launches_for(nbytes)
+        assert 10 <= n < bench.MAX_LAUNCHES
+        assert n * nbytes / bench.DEVICE_BYTES_PER_S >= min(0.8 * bench.GRAPH_SECONDS, 10 * nbytes / bench.DEVICE_BYTES_PER_S)

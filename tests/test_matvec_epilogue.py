@@ -10,7 +10,7 @@ import pytest
 
 import cuda_c_emulator as emu
 from kernel_blocks import random_blocks, reference
-from test_kernels_matvec_emulated import HOST_SHIMS
+from cuda_c_emulator import HOST_SHIMS
 
 from lite.kernels import matvec_cuda, matvec_epilogue, quant_info
 

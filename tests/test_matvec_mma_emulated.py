@@ -319,7 +319,7 @@ def test_gpu_mvb_full_size():
 
 @pytest.fixture(scope="module")
 def dqb_lib():
-    from test_kernels_matvec_emulated import HOST_SHIMS
+    from cuda_c_emulator import HOST_SHIMS
     from test_matvec_q8_emulated import Q8_SHIMS
 
     from lite.kernels import iq3_b16

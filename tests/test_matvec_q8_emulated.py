@@ -15,7 +15,7 @@ import pytest
 
 import cuda_c_emulator as emu
 from kernel_blocks import random_blocks, reference
-from test_kernels_matvec_emulated import HOST_SHIMS
+from cuda_c_emulator import HOST_SHIMS
 
 from lite.kernels import iq3_groups, matvec_cuda, matvec_q8, quant_info
 

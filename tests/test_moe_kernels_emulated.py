@@ -25,7 +25,7 @@ import pytest
 
 import cuda_c_emulator as emu
 from kernel_blocks import random_blocks, reference
-from test_kernels_matvec_emulated import HOST_SHIMS
+from cuda_c_emulator import HOST_SHIMS
 
 from lite.kernels import moe_layer as mk
 from lite.kernels import moe_products as mp

@@ -1,15 +1,147 @@
-"""The product's import graph: no cycles, and no import against the layers of DESIGN.md.
+"""Rules of the tree, read from the sources of the installed package (lite/, kernels/, models/, cli/).
 
-Builds the graph of the installed package's modules: lite.* from lite/, and lite.kernels.*,
-lite.models.*, lite.cli.* from kernels/, models/, cli/ (setup.py's package_dir). Every Import and
-ImportFrom anywhere in a file counts, at module level or inside a function: a function-level import
-hides a cycle from the interpreter, not from the design. `from P import N` is an edge to P.N where
-that is a module, else to P; the package __init__ that Python also runs on the way is not counted
-(every module would then depend on lite/__init__.py). Tests, tools and the lab are not product."""
+Environment variables: every one the product reads is documented, and there are at most three of
+lite's own. The scan sees os.environ.get(NAME), os.environ[NAME], os.getenv(NAME), environ.get(NAME),
+NAME in os.environ, os.environ.setdefault / pop(NAME), and any string constant that is a whole
+LITE_* name (a name kept in a constant and read later counts as read). It fails naming each LITE_*
+variable the code reads that docs/configuration.md does not list, each that the page lists but the
+code no longer reads, a read of the environment whose name is not a literal, and any other variable
+not in ALLOWED below. Settings a benchmark compares belong in lite.backend_config.BackendConfig,
+not in the environment (docs/configuration.md).
+
+The import graph: no cycles, and no import against the layers of DESIGN.md. Built from the
+package's modules: lite.* from lite/, and lite.kernels.*, lite.models.*, lite.cli.* from kernels/,
+models/, cli/ (setup.py's package_dir). Every Import and ImportFrom anywhere in a file counts, at
+module level or inside a function: a function-level import hides a cycle from the interpreter, not
+from the design. `from P import N` is an edge to P.N where that is a module, else to P; the package
+__init__ that Python also runs on the way is not counted (every module would then depend on
+lite/__init__.py). Tests, tools and the lab are not product.
+
+Shadowing imports: no function imports a name its module imports at the top (the name becomes local
+to the whole function: a use above that import raises UnboundLocalError).
+"""
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+SOURCES = ("lite", "kernels", "models", "cli")
+
+
+# ---- environment variables ------------------------------------------------------------------------
+
+DOC = ROOT / "docs" / "configuration.md"
+MAX_LITE_VARIABLES = 3
+LITE_NAME = re.compile(r"LITE_[A-Z][A-Z0-9_]*")
+
+# Variables that are not lite's own, each with the reason the product may read it.
+ALLOWED = {
+    "XDG_CACHE_HOME": "the cache root's default when LITE_CACHE is unset (the XDG base directory spec)",
+    "NUMBA_ENABLE_CUDASIM": "Numba's own switch: under the CUDA simulator the kernels take their simulator paths",
+}
+
+# A variable read only in one file (the rest of the code gets it as an argument or a field).
+ONLY_IN = {
+    "LITE_REFERENCE_KERNELS": "lite/backend_config.py",
+}
+
+_GETTERS = {"get", "getenv", "setdefault", "pop", "getenvb"}
+
+
+def _is_environ(node):
+    """os.environ, environ, os.environb."""
+    if isinstance(node, ast.Attribute):
+        return node.attr in ("environ", "environb")
+    return isinstance(node, ast.Name) and node.id in ("environ", "environb")
+
+
+def _literal(node):
+    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
+
+
+def reads_in(tree):
+    """(name or None, line) for every read of the environment in a module; None: not a literal."""
+    found = []
+    for node in ast.walk(tree):
+        arg = None
+        if isinstance(node, ast.Call):
+            f = node.func
+            env_method = isinstance(f, ast.Attribute) and f.attr in _GETTERS and _is_environ(f.value)
+            getenv = ((isinstance(f, ast.Attribute) and f.attr in ("getenv", "getenvb")
+                       and isinstance(f.value, ast.Name) and f.value.id == "os")
+                      or (isinstance(f, ast.Name) and f.id in ("getenv", "getenvb")))
+            if (env_method or getenv) and node.args:
+                arg = node.args[0]
+        elif isinstance(node, ast.Subscript) and _is_environ(node.value):
+            arg = node.slice
+        elif (isinstance(node, ast.Compare) and len(node.ops) == 1
+              and isinstance(node.ops[0], (ast.In, ast.NotIn)) and _is_environ(node.comparators[0])):
+            arg = node.left
+        if arg is not None:
+            found.append((_literal(arg), node.lineno))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                and LITE_NAME.fullmatch(node.value):
+            found.append((node.value, node.lineno))
+    return sorted(set(found), key=lambda f: (f[1], f[0] or ""))   # a literal argument is also a constant
+
+
+def scan():
+    """{name: [(path, line), ...]} over the product's sources; None collects non-literal reads."""
+    reads = {}
+    for top in SOURCES:
+        for path in sorted((ROOT / top).rglob("*.py")):
+            rel = path.relative_to(ROOT).as_posix()
+            tree = ast.parse(path.read_text(encoding="utf-8"), filename=rel)
+            for name, line in reads_in(tree):
+                reads.setdefault(name, []).append((rel, line))
+    return reads
+
+
+def documented():
+    return set(LITE_NAME.findall(DOC.read_text(encoding="utf-8")))
+
+
+def _where(places):
+    return ", ".join(f"{p}:{n}" for p, n in places)
+
+
+def test_every_variable_read_is_documented_and_every_documented_one_read():
+    reads = scan()
+    docs = documented()
+    problems = []
+    for places in [reads.get(None)] if None in reads else []:
+        problems.append(f"environment read with a name that is not a literal (say which variable): {_where(places)}")
+    lite_read = {n: p for n, p in reads.items() if n and n.startswith("LITE_")}
+    for name in sorted(set(lite_read) - docs):
+        problems.append(f"{name} is read but docs/configuration.md does not list it: {_where(lite_read[name])}")
+    for name in sorted(docs - set(lite_read)):
+        problems.append(f"{name} is listed in docs/configuration.md but the code no longer reads it")
+    for name, places in sorted((n, p) for n, p in reads.items() if n and not n.startswith("LITE_")):
+        if name not in ALLOWED:
+            problems.append(f"{name} is read ({_where(places)}): not lite's, and not in this test's ALLOWED list")
+    for name, only in ONLY_IN.items():
+        other = [(p, n) for p, n in lite_read.get(name, []) if p != only]
+        if other:
+            problems.append(f"{name} is read outside {only}: {_where(other)}")
+    if len(lite_read) > MAX_LITE_VARIABLES:
+        problems.append(f"{len(lite_read)} LITE_* variables are read, at most {MAX_LITE_VARIABLES} are allowed "
+                        f"(settings a benchmark compares are BackendConfig fields): {', '.join(sorted(lite_read))}")
+    assert not problems, "\n".join(problems)
+
+
+def test_the_scan_sees_each_form_of_read():
+    tree = ast.parse("\n".join([
+        "import os", "from os import environ, getenv",
+        "a = os.environ.get('LITE_A', '1')", "b = os.environ['LITE_B']", "c = os.getenv('LITE_C')",
+        "d = environ.get('LITE_D')", "e = 'LITE_E' in os.environ", "f = getenv('HOME')",
+        "NAME = 'LITE_G'", "h = os.environ.get(NAME)", "i = 'see LITE_H in the docs'",
+    ]))
+    names = [n for n, _ in reads_in(tree)]
+    assert sorted(filter(None, names)) == ["HOME", "LITE_A", "LITE_B", "LITE_C", "LITE_D", "LITE_E", "LITE_G"]
+    assert names.count(None) == 1 and names.count("LITE_A") == 1   # os.environ.get(NAME): not a literal
+
+
+# ---- the import graph ----------------------------------------------------------------------------
 
 # The layers, as data (DESIGN.md, "Layers"). Each rule: what it says, the modules it applies to
 # (prefixes: a module matches a prefix when it is that module or inside it), and either `only`
@@ -208,7 +340,7 @@ def test_imports_follow_the_layers():
     assert not bad, f"{len(bad)} import(s) against DESIGN.md's layers:\n" + "\n".join(lines)
 
 
-
+# ---- shadowing imports ----------------------------------------------------------------------------
 
 def _shadowing_imports(path):
     """Function-level imports of a name the module imports at its top: Python makes the name local
@@ -231,6 +363,6 @@ def test_no_function_import_shadows_a_module_import(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("from a import b\n\ndef f():\n    if b.X:\n        from a import b\n")
     assert _shadowing_imports(bad) == ["bad.py:5: b"]          # the check sees the pattern
-    found = [f"{p.parent.name}/{hit}" for folder in ("lite", "kernels", "models", "cli")
+    found = [f"{p.parent.name}/{hit}" for folder in SOURCES
              for p in sorted((ROOT / folder).rglob("*.py")) for hit in _shadowing_imports(p)]
     assert not found, "\n".join(found)
