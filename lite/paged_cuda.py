@@ -15,11 +15,17 @@ resolved first (its _norm_now). Every other op is the backend's own over all row
 a one-row step makes there (AddLater, ScaledLater: lite/backends/cuda_norm.py) stay inside it.
 
 Where a step's rows go is worked out on the host once per step and stage (StepLayout) and uploaded
-in one copy.
+in one copy. A pure-decode step the server replays from a CUDA graph (DecodeGraphs, at the end) reads
+the same arrays from persistent buffers instead (DecodeLayout), padded to its batch-size bucket.
 """
+import logging
+
 import numpy as np
 
+from lite.errors import ContextOverflowError
 from lite.paged_kv import BatchOps
+
+log = logging.getLogger(__name__)
 
 
 def batch_ops(backend, starts, counts, kvs):
@@ -82,6 +88,65 @@ class StepLayout:
         self.tables = dev[2 * R + 2 * N:].reshape(N, width)
 
 
+def decode_step_host(ids, starts, tables, size, block_size, max_context):
+    """DecodeLayout's host array for one pure-decode step: sequence i's token ids[i] at position
+    starts[i], its KV through block table tables[i]; rows len(starts)..size-1 are padding."""
+    P, B, N = int(size), int(block_size), len(starts)
+    W = -(-int(max_context) // B)
+    if not 0 < N <= P or len(ids) != N or len(tables) != N:
+        raise ValueError(f"{N} sequences ({len(ids)} ids, {len(tables)} tables) in a step of {P} rows")
+    out = np.zeros(P * (5 + W), np.int32)
+    tok, pos, slots, rows, lens = (out[k * P:(k + 1) * P] for k in range(5))
+    tab = out[5 * P:].reshape(P, W)
+    tok[:N], rows[:] = ids, np.arange(P)
+    slots[N:], lens[N:] = -1, 1                     # padding: stores nothing, attends to one key
+    for i, (s, table) in enumerate(zip(starts, tables)):
+        s = int(s)
+        if s + 1 > max_context:
+            raise ContextOverflowError(f"{s + 1} tokens do not fit the context of {max_context}")
+        nb = s // B + 1
+        if len(table) < nb:
+            raise ValueError(f"sequence {i}: {len(table)} blocks cannot hold {s + 1} positions")
+        slot = int(table[s // B]) * B + s % B
+        if slot >= 2**31:
+            raise ValueError("page slots past int32")
+        pos[i], lens[i], slots[i] = s, s + 1, slot
+        tab[i, :nb] = table[:nb]
+    return out
+
+
+class DecodeLayout:
+    """StepLayout's arrays for a pure-decode step (one row a sequence) padded to `size` rows, at
+    fixed addresses: a captured graph reads them where they were at capture. In front, the first
+    stage's token ids (`ids`), so one host-to-device copy (from pinned memory) refills all of it
+    before each replay (upload). The tables are as wide as the context and max_len is the whole
+    context, so the attention's grid and split count are the same at every step. On the host (xp
+    numpy) the device arrays are the host array itself."""
+    chunks = ()                                     # no prompt chunks in a decode step
+
+    def __init__(self, pool, size, max_context, xp, empty_pinned=None):
+        self.pool, self.size = pool, int(size)
+        W = -(-int(max_context) // pool.block_size)
+        self.n_single, self.max_len = self.size, W * pool.block_size
+        n, P = self.size * (5 + W), self.size
+        self.host = empty_pinned(n, np.int32) if empty_pinned is not None else np.zeros(n, np.int32)
+        self.host[...] = 0
+        self.dev = self.host if xp is np else xp.zeros(n, np.int32)
+        self.ids, self.positions, self.slots, self.query_rows, self.lens = (
+            self.dev[k * P:(k + 1) * P] for k in range(5))
+        self.tables = self.dev[5 * P:].reshape(P, W)
+
+    def upload(self, packed, stream=None):
+        """This step's arrays (decode_step_host's) into the buffers, one copy on `stream`; the host
+        writes the pinned buffer only after the previous step's copy is done (every step ends
+        with the host waiting for the last stage's logits)."""
+        if packed.shape != self.host.shape:
+            raise ValueError(f"a step of {packed.size} int32 for a layout of {self.host.size}")
+        self.host[...] = packed
+        if self.dev is not self.host:
+            self.dev.set(self.host, stream=stream)
+
+
 class _Gathered:
     """A prompt chunk's view of its first n positions of layer il, gathered from its pages into the
     contiguous (Hkv, n, D) float16 layout the backend's prefill attention reads (KVCache's, kind
@@ -101,9 +166,10 @@ class _Gathered:
 
 
 class CUDABatchOps(BatchOps):
-    def __init__(self, ops, starts, counts, kvs, kernels=None):
+    def __init__(self, ops, starts, counts, kvs, kernels=None, layout=None):
+        # layout: a DecodeLayout the step reads (the decode graphs'); None: a StepLayout of this step
         super().__init__(ops, starts, counts, kvs)
-        self._kernels, self._layout = kernels, None
+        self._kernels, self._layout = kernels, layout
 
     @property
     def kernels(self):
@@ -151,3 +217,169 @@ class CUDABatchOps(BatchOps):
             out[r0:r1] = ops.attention(_Gathered(self.kvs[i], il, n), il, q_rot[r0:r1], k[r0:r1],
                                        v[r0:r1], self.starts[i], scale, window)
         return out
+
+
+# --- CUDA graphs of the pure-decode steps -------------------------------------------------------
+# CUDA graphs of the server's pure-decode steps: one per stage and batch-size bucket.
+#
+# Launched op by op from Python, a batched step is host-bound (a few hundred launches a step, each
+# costing more host time than its GPU work; BENCHMARKS.md has the figures).
+# A step whose every sequence has one row (decoding, or a prompt's lone last token) is rounded up
+# to a bucket of rows (1, 2, 4, 8, ... up to n_slots), and each stage replays its graph for that
+# bucket, captured the first time the bucket comes up, after one eager warm-up on the same inputs
+# (it compiles that row count's kernels; the K/V it writes for this step's positions are the ones
+# the replay writes again). A graph reads fixed addresses: the token ids (first stage) or hidden
+# states, and the step's layout (DecodeLayout, above), refilled by one host-to-device
+# copy before each replay; the logits go to the host after it, from the graph's output buffer.
+# Pad rows: token 0 at position 0, slot -1 (nothing stored), one key over a zero table row;
+# their outputs are dropped.
+#
+# Steps with prompt chunks run eagerly (Stage.forward_batch), as does every step of a bucket whose
+# capture failed (logged once; cuBLAS, which CuPy refuses to capture, serves products of many rows).
+
+
+def buckets(n_slots):
+    """The row counts graphs are captured for: the powers of two below n_slots, then n_slots."""
+    out, b = [], 1
+    while b < n_slots:
+        out.append(b)
+        b *= 2
+    return out + [int(n_slots)]
+
+
+def bucket(n, n_slots):
+    """The bucket a step of n sequences runs in: the smallest one of at least n rows."""
+    for b in buckets(n_slots):
+        if b >= n:
+            return b
+    raise ValueError(f"{n} sequences in a step of at most {n_slots}")
+
+
+def graphable(stage):
+    """Can this stage replay graphs of decode steps? A CUDA stage whose own decode step may be
+    captured (Stage.use_graphs: a fused matvec for every weight, MoE experts on the grouped
+    kernels) and no recurrent layer: a hybrid's sequences each bring their own conv and
+    delta-rule states, taken on the host (RecurrentState.take) at addresses a graph cannot follow."""
+    ops = stage.ops
+    recurrent = any(stage.cfg.is_recurrent_layer(il) for il in stage.spec.layers)
+    return (getattr(ops, "name", None) == "cuda" and getattr(ops, "supports_graphs", False)
+            and getattr(stage, "use_graphs", False) and not recurrent)
+
+
+def max_rows(stage, n_slots):
+    """The most rows this stage's graphs take (0: none)."""
+    if not graphable(stage):
+        return 0
+    if stage.cfg.is_moe:
+        # past the router's kernel path the router multiplies through cuBLAS, which capture refuses
+        from lite.backends.cuda_moe import FUSED_MAX_TOKENS
+        return min(n_slots, FUSED_MAX_TOKENS)
+    return n_slots
+
+
+class DecodeStep:
+    """One pure-decode step on the host: n sequences in a bucket of `size` rows, and the packed
+    arrays every stage's layout copies (decode_step_host)."""
+
+    def __init__(self, size, n, host):
+        self.size, self.n, self.host = size, n, host
+
+
+class _Graph:
+    """One stage's graph of one bucket: its persistent inputs, then the graph and its output."""
+
+    def __init__(self, stage, pool, size, max_context):
+        xp = stage.ops.xp
+        pinned = None
+        if xp is not np:
+            import cupyx
+            pinned = cupyx.empty_pinned
+        self.xp, self.first = xp, stage.spec.first
+        self.layout = DecodeLayout(pool, size, max_context, xp, pinned)
+        self.x = self.layout.ids if self.first else None     # hidden states: made at the first input
+        self.ops = CUDABatchOps(stage.ops, [0] * size, [1] * size, None, layout=self.layout)
+        self.graph = self.out = None
+        self.failed = False
+
+    def set_inputs(self, x, step, stream):
+        """This step's layout (and ids) in one copy; on a later stage its n rows of hidden states."""
+        self.layout.upload(step.host, stream)
+        if self.first:
+            return
+        n = step.n
+        if self.x is None:
+            self.x = self.xp.zeros((self.layout.size,) + tuple(x.shape[1:]), x.dtype)
+        if isinstance(x, self.xp.ndarray):
+            self.x[:n] = x[:n]                 # from a stage on this device: a copy on the stream
+        else:                                  # through the host from another device
+            self.x[:n].set(np.ascontiguousarray(x[:n], dtype=self.x.dtype), stream=stream)
+
+
+class DecodeGraphs:
+    """The scheduler's decode graphs (Scheduler(graphs=False): none, every step eager)."""
+
+    def __init__(self, stages, pools, n_slots, max_context, enabled=True):
+        self.stages, self.pools = stages, pools
+        self.n_slots, self.max_context = int(n_slots), int(max_context)
+        self.max_rows = [max_rows(st, self.n_slots) if enabled else 0 for st in stages]
+        self.graphs = {}                       # (stage index, bucket) -> _Graph
+        self.replays = self.captures = 0
+
+    def step(self, ids, starts, counts, tables):
+        """This step as a DecodeStep when it is pure decode and some stage replays its bucket,
+        else None (it runs eagerly)."""
+        if not any(self.max_rows) or any(n != 1 for n in counts):
+            return None
+        size = bucket(len(counts), self.n_slots)
+        if not any(self._serves(si, size) for si in range(len(self.stages))):
+            return None
+        B = self.pools[0].block_size
+        return DecodeStep(size, len(counts),
+                          decode_step_host(ids, starts, tables, size, B, self.max_context))
+
+    def serves(self, si, step):
+        """Does stage si run this step from a graph?"""
+        return step is not None and self._serves(si, step.size)
+
+    def _serves(self, si, size):
+        g = self.graphs.get((si, size))
+        return size <= self.max_rows[si] and not (g is not None and g.failed)
+
+    def forward(self, si, x, step):
+        """Stage si's forward_batch of this step: its bucket's graph replayed (captured first if
+        new). x: what forward_batch takes (ids: ignored, they come with the layout)."""
+        stage, key = self.stages[si], (si, step.size)
+        ops = stage.ops
+        with ops.activate():
+            g = self.graphs.get(key)
+            if g is None:
+                g = self.graphs[key] = _Graph(stage, self.pools[si], step.size, self.max_context)
+            g.set_inputs(x, step, getattr(ops, "stream", None))
+            if g.graph is None:
+                y = self._capture(si, stage, g)
+                if g.failed:                   # this step's output is the warm-up's
+                    return self._output(stage, y, step.n)
+            ops.replay(g.graph)
+            self.replays += 1
+            return self._output(stage, g.out, step.n)
+
+    def _capture(self, si, stage, g):
+        """Warm up, then capture g's graph; the warm-up's output where the capture fails."""
+        def run():
+            return stage.forward_rows(g.ops, g.x)
+        y = run()
+        try:
+            g.graph, g.out = stage.ops.capture(run)
+        except Exception as e:        # (no crash: this bucket keeps the eager step)
+            g.failed, g.graph = True, None
+            log.warning("lite serve: the decode step of %d rows on stage %d could not be captured "
+                        "in a CUDA graph (%s: %s); steps of that size run without one",
+                        g.layout.size, si, type(e).__name__, e)
+            return y
+        self.captures += 1
+        return None
+
+    @staticmethod
+    def _output(stage, y, n):
+        y = y[:n]                             # the pad rows' outputs are dropped
+        return stage.ops.to_host(y) if stage.spec.last else y

@@ -182,22 +182,29 @@ class Stage:
         hidden states; sequence i's counts[i] rows sit at positions starts[i].. of its KV view
         kvs[i] (lite/paged_kv.py BatchOps). Returns hidden states, or on the last stage the logits
         (len(counts), n_vocab) of each sequence's last row."""
-        ops, cfg = batch_ops(self.ops, starts, counts, kvs), self.cfg
         with self.ops.activate():
-            if self.spec.first:
-                x = ops.embed(x)
-                if cfg.embed_scale != 1.0:
-                    x = ops.scale(x, cfg.embed_scale)
-            elif isinstance(x, np.ndarray) and ops.xp is not np:
-                x = ops.xp.asarray(x)              # hidden states from a stage on another device
-            for il in self.spec.layers:
-                x = self.fwd(ops, cfg, il, x, None, 0)
-            if not self.spec.last:
-                return ops.done(x) if hasattr(ops, "done") else x
-            if x.shape[0] != len(counts):          # prompt chunks: each sequence's last row
-                x = (ops.done(x) if hasattr(ops, "done") else x)[ops.xp.asarray(np.cumsum(counts) - 1)]
-            x = ops.rms_norm(x, "output_norm.weight", cfg.rms_eps)
-            return ops.to_host(ops.output(x))
+            y = self.forward_rows(batch_ops(self.ops, starts, counts, kvs), x)
+            return self.ops.to_host(y) if self.spec.last else y
+
+    def forward_rows(self, ops, x):
+        """forward_batch's work over its batched ops `ops` (BatchOps; the server's decode graphs
+        capture it over persistent buffers, lite/paged_cuda.py DecodeGraphs), inside activate(): the hidden
+        states, or the last stage's logits still on the device."""
+        cfg, rows = self.cfg, ops.rows
+        if self.spec.first:
+            x = ops.embed(x)
+            if cfg.embed_scale != 1.0:
+                x = ops.scale(x, cfg.embed_scale)
+        elif isinstance(x, np.ndarray) and ops.xp is not np:
+            x = ops.xp.asarray(x)              # hidden states from a stage on another device
+        for il in self.spec.layers:
+            x = self.fwd(ops, cfg, il, x, None, 0)
+        if not self.spec.last:
+            return ops.done(x) if hasattr(ops, "done") else x
+        if x.shape[0] != len(rows) - 1:        # prompt chunks: each sequence's last row
+            x = (ops.done(x) if hasattr(ops, "done") else x)[ops.xp.asarray(np.asarray(rows[1:]) - 1)]
+        x = ops.rms_norm(x, "output_norm.weight", cfg.rms_eps)
+        return ops.output(x)
 
     def _forward(self, x, pos0, all_logits):
         ops, cfg = self.ops, self.cfg

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from lite import LLM, ContextOverflowError, LiteError
-from realmodels import real_model
+from conftest import real_model
 
 FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "generate.json").read_text())["smollm2"]
 

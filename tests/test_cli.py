@@ -13,7 +13,7 @@ from gguf import GGUFWriter
 from lite.cli.main import main
 from lite.gguf_file import GGUFFile
 from lite.synth import synth
-from realmodels import real_model
+from conftest import real_model
 
 
 def lite(*args, input=None):

@@ -20,7 +20,7 @@ import pytest
 from lite import hub
 from lite.errors import LiteError
 from lite.progress import Progress
-from realmodels import real_model
+from conftest import real_model
 
 REPO = Path(__file__).resolve().parents[1]
 SOURCES = ("setup.py", "README.md", "lite", "kernels", "models", "cli")   # what setup.py packages

@@ -25,7 +25,7 @@ from lite.engine import Engine
 from lite.gguf_file import GGUFFile
 from lite.sampling import Sampler, SamplingParams
 from lite.synth import QUANT_TYPES, synth
-from realmodels import real_model
+from conftest import real_model
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -21,7 +21,7 @@ pytest.importorskip("uvicorn")
 
 from lite import LLM  # noqa: E402
 from lite.backends import cuda_unavailable_reason  # noqa: E402
-from realmodels import real_model  # noqa: E402
+from conftest import real_model  # noqa: E402
 
 # --- starting `lite serve` as a subprocess and reading its /metrics ---
 

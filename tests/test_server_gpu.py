@@ -8,6 +8,8 @@ prompt chunks through the backend's prefill attention) against the CPU.
   gets alone (a fresh scheduler, one request at a time) and, sent again, the same tokens from
   the prefix cache; every token is a greedy choice of the CPU reference (teacher-forced logits);
   no slot or KV block is held afterwards.
+- The decode steps replayed from CUDA graphs (lite/paged_cuda.py DecodeGraphs, on by default, so every
+  scheduler test above runs them) give the tokens of the same requests run eagerly.
 GPU and CPU (and batched and alone, whose products may run on other kernels: fused matvecs up to
 8 rows, cuBLAS past that) differ by float rounding, so two runs may part where two tokens' logits
 nearly tie: there the test requires a near tie in the CPU's logits, and nothing after it.
@@ -21,6 +23,7 @@ import pytest
 from lite.backends import cuda_unavailable_reason
 from lite.engine import Engine
 from lite.hub import KNOWN, cache_dir
+from lite.paged_cuda import graphable
 from lite.paged_kv import BlockPool, PagedKV
 from lite.sampling import SamplingParams
 from lite.server.scheduler import Scheduler
@@ -107,11 +110,12 @@ def test_batched_steps_match_the_cpu(engines, kind):
 
 # --- the scheduler: 8 concurrent requests -----------------------------------------------------
 
-def _serve(engine, prompts, together, sched=None):
-    """Greedy tokens of each prompt through a Scheduler (a fresh one unless given): all submitted
-    at once, or one after another. Returns (tokens per prompt, cached tokens per prompt, metrics)."""
+def _serve(engine, prompts, together, sched=None, graphs=True):
+    """Greedy tokens of each prompt through a Scheduler (a fresh one unless given; graphs: its
+    decode graphs): all submitted at once, or one after another. Returns (tokens per prompt,
+    cached tokens per prompt, metrics)."""
     own = sched is None
-    sched = sched or Scheduler(engine, n_slots=len(prompts), chunk=CHUNK).start()
+    sched = sched or Scheduler(engine, n_slots=len(prompts), chunk=CHUNK, graphs=graphs).start()
     params = GenParams(max_tokens=N_GEN, sampling=SamplingParams.greedy())
     try:
         runs = []
@@ -214,6 +218,28 @@ def test_concurrent_requests_get_their_alone_tokens(engines):
     assert same >= len(prompts) // 2, f"only {same} of {len(prompts)} batched requests equal alone"
 
 
+def test_graphed_decode_steps_give_the_eager_tokens(engines):
+    """The same 8 requests with the decode graphs and without (Scheduler(graphs=False)): the same
+    tokens, and the graphed run replayed graphs (smaller buckets as requests finish). Graphed
+    and eager steps may round apart (the graph's attention splits the keys for the whole context,
+    its products run on the bucket's padded row count), so a difference is allowed only where
+    the CPU's logits nearly tie, and nothing after it."""
+    gpu, cpu = engines
+    prompts, eog = _prompts(gpu), cpu.tokenizer.eog_ids
+    graphed, _, m = _serve(gpu, prompts, True, graphs=True)
+    eager, _, m0 = _serve(gpu, prompts, True, graphs=False)
+    assert m0["graph_replays"] == 0
+    if all(graphable(st) for st in gpu.stages):
+        assert m["graph_replays"] > 0, m
+    assert m["kv_blocks_free"] == m["kv_blocks_total"] and m["slots_busy"] == 0, m
+    same = 0
+    for i, p in enumerate(prompts):
+        logits = _cpu_logits(cpu, p, graphed[i])
+        _check_greedy(logits, graphed[i], eog, f"request {i} graphed")
+        same += _same_or_tie(graphed[i], eager[i], logits, eog, f"request {i} graphed vs eager")
+    assert same >= len(prompts) - 1, f"only {same} of {len(prompts)} graphed requests equal eager"
+
+
 def test_two_virtual_stages_serve_as_one(engines, model):
     """A GPU engine split in two stages on one device: the batched step crosses them like a chunk."""
     gpu, cpu = engines
@@ -221,6 +247,8 @@ def test_two_virtual_stages_serve_as_one(engines, model):
     two = Engine(model, device=gpu.device, max_context=CTX, layer_split=2, contiguous_kv=False)
     got, _, m = _serve(two, prompts, True)
     assert m["kv_blocks_free"] == m["kv_blocks_total"]
+    if all(graphable(st) for st in two.stages):        # each stage replays its own graphs
+        assert m["graph_replays"] > 0, m
     want, _, _ = _serve(gpu, prompts, True)
     for i, p in enumerate(prompts):
         logits = _cpu_logits(cpu, p, want[i])

@@ -6,6 +6,7 @@ every sequence that is decoding, plus up to `chunk` prompt tokens of the sequenc
 prefilling, so a long prompt delays the others' next token by one chunk at most. A sequence's KV
 lives in blocks of the paged pool (lite/paged_kv.py); its prompt's full blocks are looked up in
 the prefix cache on admission, and every block it fills is keyed there for later requests.
+A step of decode rows only (no prompt chunk) replays CUDA graphs on GPU stages (lite/paged_cuda.py DecodeGraphs).
 """
 import logging
 import threading
@@ -16,6 +17,7 @@ import numpy as np
 
 from lite.errors import LiteError
 from lite.kv_cache import RecurrentState
+from lite.paged_cuda import DecodeGraphs
 from lite.paged_kv import DEFAULT_BLOCK_SIZE, BlockManager, BlockPool, PagedKV, block_hashes
 from lite.server.sequence import Sequence
 
@@ -31,7 +33,7 @@ class QueueFull(LiteError):
 
 class Scheduler:
     def __init__(self, engine, n_slots=4, max_queue=DEFAULT_MAX_QUEUE, block_size=DEFAULT_BLOCK_SIZE,
-                 chunk=None):
+                 chunk=None, graphs=True):
         if engine.device not in ("cpu", "cuda"):
             raise LiteError(f"lite serve runs on the CPU or a CUDA GPU, not {engine.device!r}")
         if engine.device == "cuda" and engine.kv_kind not in ("f16", "int8"):
@@ -54,6 +56,8 @@ class Scheduler:
         # per stage, its recurrent layers (a hybrid; none otherwise): each sequence owns their states
         self.recurrent_layers = ([[il for il in st.spec.layers if cfg.is_recurrent_layer(il)]
                                   for st in engine.stages] if cfg.is_hybrid else [])
+        # graphs=False (the tests' twin run): every step eager, as on the CPU
+        self.graphs = DecodeGraphs(engine.stages, self.pools, self.n_slots, self.ctx, enabled=graphs)
         self.waiting, self.running = deque(), []
         self.cv = threading.Condition()
         self.counters = dict.fromkeys(
@@ -106,7 +110,8 @@ class Scheduler:
             m.update(slots_busy=len(self.running), slots_total=self.n_slots,
                      queue_length=len(self.waiting), queue_max=self.max_queue,
                      kv_blocks_free=self.blocks.n_free, kv_blocks_total=self.blocks.n_blocks,
-                     kv_blocks_cached=self.blocks.n_cached, kv_block_size=self.blocks.block_size)
+                     kv_blocks_cached=self.blocks.n_cached, kv_block_size=self.blocks.block_size,
+                     graph_replays=self.graphs.replays)
         return m
 
     # --- the scheduler thread ------------------------------------------------------------------
@@ -172,18 +177,7 @@ class Scheduler:
                 for s, n in plan:
                     while len(s.blocks) * B < s.n_computed + n:
                         s.blocks.append(self.blocks.allocate())
-            ids = np.asarray([t for s, n in plan for t in s.tokens[s.n_computed:s.n_computed + n]],
-                             np.int32)
-            starts, counts = [s.n_computed for s, _ in plan], [n for _, n in plan]
-            x, stages = ids, self.engine.stages
-            for si, (stage, pool) in enumerate(zip(stages, self.pools)):
-                kvs = [PagedKV(pool, s.blocks, self.ctx, s.recurrent[si] if s.recurrent else None)
-                       for s, _ in plan]
-                if si and stage.ops.device_key != stages[si - 1].ops.device_key:
-                    x = stages[si - 1].ops.to_host(x)    # to the next device through the host
-                elif si:                                 # the same device, another stream
-                    stages[si - 1].ops.synchronize()
-                x = stage.forward_batch(x, starts, counts, kvs)
+            x = self._forward(plan)
         except Exception as e:          # the server stays up: these requests fail, others go on
             log.exception("step failed")
             with self.cv:
@@ -199,6 +193,26 @@ class Scheduler:
                 self._key_full_blocks(s)
                 if s.pending == 0 and not s.cancelled:
                     self._advance(s, x[j])
+
+    def _forward(self, plan):
+        """The step's rows through every stage: the last stage's logits, a row per sequence."""
+        ids = np.asarray([t for s, n in plan for t in s.tokens[s.n_computed:s.n_computed + n]],
+                         np.int32)
+        starts, counts = [s.n_computed for s, _ in plan], [n for _, n in plan]
+        step = self.graphs.step(ids, starts, counts, [s.blocks for s, _ in plan])
+        x, stages = ids, self.engine.stages
+        for si, (stage, pool) in enumerate(zip(stages, self.pools)):
+            if si and stage.ops.device_key != stages[si - 1].ops.device_key:
+                x = stages[si - 1].ops.to_host(x)    # to the next device through the host
+            elif si:                                 # the same device, another stream
+                stages[si - 1].ops.synchronize()
+            if self.graphs.serves(si, step):
+                x = self.graphs.forward(si, x, step)
+                continue
+            kvs = [PagedKV(pool, s.blocks, self.ctx, s.recurrent[si] if s.recurrent else None)
+                   for s, _ in plan]
+            x = stage.forward_batch(x, starts, counts, kvs)
+        return x
 
     def _key_full_blocks(self, s):
         B = self.blocks.block_size
@@ -257,6 +271,8 @@ METRICS = [  # (key in Scheduler.metrics(), name, type, help)
      "Prompt tokens served from the prefix cache."),
     ("generated_tokens", "lite_generated_tokens_total", "counter", "Tokens generated."),
     ("steps", "lite_steps_total", "counter", "Batched forward steps run."),
+    ("graph_replays", "lite_graph_replays_total", "counter",
+     "Stage forwards of decode steps replayed from a captured CUDA graph."),
     ("slots_busy", "lite_slots_busy", "gauge", "Slots running a request."),
     ("slots_total", "lite_slots_total", "gauge", "Slots (-np)."),
     ("queue_length", "lite_queue_length", "gauge", "Requests waiting for a slot."),
