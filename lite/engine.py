@@ -69,6 +69,8 @@ class Engine:
         if self.chunk != "auto" and int(self.chunk) < 1:
             raise LiteError(f"--prefill must be auto or a positive token count, got {self.chunk}")
         self.device, backend_cls = resolve_backend(device)
+        if self.device == "cuda" and kv == "f32":     # the GPU's decode kernels read f16 or int8 caches
+            raise LiteError("--kv f32 runs on the CPU only (--device cpu); on the GPU use f16 or int8")
         devices = parse_devices(devices)
         if devices and self.device != "cuda":
             raise LiteError("--devices places stages on GPUs: it needs a usable GPU (--device cuda)")

@@ -107,3 +107,16 @@ def test_stop_split_across_pieces_never_leaks():
     m = StopMatcher(["STOP"])
     assert m.push("a ST") == ("a ", False) and m.push("ar") == ("STar", False)
     assert m.push("x S") == ("x ", False) and m.flush() == "S"
+
+
+def test_f32_cache_refused_on_the_gpu(monkeypatch, tmp_path):
+    """The GPU's decode kernels read f16 or int8 caches: --kv f32 there is one clear error, not a cache
+    read with the wrong element type."""
+    import lite.engine
+    from lite.errors import LiteError
+    from lite.synth import synth
+    path = tmp_path / "tiny.gguf"
+    synth("llama", "tiny", "Q8_0", str(path))
+    monkeypatch.setattr(lite.engine, "resolve_backend", lambda device: ("cuda", object))
+    with pytest.raises(LiteError, match="--kv f32 runs on the CPU only"):
+        lite.engine.Engine(str(path), device="cuda", kv="f32")
