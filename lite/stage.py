@@ -87,8 +87,7 @@ class Stage:
             self.ops.configure_handoff(handoff, handoff_stream)
         try:
             # on the stage's own GPU: allocated under another device's context, the cache of a
-            # stage on GPU 1 sat on GPU 0 and every attention read it over the link (measured on
-            # two H200s: pp32768 5,900 tok/s on two GPUs against 14,900 on one)
+            # stage on GPU 1 sat on GPU 0 and every attention read it over the link
             # (the server keeps its KV in a paged pool instead, lite/paged_kv.py)
             with self.ops.activate():
                 self.kv = (KVCache(cfg, spec.layers, max_context, kv_kind, self.ops.xp)
