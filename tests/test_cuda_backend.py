@@ -175,7 +175,7 @@ def test_programmatic_dependent_launch_changes_nothing(tmp_path, monkeypatch, ar
 
 @pytest.mark.parametrize("quant", ["Q4_K", "Q8_0"])
 def test_moe_gated_form_matches_the_separate_launches(tmp_path, monkeypatch, quant):
-    """moe_mvw's gated form (decode's default: gate, up and the activation in one launch) against
+    """moe_decode_product's gated form (decode's default: gate, up and the activation in one launch) against
     gate and up, then moe_act_f32 (BackendConfig.moe_gated off)."""
     from lite.backend_config import BackendConfig
     path = str(tmp_path / "m.gguf")
@@ -183,15 +183,15 @@ def test_moe_gated_form_matches_the_separate_launches(tmp_path, monkeypatch, qua
     _on_off_agree(path, lambda on: BackendConfig(moe_gated=on))
 
 
-@pytest.mark.parametrize("form", ["mvf", "mvq"])
+@pytest.mark.parametrize("form", ["float_x", "int8_dot"])
 @pytest.mark.parametrize("arch", ["llama", "gemma3", "qwen3moe"])
 def test_both_q4k_dot_forms_match_cpu(tmp_path, monkeypatch, arch, form):
-    """Q4_K decode products (mv, the epilogue kernels, the MoE experts' moe_mvw) with the dot in 2
-    instructions a weight over float x (mvf, kernels/matvec_structs.py TQ4_KH) or on dp4a over
-    quantized x (mvq): each against the CPU backend as every GPU path is. (Not against each other
+    """Q4_K decode products (matvec_rows, the epilogue kernels matvec_fused_end, the MoE experts' moe_decode_product) with the dot in 2
+    instructions a weight over float x (float_x: matvec_rows over kernels/matvec_structs.py TQ4_KH) or on dp4a over
+    quantized x (int8_dot: kernels/matvec_q8.py): each against the CPU backend as every GPU path is. (Not against each other
     at 1e-5: the rearranged sums, ~6e-6 a 16-weight run, grow past that through gemma3's and
     qwen3moe's layers.)"""
-    types = ("Q4_K",) if form == "mvq" else ()         # mvq: matvec_q8, the default
+    types = ("Q4_K",) if form == "int8_dot" else ()    # int8_dot: matvec_q8, the default
     path = str(tmp_path / "m.gguf")
     synth(arch, "tiny", "Q4_K", path, seed=12)
     got, want = compare(path, list(range(5, 45)), 12, config=BackendConfig(int8_dot_types=types))
@@ -236,7 +236,7 @@ def test_regrouped_iq3xxs_weights_match_cpu_and_the_file_layout(tmp_path):
 
 def test_iq3_b16_weights_match_cpu_and_g4(tmp_path):
     """BackendConfig(iq3_layout="bands16") (the default; lite/backends/cuda.py _regroup_iq3): the IQ3_XXS matrices of whole
-    bands as IQ3_XXS_B16, their decode products through kernels/matvec_mma.py (mvb, and mvbe for the residual
+    bands as IQ3_XXS_B16, their decode products through kernels/matvec_mma.py (bands16_product, and bands16_product_fused_end for the residual
     add, the gated activation, the norm's scale in and norm out), prefill through kernels/iq3_b16.py:
     against the CPU, and against the G4 layout (the same integer sums up to the products' own float orders:
     _on_off_agree's tolerance), with the epilogues and the folded norms on and off."""

@@ -1,6 +1,6 @@
-"""kernels/matvec_epilogue.py's `mve` (decode matvec with the residual add or the gated activation
+"""kernels/matvec_epilogue.py's `matvec_fused_end` (decode matvec with the residual add or the gated activation
 folded in) run on the host through tests/cuda_c_emulator.py: against NumPy's float64 product with
-the same add / activation, and against the plain `mv` kernel plus the separate op, which is what
+the same add / activation, and against the plain `matvec_rows` kernel plus the separate op, which is what
 the decode step ran before (same fp32 operations: the two must agree exactly). The RMSNorm split
 across two launches (norm out: the residual-add launch also writes out * g and its CTAs' sums of
 squares; scale in: the next product scales its totals from those sums) against NumPy's float64
@@ -87,7 +87,7 @@ def test_emulated_epilogue_matches_numpy_and_the_separate_op(lib, case):
     x = (rng.standard_normal((n, cols)) * 4 / np.sqrt((w * w).sum(1).max())).astype(np.float32)
     y = x.astype(np.float64) @ w.T
     scale = np.abs(x).astype(np.float64) @ np.abs(w).T
-    # the separate op, as the decode step ran it: mv's product, then NumPy's fp32 add / activation
+    # the separate op, as the decode step ran it: matvec_rows's product, then NumPy's fp32 add / activation
     plain = np.full((n, rows), np.nan, np.float32)
     lib.launch("plain_" + _name(case), (-(-rows // r),), (128,), blocks, x, plain, np.int32(rows),
                np.int32(cols), None)

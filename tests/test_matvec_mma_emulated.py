@@ -1,6 +1,6 @@
-"""kernels/matvec_mma.py: IQ3_XXS's decode product on the tensor cores (mvb over IQ3_XXS_B16), its CUDA C
+"""kernels/matvec_mma.py: IQ3_XXS's decode product on the tensor cores (bands16_product over IQ3_XXS_B16), its CUDA C
 on the host through tests/cuda_c_emulator.py (the int8 mma emulated from the warp's fragments) against
-float64 products of gguf-py's dequantize, within the x quantization's bound as mv_iq2's; the layout's
+float64 products of gguf-py's dequantize, within the x quantization's bound as the integer-dot product's (kernels/matvec_q8.py); the layout's
 repack against the file's blocks; on a GPU the same at full size and through the registry."""
 import numpy as np
 import pytest
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.skipif(not emu.available(), reason="needs g++ (C++20)")
 # emulator reads the static table either way) and SG (the odd chunk's signs by an add, no second mma)
 CONFIGS = [(8, 1, 1, 0, 0), (8, 1, 1, 1, 1), (8, 1, 0, 0, 1), (4, 2, 1, 1, 0), (4, 2, 0, 0, 1), (2, 3, 0, 1, 1),
            (2, 1, 1, 0, 0)]
-EPI_CONFIGS = [(8, 1, 1, 0, 0), (4, 2, 0, 1, 0), (8, 1, 1, 1, 1)]   # mvbe: config's two forms, and the product's predecode form
+EPI_CONFIGS = [(8, 1, 1, 0, 0), (4, 2, 0, 1, 0), (8, 1, 1, 1, 1)]   # bands16_product_fused_end: config's two forms, and the product's predecode form
 EPI_FORMS = [(e, nm) for e in (0, 1, 2, 3) for nm in (0, 2) if e or nm] + [(1, 1)]   # (epilogue, norm)
 
 
@@ -78,9 +78,9 @@ def test_repack_holds_the_file_blocks_weights():
     assert np.array_equal(_decoded(records, rows, cols), w)
 
 
-def test_mvb_quantizer_writes_qx_records_words(mma_lib):
-    """matvec_mma.QUANTIZER (quantize_x_early<.., 18>: x a block's words a lane) writes qx's hi / lo words and d, each
-    where mvb's lane reads it: lane L = 4 (4 (c & 1) + 2 run + lo) + w, word 4 L + pair; d at
+def test_bands16_quantizer_writes_x_records_words(mma_lib):
+    """matvec_mma.QUANTIZER (quantize_x_early<.., 18>: x a block's words a lane) writes the x records' hi / lo words and d, each
+    where bands16_product's lane reads it: lane L = 4 (4 (c & 1) + 2 run + lo) + w, word 4 L + pair; d at
     128 + 4 (2 (c & 1) + run) + pair."""
     cols = 1024
     x = _x(1, cols, np.random.default_rng(4))
@@ -115,7 +115,7 @@ def test_repack_refuses_ragged_shapes():
 
 @pytest.mark.parametrize("shape", [(32, 512), (48, 768), (16, 2048), (32, 4096)], ids=lambda s: f"{s[0]}x{s[1]}")
 @pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"w{c[0]}p{c[1]}a{c[2]}sg{c[3]}d{c[4]}")
-def test_mvb_matches_float64(mma_lib, cfg, shape):
+def test_bands16_product_matches_float64(mma_lib, cfg, shape):
     """Against float64 of gguf-py's dequantize of the file's blocks, within 1e-3 plus the x
     quantization's bound; a CTA a band; 768 columns: 3 blocks, warps with none or a last lone one; 4096
     columns: the ring turns."""
@@ -134,12 +134,12 @@ def test_mvb_matches_float64(mma_lib, cfg, shape):
 @pytest.mark.parametrize("nm", [0, 2], ids=["plain", "scale_in"])
 @pytest.mark.parametrize("e", [0, 1, 2, 3], ids=["none", "add", "silu", "gelu_tanh"])
 @pytest.mark.parametrize("cfg", EPI_CONFIGS, ids=lambda c: f"w{c[0]}p{c[1]}a{c[2]}sg{c[3]}d{c[4]}")
-def test_mvbe_epilogues_match_float64(mma_lib, cfg, e, nm):
-    """mvbe (mvb with the decode step's next op, kernels/cuda/mma_iq3_b16_body.cuh lt_mvb_end): the product (times the
+def test_bands16_product_fused_end_epilogues_match_float64(mma_lib, cfg, e, nm):
+    """bands16_product_fused_end (bands16_product with the decode step's next op, kernels/cuda/mma_iq3_b16_body.cuh lt_mvb_end): the product (times the
     norm's scale with scale_in), plus res ("add") or act(gate) * up over [gate; up] rows interleaved (silu,
     gelu_tanh), against float64 within the product's bound carried through the op."""
     if not (e or nm):
-        pytest.skip("that is mvb (test_mvb_matches_float64)")
+        pytest.skip("that is bands16_product (test_bands16_product_matches_float64)")
     from test_matvec_q8_emulated import quant_bound
     w_, p, a, sg, d = cfg
     rows, cols = 64, 1024
@@ -165,7 +165,7 @@ def test_mvbe_epilogues_match_float64(mma_lib, cfg, e, nm):
 
 
 def _epilogue_reference(e, prod, tol, res):
-    """float64 reference and bound of mvbe's epilogue e over the product prod (within tol)."""
+    """float64 reference and bound of bands16_product_fused_end's epilogue e over the product prod (within tol)."""
     if e <= 1:
         ref = prod + (res if e == 1 else 0.0)
         return ref, tol + 1e-6 * np.abs(ref)
@@ -179,8 +179,8 @@ def _epilogue_reference(e, prod, tol, res):
 
 
 @pytest.mark.parametrize("cfg", EPI_CONFIGS, ids=lambda c: f"w{c[0]}p{c[1]}a{c[2]}sg{c[3]}d{c[4]}")
-def test_mvbe_norm_out_matches_float64(mma_lib, cfg):
-    """mvbe's norm out ("add" with the next RMSNorm's first half): out = product + res, xg = out * g and scale =
+def test_bands16_product_fused_end_norm_out_matches_float64(mma_lib, cfg):
+    """bands16_product_fused_end's norm out ("add" with the next RMSNorm's first half): out = product + res, xg = out * g and scale =
     rsqrt(mean(out^2) + eps) from the CTAs' sums of squares (the last CTA's), against float64; twice, so that the
     counter the last CTA leaves at 0 serves again (a 9-band product: a partial round of every CTA shape)."""
     from test_matvec_q8_emulated import quant_bound
@@ -212,7 +212,7 @@ def test_mvbe_norm_out_matches_float64(mma_lib, cfg):
 
 
 @pytest.mark.parametrize("cfg", EPI_CONFIGS, ids=lambda c: f"w{c[0]}p{c[1]}a{c[2]}sg{c[3]}d{c[4]}")
-def test_mvbe_norm_out_writes_the_next_products_x_records(mma_lib, cfg):
+def test_bands16_product_fused_end_norm_out_writes_the_next_products_x_records(mma_lib, cfg):
     """norm out with xr: the next product's x (xg = out * g) as matvec_mma.QUANTIZER's records, word for word
     what that quantizer writes from the xg this launch writes (zero runs and a tiny value included), so that
     the scale-in product after it needs no quantizer launch."""
@@ -240,7 +240,7 @@ def test_mvbe_norm_out_writes_the_next_products_x_records(mma_lib, cfg):
 
 
 @pytest.mark.skipif(not _gpu(), reason="needs a CUDA GPU (the CUDA C text runs above under the emulator)")
-def test_gpu_mvbe_full_size():
+def test_gpu_bands16_product_fused_end_full_size():
     """matvec_mma.launch with each epilogue, scale_in and norm_out at 4096x14336 and 14336x4096 (config's two
     forms), against float64 as under the emulator."""
     import cupy
@@ -290,14 +290,14 @@ def test_gpu_mvbe_full_size():
 
 
 @pytest.mark.skipif(not _gpu(), reason="needs a CUDA GPU (the CUDA C text runs above under the emulator)")
-def test_gpu_mvb_full_size():
+def test_gpu_bands16_product_full_size():
     """4096x14336, 14336x4096 and 2 rows of x at 64x2048 through the registry's IQ3_XXS_B16 matvec and
     other CTA shapes, the records repacked on the GPU: within 1e-3 of float64 plus the x quantization's bound."""
     import cupy
     from test_matvec_q8_emulated import quant_bound
 
     from lite.kernels.registry import get_matvec
-    mv = get_matvec("IQ3_XXS_B16")
+    matvec = get_matvec("IQ3_XXS_B16")
     for rows, cols, n in ((4096, 14336, 1), (14336, 4096, 1), (64, 2048, 2)):
         rng = np.random.default_rng(rows + 3)
         blocks = random_blocks("IQ3_XXS", rows * cols // 256, rng)
@@ -310,7 +310,7 @@ def test_gpu_mvb_full_size():
                     (4, 2, 0, 1, 1)):   # config's; others (the fifth: the first block decoded before the wait)
             out = cupy.full((n, rows), np.nan, cupy.float32)
             if cta is None:
-                mv(records, cupy.asarray(x), out, rows, cols)
+                matvec(records, cupy.asarray(x), out, rows, cols)
             else:
                 matvec_mma.launch(records, cupy.asarray(x), out, rows, cols, cta=cta)
             err = np.abs(out.get().astype(np.float64) - ref)

@@ -145,7 +145,7 @@ def test_quantized_x_records(lib, qt):
 
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s[0]}x{s[1]}")
 @pytest.mark.parametrize("kernel", KERNELS, ids=lambda k: k[1])
-def test_mvq_matches_float64(lib, kernel, shape):
+def test_matvec_q8_matches_float64(lib, kernel, shape):
     qt, name, n, rows_per_cta, _ = kernel
     rows, cols = shape
     rng = np.random.default_rng(rows + n)
@@ -167,7 +167,7 @@ def _gpu():
 @pytest.mark.skipif(not _gpu(), reason="needs a CUDA GPU (the CUDA C text runs above under the emulator)")
 @pytest.mark.parametrize("config", [(8, 0), (4, 1), (2, 0)])
 @pytest.mark.parametrize("qt", Q8_TYPES)
-def test_gpu_mvq_full_size_against_float64_and_mv(qt, config):
+def test_gpu_matvec_q8_full_size_against_float64_and_matvec_rows(qt, config):
     """4096x14336 (the issue's shape) and a ragged 37x2048, n = 1, 2, 3: within 1e-3 of float64 and
     close to the float kernel."""
     import cupy
@@ -216,7 +216,7 @@ def epi_lib(monkeypatch_module):
 
 
 @pytest.mark.parametrize("case", EPI_CASES, ids=lambda c: f"{c[0]}-n{c[1]}-e{c[2]}-nm{c[3]}")
-def test_mve_over_quantized_x_matches_float64(epi_lib, case):
+def test_matvec_fused_end_over_quantized_x_matches_float64(epi_lib, case):
     qt, n, e, nm = case
     units, cols = 19, 768
     rows = units if e <= 1 else 2 * units
@@ -306,7 +306,7 @@ def moe_lib(request, monkeypatch_module):
 
 @pytest.mark.parametrize("cols", (512, 768))
 @pytest.mark.parametrize("qt", Q8_TYPES + ["IQ3_XXS"])
-def test_moe_mvw_over_quantized_x_matches_float64(moe_lib, monkeypatch_module, qt, cols):
+def test_moe_decode_product_over_quantized_x_matches_float64(moe_lib, monkeypatch_module, qt, cols):
     """Decode's expert products: gate and up in the gated form (silu) over the tokens' quantized x,
     down (x_by_row) over the slots' quantized rows; 3 tokens, 2 experts each of 4, 37 rows."""
     from lite.kernels import moe_products
@@ -348,10 +348,10 @@ def test_moe_mvw_over_quantized_x_matches_float64(moe_lib, monkeypatch_module, q
 
 # IQ3_XXS: TIQ3_XXS_INT8 on the register loop (matvec_q8's matvec_with_init: matvec_rows with the
 # table fill) over quantized x, its tables (grid copies, sign masks) through L1, in shared memory or
-# (the masks) computed; one on the persistent loop (matvec_persistent, "mvp" in the ids).
+# (the masks) computed; one on the persistent loop (matvec_persistent, "persistent" in the ids).
 # (n, rows a CTA, prefetch, tables).
 IQ3_KERNELS = [(1, 4, 0, (0, 0)), (1, 8, 0, (0, 0)), (2, 4, 0, (0, 0)), (1, 2, 1, (0, 0)), (1, 4, 0, (1, 1)),
-               (1, 4, 0, (4, 2)), (2, 4, 0, (8, 2)), (1, 4, 0, (0, 2)), (1, 8, 1, (16, 1)), (1, 4, "mvp", (2, 2)), (2, 2, 0, (1, 2)), (2, 4, 1, (1, 2))]
+               (1, 4, 0, (4, 2)), (2, 4, 0, (8, 2)), (1, 4, 0, (0, 2)), (1, 8, 1, (16, 1)), (1, 4, "persistent", (2, 2)), (2, 2, 0, (1, 2)), (2, 4, 1, (1, 2))]
 
 
 # The grouped layout (matvec_q8's TIQ3_XXS_G4_INT8 over iq3_groups.repack's bytes: the GPU backend's).
@@ -361,7 +361,7 @@ IQ3_GROUPED = [(1, 4, 0, (1, 2)), (2, 4, 0, (0, 0)), (1, 8, 1, (32, 2)), (1, 4, 
 
 def _iq3_name(n, r, p, tables):
     from lite.kernels import matvec_iq
-    if p == "mvp":
+    if p == "persistent":
         return matvec_iq.persistent_name(matvec_q8.iq3_struct_name(tables), n, r)
     return matvec_q8.kernel_name("IQ3_XXS", n, r, p, tables)
 
@@ -389,14 +389,14 @@ def iq3_lib():
 
 @pytest.mark.parametrize("shape", [(37, 768), (11, 256 * 17)], ids=lambda s: f"{s[0]}x{s[1]}")
 @pytest.mark.parametrize("k", range(len(IQ3_KERNELS)), ids=lambda i: "n{}_{}_{}_t{}{}".format(*IQ3_KERNELS[i][:3], *IQ3_KERNELS[i][3]))
-def test_iq3xxs_mvq_matches_float64(iq3_lib, k, shape):
+def test_iq3xxs_matvec_q8_matches_float64(iq3_lib, k, shape):
     """IQ3_XXS blocks (98 bytes: rows 2 bytes off a word for odd block counts) against float64 of
     gguf-py's dequantize, within the fp32 tolerance plus the x quantization's bound."""
     n, r, p, _ = IQ3_KERNELS[k]
     rows, cols = shape
     rng = np.random.default_rng(rows * 3 + n)
     blocks = random_blocks("IQ3_XXS", rows * cols // 256, rng)
-    grid = (3,) if p == "mvp" else (-(-rows // r),)      # persistent: fewer CTAs than row groups, each walks several
+    grid = (3,) if p == "persistent" else (-(-rows // r),)      # persistent: fewer CTAs than row groups, each walks several
     assert_product_matches(iq3_lib, f"iq3q_{k}", grid, blocks, blocks, "IQ3_XXS", _x(n, cols, rng), rows, cols)
 
 
@@ -415,7 +415,7 @@ def test_iq3xxs_grouped_layout_matches_float64(iq3_lib, k, shape):
 
 
 @pytest.mark.skipif(not _gpu(), reason="needs a CUDA GPU (the CUDA C text runs above under the emulator)")
-def test_gpu_iq3xxs_mvq_full_size():
+def test_gpu_iq3xxs_matvec_q8_full_size():
     """4096x14336 and a ragged 37x2048 through matvec_iq.launch_cuda with int8_dot_types naming
     IQ3_XXS: within 1e-3 of float64 plus the x quantization's bound."""
     import cupy
@@ -455,7 +455,7 @@ def iq3_epi_lib():
 
 
 @pytest.mark.parametrize("case", IQ3_EPI_CASES, ids=lambda c: f"{c[0]}-n{c[1]}-e{c[2]}-nm{c[3]}" + ("-il" if c[4] else ""))
-def test_mve_iq3xxs_matches_float64(iq3_epi_lib, case):
+def test_matvec_fused_end_iq3xxs_matches_float64(iq3_epi_lib, case):
     """The residual add, the gated activations (plain and interleaved rows) and the norm's scale in,
     at the end of IQ3_XXS's integer-dot product (both layouts): float64 of gguf-py's values, within the
     fp32 tolerance plus the x quantization's bound."""
