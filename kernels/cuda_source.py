@@ -59,3 +59,12 @@ def includes(*names, defines=None):
     file's text (local includes inlined once) followed by the newline that ended its line."""
     expand = _expander()
     return _defines(defines) + "".join(expand(n) + "\n" for n in names)
+
+
+def current_device(cp):
+    """The current device's id, for caching what is compiled per device (modules, function
+    attributes); -1 where cp has no device API (the tests' host emulation of cupy)."""
+    try:
+        return cp.cuda.Device().id
+    except AttributeError:
+        return -1

@@ -19,7 +19,7 @@ import cupy as cp
 import numpy as np
 
 from lite.kernels import pdl
-from lite.kernels.cuda_source import source
+from lite.kernels.cuda_source import current_device, source
 from lite.kernels.pdl import call as _launch
 
 HEADS_PER_BLOCK = 4        # DA_GB: query heads a block column serves
@@ -44,13 +44,6 @@ def module_source(name, use_pdl, defines=None):
     return "#include <cuda_fp16.h>\n" + pdl.source_head(use_pdl) + source(name, defines=defines)
 
 
-def _device():
-    try:
-        return cp.cuda.Device().id             # modules and function attributes are per device
-    except AttributeError:                      # no device API (the host emulation in the tests)
-        return -1
-
-
 @functools.lru_cache(maxsize=None)
 def _module(file, defines, use_pdl):
     return cp.RawModule(code=module_source(file, use_pdl, dict(defines)), options=("--std=c++17",))
@@ -60,7 +53,7 @@ def _function(file, name, use_pdl, defines=None, configure=None):
     """The kernel `name` of kernels/cuda/<file> on the current device; configure(kernel) runs once
     a device."""
     defines = tuple((defines or {}).items())
-    key = (_device(), file, defines, use_pdl, name)
+    key = (current_device(cp), file, defines, use_pdl, name)
     if key not in _functions:
         fn = _module(file, defines, use_pdl).get_function(name)
         if configure is not None:

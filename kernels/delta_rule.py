@@ -16,7 +16,7 @@ import functools
 import cupy as cp
 import numpy as np
 
-from lite.kernels.cuda_source import source
+from lite.kernels.cuda_source import current_device, source
 
 CHUNK = 64                 # DR_BT: tokens a chunk (lite/backends/cpu_recurrent.py DELTA_CHUNK)
 CHUNK_THREADS = 256        # DR_NT
@@ -38,13 +38,6 @@ def shared_bytes(dk, tile):
     return 4 * (dk * tile + 3 * CHUNK * (dk + 1) + CHUNK * tile + CHUNK * CHUNK + 4 * CHUNK)
 
 
-def _device():
-    try:
-        return cp.cuda.Device().id             # modules and function attributes are per device
-    except AttributeError:                      # no device API (the host emulation in the tests)
-        return -1
-
-
 @functools.lru_cache(maxsize=None)
 def _module(device, dk, tile):
     defines = {"DR_DK": dk, "DR_DVT": tile, "DR_BT": CHUNK, "DR_NT": CHUNK_THREADS,
@@ -55,7 +48,7 @@ def _module(device, dk, tile):
 def _function(name, dk=16, tile=16):
     """A kernel of the module compiled for key head dim dk and column tile (the elementwise ones
     take any: they come from the smallest)."""
-    key = (_device(), dk, tile, name)
+    key = (current_device(cp), dk, tile, name)
     if key not in _functions:
         fn = _module(key[0], dk, tile).get_function(name)
         smem = shared_bytes(dk, tile)

@@ -15,7 +15,7 @@ import functools
 import cupy as cp
 import numpy as np
 
-from lite.kernels.cuda_source import source
+from lite.kernels.cuda_source import current_device, source
 
 ROPE_THREADS = 64            # PA_ROPE_THREADS
 MAX_ROW = 1024               # PA_MAX_ROW
@@ -29,13 +29,6 @@ MERGE_THREADS = 128
 _functions = {}              # (device, name) -> the kernel
 
 
-def _device():
-    try:
-        return cp.cuda.Device().id             # modules are per device
-    except AttributeError:                      # no device API (the host emulation in the tests)
-        return -1
-
-
 @functools.lru_cache(maxsize=None)
 def _module():
     return cp.RawModule(code="#include <cuda_fp16.h>\n" + source("paged_attention.cu"),
@@ -43,7 +36,7 @@ def _module():
 
 
 def _function(name):
-    key = (_device(), name)
+    key = (current_device(cp), name)
     if key not in _functions:
         _functions[key] = _module().get_function(name)
     return _functions[key]
