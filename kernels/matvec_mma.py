@@ -2,11 +2,11 @@
 same with the decode step's next op folded in), over IQ3_XXS_B16 (kernels/iq3_b16.py: bands of 16 rows laid
 out for the int8 mma's fragments). Registered as the IQ3_XXS_B16 matvec; the GPU backend's layout for
 IQ3_XXS matrices of whole bands (kernels/gpu_layout.py). The CUDA C: kernels/cuda/mma_iq3_b16.cuh (the int8 mma and
-its host emulation, the tables, a block's products: lt_b16_block; lt_b16_decode and lt_b16_mul, its two halves, for the
-block decoded before the PDL wait) and mma_iq3_b16_body.cuh (lt_mvb_end, the decode step's next op folded into the
-product: bands16_product_fused_end's epilogues and the next norm's first half, and lt_mvb_quantize_run, the norm out's x
-records for the product after it; then the kernel mvb_body, with the diagnostics LT_MVB_DIAG_* and the timeline
-LT_MVB_STAMPS). What each part does and what it was measured at: the comments beside it and below.
+its host emulation, the tables, a block's products: band_block_product; band_decode_a and band_multiply_x, its two halves, for the
+block decoded before the PDL wait) and mma_iq3_b16_body.cuh (band_fused_end_write, the decode step's next op folded into the
+product: bands16_product_fused_end's epilogues and the next norm's first half, and band_quantize_run, the norm out's x
+records for the product after it; then the kernel bands16_product_body, with the timeline
+BANDS16_STAMPS). What each part does and what it was measured at: the comments beside it and below.
 
 A warp's mma.sync.m16n8k32.s8 takes 16 rows x 32 weights at once (the integer-dot product over IQ3_XXS_G4
 spends ~112 instructions a chunk of 32 weights and a row). Of each pair of chunks, the even chunk's grid words

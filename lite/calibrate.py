@@ -18,7 +18,7 @@ routing (experts, top-k) and the share of full-attention layers come from the mo
 from the fit. The largest chunk comes from free memory (`memory_max_chunk`).
 
 Calibration writes the KV cache of positions `floor` and above, so a prefix cached below `floor`
-stays valid. It takes seconds: chunk sizes grow fourfold, so the grid costs about 4/3 of its
+stays valid. It takes seconds: chunk sizes double from 1024 on, so the grid costs about twice its
 largest point per context and repeat; the largest sizes are dropped until that fits the budget.
 """
 import functools
@@ -155,7 +155,8 @@ def memory_max_chunk(engine):
 
 
 def plan_points(max_context, max_chunk=16384, context=8192, floor=0):
-    """Chunk sizes (powers of four from 16, and the largest) and the two contexts to time them at,
+    """Chunk sizes (powers of four from 16 to 1024, then of two: the sizes a prompt is cut into,
+    where the in-chunk attention term shows; and the largest) and the two contexts to time them at,
     all within positions floor..max_context: the largest chunk is at most half the room, so the
     second context (up to `context` tokens above floor) leaves attention room to show. Large
     chunks matter: with experts copied from the host, compute outgrows the copies only there."""
@@ -165,7 +166,7 @@ def plan_points(max_context, max_chunk=16384, context=8192, floor=0):
             f"calibration needs at least {MIN_CALIBRATION_CONTEXT} free positions in the context, "
             f"got {room} (raise -c/--max-context)")
     top = 1 << (min(int(max_chunk), room // 2).bit_length() - 1)
-    chunks = sorted({16 << 2 * i for i in range(8) if 16 << 2 * i <= top} | {top})
+    chunks = sorted({c for c in [16, 64, 256] + [1024 << i for i in range(8)] if c <= top} | {top})
     hi = floor + min(int(context), room - top)
     return chunks, ([floor, hi] if hi > floor else [floor])
 

@@ -9,6 +9,8 @@ A table is a JSON object:
      "model": file name, "command": what recorded it, "recorded": UTC time, "commit": lite's,
      "setting": {"model_key", "device", "experts", "expert_cache", "stages", "kv"},
      "profile": the CostProfile auto used (or null),
+     "calibration": [[chunk, context, seconds], ["handoff", tokens, seconds], ...] (optional: the
+                    timings that profile was fitted to, as lite/calibrate.py keeps them),
      "rows": [{"prompt": 8192, "chunk": 4096 or "auto", "schedule": [sizes], "seconds": [...]}]}
 
 Each row's seconds are the repeats of one prefill after the same warm-up; the figure used is
@@ -20,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lite.chunking import choose_chunk, choose_schedule, describe_schedule, even_sizes
+from lite.cost_fit import calibrate
 from lite.cost_profile import CostProfile, ProfileKey
 from lite.errors import LiteError
 
@@ -41,6 +44,7 @@ class CostTable:
     auto: dict = field(default_factory=dict)      # prompt -> (schedule, [seconds])
     command: str = ""
     path: str = ""
+    samples: list = field(default_factory=list)   # the calibration's timings (see above)
 
     @property
     def layout(self):
@@ -68,7 +72,7 @@ class CostTable:
                 "command": self.command, **(extra or {}),
                 "setting": self.setting.__dict__,
                 "profile": json.loads(self.profile.to_json()) if self.profile else None,
-                "rows": rows}
+                "calibration": [list(x) for x in self.samples], "rows": rows}
         return json.dumps(data, indent=1)
 
 
@@ -89,6 +93,8 @@ def read_table(path):
                           command=str(data.get("command", "")), path=str(path))
         if data.get("profile"):
             table.profile = CostProfile.from_json(json.dumps(data["profile"]))
+        table.samples = [(a if a == "handoff" else int(a), int(b), float(t))
+                         for a, b, t in data.get("calibration", [])]
         for row in data["rows"]:
             P, secs = int(row["prompt"]), [float(s) for s in row["seconds"]]
             if not secs or min(secs) <= 0:
@@ -152,6 +158,22 @@ def heuristic_on_grid(table, profile=None):
         best_c, best_t = table.best_fixed(P)
         out.append(Verdict(P, c, table.median(P, c), best_c, best_t))
     return out
+
+
+def refit(table):
+    """The profile lite's fitting code makes now from the calibration timings recorded with the
+    table (lite/cost_fit.calibrate on them, the recorded profile giving the routing, the attention
+    share and max_chunk): a change to the fit is checked on real timings without a GPU."""
+    if not table.samples or table.profile is None:
+        raise CostTableError(f"{table.path}: no calibration timings recorded with this table")
+    points = {(c, ctx): t for c, ctx, t in table.samples if c != "handoff"}
+    hand = {n: t for c, n, t in table.samples if c == "handoff"}
+    p = table.profile
+    return calibrate(lambda c, ctx: points[c, ctx], sorted({c for c, _ in points}),
+                     sorted({ctx for _, ctx in points}), handoff_fn=hand.__getitem__ if hand else None,
+                     repeats=1, key=table.setting, max_chunk=p.max_chunk, attn_share=p.attn_share,
+                     n_expert=p.n_expert, expert_top_k=p.expert_top_k, expert_curve=p.expert_curve,
+                     fit_overlap=table.setting.experts not in ("none", "gpu"))
 
 
 def format_verdicts(table, verdicts):

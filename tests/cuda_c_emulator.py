@@ -9,14 +9,21 @@ _Float16; the half2 arithmetic (__hfma2, __hsub2, ...) rounds each result once, 
 
     lib = compile_kernels(SOURCE)                 # needs g++ with C++20
     lib.launch("kernel_name", grid, block, arg0, arg1, ...)   # numpy arrays, numpy scalars, None
+
+    with emulated_kernels("small_ops") as mods:   # lite.kernels modules against a NumPy `cupy`
+        mods["small_ops"].rms_norm(x, w, 1e-5, None)
 """
+import contextlib
 import ctypes
 import functools
 import hashlib
+import importlib
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
+import types
 from pathlib import Path
 
 import numpy as np
@@ -225,3 +232,58 @@ def compile_kernels(source):
                         "-o", str(tmp), str(src)], check=True)
         tmp.replace(lib)
     return Kernels(lib)
+
+
+# --- a NumPy-backed `cupy` whose RawModule compiles here, for the kernels' real Python wrappers ---
+class RawModule:
+    def __init__(self, code, options=()):
+        self._lib = compile_kernels(code.replace("#include <cuda_fp16.h>\n", ""))
+
+    def get_function(self, name):
+        def launch(grid, block, args, stream=None, shared_mem=0):
+            self._lib.launch(name, grid, block, *args)
+        return launch
+
+
+def poisoned(alloc):
+    """An allocator whose memory starts as NaN bytes, so reading what no kernel wrote shows."""
+    def make(*args, **kw):
+        a = alloc(*args, **kw)
+        a.view(np.uint8)[...] = 0xFF
+        return a
+    return make
+
+
+def fake_cupy(**extra):
+    """A stand-in `cupy` module: NumPy arrays, RawModule emulated, ElementwiseKernel a stub (None:
+    those kernels are not emulated); `extra` adds attributes."""
+    fake = types.ModuleType("cupy")
+    fake.empty, fake.empty_like, fake.zeros = poisoned(np.empty), poisoned(np.empty_like), np.zeros
+    fake.RawModule = RawModule
+    fake.ElementwiseKernel = lambda *a, **k: None
+    vars(fake).update(extra)
+    return fake
+
+
+@contextlib.contextmanager
+def emulated_kernels(*names, **extra):
+    """{name: lite.kernels.<name>} freshly imported against fake_cupy(**extra). On exit the real
+    modules and the package's attributes are back (a GPU run of later tests must not find these
+    stand-ins); the modules handed out keep working on the fake."""
+    import lite.kernels as package
+    full = ("cupy",) + tuple("lite.kernels." + n for n in names)
+    saved = {n: sys.modules.pop(n, None) for n in full}
+    saved_attrs = {n: vars(package).get(n) for n in names}
+    sys.modules["cupy"] = fake_cupy(**extra)
+    try:
+        yield {n: importlib.import_module("lite.kernels." + n) for n in names}
+    finally:
+        for n, m in saved.items():
+            sys.modules.pop(n, None)
+            if m is not None:
+                sys.modules[n] = m
+        for n, m in saved_attrs.items():
+            if m is None:
+                vars(package).pop(n, None)
+            else:
+                setattr(package, n, m)

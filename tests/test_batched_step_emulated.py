@@ -16,15 +16,13 @@ The decode graphs (DecodeGraphs in lite/paged_cuda.py), also without a GPU:
   (tests/cuda_c_emulator.py) and a host stand-in for graphs: graphed decode steps give the eager
   steps' logits and KV.
 """
-import importlib
 import logging
-import sys
 import types
 
 import numpy as np
 import pytest
 
-from cuda_c_emulator import available
+from cuda_c_emulator import available, emulated_kernels
 from fake_cupy import FakeCupy, installed
 from lite.backends.cpu import CPUBackend
 from lite.errors import ContextOverflowError
@@ -33,7 +31,6 @@ from lite.paged_cuda import (DecodeGraphs, DecodeLayout, StepLayout, bucket, buc
 from lite.paged_kv import BlockPool, PagedKV
 from lite.server.scheduler import Scheduler
 from lite.stage import Stage, StageSpec
-from test_cupy_kernels_emulated import _RawModule, _poisoned
 from test_decode_io import fake_backend
 
 needs_gxx = pytest.mark.skipif(not available(), reason="needs g++ (C++20) to emulate CUDA C")
@@ -45,26 +42,8 @@ LENS = [1, 17, 33, 100]          # uneven: one key, past one block, past two, ma
 def pa():
     """kernels/paged_attention.py imported against a NumPy-backed `cupy` whose RawModule emulates
     (memory from empty() starts as NaN bytes, so a row no kernel wrote shows)."""
-    fake = types.ModuleType("cupy")
-    fake.empty, fake.empty_like, fake.zeros = _poisoned(np.empty), _poisoned(np.empty_like), np.zeros
-    fake.RawModule = _RawModule
-    import lite.kernels as package
-    names = ("cupy", "lite.kernels.paged_attention")
-    saved = {n: sys.modules.pop(n, None) for n in names}
-    saved_attr = vars(package).get("paged_attention")
-    sys.modules["cupy"] = fake
-    try:
-        yield importlib.import_module("lite.kernels.paged_attention")
-    finally:
-        # the real modules back (a GPU run of later tests must not find these stand-ins)
-        for n, m in saved.items():
-            sys.modules.pop(n, None)
-            if m is not None:
-                sys.modules[n] = m
-        if saved_attr is None:
-            vars(package).pop("paged_attention", None)
-        else:
-            package.paged_attention = saved_attr
+    with emulated_kernels("paged_attention") as mods:
+        yield mods["paged_attention"]
 
 
 def _tables(rng, lens, B, n_blocks):
@@ -254,7 +233,7 @@ def test_one_row_step_takes_the_backends_deferred_qk_norms(pa, kind):
     gpu.cp = gpu.xp = np
     gpu.small_ops, gpu.stream, gpu.config = small_ops, None, BackendConfig()
     gpu.w = {n: types.SimpleNamespace(data=a) for n, a in w.items()}
-    q_in, k_in = gpu._norm_later(q, "qn", eps), gpu._norm_later(k, "kn", eps)
+    q_in, k_in = gpu.norm_later(q, "qn", eps), gpu.norm_later(k, "kn", eps)
     assert isinstance(q_in, NormLater) and isinstance(k_in, NormLater)
     ops = CUDABatchOps(gpu, [pos], [1], [PagedKV(pools[0], table, 64)], kernels=pa)
     rope = (10000.0, True, D, 1.0)
@@ -270,27 +249,10 @@ def test_one_row_step_takes_the_backends_deferred_qk_norms(pa, kind):
 
 
 def _emulated_small_ops():
-    """kernels/small_ops.py against the emulating `cupy` (its rms_norm kernel), imported apart
-    from the package so that nothing else sees it."""
-    import importlib.util
-    from pathlib import Path
-    fake = types.ModuleType("cupy")
-    fake.empty, fake.empty_like, fake.zeros = _poisoned(np.empty), _poisoned(np.empty_like), np.zeros
-    fake.RawModule = _RawModule
-    fake.ElementwiseKernel = lambda *a, **k: None
-    path = Path(__file__).parent.parent / "kernels" / "small_ops.py"
-    spec = importlib.util.spec_from_file_location("emulated_small_ops", path)
-    mod = importlib.util.module_from_spec(spec)
-    saved = sys.modules.get("cupy")
-    sys.modules["cupy"] = fake
-    try:
-        spec.loader.exec_module(mod)
-    finally:
-        if saved is None:
-            sys.modules.pop("cupy", None)
-        else:
-            sys.modules["cupy"] = saved
-    return mod
+    """kernels/small_ops.py against the emulating `cupy` (its rms_norm kernel); the package's own
+    module is back once it is imported, so that nothing else sees it."""
+    with emulated_kernels("small_ops") as mods:
+        return mods["small_ops"]
 
 
 def test_the_gpu_scheduler_keeps_f16_or_int8_kv():

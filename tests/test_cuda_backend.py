@@ -376,19 +376,19 @@ def qk_norm_files(tmp_path_factory):
 @pytest.mark.parametrize("kv", ["f16", "int8"])
 def test_folded_qk_norm_decode(qk_norm_files, arch, kv, monkeypatch):
     """BackendConfig.fold_qk_norm: the per-head q/k RMSNorm runs in rope_kv_store (cuda.py's
-    rms_norm hands one decode token's (1, heads, head_dim) q or k to _norm_later). Logits equal
+    rms_norm hands one decode token's (1, heads, head_dim) q or k to norm_later). Logits equal
     (within fp32 rounding) those of the separate rms_norm launches (off) and the CPU backend's; the prompt's last
     chunk is one token (folded too), the first decode step captures the graph, the rest replay."""
     from lite.backends.cuda_attention import CUDAAttention
     path = qk_norm_files[arch]
     ids = [int(i) for i in np.random.default_rng(2).integers(5, 500, 129)]
     folded = []
-    real = CUDAAttention._norm_later
+    real = CUDAAttention.norm_later
 
     def counted(self, x, name, eps):
         folded.append(name)
         return real(self, x, name, eps)
-    monkeypatch.setattr(CUDAAttention, "_norm_later", counted)
+    monkeypatch.setattr(CUDAAttention, "norm_later", counted)
     engines = {"cpu": Engine(path, device="cpu", max_context=1024, kv=kv, prefill_chunk=128)}
     for fold in ("0", "1"):
         engines[fold] = Engine(path, device="cuda", max_context=1024, kv=kv, prefill_chunk=128,
@@ -399,7 +399,7 @@ def test_folded_qk_norm_decode(qk_norm_files, arch, kv, monkeypatch):
         for name, e in engines.items():
             logits[name].append(e.decode_step(tok))
         tok = int(np.argmax(logits["cpu"][-1]))
-    assert folded, "rms_norm never called _norm_later: cuda.py lacks the fold_qk_norm hook"
+    assert folded, "rms_norm never called norm_later: cuda.py lacks the fold_qk_norm hook"
     rtol = 1e-2 if kv == "f16" else 2e-2
     for step, (c, off, on) in enumerate(zip(logits["cpu"], logits["0"], logits["1"])):
         diff = float(np.abs(on - off).max())     # expected 0: the same sums, in the same order

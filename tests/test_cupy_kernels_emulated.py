@@ -2,64 +2,22 @@
 compiled with g++ against tests/cuda_c_emulator.py and run through the real Python wrappers (a
 stand-in `cupy` module hands them NumPy arrays), against NumPy and the CPU backend's own code.
 No GPU needed; skips without g++."""
-import importlib
 import sys
 import types
 
 import numpy as np
 import pytest
 
-from cuda_c_emulator import available, compile_kernels
+from cuda_c_emulator import available, emulated_kernels
 
 pytestmark = pytest.mark.skipif(not available(), reason="needs g++ (C++20) to emulate CUDA C")
 
 
-class _RawModule:
-    def __init__(self, code, options=()):
-        self._lib = compile_kernels(code.replace("#include <cuda_fp16.h>\n", ""))
-
-    def get_function(self, name):
-        return lambda grid, block, args, stream=None, shared_mem=0: self._lib.launch(
-            name, grid, block, *args)
-
-
-def _poisoned(alloc):
-    """An allocator whose memory starts as NaN bytes, so reading what no kernel wrote shows."""
-    def make(*args, **kw):
-        a = alloc(*args, **kw)
-        a.view(np.uint8)[...] = 0xFF
-        return a
-    return make
-
-
 @pytest.fixture(scope="module")
 def emulated():
-    """(small_ops, decode_attention) imported against a NumPy-backed `cupy` whose RawModule
-    emulates."""
-    fake = types.ModuleType("cupy")
-    fake.empty, fake.empty_like, fake.zeros = _poisoned(np.empty), _poisoned(np.empty_like), np.zeros
-    fake.RawModule = _RawModule
-    fake.ElementwiseKernel = lambda *a, **k: None
-    import lite.kernels as package
-    modules = ("small_ops", "decode_attention")
-    names = ("cupy",) + tuple("lite.kernels." + m for m in modules)
-    saved = {n: sys.modules.pop(n, None) for n in names}
-    saved_attrs = {a: getattr(package, a, None) for a in modules}
-    sys.modules["cupy"] = fake
-    try:
-        yield (importlib.import_module("lite.kernels.small_ops"),
-               importlib.import_module("lite.kernels.decode_attention"))
-    finally:
-        # the real modules back (a GPU run of later tests must not find these stand-ins)
-        for n, m in saved.items():
-            sys.modules.pop(n, None)
-            if m is not None:
-                sys.modules[n] = m
-        for a, m in saved_attrs.items():
-            if m is None:
-                vars(package).pop(a, None)
-            else:
-                setattr(package, a, m)
+    """(small_ops, decode_attention) imported against the emulating `cupy`."""
+    with emulated_kernels("small_ops", "decode_attention") as mods:
+        yield mods["small_ops"], mods["decode_attention"]
 
 
 def test_add_rms_norm(emulated):
@@ -290,7 +248,7 @@ def test_backend_decode_attention_matches_cpu(emulated, kind, defer_k, qk_norm):
     """CUDABackend's one-token path (rope left for attention, rope_kv_store, attention) against
     the CPU backend's rope and attention over the same cache; defer_k=False: only q's rotation was
     left, so the backend rotates it with the rope kernel and stores k as it came. qk_norm: q and k
-    come from _norm_later (what rms_norm returns with fold_qk_norm on), so their per-head
+    come from norm_later (what rms_norm returns with fold_qk_norm on), so their per-head
     norms are applied in rope_kv_store (or, for a rotation done early, by the rms_norm kernel)."""
     from lite.backends.cpu import CPUBackend
     from lite.backends.cuda_attention import CUDAAttention, NormLater
@@ -311,12 +269,12 @@ def test_backend_decode_attention_matches_cpu(emulated, kind, defer_k, qk_norm):
 
     gpu = CUDAAttention()
     gpu.cp, gpu.small_ops, gpu.decode_attn, gpu.stream, gpu.pdl = np, ops, dec, None, False
-    gpu.pos_dev, gpu._attn_counters = np.array([pos], np.int64), dec.new_counters(16)
+    gpu.pos_dev, gpu.attn_counters = np.array([pos], np.int64), dec.new_counters(16)
     gpu.w = {n: types.SimpleNamespace(data=a) for n, a in w.items()}
     cpu = types.SimpleNamespace(w=w)
     q_in, k_in, q_ref, k_ref = q, k, q, k
     if qk_norm:
-        q_in, k_in = gpu._norm_later(q, "qn", eps), gpu._norm_later(k, "kn", eps)
+        q_in, k_in = gpu.norm_later(q, "qn", eps), gpu.norm_later(k, "kn", eps)
         assert isinstance(q_in, NormLater) and isinstance(k_in, NormLater)
         with pytest.raises(TypeError):
             q_in.reshape(1, -1)                   # nothing but rope and attention takes it
@@ -367,7 +325,7 @@ class _QKNormOps:
 
 def _hooked_rms_norm(self, x, name, eps):
     if x.ndim == 3 and x.shape[0] == 1 and self.fold_qk_norm:   # a decode token's q or k heads:
-        return self._norm_later(x, name, eps)                   # normed in rope_kv_store
+        return self.norm_later(x, name, eps)                   # normed in rope_kv_store
     self.launches.append(name)
     return self.small_ops.rms_norm(self.cp.ascontiguousarray(x), self.w[name].data, eps, self.stream)
 
@@ -402,7 +360,7 @@ def test_qwen3_attention_block_folds_qk_norm(emulated, fold):
         def attention(self, kv, il, q, k, v, pos0, scale, window=0):
             return self._attention_decode(kv, il, q, k, v, scale, window)
     gpu = GPU(qkv, w, emulated, BackendConfig(fold_qk_norm=fold == "1"))
-    gpu.pos_dev, gpu._attn_counters = np.array([pos], np.int64), emulated[1].new_counters(16)
+    gpu.pos_dev, gpu.attn_counters = np.array([pos], np.int64), emulated[1].new_counters(16)
 
     class CPU(_QKNormOps):
         rms_norm, rope, attention = CPUBackend.rms_norm, CPUBackend.rope, CPUBackend.attention

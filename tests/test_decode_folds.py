@@ -34,7 +34,7 @@ PARTS = 4           # sums of squares a norm-out launch leaves (the GPU: one a C
 class NormSplitCPU(CPUBackend):
     taken = 0
 
-    def _arr(self, h):
+    def as_array(self, h):
         if isinstance(h, AddLater):
             if h.done is None:
                 h.done = CPUBackend.linear(self, h.x, h.w) + h.res      # w holds the name here
@@ -46,21 +46,21 @@ class NormSplitCPU(CPUBackend):
         return h
 
     def linear_add(self, x, name, res):
-        res = self._arr(res)
+        res = self.as_array(res)
         if x.shape[0] == 1:
             return AddLater(x, name, res)
         return CPUBackend.linear(self, x, name) + res
 
     def rms_norm(self, x, name, eps):
         if isinstance(x, AddLater) and x.done is None and not feeds_router(self.w, name):
-            out = self._arr(x)
+            out = self.as_array(x)
             part = np.stack([np.square(p, dtype=np.float32).sum(1) for p in np.array_split(out, PARTS, 1)], 1)
             scale = 1 / np.sqrt(part.sum(1) / out.shape[1] + eps)         # the last CTA's
             return ScaledLater(out * self.w[name], scale.astype(np.float32))
-        return CPUBackend.rms_norm(self, self._arr(x), name, eps)
+        return CPUBackend.rms_norm(self, self.as_array(x), name, eps)
 
     def done(self, x):
-        return self._arr(x)
+        return self.as_array(x)
 
     def linear_gated(self, x, names, act):
         gate, up = self.linear_many(x, names)
@@ -73,7 +73,7 @@ def _taking(name):
     def op(self, *args, **kwargs):
         if any(isinstance(a, ScaledLater) and a.done is None for a in args):
             NormSplitCPU.taken += 1
-        return base(self, *(self._arr(a) for a in args), **kwargs)
+        return base(self, *(self.as_array(a) for a in args), **kwargs)
     return op
 
 
@@ -81,7 +81,7 @@ def _materializing(name):
     base = getattr(CPUBackend, name)
 
     def op(self, *args, **kwargs):
-        return base(self, *(self._arr(a) for a in args), **kwargs)
+        return base(self, *(self.as_array(a) for a in args), **kwargs)
     return op
 
 
@@ -119,14 +119,14 @@ def test_split_norms_give_the_plain_results(tmp_path, monkeypatch, arch, split):
 
 
 def test_cuda_backend_materializes_where_it_does_not_take():
-    """Every MATERIALIZE op of CUDABackend passes its inputs through _arr; every TAKE op goes
-    through _product / _one_launch (source check: the CUDA backend cannot run here)."""
+    """Every MATERIALIZE op of CUDABackend passes its inputs through as_array; every TAKE op goes
+    through folded_product / _one_launch (source check: the CUDA backend cannot run here)."""
     from lite.backends.cuda import CUDABackend
     for name in MATERIALIZE:
-        assert "_arr(" in inspect.getsource(getattr(CUDABackend, name)), name
+        assert "as_array(" in inspect.getsource(getattr(CUDABackend, name)), name
     for name in TAKE:
         src = inspect.getsource(getattr(CUDABackend, name))
-        assert "_product(" in src or "_one_launch(" in src or "self.linear(" in src, name
+        assert "folded_product(" in src or "_one_launch(" in src or "self.linear(" in src, name
 
 
 def test_a_router_norm_is_not_split():
@@ -194,7 +194,7 @@ def test_linear_many_splits_interleaved_rows(F):
     be.w = {}
     names = ("blk.0.ffn_gate.weight", "blk.0.ffn_up.weight")
     be.fused = {names: (types.SimpleNamespace(data=stored), [F, F], True)}
-    be._product = lambda x, w: x @ w.data.T
+    be.folded_product = lambda x, w: x @ w.data.T
     x = rng.standard_normal((3, 8))
     g, u = be.linear_many(x, list(names))
     np.testing.assert_allclose(g, x @ gate.T)

@@ -3,14 +3,12 @@ tests/cuda_c_emulator.py and run through its real wrappers (kernels/delta_rule.p
 `cupy` hands them NumPy arrays), against the CPU backend's functions (lite/backends/cpu_recurrent.py
 and the hybrid's ops of lite/backends/cpu.py). No GPU needed; skips without g++."""
 import contextlib
-import importlib
-import sys
 import types
 
 import numpy as np
 import pytest
 
-from cuda_c_emulator import available, compile_kernels
+from cuda_c_emulator import available, emulated_kernels
 from lite.backend_config import BackendConfig
 from lite.backends.cpu import CPUBackend
 from lite.backends.cpu_recurrent import causal_conv_silu, delta_rule_chunked, delta_rule_recurrent
@@ -21,56 +19,13 @@ from lite.backends.cuda_attention import CUDARecurrent
 pytestmark = pytest.mark.skipif(not available(), reason="needs g++ (C++20) to emulate CUDA C")
 
 
-class _RawModule:
-    def __init__(self, code, options=()):
-        self._lib = compile_kernels(code.replace("#include <cuda_fp16.h>\n", ""))
-
-    def get_function(self, name):
-        def launch(grid, block, args, stream=None, shared_mem=0):
-            self._lib.launch(name, grid, block, *args)
-        return launch
-
-
-def _poisoned(alloc):
-    """An allocator whose memory starts as NaN bytes, so reading what no kernel wrote shows."""
-    def make(*args, **kw):
-        a = alloc(*args, **kw)
-        a.view(np.uint8)[...] = 0xFF
-        return a
-    return make
-
-
-def fake_cupy():
-    fake = types.ModuleType("cupy")
-    fake.empty, fake.empty_like, fake.zeros = _poisoned(np.empty), _poisoned(np.empty_like), np.zeros
-    fake.ascontiguousarray, fake.concatenate = np.ascontiguousarray, np.concatenate
-    fake.RawModule = _RawModule
-    fake.ElementwiseKernel = lambda *a, **k: None
-    return fake
-
-
 @pytest.fixture(scope="module")
 def emulated_modules():
     """{name: module} of lite.kernels (delta_rule, small_ops, decode_attention) imported against
     the stand-in `cupy`; the real modules are put back afterwards."""
-    import lite.kernels as package
-    mods = ("delta_rule", "small_ops", "decode_attention")
-    names = ("cupy",) + tuple("lite.kernels." + m for m in mods)
-    saved = {n: sys.modules.pop(n, None) for n in names}
-    saved_attrs = {m: getattr(package, m, None) for m in mods}
-    sys.modules["cupy"] = fake_cupy()
-    try:
-        yield {m: importlib.import_module("lite.kernels." + m) for m in mods}
-    finally:
-        for n, m in saved.items():
-            sys.modules.pop(n, None)
-            if m is not None:
-                sys.modules[n] = m
-        for a, m in saved_attrs.items():
-            if m is None:
-                vars(package).pop(a, None)
-            else:
-                setattr(package, a, m)
+    with emulated_kernels("delta_rule", "small_ops", "decode_attention",
+                          ascontiguousarray=np.ascontiguousarray) as mods:   # delta_rule's inputs
+        yield mods
 
 
 @pytest.fixture(scope="module")
@@ -225,7 +180,7 @@ class EmulatedGPUOps(CUDARecurrent, CUDAAttention):
         self.cpu, self.cp, self.xp, self.pdl = cpu, np, np, False
         self.small_ops, self.decode_attn = mods["small_ops"], mods["decode_attention"]
         self.config, self.stream = BackendConfig(), contextlib.nullcontext()
-        self.pos_dev, self._attn_counters = np.zeros(1, np.int64), self.decode_attn.new_counters(64)
+        self.pos_dev, self.attn_counters = np.zeros(1, np.int64), self.decode_attn.new_counters(64)
         self.w = {n: types.SimpleNamespace(data=a, qtype="F32", shape=a.shape) for n, a in cpu.w.items()}
 
     def __getattr__(self, name):
@@ -233,10 +188,10 @@ class EmulatedGPUOps(CUDARecurrent, CUDAAttention):
             raise AttributeError(name)
         return getattr(self.cpu, name)
 
-    def _arr(self, h):
+    def as_array(self, h):
         return h
 
-    def _norm_out(self, x, name, eps):
+    def norm_out_launch(self, x, name, eps):
         return None
 
     def begin(self, pos0, n_tokens):

@@ -135,7 +135,7 @@ def test_bands16_product_matches_float64(mma_lib, cfg, shape):
 @pytest.mark.parametrize("e", [0, 1, 2, 3], ids=["none", "add", "silu", "gelu_tanh"])
 @pytest.mark.parametrize("cfg", EPI_CONFIGS, ids=lambda c: f"w{c[0]}p{c[1]}a{c[2]}sg{c[3]}d{c[4]}")
 def test_bands16_product_fused_end_epilogues_match_float64(mma_lib, cfg, e, nm):
-    """bands16_product_fused_end (bands16_product with the decode step's next op, kernels/cuda/mma_iq3_b16_body.cuh lt_mvb_end): the product (times the
+    """bands16_product_fused_end (bands16_product with the decode step's next op, kernels/cuda/mma_iq3_b16_body.cuh band_fused_end_write): the product (times the
     norm's scale with scale_in), plus res ("add") or act(gate) * up over [gate; up] rows interleaved (silu,
     gelu_tanh), against float64 within the product's bound carried through the op."""
     if not (e or nm):

@@ -13,6 +13,7 @@ import contextlib
 import numpy as np
 import pytest
 
+from conftest import assert_stage_counts_agree
 from fake_cupy import FakeCupy, _overlap, _span, installed
 from lite.backend_config import BackendConfig
 from lite.backends import cuda_handoff, cuda_unavailable_reason
@@ -50,21 +51,10 @@ def cpu_model(request, tmp_path_factory):
 
 @pytest.mark.parametrize("mode", ["chain", "sync"])
 def test_stage_counts_give_identical_bytes(cpu_model, mode):
-    ids = list(range(7, 60))
-    greedy = Sampler(SamplingParams.greedy())
-    ref_logits = ref_tokens = None
-    for stages in (1, 2, 3, 4):
-        e = Engine(cpu_model, device="cpu", max_context=128, prefill_chunk=8, layer_split=stages,
-                   pipeline=mode)
-        assert len(e.stages) == stages
-        logits = e.prefill(ids, all_logits=True)
-        e.cached_ids = []
-        tokens = list(e.generate(ids, 6, greedy, stop_at_eog=False))
-        if ref_logits is None:
-            ref_logits, ref_tokens = logits, tokens
-        else:
-            assert np.array_equal(logits, ref_logits), stages
-            assert tokens == ref_tokens, stages
+    assert_stage_counts_agree(
+        lambda stages: Engine(cpu_model, device="cpu", max_context=128, prefill_chunk=8,
+                              layer_split=stages, pipeline=mode),
+        list(range(7, 60)), 6)
 
 
 # --- across real GPUs ---

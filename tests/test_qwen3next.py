@@ -22,6 +22,7 @@ from lite.sampling import Sampler, SamplingParams
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import make_qwen3next_fixture as fixture  # noqa: E402  (its torch parts run only in main())
+from conftest import assert_stage_counts_agree  # noqa: E402
 
 GGUF = fixture.GGUF_PATH
 TOL = 1e-3                     # relative to the largest reference logit
@@ -330,19 +331,9 @@ def synth_tiny(tmp_path_factory):
 @pytest.mark.parametrize("which", ["fixture", "synth"])
 def test_stage_counts_give_identical_bytes(which, synth_tiny):
     path = GGUF if which == "fixture" else synth_tiny
-    ids = list(range(7, 60))
-    ref_logits = ref_tokens = None
-    for stages in (1, 2, 3, 4):
-        e = Engine(path, device="cpu", max_context=128, prefill_chunk=16, layer_split=stages)
-        assert len(e.stages) == stages
-        logits = e.prefill(ids, all_logits=True)
-        e.cached_ids = []
-        tokens = list(e.generate(ids, 6, GREEDY, stop_at_eog=False))
-        if ref_logits is None:
-            ref_logits, ref_tokens = logits, tokens
-        else:
-            assert np.array_equal(logits, ref_logits), stages
-            assert tokens == ref_tokens, stages
+    assert_stage_counts_agree(
+        lambda stages: Engine(path, device="cpu", max_context=128, prefill_chunk=16, layer_split=stages),
+        list(range(7, 60)), 6)
 
 
 def test_each_stage_owns_its_layers_states():
@@ -509,16 +500,8 @@ def test_gpu_stage_counts_give_identical_bytes(which, synth_tiny):
     """1, 2 and 4 virtual stages on one GPU: the same logits and tokens byte for byte (no lazy
     value crosses a stage here: every layer ends in a plain add)."""
     path = GGUF if which == "fixture" else synth_tiny
-    ids = list(range(7, 60))
-    runs = []
-    for stages in (1, 2, 4):
-        e = gpu_engine(path, prefill_chunk=16, layer_split=stages)
-        assert len(e.stages) == stages
-        logits = e.prefill(ids, all_logits=True)
-        e.cached_ids = []
-        runs.append((logits, list(e.generate(ids, 8, GREEDY, stop_at_eog=False))))
-    for logits, tokens in runs[1:]:
-        assert np.array_equal(logits, runs[0][0]) and tokens == runs[0][1]
+    assert_stage_counts_agree(lambda stages: gpu_engine(path, prefill_chunk=16, layer_split=stages),
+                              list(range(7, 60)), 8, counts=(1, 2, 4))
 
 
 def mostly_close(got, want):

@@ -366,3 +366,26 @@ def test_no_function_import_shadows_a_module_import(tmp_path):
     found = [f"{p.parent.name}/{hit}" for folder in SOURCES
              for p in sorted((ROOT / folder).rglob("*.py")) for hit in _shadowing_imports(p)]
     assert not found, "\n".join(found)
+
+
+# ---- the CUDA backend's parts ---------------------------------------------------------------------
+
+def _foreign_private_uses(path):
+    """`self._name` uses in one part of the CUDA backend (a mixin file) whose name the file neither
+    defines nor assigns: a call into another part's private method, an interface nobody can see."""
+    tree = ast.parse(path.read_text())
+    own = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    own |= {t.attr for n in ast.walk(tree) if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign))
+            for tgt in (n.targets if isinstance(n, ast.Assign) else [n.target])
+            for t in ast.walk(tgt) if isinstance(t, ast.Attribute)}
+    return sorted({f"{path.name}: self.{n.attr}" for n in ast.walk(tree)
+                   if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self"
+                   and n.attr.startswith("_") and not n.attr.startswith("__") and n.attr not in own})
+
+
+def test_cuda_backend_parts_use_only_each_others_public_methods(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("class A:\n    def f(self):\n        self._x = 1\n        return self._g() + self._x\n")
+    assert _foreign_private_uses(bad) == ["bad.py: self._g"]     # the check sees the pattern
+    found = [hit for p in sorted((ROOT / "lite" / "backends").glob("cuda*.py")) for hit in _foreign_private_uses(p)]
+    assert not found, "\n".join(found)

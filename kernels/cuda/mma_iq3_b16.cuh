@@ -1,16 +1,16 @@
 // IQ3_XXS_B16's decode product on the tensor cores (kernels/matvec_mma.py's bands16_product / bands16_product_fused_end), after
 // matvec_q8.c_source("IQ3_XXS") (its x quantizer quantize_x_early, lt_q8w, lt_topmask and the grid IQ3XXS_GRID).
-// First the halves of a word of two fp16 (lt_h2f_lo / lt_h2f_hi), then the int8 mma and the tables.
+// First the halves of a word of two fp16 (band_low_half_to_float / band_high_half_to_float), then the int8 mma and the tables.
 
-__device__ __forceinline__ float lt_h2f_lo(unsigned v) { return lt_h2f((unsigned short)(v & 0xFFFFu)); }
-__device__ __forceinline__ float lt_h2f_hi(unsigned v) { return lt_h2f((unsigned short)(v >> 16)); }
+__device__ __forceinline__ float band_low_half_to_float(unsigned v) { return lt_h2f((unsigned short)(v & 0xFFFFu)); }
+__device__ __forceinline__ float band_high_half_to_float(unsigned v) { return lt_h2f((unsigned short)(v >> 16)); }
 
 
 #ifdef __CUDA_ARCH__
 // C (int32, 16 x 8) = A (16 rows x 32 int8) B (32 x 8 int8) (+ C): lane 4g + q holds A's rows g, g + 8
 // at k = 4q..4q+3 (a0, a1) and 16 + 4q.. (a2, a3), B's column g at the same k (b.x, b.y), C's rows
 // g, g + 8 at columns 2q, 2q + 1.
-__device__ __forceinline__ void lt_imma(int (&c)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, uint2 b, bool acc) {
+__device__ __forceinline__ void band_int8_mma(int (&c)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, uint2 b, bool acc) {
     if (acc)
         asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
             : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3]) : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b.x), "r"(b.y));
@@ -24,7 +24,7 @@ inline unsigned __vsub4(unsigned a, unsigned b) {   // bytewise a - b, each byte
     for (int i = 0; i < 4; i++) r |= (((a >> (8 * i)) - (b >> (8 * i))) & 0xFFu) << (8 * i);
     return r;
 }
-inline void lt_imma(int (&c)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, uint2 b, bool acc) {
+inline void band_int8_mma(int (&c)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, uint2 b, bool acc) {
     const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
     unsigned* mine = tl_warp->mma[lane];
     mine[0] = a0; mine[1] = a1; mine[2] = a2; mine[3] = a3; mine[4] = b.x; mine[5] = b.y;
@@ -44,14 +44,14 @@ inline void lt_imma(int (&c)[4], unsigned a0, unsigned a1, unsigned a2, unsigned
 }
 #endif
 #include "iq3_signed_grid_words.cuh"
-struct LtB16 { uint4 f[3]; uint2 sc; unsigned d; };   // a lane's part of a record
+struct BandRecord { uint4 f[3]; uint2 sc; unsigned d; };   // a lane's part of a record
 // The weights stream through L2 once a product: loaded with an evict-first policy, so that they
 // do not push out what the next kernels read (x, its records, the outputs, the KV cache).
-// LT_MVB_NO_EVICT_FIRST: plain loads (the A/B's baseline).
-#if defined(__CUDA_ARCH__) && !defined(LT_MVB_NO_EVICT_FIRST)
-struct LtStream {
+// BANDS16_NO_EVICT_FIRST: plain loads (the A/B's baseline).
+#if defined(__CUDA_ARCH__) && !defined(BANDS16_NO_EVICT_FIRST)
+struct BandWeightStream {
     unsigned long long pol;
-    __device__ __forceinline__ LtStream() { asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol)); }
+    __device__ __forceinline__ BandWeightStream() { asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol)); }
     __device__ __forceinline__ uint4 u4(const void* p) const {
         uint4 v;
         asm("ld.global.nc.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p), "l"(pol));
@@ -69,92 +69,92 @@ struct LtStream {
     }
 };
 #else
-struct LtStream {
+struct BandWeightStream {
     __device__ __forceinline__ uint4 u4(const void* p) const { return __ldg((const uint4*)p); }
     __device__ __forceinline__ uint2 u2(const void* p) const { return __ldg((const uint2*)p); }
     __device__ __forceinline__ unsigned u1(const void* p) const { return __ldg((const unsigned*)p); }
 };
 #endif
-__device__ __forceinline__ void lt_b16_load(LtB16& r, const unsigned char* rec, int lane, const LtStream& ls) {
+__device__ __forceinline__ void band_load_record(BandRecord& r, const unsigned char* rec, int lane, const BandWeightStream& ls) {
     #pragma unroll
     for (int p = 0; p < 3; p++) r.f[p] = ls.u4((const uint4*)(rec + 512 * p) + lane);
     r.sc = ls.u2((const uint2*)(rec + 1536) + (lane >> 2));
     r.d = ls.u1((const unsigned*)(rec + 1600) + (lane >> 2));
 }
-__device__ __forceinline__ unsigned lt_b16_word(const LtB16& r, int i) {
+__device__ __forceinline__ unsigned band_record_word(const BandRecord& r, int i) {
     const uint4 v = r.f[i >> 2];
     return (i & 3) == 0 ? v.x : (i & 3) == 1 ? v.y : (i & 3) == 2 ? v.z : v.w;
 }
 // field n's byte offset in the table, (field << 2) & 0x3FFC (n a constant once unrolled: 2 instructions)
-__device__ __forceinline__ unsigned lt_b16_off(const LtB16& r, int n) {
+__device__ __forceinline__ unsigned band_signed_offset(const BandRecord& r, int n) {
     const int bit = 12 * n, wi = bit >> 5, sh = bit & 31;
-    if (sh > 20) return __funnelshift_r(lt_b16_word(r, wi), lt_b16_word(r, wi + 1), sh - 2) & 0x3FFCu;
-    return (sh >= 2 ? lt_b16_word(r, wi) >> (sh - 2) : lt_b16_word(r, wi) << (2 - sh)) & 0x3FFCu;
+    if (sh > 20) return __funnelshift_r(band_record_word(r, wi), band_record_word(r, wi + 1), sh - 2) & 0x3FFCu;
+    return (sh >= 2 ? band_record_word(r, wi) >> (sh - 2) : band_record_word(r, wi) << (2 - sh)) & 0x3FFCu;
 }
 // The tables, at file scope (through pointers passed in, the compiler added a shared window base to each
 // x address as well). The signed table aligned at every shape lost at 14336x4096 (64 KB a CTA: 3 CTAs an SM
 // of 4 warps where 4 fit); A = 1 below takes it where it fits.
-__shared__ uint4 lt_b16_tab[1024];                        // LT_TAB4096; then (the products done) the warps' sums
-__shared__ uint4 lt_b16_grid32[2048];                     // entry e's copy l at word 32 e + l
+__shared__ uint4 band_signed_table[1024];                        // LT_TAB4096; then (the products done) the warps' sums
+__shared__ uint4 band_grid_copies[2048];                     // entry e's copy l at word 32 e + l
 // A = 1: the signed table 16 KB aligned in dynamic shared memory (ALIGN_DYN bytes), tb its shared
 // address, so that a lookup's address is one LOP3 ((field << 2) & 0x3FFC | tb), not that and an add of the
 // base (SASS 257 instructions a block against 270). 65 KB a CTA: where 2 CTAs of 8 warps or 3 of 4 fit the
 // product's CTAs in one round (config). The emulator reads the static table either way.
 #ifdef __CUDA_ARCH__
-extern __shared__ uint4 lt_b16_dyn[];
+extern __shared__ uint4 band_aligned_smem[];
 #endif
-template <int A>
-__device__ __forceinline__ uint4* lt_b16_table(unsigned& tb) {
+template <int ALIGNED_TABLE>
+__device__ __forceinline__ uint4* band_signed_table_ptr(unsigned& tb) {
 #ifdef __CUDA_ARCH__
-    if constexpr (A != 0) {
-        const unsigned s = (unsigned)__cvta_generic_to_shared(lt_b16_dyn);
+    if constexpr (ALIGNED_TABLE != 0) {
+        const unsigned s = (unsigned)__cvta_generic_to_shared(band_aligned_smem);
         tb = (s + 0x3FFFu) & ~0x3FFFu;
-        return lt_b16_dyn + ((tb - s) >> 4);
+        return band_aligned_smem + ((tb - s) >> 4);
     } else
 #endif
     {
         tb = 0;
-        return lt_b16_tab;
+        return band_signed_table;
     }
 }
-template <int A>
-__device__ __forceinline__ unsigned lt_b16_tab_word(unsigned off, unsigned tb) {
+template <int ALIGNED_TABLE>
+__device__ __forceinline__ unsigned band_signed_word(unsigned off, unsigned tb) {
 #ifdef __CUDA_ARCH__
-    if constexpr (A != 0) {
+    if constexpr (ALIGNED_TABLE != 0) {
         unsigned v;
         asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(off | tb));
         return v;
     } else
 #endif
-    return *(const unsigned*)((const unsigned char*)lt_b16_tab + off);
+    return *(const unsigned*)((const unsigned char*)band_signed_table + off);
 }
-// LtX: a lane's x for the block, its x word and its run's d in each chunk pair (quantize_x_early<TIQ3_XXS, 18>'s
+// BandXFragments: a lane's x for the block, its x word and its run's d in each chunk pair (quantize_x_early<TIQ3_XXS, 18>'s
 // records, kernels/matvec_q8.py lt_q8w: 144 words a block, a lane's 4 words and 4 d in 16 bytes each).
-struct LtX {
+struct BandXFragments {
     unsigned v[4], d[4];
     __device__ __forceinline__ void load(const unsigned* xj, int lane) {
         const uint4 a = __ldg((const uint4*)xj + lane), b = __ldg((const uint4*)(xj + 128) + (lane & 3));
         v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; d[0] = b.x; d[1] = b.y; d[2] = b.z; d[3] = b.w;
     }
 };
-// A block's A fragments, what of its product needs no x (lt_b16_decode): the even chunks' words from the
+// A block's A fragments, what of its product needs no x (band_decode_a): the even chunks' words from the
 // signed table (e), the odd chunks' from the grid's copies with their signs XORed on (o) and, SG = 0, the sign masks
 // for the correction mma (m); the scales and d as loaded.
-struct LtA { unsigned e[4][4], o[4][4], m[4][4]; uint2 sc; unsigned d; };
-template <int A, int SG>
-__device__ __forceinline__ void lt_b16_decode(const LtB16& r, int lane, unsigned tb, LtA& a) {
+struct BandAFragments { unsigned e[4][4], o[4][4], m[4][4]; uint2 sc; unsigned d; };
+template <int ALIGNED_TABLE, int SIGNS_ADD>
+__device__ __forceinline__ void band_decode_a(const BandRecord& r, int lane, unsigned tb, BandAFragments& a) {
     #pragma unroll
     for (int cp = 0; cp < 4; cp++) {                      // chunk pairs c, c + 1
         #pragma unroll
-        for (int k = 0; k < 4; k++) a.e[cp][k] = lt_b16_tab_word<A>(lt_b16_off(r, 4 * cp + k), tb);
-        const unsigned iw = lt_b16_word(r, 6 + cp);
+        for (int k = 0; k < 4; k++) a.e[cp][k] = band_signed_word<ALIGNED_TABLE>(band_signed_offset(r, 4 * cp + k), tb);
+        const unsigned iw = band_record_word(r, 6 + cp);
         #pragma unroll
         for (int k = 0; k < 4; k++) {                     // the odd chunk: grid copy, signs by XOR
             const int n = 4 * cp + k;
             const unsigned idx = (iw >> (8 * k)) & 255u;
-            const unsigned m = lt_topmask(lt_b16_word(r, 10 + (n >> 3)) << (7 - (n & 7)));
-            unsigned o = *(const unsigned*)((const unsigned char*)lt_b16_grid32 + idx * 128 + 4 * lane) ^ m;
-            if (SG) o += m & 0x01010101u;                 // SG: -g exactly ((g ^ 0xFF) + 1; g <= 62: no carry)
+            const unsigned m = lt_topmask(band_record_word(r, 10 + (n >> 3)) << (7 - (n & 7)));
+            unsigned o = *(const unsigned*)((const unsigned char*)band_grid_copies + idx * 128 + 4 * lane) ^ m;
+            if (SIGNS_ADD) o += m & 0x01010101u;                 // SG: -g exactly ((g ^ 0xFF) + 1; g <= 62: no carry)
             a.o[cp][k] = o;
             a.m[cp][k] = m;
         }
@@ -164,8 +164,8 @@ __device__ __forceinline__ void lt_b16_decode(const LtB16& r, int lane, unsigned
 }
 // The block's product with x: per chunk pair the even chunk's mma, the odd chunk's (and, SG = 0, its correction
 // against -x), then the pair's tail into acc0 / acc1 (rows g, g + 8).
-template <int SG>
-__device__ __forceinline__ void lt_b16_mul(const LtA& a, const LtX& x, int qh, unsigned m0, unsigned m1, unsigned ma,
+template <int SIGNS_ADD>
+__device__ __forceinline__ void band_multiply_x(const BandAFragments& a, const BandXFragments& x, int qh, unsigned m0, unsigned m1, unsigned ma,
                                            float& acc0, float& acc1) {
     float blk0 = 0.f, blk1 = 0.f;
     #pragma unroll
@@ -174,9 +174,9 @@ __device__ __forceinline__ void lt_b16_mul(const LtA& a, const LtX& x, int qh, u
         const unsigned vn = __vsub4(0u, v);               // -x (|x| <= 127: no wrap)
         const float dx = __uint_as_float(x.d[cp]);
         int cc[4];
-        lt_imma(cc, a.e[cp][0], a.e[cp][1], a.e[cp][2], a.e[cp][3], make_uint2(v & m0 & ma, v & m1 & ma), false);
-        lt_imma(cc, a.o[cp][0], a.o[cp][1], a.o[cp][2], a.o[cp][3], make_uint2(v & m0 & ~ma, v & m1 & ~ma), true);
-        if (!SG) lt_imma(cc, a.m[cp][0], a.m[cp][1], a.m[cp][2], a.m[cp][3], make_uint2(vn & m0 & ~ma, vn & m1 & ~ma), true);
+        band_int8_mma(cc, a.e[cp][0], a.e[cp][1], a.e[cp][2], a.e[cp][3], make_uint2(v & m0 & ma, v & m1 & ma), false);
+        band_int8_mma(cc, a.o[cp][0], a.o[cp][1], a.o[cp][2], a.o[cp][3], make_uint2(v & m0 & ~ma, v & m1 & ~ma), true);
+        if (!SIGNS_ADD) band_int8_mma(cc, a.m[cp][0], a.m[cp][1], a.m[cp][2], a.m[cp][3], make_uint2(vn & m0 & ~ma, vn & m1 & ~ma), true);
         // 2 sc of this lane's chunk (2 cp + qh of the block) for rows g, g + 8; the tail: d_x (254 hi + lo) (2 sc + 1)
         const unsigned s0q = a.sc.x >> (4 * qh), s1q = a.sc.y >> (4 * qh);
         const int s0 = (cp == 0 ? s0q << 1 : s0q >> (8 * cp - 1)) & 0x1E, s1 = (cp == 0 ? s1q << 1 : s1q >> (8 * cp - 1)) & 0x1E;
@@ -184,15 +184,15 @@ __device__ __forceinline__ void lt_b16_mul(const LtA& a, const LtX& x, int qh, u
         blk0 = fmaf(dx, (float)(t0 * s0 + t0), blk0);
         blk1 = fmaf(dx, (float)(t1 * s1 + t1), blk1);
     }
-    acc0 = fmaf(lt_h2f_lo(a.d), blk0, acc0);
-    acc1 = fmaf(lt_h2f_hi(a.d), blk1, acc1);
+    acc0 = fmaf(band_low_half_to_float(a.d), blk0, acc0);
+    acc1 = fmaf(band_high_half_to_float(a.d), blk1, acc1);
 }
-// One block of 256 columns of a band in one (the loop's form: lt_b16_decode + lt_b16_mul's text as one, which
+// One block of 256 columns of a band in one (the loop's form: band_decode_a + band_multiply_x's text as one, which
 // ptxas schedules into 880 SASS instructions for bands16_product<8, 1, 1, 0> against 912 as the two's calls): 4 chunk pairs, each
 // the even chunk's mma through the signed table and the odd chunk's two through the grid's copies, then the pair's
 // tail into acc0 / acc1 (rows g, g + 8).
-template <int A, int SG>
-__device__ __forceinline__ void lt_b16_block(const LtB16& r, const LtX& x, int lane, int qh, unsigned tb,
+template <int ALIGNED_TABLE, int SIGNS_ADD>
+__device__ __forceinline__ void band_block_product(const BandRecord& r, const BandXFragments& x, int lane, int qh, unsigned tb,
                                              unsigned m0, unsigned m1, unsigned ma, float& acc0, float& acc1) {
     float blk0 = 0.f, blk1 = 0.f;
     #pragma unroll
@@ -201,21 +201,21 @@ __device__ __forceinline__ void lt_b16_block(const LtB16& r, const LtX& x, int l
         const unsigned vn = __vsub4(0u, v);               // -x (|x| <= 127: no wrap)
         const float dx = __uint_as_float(x.d[cp]);
         int cc[4];
-        lt_imma(cc, lt_b16_tab_word<A>(lt_b16_off(r, 4 * cp), tb), lt_b16_tab_word<A>(lt_b16_off(r, 4 * cp + 1), tb),
-                    lt_b16_tab_word<A>(lt_b16_off(r, 4 * cp + 2), tb), lt_b16_tab_word<A>(lt_b16_off(r, 4 * cp + 3), tb),
+        band_int8_mma(cc, band_signed_word<ALIGNED_TABLE>(band_signed_offset(r, 4 * cp), tb), band_signed_word<ALIGNED_TABLE>(band_signed_offset(r, 4 * cp + 1), tb),
+                    band_signed_word<ALIGNED_TABLE>(band_signed_offset(r, 4 * cp + 2), tb), band_signed_word<ALIGNED_TABLE>(band_signed_offset(r, 4 * cp + 3), tb),
                     make_uint2(v & m0 & ma, v & m1 & ma), false);
         unsigned a[4], m[4];
-        const unsigned iw = lt_b16_word(r, 6 + cp);
+        const unsigned iw = band_record_word(r, 6 + cp);
         #pragma unroll
         for (int k = 0; k < 4; k++) {                     // the odd chunk: grid copy, signs by XOR
             const int n = 4 * cp + k;
             const unsigned idx = (iw >> (8 * k)) & 255u;
-            m[k] = lt_topmask(lt_b16_word(r, 10 + (n >> 3)) << (7 - (n & 7)));
-            a[k] = *(const unsigned*)((const unsigned char*)lt_b16_grid32 + idx * 128 + 4 * lane) ^ m[k];
-            if (SG) a[k] += m[k] & 0x01010101u;           // SG: -g exactly ((g ^ 0xFF) + 1; g <= 62: no carry)
+            m[k] = lt_topmask(band_record_word(r, 10 + (n >> 3)) << (7 - (n & 7)));
+            a[k] = *(const unsigned*)((const unsigned char*)band_grid_copies + idx * 128 + 4 * lane) ^ m[k];
+            if (SIGNS_ADD) a[k] += m[k] & 0x01010101u;           // SG: -g exactly ((g ^ 0xFF) + 1; g <= 62: no carry)
         }
-        lt_imma(cc, a[0], a[1], a[2], a[3], make_uint2(v & m0 & ~ma, v & m1 & ~ma), true);
-        if (!SG) lt_imma(cc, m[0], m[1], m[2], m[3], make_uint2(vn & m0 & ~ma, vn & m1 & ~ma), true);
+        band_int8_mma(cc, a[0], a[1], a[2], a[3], make_uint2(v & m0 & ~ma, v & m1 & ~ma), true);
+        if (!SIGNS_ADD) band_int8_mma(cc, m[0], m[1], m[2], m[3], make_uint2(vn & m0 & ~ma, vn & m1 & ~ma), true);
         // 2 sc of this lane's chunk (2 cp + qh of the block) for rows g, g + 8; the tail: d_x (254 hi + lo) (2 sc + 1)
         const unsigned s0q = r.sc.x >> (4 * qh), s1q = r.sc.y >> (4 * qh);
         const int s0 = (cp == 0 ? s0q << 1 : s0q >> (8 * cp - 1)) & 0x1E, s1 = (cp == 0 ? s1q << 1 : s1q >> (8 * cp - 1)) & 0x1E;
@@ -223,21 +223,21 @@ __device__ __forceinline__ void lt_b16_block(const LtB16& r, const LtX& x, int l
         blk0 = fmaf(dx, (float)(t0 * s0 + t0), blk0);
         blk1 = fmaf(dx, (float)(t1 * s1 + t1), blk1);
     }
-    acc0 = fmaf(lt_h2f_lo(r.d), blk0, acc0);
-    acc1 = fmaf(lt_h2f_hi(r.d), blk1, acc1);
+    acc0 = fmaf(band_low_half_to_float(r.d), blk0, acc0);
+    acc1 = fmaf(band_high_half_to_float(r.d), blk1, acc1);
 }
 // bands16_product<W, P, A, SG>: a CTA of W warps a band; warp w takes blocks w, w + W, ..., P of them loaded ahead (the
-// first before the PDL wait); A: the signed table aligned in dynamic shared memory (lt_b16_table); out = x W^T
+// first before the PDL wait); A: the signed table aligned in dynamic shared memory (band_signed_table_ptr); out = x W^T
 // for one row of x, quantized by quantize_x_early<TIQ3_XXS, 18> (xq). Of each chunk pair, the even chunk's words come from
 // the signed table (4096 words: ~3.5-way bank conflicts), the odd chunk's from the unsigned grid's 32 copies,
 // lane l's in bank l, its signs put on by XOR with byte masks (g ^ m: g or -g - 1) and taken back by a second
 // mma of the masks against -x (faster than every word from the table), or (SG = 1) by adding the masks' low bits.
-#ifdef LT_MVB_STAMPS   // a timeline of the CTAs (profiling): thread 0's globaltimer, its SM
-__device__ unsigned long long lt_mvb_stamps[64][4096][8];     // [launch][CTA][event]
-__device__ unsigned lt_mvb_count[4096];
-#define LT_STAMP(k) do { if (threadIdx.x == 0) { unsigned long long t_; \
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_)); lt_mvb_stamps[stamp_n & 63][blockIdx.x][k] = t_; \
-    unsigned sm_; asm volatile("mov.u32 %0, %%smid;" : "=r"(sm_)); lt_mvb_stamps[stamp_n & 63][blockIdx.x][7] = sm_; } } while (0)
+#ifdef BANDS16_STAMPS   // a timeline of the CTAs (profiling): thread 0's globaltimer, its SM
+__device__ unsigned long long band_stamps[64][4096][8];     // [launch][CTA][event]
+__device__ unsigned band_stamp_launches[4096];
+#define BANDS16_STAMP(k) do { if (threadIdx.x == 0) { unsigned long long t_; \
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_)); band_stamps[stamp_n & 63][blockIdx.x][k] = t_; \
+    unsigned sm_; asm volatile("mov.u32 %0, %%smid;" : "=r"(sm_)); band_stamps[stamp_n & 63][blockIdx.x][7] = sm_; } } while (0)
 #else
-#define LT_STAMP(k) do { } while (0)
+#define BANDS16_STAMP(k) do { } while (0)
 #endif

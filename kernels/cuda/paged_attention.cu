@@ -5,7 +5,7 @@
 // Pool layout (lite/paged_kv.py BlockPool): K (n_blocks, Hkv, B, D), V (n_blocks, Hkv, B, Dv), f16
 // or int8 with one f32 scale per (block, head, position), ks/vs (n_blocks, Hkv, B). Position p of a
 // sequence lives in block table[p / B] at offset p % B.
-#include "warp_reduce.cuh"
+#include "rope_row.cuh"
 
 #define PA_MAX_ROW 1024          // the longest head row the rope-store kernel takes
 #define PA_ROPE_THREADS 64
@@ -15,8 +15,6 @@
 #define PA_VPL (PA_MAX_D / 32)
 #define PA_NEG (-1e30f)          // a finite "no key yet", so empty warps and splits merge to zero weight
 
-__device__ __forceinline__ void pa_store(__half* p, float v) { *p = __float2half(v); }
-__device__ __forceinline__ void pa_store(signed char* p, float v) { *p = (signed char)v; }
 __device__ __forceinline__ float pa_load(const __half* p) { return __half2float(*p); }
 __device__ __forceinline__ float pa_load(const signed char* p) { return (float)*p; }
 
@@ -24,14 +22,14 @@ __device__ __forceinline__ float pa_load(const signed char* p) { return (float)*
 // Blocks x < H rotate q head x of row y into q_out; the next Hkv rotate k heads into the pool at
 // the row's slot (block * B + offset); the last Hkv copy the v heads there. n_rot = 0: no rotation.
 // A row whose slot is negative (padding) stores nothing. int8 pools get scale = amax / 127 per
-// (row, head), as lite/paged_kv.py's _quantize; the angle is the rope kernel's expression.
+// (row, head), as lite/paged_kv.py's _quantize (rope_row.cuh).
 template <typename T> __device__ void paged_rope_store(
         const float* q, const float* k, const float* v, float* q_out, T* Kp, T* Vp, float* ks,
         float* vs, const int* pos, const int* slots, int H, int Hkv, int D, int Dv, int B,
         int n_rot, double base, double freq_scale, int neox) {
     __shared__ float row[PA_MAX_ROW];
     __shared__ float wmax[PA_ROPE_THREADS / 32];
-    const int b = blockIdx.x, r = blockIdx.y, tid = threadIdx.x, nt = blockDim.x;
+    const int b = blockIdx.x, r = blockIdx.y;
     const long long p = pos[r];
     const int slot = slots[r];
     if (b >= H && slot < 0) return;
@@ -57,36 +55,9 @@ template <typename T> __device__ void paged_rope_store(
         cdst = Vp + (page + (long long)h * B) * Dv;
         if (vs) sdst = vs + page + (long long)h * B;
     }
-    int half = rot / 2;
-    for (int i = tid; i < half; i += nt) {
-        double ang = (double)p * freq_scale * pow(base, -2.0 * i / rot), sd, cd;
-        sincos(ang, &sd, &cd);
-        float c = (float)cd, s = (float)sd;
-        int a = neox ? i : 2 * i, bb = neox ? i + half : 2 * i + 1;
-        float xa = src[a], xb = src[bb];
-        row[a] = xa * c - xb * s;
-        row[bb] = xa * s + xb * c;
-    }
-    for (int j = rot + tid; j < n; j += nt) row[j] = src[j];
+    rope_row(row, src, n, rot, p, base, freq_scale, neox, nullptr, 1.f);
     __syncthreads();
-    if (fdst) {
-        for (int j = tid; j < n; j += nt) fdst[j] = row[j];
-        return;
-    }
-    if (sdst == nullptr) {
-        for (int j = tid; j < n; j += nt) pa_store(cdst + j, row[j]);
-        return;
-    }
-    float amax = 0.f;
-    for (int j = tid; j < n; j += nt) amax = fmaxf(amax, fabsf(row[j]));
-    amax = dec_warp_max(amax);
-    if ((tid & 31) == 0) wmax[tid >> 5] = amax;
-    __syncthreads();
-    for (int w = 0; w < nt / 32; ++w) amax = fmaxf(amax, wmax[w]);
-    float sc = amax / 127.f;
-    float div = sc > 0.f ? sc : 1.f;
-    for (int j = tid; j < n; j += nt) pa_store(cdst + j, fminf(fmaxf(rintf(row[j] / div), -127.f), 127.f));
-    if (tid == 0) *sdst = sc;
+    store_row(row, n, fdst, cdst, sdst, wmax);
 }
 extern "C" __global__ void paged_rope_store_f16(const float* q, const float* k, const float* v,
         float* q_out, __half* Kp, __half* Vp, const int* pos, const int* slots, int H, int Hkv,

@@ -1,11 +1,9 @@
 // RoPE of one decode token's q and k, and its k, v into the KV cache, in one launch (launched by
 // kernels/decode_attention.py); the position read from the device.
 #include "pdl.cuh"
-#include "warp_reduce.cuh"
+#include "rope_row.cuh"
 
 #define DEC_MAX_ROW 1024     // the longest row rope_kv_store handles
-__device__ __forceinline__ void dec_store(__half* p, float v) { *p = __float2half(v); }
-__device__ __forceinline__ void dec_store(signed char* p, float v) { *p = (signed char)v; }
 
 // --- RoPE of q and k, and k, v into the cache at *pos, in one launch (a block a row) -----------
 // Blocks 0..H-1 rotate the q heads into q_out; blocks H..H+Hkv-1 rotate the k heads into the K
@@ -41,7 +39,7 @@ template <typename T> __device__ void rope_kv_store(
     __shared__ float row[DEC_MAX_ROW];
     __shared__ float wmax[DEC_ROPE_THREADS / 32];
     __shared__ float chunk[DEC_MAX_ROW / 32];
-    const int b = blockIdx.x, tid = threadIdx.x, nt = blockDim.x;
+    const int b = blockIdx.x;
     long long pos = *pos_ptr;
     const float* src;
     const float* nw = nullptr;                     // this row's norm weights, if any
@@ -69,38 +67,9 @@ template <typename T> __device__ void rope_kv_store(
     }
     // the normed value x * r * w, as rms_norm writes it, then rotated as the rope kernel reads it
     const float r = nw ? dec_rms_inv(src, n, eps, chunk) : 1.f;   // uniform over the block
-    int half = rot / 2;
-    for (int i = tid; i < half; i += nt) {
-        // angles in double, the same expression as the rope kernel: long positions keep precision
-        double ang = (double)pos * freq_scale * pow(base, -2.0 * i / rot), sd, cd;
-        sincos(ang, &sd, &cd);
-        float c = (float)cd, s = (float)sd;
-        int a = neox ? i : 2 * i, bb = neox ? i + half : 2 * i + 1;
-        float xa = src[a], xb = src[bb];
-        if (nw) { xa = xa * r * nw[a]; xb = xb * r * nw[bb]; }
-        row[a] = xa * c - xb * s;
-        row[bb] = xa * s + xb * c;
-    }
-    for (int j = rot + tid; j < n; j += nt) row[j] = nw ? src[j] * r * nw[j] : src[j];
+    rope_row(row, src, n, rot, pos, base, freq_scale, neox, nw, r);
     __syncthreads();
-    if (fdst) {
-        for (int j = tid; j < n; j += nt) fdst[j] = row[j];
-        return;
-    }
-    if (sdst == nullptr) {
-        for (int j = tid; j < n; j += nt) dec_store(cdst + j, row[j]);
-        return;
-    }
-    float amax = 0.f;
-    for (int j = tid; j < n; j += nt) amax = fmaxf(amax, fabsf(row[j]));
-    amax = dec_warp_max(amax);
-    if ((tid & 31) == 0) wmax[tid >> 5] = amax;
-    __syncthreads();
-    for (int w = 0; w < nt / 32; ++w) amax = fmaxf(amax, wmax[w]);
-    float sc = amax / 127.f;
-    float div = sc > 0.f ? sc : 1.f;
-    for (int j = tid; j < n; j += nt) dec_store(cdst + j, fminf(fmaxf(rintf(row[j] / div), -127.f), 127.f));
-    if (tid == 0) *sdst = sc;
+    store_row(row, n, fdst, cdst, sdst, wmax);
 }
 extern "C" __global__ void rope_kv_store_f16(const float* q, const float* k, const float* v,
         float* q_out, __half* Kc, __half* Vc, const long long* p, int H, int Hkv, int D, int Dv,

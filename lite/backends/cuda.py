@@ -6,7 +6,13 @@ fp16 dequantization in prefill, fused dequantize-and-dot kernels in decode), att
 cuda_attention.py, experts in cuda_moe.py / cuda_host_experts.py / cuda_expert_dev.py, the stage
 hand-off in cuda_handoff.py, the decode graph's pinned I/O in cuda_graph_io.py, the folded norms
 in cuda_norm.py and the weights' upload and GPU layouts in cuda_weights.py: mixins of (or helpers
-to) CUDABackend below.
+to) CUDABackend below. What the parts give each other is public and named here (a test of the tree
+fails on one part calling another's private method):
+  CUDAWeights    plan_fusion, upload_weights(names, fuse)
+  CUDALinear     matmul, epilogue_launch, kernel_options, records_for, supports_epilogue
+  CUDAFoldNorm   as_array, materialized, folded_product, takes_scaled, add_later, norm_out_launch
+  CUDAAttention  norm_later
+  CUDABackend    attn_counters, norm_counter, scratch_elems (made in __init__)
 Activations are float32. Everything of one stage is enqueued on that stage's stream; the host waits
 only where data leaves the device (logits, hand-off).
 """
@@ -67,13 +73,13 @@ class CUDABackend(CUDAWeights, CUDALinear, CUDAFoldNorm, CUDAHandoff, CUDAAttent
             self.stream = cp.cuda.Stream(non_blocking=True)
             self.w = {}
             self.fused = {}       # (names...) -> (_Weight of the rows stacked, row counts, interleaved?)
-            self._plan_fusion(names)
-            self._upload(names)
+            self.plan_fusion(names)
+            self.upload_weights(names)
             # fp16 scratch for the largest quantized weight a prefill product dequantizes
             quantized = [w for w in self.w.values() if w.qtype not in ("F32", "F16")]
             quantized += [w for w, *_ in self.fused.values()]
             self._scratch = None
-            self._scratch_elems = max((int(np.prod(w.shape)) for w in quantized), default=0)
+            self.scratch_elems = max((int(np.prod(w.shape)) for w in quantized), default=0)
             # The decode position lives on the device, so a captured graph replays any position.
             # Pinned graph I/O (BackendConfig.graph_io): [token, position] copied by the graph's
             # first node, pinned logits (lite/backends/cuda_graph_io.py); pos_dev is then a view
@@ -83,8 +89,8 @@ class CUDABackend(CUDAWeights, CUDALinear, CUDAFoldNorm, CUDAHandoff, CUDAAttent
             self.pos_dev = (self.graph_io.pos_dev if self.graph_io is not None
                             else cp.zeros(1, np.int64))
             self._pos_host = cupyx.empty_pinned(1, np.int64)
-            self._norm_counter = cp.zeros(1, np.int32)     # cuda_norm.py's norm-out launches
-            self._attn_counters = decode_attention.new_counters()   # its split merge
+            self.norm_counter = cp.zeros(1, np.int32)     # cuda_norm.py's norm-out launches
+            self.attn_counters = decode_attention.new_counters()   # its split merge
         self.capturing = False
         self._graph_memory = []   # allocations captured graphs refer to, kept alive with them
 
@@ -177,23 +183,23 @@ class CUDABackend(CUDAWeights, CUDALinear, CUDAFoldNorm, CUDAHandoff, CUDAAttent
                           reference=self.config.reference_kernels).reshape(len(ids), n_embd)
 
     def rms_norm(self, x, name, eps):
-        later = self._norm_out(x, name, eps)    # split across the products (cuda_norm.py)
+        later = self.norm_out_launch(x, name, eps)    # split across the products (cuda_norm.py)
         if later is not None:
             return later
-        x = self._arr(x)
+        x = self.as_array(x)
         if x.ndim == 3 and x.shape[0] == 1 and self.fold_qk_norm:   # a decode token's q or k heads:
-            return self._norm_later(x, name, eps)                   # normed in rope_kv_store
+            return self.norm_later(x, name, eps)                   # normed in rope_kv_store
         return self.small_ops.rms_norm(self.cp.ascontiguousarray(x), self.w[name].data, eps,
                                        self.stream)
 
     def add_rms_norm(self, x, y, name, eps):
         """(x + y, rms_norm(x + y)): the residual add and the next norm in one launch."""
-        cp, x, y = self.cp, self._arr(x), self._arr(y)
+        cp, x, y = self.cp, self.as_array(x), self.as_array(y)
         return self.small_ops.add_rms_norm(cp.ascontiguousarray(x), cp.ascontiguousarray(y),
                                            self.w[name].data, eps, self.stream)
 
     def act_mul(self, gate, up, act):
-        gate, up = self._arr(gate), self._arr(up)
+        gate, up = self.as_array(gate), self.as_array(up)
         if act == "silu":
             return self.small_ops.silu_mul(gate, up)
         if act == "gelu_tanh":
@@ -203,21 +209,21 @@ class CUDABackend(CUDAWeights, CUDALinear, CUDAFoldNorm, CUDAHandoff, CUDAAttent
     def sigmoid_gate(self, x, h, name):
         """x (T, n) scaled row by row by sigmoid(h . w), w an F32 vector (n_embd,); CuPy ops on the
         current stream (qwen2moe's shared expert; MoE stages do not capture graphs)."""
-        w, x, h = self.w[name], self._arr(x), self._arr(h)
+        w, x, h = self.w[name], self.as_array(x), self.as_array(h)
         if w.qtype != "F32":
             raise NotImplementedError(f"{name}: a {w.qtype} gate vector on the GPU (F32 is)")
         g = h @ w.data.reshape(-1)                            # (T,); some files store (1, n_embd)
         return x * (1.0 / (1.0 + self.cp.exp(-g)))[:, None]
 
     def add(self, a, b):
-        return self._arr(a) + self._arr(b)
+        return self.as_array(a) + self.as_array(b)
 
     def scale(self, x, s):
-        return self._arr(x) * np.float32(s)
+        return self.as_array(x) * np.float32(s)
 
     # --- host transfers (the stage hand-off is in lite/backends/cuda_handoff.py) ---------------
     def to_host(self, x):
-        x = self._arr(x)
+        x = self.as_array(x)
         io = getattr(self, "graph_io", None)
         if io is not None:
             out = io.to_host(x)                    # (1, n) logits: through pinned memory

@@ -19,10 +19,10 @@ class CUDAAttention:
     @property
     def fold_qk_norm(self):
         """BackendConfig.fold_qk_norm: rms_norm of one decode token's q or k heads is left for the
-        attention launch (_norm_later); off: the separate norm launches."""
+        attention launch (norm_later); off: the separate norm launches."""
         return self.config.fold_qk_norm
 
-    def _norm_later(self, x, name, eps):
+    def norm_later(self, x, name, eps):
         """rms_norm's hook for x (1, heads, head_dim), a decode token's q or k: a NormLater that
         rope() and attention take, so rope_kv_store norms the heads in the launch that rotates and
         stores them (one launch fewer each). The same norm now where the weights do not fit."""
@@ -107,7 +107,7 @@ class CUDAAttention:
             cp.ascontiguousarray(q[0]), cp.ascontiguousarray(k[0]), cp.ascontiguousarray(v[0]),
             kv.k[il], kv.v[il], ks, vs, self.pos_dev, rope, self.stream, norm, pdl=self.pdl)
         o = self.decode_attn.attention(q_rot, kv.k[il], kv.v[il], ks, vs, self.pos_dev, scale,
-                                       window, self._attn_counters, self.stream, pdl=self.pdl)
+                                       window, self.attn_counters, self.stream, pdl=self.pdl)
         return o.reshape(1, -1)
 
     def _rope_pending(self, q, k):
@@ -121,7 +121,7 @@ class CUDAAttention:
 
     def _norm_pending(self, q, k):
         """(q, k, norm) for rope_kv_store: norm (q weights or None, k weights or None, eps) for
-        those left unnormed by _norm_later (None if neither); a second eps is normed here."""
+        those left unnormed by norm_later (None if neither); a second eps is normed here."""
         nq, nk = (t if isinstance(t, NormLater) else None for t in (q, k))
         if nq is not None and nk is not None and nq.eps != nk.eps:
             k, nk = self._norm_now(k), None
@@ -190,7 +190,7 @@ def gemm_strided(cp, stream, transa, transb, m, n, k, A, a_type, lda, stride_a, 
 # output gate, and the per-layer recurrent state: the CPU backend's "hybrid's ops" (lite/backends/
 # cpu.py), float32 on the backend's stream. The states are the stage's RecurrentState
 # (lite/kv_cache.py), made with the backend's array module, so they live on this device. A mixin of
-# CUDABackend: it uses its cp, stream, w (the weights) and _arr (lazy values made arrays, cuda_norm.py).
+# CUDABackend: it uses its cp, stream, w (the weights) and as_array (lazy values made arrays, cuda_norm.py).
 def _dr():
     """kernels/delta_rule.py, imported on first use: it needs CuPy, which this module must not
     (lite.backends.cuda is imported on machines without it to say why there is no GPU)."""
@@ -215,18 +215,18 @@ class CUDARecurrent:
 
     def sigmoid_mul(self, x, gate):
         """x * sigmoid(gate), elementwise (gated attention's output gate)."""
-        return _dr().sigmoid_mul(self._arr(x), self._arr(gate), self.stream)
+        return _dr().sigmoid_mul(self.as_array(x), self.as_array(gate), self.stream)
 
     def l2_norm(self, x, eps):                              # over the last axis
-        return _dr().l2_norm(self._arr(x), eps, self.stream)
+        return _dr().l2_norm(self.as_array(x), eps, self.stream)
 
     def concat(self, xs):                                   # along the last axis
         with self.stream:
-            return self.cp.concatenate([self._arr(x) for x in xs], axis=-1)
+            return self.cp.concatenate([self.as_array(x) for x in xs], axis=-1)
 
     def delta_gates(self, b, a, a_name, dt_bias_name):
         """beta = sigmoid(b); g = ssm_a * softplus(a + dt_bias), the log decay. (T, Hv) each."""
-        return _dr().gates(self._arr(b), self._arr(a), self._small_f32(a_name), self._small_f32(dt_bias_name),
+        return _dr().gates(self.as_array(b), self.as_array(a), self._small_f32(a_name), self._small_f32(dt_bias_name),
                            self.stream)
 
     def recurrent_state(self, kv, il, pos0, n_tokens):
@@ -238,7 +238,7 @@ class CUDARecurrent:
     def conv_silu(self, x, name, state):
         """silu(causal conv of x (T, C)), the window before x in state (K-1, C), updated in place."""
         w = self._small_f32(name)
-        return _dr().conv_silu(self._arr(x), w.reshape(w.shape[0], -1), state, self.stream)
+        return _dr().conv_silu(self.as_array(x), w.reshape(w.shape[0], -1), state, self.stream)
 
     def delta_rule(self, q, k, v, g, beta, state, scale):
         """The gated delta rule over a chunk: the recurrence for one token (decode), the chunked

@@ -5,8 +5,8 @@ multiplied with cuBLAS (fp16 inputs, fp32 accumulation); over a few (decode) the
 dequantize-and-dot kernels run (lite.kernels.matvec), and where the next op can ride along, the
 epilogue kernels of kernels/matvec_epilogue.py: the residual add (linear_add) or the FFN's gated
 activation (linear_gated). With the norm split (cuda_norm.py) linear_add may return an AddLater
-and an input may be a ScaledLater: _product and _one_launch take the latter, everything else
-materializes lazy values with _arr.
+and an input may be a ScaledLater: folded_product and _one_launch take the latter, everything else
+materializes lazy values with as_array.
 """
 import functools
 
@@ -20,7 +20,7 @@ SPLIT_MAX_TOKENS = 4 * FUSED_MAX_TOKENS    # up to this many rows: fused matvecs
 
 class CUDALinear:
     @functools.cached_property
-    def _kernel_options(self):
+    def kernel_options(self):
         """What the decode products take from BackendConfig: PDL (self.pdl, resolved), the types on
         dp4a over quantized x, the Numba twins instead of the CUDA C kernels."""
         return dict(pdl=self.pdl, int8_dot_types=tuple(self.config.int8_dot_types),
@@ -31,21 +31,21 @@ class CUDALinear:
         """Decode products with the residual add or the FFN activation folded in (BackendConfig.epilogues)."""
         return self.config.epilogues
 
-    def _supports_epilogue(self, w, x):
-        return matvec_epilogue.supports(w.qtype, w.data, x, int8_dot_types=self._kernel_options["int8_dot_types"])
+    def supports_epilogue(self, w, x):
+        return matvec_epilogue.supports(w.qtype, w.data, x, int8_dot_types=self.kernel_options["int8_dot_types"])
 
     def _dequant_f16(self, w):
         from lite.kernels import gpu_layout
         n = int(np.prod(w.shape))
         if self._scratch is None or self._scratch.size < n:
-            self._scratch = self.cp.empty(max(n, self._scratch_elems), np.float16)
+            self._scratch = self.cp.empty(max(n, self.scratch_elems), np.float16)
         return gpu_layout.dequantize_matrix(w.data, w.qtype, w.shape[-2], w.shape[-1], np.float16, self.stream,
                                             out=self._scratch[:n], reference=self.config.reference_kernels)
 
-    def _matmul(self, x, w):                                # (T, in) @ W(out, in).T -> (T, out) f32
+    def matmul(self, x, w):                                # (T, in) @ W(out, in).T -> (T, out) f32
         from lite.kernels import get_matvec, matvec
         cp = self.cp
-        x = self._arr(x)              # a lazy value (the norm split, lite/backends/cuda_norm.py)
+        x = self.as_array(x)              # a lazy value (the norm split, lite/backends/cuda_norm.py)
         rows, cols = w.shape[-2], w.shape[-1]
         T = x.shape[0]
         if w.qtype == "F32":
@@ -53,17 +53,17 @@ class CUDALinear:
         if w.qtype not in ("F16",) and T <= SPLIT_MAX_TOKENS and get_matvec(w.qtype) is not None:
             x = cp.ascontiguousarray(x)
             if T <= FUSED_MAX_TOKENS:
-                return matvec(w.data, w.qtype, x, rows, cols, self.stream, **self._kernel_options)
+                return matvec(w.data, w.qtype, x, rows, cols, self.stream, **self.kernel_options)
             # a server step of a few more rows: the weight read once per 8 rows still moves less
             # than its fp16 dequantization (written, then read by the GEMM)
             return cp.concatenate([matvec(w.data, w.qtype, x[r:r + FUSED_MAX_TOKENS], rows, cols,
-                                          self.stream, **self._kernel_options)
+                                          self.stream, **self.kernel_options)
                                    for r in range(0, T, FUSED_MAX_TOKENS)])
         w16 = w.data if w.qtype == "F16" else self._dequant_f16(w).reshape(rows, cols)
         return gemm_f16_f32(cp, x.astype(np.float16), w16, self.stream)
 
     def linear(self, x, name):
-        y = self._product(x, self.w[name])
+        y = self.folded_product(x, self.w[name])
         bias = name[: -len("weight")] + "bias"
         if bias in self.w:
             y += self.w[bias].data
@@ -75,7 +75,7 @@ class CUDALinear:
         if group is None:
             return [self.linear(x, n) for n in names]
         w, rows, interleaved = group
-        y = self._product(x, w)
+        y = self.folded_product(x, w)
         if interleaved:               # [gate; up] rows alternating (cuda.py _interleave): views
             parts = [y[:, 0::2], y[:, 1::2]]
         else:
@@ -90,10 +90,10 @@ class CUDALinear:
     def linear_add(self, x, name, res):
         """res + x @ W.T: for a few tokens one launch (kernels/matvec_epilogue.py), else the
         product and an add. For one token an AddLater (the norm split, cuda_norm.py)."""
-        res = self._arr(res)
+        res = self.as_array(res)
         if name[: -len("weight")] + "bias" not in self.w:
-            xa = self._ready(x)
-            later = None if xa is None or not self._epilogues else self._add_later(xa, self.w[name], res)
+            xa = self.materialized(x)
+            later = None if xa is None or not self._epilogues else self.add_later(xa, self.w[name], res)
             if later is not None:
                 return later
             out = self._one_launch(self.w[name], x, "add", res)
@@ -120,21 +120,21 @@ class CUDALinear:
         the kernels cannot take them (BackendConfig.epilogues off, too many tokens, other types)."""
         if not self._epilogues:
             return None
-        if self._scale_in(w, x):
-            return self._epilogue_launch(w, x.xg, epilogue, res, scale_in=x.scale,
-                                         interleaved=interleaved, x_records=self._records_for(w, x))
-        xa = self._ready(x)
+        if self.takes_scaled(w, x):
+            return self.epilogue_launch(w, x.xg, epilogue, res, scale_in=x.scale,
+                                         interleaved=interleaved, x_records=self.records_for(w, x))
+        xa = self.materialized(x)
         if (xa is None or xa.shape[0] > FUSED_MAX_TOKENS or w.data.ndim != 1
-                or not self._supports_epilogue(w, self.cp.ascontiguousarray(xa))):
+                or not self.supports_epilogue(w, self.cp.ascontiguousarray(xa))):
             return None
-        return self._epilogue_launch(w, xa, epilogue, res, interleaved=interleaved)
+        return self.epilogue_launch(w, xa, epilogue, res, interleaved=interleaved)
 
-    def _records_for(self, w, x):
+    def records_for(self, w, x):
         """A ScaledLater's x records where weight w's product reads them (IQ3_XXS_B16), else None."""
         from lite.kernels import gpu_layout
         return x.records if gpu_layout.reads_x_records(w.qtype) else None
 
-    def _epilogue_launch(self, w, x, epilogue, res=None, scale_in=None, interleaved=False, x_records=None):
+    def epilogue_launch(self, w, x, epilogue, res=None, scale_in=None, interleaved=False, x_records=None):
         """kernels/matvec_epilogue.launch for weight w and the array x (see there)."""
         cp = self.cp
         x = cp.ascontiguousarray(x)
@@ -142,7 +142,7 @@ class CUDALinear:
         out = cp.empty((x.shape[0], rows if epilogue in (None, "add") else rows // 2), np.float32)
         if res is not None:
             res = cp.ascontiguousarray(res)
-        opts = self._kernel_options
+        opts = self.kernel_options
         matvec_epilogue.launch(w.qtype, w.data, x, out, rows, w.shape[-1], epilogue, res,
                                self.stream, scale_in=scale_in, interleaved=interleaved, x_records=x_records,
                                pdl=opts["pdl"], int8_dot_types=opts["int8_dot_types"])
@@ -150,7 +150,7 @@ class CUDALinear:
 
     def output(self, x):
         name = "output.weight" if "output.weight" in self.w else "token_embd.weight"
-        return self._product(x, self.w[name])
+        return self.folded_product(x, self.w[name])
 
 
 def gemm_f16_f32(cp, x16, w16, stream):

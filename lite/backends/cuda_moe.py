@@ -3,8 +3,8 @@ a layer, no host sync (docs/experts.md); types without a grouped product take a 
 experts. Experts kept off the device (--experts host|mmap) are served from a cache of slots
 (cuda_host_experts.py) in rounds through the same grouped kernels.
 
-What it takes of the backend: w, cp, stream, device, config, pdl, and the dense ops _matmul,
-act_mul, _arr and _upload. What the host-expert cache takes of it (its interface): cp, stream,
+What it takes of the backend: w, cp, stream, device, config, pdl, and the dense ops matmul,
+act_mul, as_array and upload_weights. What the host-expert cache takes of it (its interface): cp, stream,
 moe_pairs_max_tokens and moe_plan, moe_products, moe_per_expert, moe_combine below."""
 import os
 
@@ -63,11 +63,7 @@ class CUDAExperts:
         free_host = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
         r = ex.resolve(experts, expert_cache, total, free_vram, free_host, slot, max(layers.values()))
         if r.mode == "gpu":
-            groups, self._groups = self._groups, []       # the dense fusion groups are done
-            try:
-                self._upload(names)
-            finally:
-                self._groups = groups
+            self.upload_weights(names, fuse=False)    # the dense fusion groups are done
             return r
         with self.device:
             c = self.config
@@ -125,7 +121,7 @@ class CUDAExperts:
         out = self._moe_experts(h, il, ids, weights, act, residual)
         if isinstance(out, tuple):                             # the residual is not in it yet
             out = out[0]
-            return out if residual is None else self._arr(residual) + out
+            return out if residual is None else self.as_array(residual) + out
         return out
 
     def _moe_experts(self, h, il, ids, weights, act, residual):
@@ -146,7 +142,7 @@ class CUDAExperts:
             if plan is None:
                 return (self.moe_per_expert(h, il, ids, weights, act),)
             y = self.moe_products(plan, h, ids, ws, act)
-            res = None if residual is None else cp.ascontiguousarray(self._arr(residual))
+            res = None if residual is None else cp.ascontiguousarray(self.as_array(residual))
             return self.moe_combine(y, plan.get("pos"), weights, res)
 
     def moe_combine(self, y, pos, weights, residual=None):
@@ -322,9 +318,9 @@ class CUDAExperts:
             if rows.size == 0:
                 continue
             x = h[cp.asarray(rows)]
-            g = self._matmul(x, weight_of(e, "gate"))
-            u = self._matmul(x, weight_of(e, "up"))
-            y[cp.asarray(rows * k + slot)] = self._matmul(self.act_mul(g, u, act), weight_of(e, "down"))
+            g = self.matmul(x, weight_of(e, "gate"))
+            u = self.matmul(x, weight_of(e, "up"))
+            y[cp.asarray(rows * k + slot)] = self.matmul(self.act_mul(g, u, act), weight_of(e, "down"))
         if not combine:
             return y
         return self.moe_combine(y, None, cp.ascontiguousarray(cp.asarray(weights), dtype=np.float32))
@@ -336,6 +332,6 @@ class CUDAExperts:
             return _Weight(name, w.qtype, (rows, cols), w.data[e])
         per = w.data.size // n_exp
         data = w.data[e * per:(e + 1) * per]
-        if w.qtype == "F16":                  # _matmul multiplies F16 as the float16 matrix it is
+        if w.qtype == "F16":                  # matmul multiplies F16 as the float16 matrix it is
             data = data.view(np.float16).reshape(rows, cols)
         return _Weight(name, w.qtype, (rows, cols), data)

@@ -13,9 +13,9 @@ PINNED_STAGING_BYTES = 64 << 20
 class CUDAWeights:
     FUSE = (("attn_q.weight", "attn_k.weight", "attn_v.weight"), ("ffn_gate.weight", "ffn_up.weight"))
 
-    def _plan_fusion(self, names):
+    def plan_fusion(self, names):
         """Record the fusable groups (same quant type and row length, in GGUF blocks) that
-        _upload stacks into one buffer: a decode step then runs one fused product for q, k and v,
+        upload_weights stacks into one buffer: a decode step then runs one fused product for q, k and v,
         and one for gate and up, instead of five."""
         have = set(names)
         self._groups = []
@@ -30,8 +30,9 @@ class CUDAWeights:
                             and ts[0].type_name not in ("F32", "F16")):
                         self._groups.append(members)
 
-    def _upload(self, names):
-        """Copy each tensor from the mapped file to the device through two pinned buffers."""
+    def upload_weights(self, names, fuse=True):
+        """Copy each tensor from the mapped file to the device through two pinned buffers, then
+        stack plan_fusion's groups (fuse=False: tensors uploaded after the dense ones, the experts)."""
         import cupyx
         cp = self.cp
         from lite.progress import Progress
@@ -62,7 +63,7 @@ class CUDAWeights:
         self.stream.synchronize()
         progress.close()
         cp = self.cp
-        for members in self._groups:
+        for members in self._groups if fuse else ():
             ws = [self.w[m] for m in members]
             buf = cp.concatenate([w.data for w in ws])          # rows stacked: one weight
             rows = [w.shape[0] for w in ws]
