@@ -116,7 +116,8 @@ def test_stop_sequences(client, whole):
     assert (delta.delta.stop_reason, delta.delta.stop_sequence) == ("stop_sequence", stop)
 
 
-def test_count_tokens(server, client, whole):
+def test_count_tokens(server, client, whole, monkeypatch):
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)     # the Bearer client below sends only that
     n = client.messages.count_tokens(model=ALIAS, system=SYSTEM, messages=TURNS).input_tokens
     assert n == whole.usage.input_tokens
     shorter = client.messages.count_tokens(model=ALIAS, system=SYSTEM, messages=TURNS[:1]).input_tokens
