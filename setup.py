@@ -32,10 +32,11 @@ setup(
         "cuda": CUDA12,
         "cuda12": CUDA12,
         "cuda13": ["cupy-cuda13x>=13", *NUMBA],
-        "test": ["pytest>=7", "openai>=1.0", "starlette>=0.40", "uvicorn>=0.30", *NUMBA],
+        "test": ["pytest>=7", "openai>=1.0", "anthropic>=0.40", "selenium>=4.10", "starlette>=0.40",
+                 "uvicorn>=0.30", *NUMBA],
         "server": ["starlette>=0.40", "uvicorn>=0.30"],
     },
-    # the kernels' CUDA C (kernels/cuda_source.py reads them at run time)
-    package_data={"lite.kernels": ["cuda/*.cu", "cuda/*.cuh"]},
+    # the kernels' CUDA C (kernels/cuda_source.py reads them at run time); the server's chat page
+    package_data={"lite.kernels": ["cuda/*.cu", "cuda/*.cuh"], "lite.server": ["webui/*.html"]},
     entry_points={"console_scripts": ["lite=lite.cli.main:main"]},
 )

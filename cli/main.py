@@ -118,16 +118,19 @@ def bench(target, n_prompt, n_gen, repetitions, as_json, timeline, show_counters
               help="Slots: requests decoded together in one batched step.")
 @click.option("--max-queue", default=128, type=int, callback=_positive, show_default=True,
               help="Requests that may wait for a slot; past that the server answers 503.")
-@click.option("--api-key", default=None, help="Require `Authorization: Bearer KEY` on every request but /health.")
+@click.option("--api-key", default=None, help="Require `Authorization: Bearer KEY` (or `x-api-key: KEY`) on every request but /health and /.")
 @click.option("--alias", default=None, help="The model's name in the API (default: the file's stem).")
+@click.option("--webui/--no-webui", default=True, show_default=True,
+              help="Serve the chat page at / (--no-webui: / answers 404).")
 @model_options
-def serve(model_arg, model, host, port, n_slots, max_queue, api_key, alias, **engine_opts):
-    """Serve a model over the OpenAI API (/v1/chat/completions, /v1/completions, ...)."""
+def serve(model_arg, model, host, port, n_slots, max_queue, api_key, alias, webui, **engine_opts):
+    """Serve a model over the OpenAI API (/v1/chat/completions, /v1/completions, ...) and Anthropic's
+    Messages API (/v1/messages), with a chat page at /."""
     from lite.server.app import serve as run_server
     if model_arg and model:
         raise click.UsageError("give the model once: as MODEL or as -m")
     run_server(model_arg or model, host=host, port=port, n_slots=n_slots, api_key=api_key, alias=alias,
-               max_queue=max_queue, **engine_kwargs(**engine_opts))
+               max_queue=max_queue, webui=webui, **engine_kwargs(**engine_opts))
 
 
 from lite.cli.calibrate import calibrate  # noqa: E402

@@ -1,4 +1,5 @@
-"""The HTTP layer: a Starlette app speaking the OpenAI API in front of one Scheduler.
+"""The HTTP layer: a Starlette app speaking the OpenAI API (and Anthropic's Messages API, with the
+chat page at /) in front of one Scheduler.
 
 It never touches the engine: it tokenizes, hands a request to the scheduler, and sends on the
 events the scheduler emits (from its own thread, through the event loop's thread-safe call).
@@ -9,16 +10,18 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 
 import anyio
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
-from starlette.responses import JSONResponse, PlainTextResponse
+from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse
 from starlette.routing import Route
 
 from lite.errors import LiteError
+from lite.server.anthropic_protocol import api_key_of, error_response, message_routes
 from lite.server.openai_protocol import (Reply, RequestError, chat_messages, completion_prompt,
                                          context_error, gen_params, parse_json, sse)
 from lite.server.scheduler import DEFAULT_MAX_QUEUE, QueueFull, Scheduler, prometheus_text
@@ -32,6 +35,7 @@ class ServerState:
     api_key: str | None = None
     scheduler: object = None        # set once the model has loaded
     model_names: set = field(default_factory=set)
+    webui: bool = True              # the chat page at /
     created: int = field(default_factory=lambda: int(time.time()))
 
 
@@ -73,16 +77,17 @@ def create_app(state):
             raise RequestError(503, "the model is loading", type="unavailable_error", code="loading")
         return state.scheduler
 
-    def endpoint(fn):
+    def endpoint(fn, error=_error):
         async def wrapped(request):
             try:
-                if state.api_key is not None and request.url.path != "/health":
-                    if request.headers.get("authorization", "") != f"Bearer {state.api_key}":
+                # the chat page loads without the key: the user types it into the page
+                if state.api_key is not None and request.url.path not in ("/health", "/"):
+                    if api_key_of(request.headers) != state.api_key:
                         raise RequestError(401, "invalid API key", type="authentication_error",
                                            code="invalid_api_key")
                 return await fn(request)
             except RequestError as e:
-                return _error(e)
+                return error(e)
         return wrapped
 
     async def body_of(request):
@@ -93,7 +98,18 @@ def create_app(state):
                                param="model", code="model_not_found")
         return body
 
-    async def generate(request, reply, ids, params, stream):
+    async def chat_ids(messages):
+        """The prompt's token ids: the messages through the model's chat template."""
+        tok = ready().tokenizer
+
+        def encode():
+            return tok.encode(tok.apply_chat_template(messages, add_generation_prompt=True))
+        try:
+            return await run_in_threadpool(encode)
+        except LiteError as e:          # a template that fails on these messages
+            raise RequestError(400, str(e), param="messages") from None
+
+    async def generate(request, reply, ids, params, stream, chunks=None, error=_error):
         sched = ready()
         if len(ids) >= sched.ctx:
             raise context_error(len(ids), sched.ctx)
@@ -111,9 +127,9 @@ def create_app(state):
         except LiteError as e:
             raise RequestError(400, str(e)) from None
         if stream:
-            return EventStream(_chunks(reply, events), lambda: sched.cancel(seq))
+            return EventStream((chunks or _chunks)(reply, events), lambda: sched.cancel(seq))
         try:
-            return await _whole(request, reply, events)
+            return await _whole(request, reply, events, error)
         finally:
             sched.cancel(seq)           # a no-op once it finished; frees it when the client left
 
@@ -121,16 +137,7 @@ def create_app(state):
     async def chat_completions(request):
         body = await body_of(request)
         params, stream, usage = gen_params(body)
-        messages = chat_messages(body)
-        sched = ready()
-        tok = sched.tokenizer
-
-        def encode():
-            return tok.encode(tok.apply_chat_template(messages, add_generation_prompt=True))
-        try:
-            ids = await run_in_threadpool(encode)
-        except LiteError as e:          # a template that fails on these messages
-            raise RequestError(400, str(e), param="messages") from None
+        ids = await chat_ids(chat_messages(body))
         return await generate(request, Reply(True, state.model_name, usage), ids, params, stream)
 
     @endpoint
@@ -187,7 +194,11 @@ def create_app(state):
         kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
         msg = (f"no route {request.method} {request.url.path}" if exc.status_code in (404, 405)
                else exc.detail)
-        return _error(RequestError(exc.status_code, msg, type=kind))
+        shape = error_response if request.url.path.startswith("/v1/messages") else _error
+        return shape(RequestError(exc.status_code, msg, type=kind))
+
+    async def webui(request):
+        return HTMLResponse(page)
 
     routes = [Route("/v1/chat/completions", chat_completions, methods=["POST"]),
               Route("/v1/completions", completions, methods=["POST"]),
@@ -195,7 +206,11 @@ def create_app(state):
               Route("/health", health, methods=["GET"]),
               Route("/metrics", metrics, methods=["GET"]),
               Route("/tokenize", tokenize, methods=["POST"]),
-              Route("/detokenize", detokenize, methods=["POST"])]
+              Route("/detokenize", detokenize, methods=["POST"]),
+              *message_routes(endpoint, body_of, chat_ids, generate, state.model_name)]
+    if state.webui:
+        page = resources.files("lite.server").joinpath("webui/index.html").read_text(encoding="utf-8")
+        routes.append(Route("/", webui, methods=["GET"]))
     return Starlette(routes=routes, exception_handlers={HTTPException: http_error})
 
 
@@ -218,7 +233,7 @@ async def _chunks(reply, events):
     yield "data: [DONE]\n\n"
 
 
-async def _whole(request, reply, events):
+async def _whole(request, reply, events, error=_error):
     """Collect a request's text; stop early (the caller cancels it) if the client disconnects."""
     parts, out = [], {}
     async with anyio.create_task_group() as tg:
@@ -241,16 +256,17 @@ async def _whole(request, reply, events):
     if "finish" in out:
         return JSONResponse(reply.whole("".join(parts), out))
     if "error" in out:
-        return _error(RequestError(500, out["error"], type="server_error"))
+        return error(RequestError(500, out["error"], type="server_error"))
     return PlainTextResponse("", status_code=499)      # the client has gone
 
 
 # --- starting it: uvicorn serving the app at once (/health says 503 while the model loads), the
 # engine loaded on a thread, then the scheduler started on it ---------------------------------------
 def serve(model=None, host="127.0.0.1", port=8080, n_slots=4, api_key=None, alias=None,
-          max_queue=DEFAULT_MAX_QUEUE, engine=None, **engine_kwargs):
-    """Serve a model (a known alias or a GGUF path; or a loaded Engine) over the OpenAI API until
-    interrupted. engine_kwargs are Engine's (device, max_context, kv, prefill_chunk, ...)."""
+          max_queue=DEFAULT_MAX_QUEUE, engine=None, webui=True, **engine_kwargs):
+    """Serve a model (a known alias or a GGUF path; or a loaded Engine) over the OpenAI and
+    Anthropic APIs, with the chat page at / unless webui is False, until interrupted.
+    engine_kwargs are Engine's (device, max_context, kv, prefill_chunk, ...)."""
     try:
         import uvicorn
     except ImportError:
@@ -258,8 +274,8 @@ def serve(model=None, host="127.0.0.1", port=8080, n_slots=4, api_key=None, alia
     from lite.hub import resolve_model
     path = engine.gguf.path if engine is not None else resolve_model(model)
     name = alias or Path(path).stem
-    state = ServerState(name, api_key, model_names={name, Path(path).name, Path(path).stem}
-                        | ({model} if isinstance(model, str) else set()))
+    names = {name, Path(path).name, Path(path).stem} | ({model} if isinstance(model, str) else set())
+    state = ServerState(name, api_key, model_names=names, webui=webui)
     app = create_app(state)
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
                                            timeout_graceful_shutdown=2))

@@ -248,7 +248,8 @@ class Scheduler:
             text += s.stop.flush()
             if text:
                 s.emit({"text": text})
-        s.emit({"finish": reason, "usage": s.usage(), "timings": s.timings(time.perf_counter())})
+        s.emit({"finish": reason, "stop_sequence": s.stop.stopped, "usage": s.usage(),
+                "timings": s.timings(time.perf_counter())})
         self._retire(s)
         self.counters["requests_finished"] += 1
 

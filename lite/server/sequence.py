@@ -3,7 +3,8 @@
 Only the scheduler thread changes a Sequence, except `cancelled`, which the HTTP side sets.
 Events go out through `emit(event)`, a callable the HTTP side gives (it must be thread-safe):
     {"text": str}                                   text to append (whole characters, no stop text)
-    {"finish": reason, "usage": {...}, "timings": {...}}   the last event: reason "stop" | "length"
+    {"finish": reason, "stop_sequence": str | None, "usage": {...}, "timings": {...}}
+                                                    the last event: reason "stop" | "length"
     {"error": message}                              the last event when the step failed
 """
 import time
