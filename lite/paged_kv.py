@@ -171,8 +171,9 @@ class PagedKV:
 # CUDABatchOps (lite/paged_cuda.py) does RoPE and attention of all rows in a few launches instead.
 class BatchOps:
     def __init__(self, ops, starts, counts, kvs):
-        # sequence i: rows rows[i]:rows[i + 1], first position starts[i], KV view kvs[i]
-        self.ops, self.starts, self.kvs = ops, starts, kvs
+        # sequence i: rows rows[i]:rows[i + 1], first position starts[i], KV view kvs[i]; a CPU
+        # stage's products in its row_invariant view, so a row's logits do not depend on the batch
+        self.ops, self.starts, self.kvs = getattr(ops, "row_invariant", ops), starts, kvs
         self.rows = [0]
         for n in counts:
             self.rows.append(self.rows[-1] + n)

@@ -190,6 +190,16 @@ def test_same_seed_same_text(client):
     assert sample(7) == sample(7)
 
 
+def test_seeded_requests_under_load_get_their_lone_texts(client):
+    # temperature 0.8 and seed 14: the draws follow the logits, which the batch must not change
+    def sample(prompt):
+        return client.completions.create(model=ALIAS, prompt=prompt, max_tokens=12, temperature=0.8,
+                                         seed=14).choices[0].text
+    alone = [sample(p) for p in PROMPTS]
+    with ThreadPoolExecutor(len(PROMPTS)) as pool:
+        assert list(pool.map(sample, PROMPTS)) == alone
+
+
 def test_concurrent_requests_get_their_alone_texts(client, llm):
     alone = [llm.generate(p, max_tokens=6, temperature=0) for p in PROMPTS]
     with ThreadPoolExecutor(len(PROMPTS)) as pool:

@@ -273,3 +273,26 @@ def test_hybrid_sequences_batched_on_the_gpu():
         logits = _cpu_logits(cpu, p, together[i])
         _check_greedy(logits, together[i], eog, f"hybrid request {i} batched")
         _same_or_tie(together[i], alone[i], logits, eog, f"hybrid request {i} batched vs alone")
+
+
+def test_a_rows_logits_in_a_batch_stay_within_the_bound(engines):
+    """docs/architecture.md's bound: a decoding row beside a prompt chunk of 64 rows (cuBLAS
+    products) against the same row alone (fused matvecs)."""
+    gpu, _ = engines
+    prompts = _prompts(gpu)
+    got = []
+    for plan in ([(0, 1)], [(0, 1), (5, 64)]):
+        pools = []
+        for st in gpu.stages:
+            with st.ops.activate():
+                pools.append(BlockPool(gpu.cfg, st.spec.layers, 16, 16, "f16", st.ops.xp))
+        tables = [list(range(8)), list(range(8, 16))]
+        x = np.asarray(prompts[0][:-1], np.int32)
+        for st, pool in zip(gpu.stages, pools):      # the first row's prompt, alone
+            x = st.forward_batch(x, [0], [len(prompts[0]) - 1], [PagedKV(pool, tables[0], CTX)])
+        x = np.asarray([prompts[0][-1]] + (prompts[5] if len(plan) > 1 else []), np.int32)
+        for st, pool in zip(gpu.stages, pools):
+            x = st.forward_batch(x, [len(prompts[0]) - 1, 0][:len(plan)], [n for _, n in plan],
+                                 [PagedKV(pool, tables[j], CTX) for j in range(len(plan))])
+        got.append(np.asarray(x[0]))
+    assert np.abs(got[1] - got[0]).max() <= 1e-2 * np.abs(got[0]).max()

@@ -3,8 +3,14 @@
 Weights are dequantized to float32 when a stage loads them (gguf.quants does the block arithmetic),
 except the token embedding, which stays in its GGUF blocks and is dequantized a row at a time on
 lookup; when the output projection is tied to it, the full table is dequantized once, on first use.
+
+The server's batched step takes the backend's row_invariant view: BLAS sums a product of one row
+(gemv) or of a small one (OpenBLAS's small-matrix kernels) in another order than its blocked gemm,
+whose order for an output is fixed by the inputs alone, so the view pads every product with zero
+rows past those kernels and a row's result is the same bytes whichever rows share its step.
 """
 import contextlib
+import copy
 import logging
 import math
 
@@ -15,6 +21,10 @@ from lite.backends.cpu_recurrent import causal_conv_silu, delta_rule_chunked, de
 from lite.errors import UnsupportedQuantError
 
 log = logging.getLogger(__name__)
+
+# a padded product has at least this many rows, rows x outputs and rows x outputs x inputs
+# (past OpenBLAS's gemv and small-matrix kernels; tests/test_batch_invariance.py checks the BLAS)
+INVARIANT_ROWS, INVARIANT_OUTPUTS, INVARIANT_MACS = 8, 4096, 1 << 21
 
 
 def dequantize_tensor(t) -> np.ndarray:
@@ -48,6 +58,8 @@ class CPUBackend(HostHandoff):
     name = "cpu"
     xp = np
     device_key = "cpu"
+    pad_rows = False                    # the row_invariant view's products pad their rows
+    _invariant = None
 
     def __init__(self, gguf, names, tied_output=False, config=None):   # config: the GPU's settings
         from lite.progress import Progress
@@ -61,7 +73,28 @@ class CPUBackend(HostHandoff):
             self.w[n] = dequantize_tensor(gguf.tensors[n])
         progress.close()
         self.tied_output = tied_output
-        self._out = None
+        self._tied = {}                 # the tied output table, once dequantized (the view shares it)
+
+    @property
+    def row_invariant(self):
+        """These ops (the same weights) with every product padded past BLAS's small kernels."""
+        if self._invariant is None:
+            self._invariant = copy.copy(self)
+            self._invariant.pad_rows = True
+        return self._invariant
+
+    def product(self, x, w):
+        """x (T, in) @ w (out, in).T; in the row_invariant view, over zero rows added past BLAS's
+        small kernels so each row's result does not depend on T."""
+        T, (n_out, n_in) = x.shape[0], w.shape
+        if not self.pad_rows:
+            return x @ w.T
+        rows = max(T, INVARIANT_ROWS, -(-INVARIANT_OUTPUTS // n_out), -(-INVARIANT_MACS // (n_out * n_in)))
+        if rows == T:
+            return x @ w.T
+        padded = np.zeros((rows, n_in), np.float32)
+        padded[:T] = x
+        return (padded @ w.T)[:T]
 
     def activate(self):
         return contextlib.nullcontext()
@@ -79,7 +112,7 @@ class CPUBackend(HostHandoff):
         return name in self.w
 
     def linear(self, x, name):                              # (T, in) -> (T, out)
-        y = x @ self.w[name].T
+        y = self.product(x, self.w[name])
         bias = name[: -len("weight")] + "bias"
         if bias in self.w:
             y += self.w[bias]
@@ -146,7 +179,7 @@ class CPUBackend(HostHandoff):
 
     def moe_route(self, h, name, k, normalize):
         """Router softmax over all experts, top-k -> ids (T, k) int, weights (T, k) f32."""
-        logits = h @ self.w[name].T                           # (T, n_expert)
+        logits = self.product(h, self.w[name])                # (T, n_expert)
         p = np.exp(logits - logits.max(axis=-1, keepdims=True))
         p /= p.sum(axis=-1, keepdims=True)
         ids = np.argsort(-p, axis=-1, kind="stable")[:, :k]
@@ -169,16 +202,18 @@ class CPUBackend(HostHandoff):
         for e in np.unique(ids):
             rows, slot = np.nonzero(ids == e)
             x = h[rows]
-            g = x @ self._expert(p + "ffn_gate_exps.weight", e).T
-            u = x @ self._expert(p + "ffn_up_exps.weight", e).T
-            y = self.act_mul(g, u, act) @ self._expert(p + "ffn_down_exps.weight", e).T
+            g = self.product(x, self._expert(p + "ffn_gate_exps.weight", e))
+            u = self.product(x, self._expert(p + "ffn_up_exps.weight", e))
+            y = self.product(self.act_mul(g, u, act), self._expert(p + "ffn_down_exps.weight", e))
             np.add.at(out, rows, y * weights[rows, slot][:, None])
         return out
 
     def sigmoid_gate(self, x, h, name):
         """x (T, n) scaled row by row by sigmoid(h . w), w = name's vector (n_embd,): one gate a
         token (qwen2moe's shared expert)."""
-        g = h @ self.w[name].reshape(-1)                      # (T,); some files store (1, n_embd)
+        w = self.w[name].reshape(-1)                          # some files store (1, n_embd)
+        # a row's sum alone (numpy reduces each row by itself), not gemv's: the same in any batch
+        g = np.sum(h * w, axis=-1) if self.pad_rows else h @ w
         return x * (1.0 / (1.0 + np.exp(-g)))[:, None]
 
     # --- the hybrid's (qwen3next) ops -------------------------------------------------------------
@@ -222,10 +257,10 @@ class CPUBackend(HostHandoff):
 
     def output(self, x):                                      # (T, n_embd) -> (T, n_vocab) f32
         if "output.weight" in self.w:
-            return x @ self.w["output.weight"].T
-        if self._out is None:
-            self._out = dequantize_tensor(self.gguf.tensors["token_embd.weight"])
-        return x @ self._out.T
+            return self.product(x, self.w["output.weight"])
+        if not self._tied:
+            self._tied["output"] = dequantize_tensor(self.gguf.tensors["token_embd.weight"])
+        return self.product(x, self._tied["output"])
 
     def to_host(self, x):
         return x

@@ -159,14 +159,17 @@ class Scheduler:
 
     def _plan(self):
         """This step's rows: (sequence, token count) for every decoding sequence, then prompt
-        chunks of the prefilling ones, oldest first, up to `chunk` tokens."""
+        chunks of the prefilling ones, oldest first, up to `chunk` tokens. A prompt's chunks end
+        at multiples of `chunk` in its own positions (a chunk that does not fit waits a step), so
+        its rows' rounding is the same however many prompts share the step."""
         plan = [(s, 1) for s in self.running if not s.prefilling]
         budget = self.chunk
         for s in self.running:
-            if s.prefilling and budget > 0:
-                n = min(budget, s.pending)
-                plan.append((s, n))
-                budget -= n
+            if s.prefilling:
+                n = min(self.chunk - s.n_computed % self.chunk, s.pending)
+                if n <= budget:
+                    plan.append((s, n))
+                    budget -= n
         return plan
 
     def _step(self):
