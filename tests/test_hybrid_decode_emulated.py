@@ -11,8 +11,7 @@
   states stand, and from a checkpoint) matches eager decode.
 - The launches of one decode step before and after (emulated CUDA C launches by name, and the ops
   the stand-in serves from the CPU backend, each one launch or more on a GPU).
-- On the GPU machine (skipped elsewhere): graphed decode = eager decode byte for byte over 64
-  greedy tokens, and checkpoint reuse after graphed decode.
+The same on the GPU machine: tests/test_qwen3next.py's GPU section (hybrid_graphs).
 """
 import collections
 import contextlib
@@ -23,7 +22,6 @@ import pytest
 
 import cuda_c_emulator
 from lite.backend_config import BackendConfig
-from lite.backends import cuda_unavailable_reason
 from lite.backends.cpu import CPUBackend
 from lite.backends.cpu_recurrent import causal_conv_silu, delta_rule_recurrent
 from lite.backends.cuda_moe import CUDAExperts
@@ -340,76 +338,3 @@ def test_one_decode_step_launches_fewer_kernels(emulated_modules, monkeypatch): 
     assert after["sigmoid_gate_add"] == cfg.n_layer and served_after["sigmoid_gate"] == 0
     assert served_before["sigmoid_gate"] == cfg.n_layer
     assert sum(after.values()) + sum(served_after.values()) < sum(before.values()) + sum(served_before.values())
-
-
-# --- on the GPU machine (skipped elsewhere) ------------------------------------------------------------
-GPU_WHY = cuda_unavailable_reason()
-on_gpu = pytest.mark.skipif(GPU_WHY is not None, reason=f"needs a GPU: {GPU_WHY}")
-
-
-@pytest.fixture(scope="module")
-def synth_models(tmp_path_factory):
-    from lite.synth import synth
-    d = tmp_path_factory.mktemp("q3n-graphs")
-    tiny, big = str(d / "tiny.gguf"), str(d / "80b-4l.gguf")
-    synth("qwen3next", "tiny", "Q4_K", tiny, seed=3)
-    synth("qwen3next", "80b-a3b", "Q4_0", big, seed=1, n_layer=4)
-    return {"tiny": tiny, "80b": big}
-
-
-def gpu_engine(path, config=GRAPHED, **kw):
-    return Engine(path, device="cuda", max_context=256, kv="f16", prefill_chunk=16, config=config, **kw)
-
-
-@on_gpu
-@pytest.mark.parametrize("which,layer_split", [("tiny", None), ("tiny", 2), ("80b", None)])
-def test_gpu_graphed_decode_equals_eager_byte_for_byte(synth_models, which, layer_split):
-    """64 greedy tokens: the graphed engine's logits and states = the same kernels run eagerly,
-    byte for byte; and within 1e-2 of the unfused eager path fed the same tokens."""
-    import cupy
-    path, ids = synth_models[which], list(range(7, 60))
-    runs = {}
-    for name, config, graphs in (("graphed", GRAPHED, True), ("eager", GRAPHED, False),
-                                 ("unfused", BackendConfig(), False)):
-        e = gpu_engine(path, config, layer_split=layer_split)
-        if graphs:
-            assert all(st.use_graphs for st in e.stages), "hybrid_graphs on, yet a stage does not capture"
-        else:
-            for st in e.stages:
-                st.use_graphs = False
-        tokens = runs["graphed"][1] if name == "unfused" else None
-        rows = [e.prefill(ids)]
-        for i in range(64):
-            tok = int(np.argmax(rows[-1])) if tokens is None else tokens[i]
-            rows.append(np.array(e.decode_step(tok)))
-        states = [cupy.asnumpy(a) for st in e.stages for r in [st.kv.recurrent] for il in r.pos
-                  for a in (r.conv[il], r.ssm[il])]
-        runs[name] = np.stack(rows), [int(np.argmax(r)) for r in rows[:64]], states
-    np.testing.assert_array_equal(runs["graphed"][0], runs["eager"][0])
-    for a, b in zip(runs["graphed"][2], runs["eager"][2]):
-        np.testing.assert_array_equal(a, b)
-    got, want = runs["graphed"][0], runs["unfused"][0]
-    assert np.abs(got - want).max() < 1e-2 * np.abs(want).max()
-
-
-@on_gpu
-def test_gpu_checkpoint_reuse_after_graphed_decode(synth_models):
-    """After 8 graphed tokens: a turn extending the history reuses the states where they stand, one
-    branching inside the reply restores the prompt's checkpoint; the bytes of eager decode's."""
-    ids = list(range(7, 97))
-    runs = {}
-    for graphs in (True, False):
-        e = gpu_engine(synth_models["tiny"])
-        for st in e.stages:
-            st.use_graphs = st.use_graphs and graphs
-        rows = [e.prefill(ids[:60])]
-        for _ in range(8):
-            rows.append(np.array(e.decode_step(int(np.argmax(rows[-1])))))
-        reply = [int(np.argmax(r)) for r in rows[:8]]
-        second = e.prefill(ids[:60] + reply + ids[60:70])
-        reuse2 = e.last_reuse
-        third = e.prefill(ids[:60] + reply[:5] + ids[60:90])
-        runs[graphs] = np.stack(rows), second, third, (reuse2, e.last_reuse)
-    assert runs[True][3] == runs[False][3] == (68, 60)
-    for a, b in zip(runs[True][:3], runs[False][:3]):
-        np.testing.assert_array_equal(a, b)
