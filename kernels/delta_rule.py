@@ -6,6 +6,8 @@
   decode      one token of the delta rule, the state (Hv, dk, dv) in place (fixed shapes: capturable)
   chunked     the chunked form over a prompt chunk (chunks of CHUNK tokens), the state in place
   sigmoid_mul gated attention's output gate
+  decode_fused      one token from the projections: conv_silu, l2_norm, gates, decode in one launch
+  sigmoid_gate_add  the shared expert's gate and add (base + sigmoid(h . w) x)
 
 float32 in and out, the semantics of lite/backends/cpu_recurrent.py (tests/test_delta_rule_emulated.py
 runs this very C on the host against it). Every wrapper takes the CuPy stream to launch on and never
@@ -113,6 +115,46 @@ def sigmoid_mul(x, gate, stream):
         _function("sigmoid_mul")((-(-x.size // 256),), (256,), (x, gate, y, np.int64(x.size)),
                                  stream=stream)
     return y
+
+
+def sigmoid_gate_add(base, x, h, w, stream):
+    """base + sigmoid(h . w) x row by row: base, x (T, n), h (T, n_embd), w (n_embd,) (the shared
+    expert's gate and add in one launch)."""
+    base, x, h, w = _f32(base), _f32(x), _f32(h), _f32(w).reshape(-1)
+    T, n = x.shape
+    if base.shape != x.shape or h.shape != (T, w.size):
+        raise ValueError(f"sigmoid_gate_add: base {base.shape}, x {x.shape}, h {h.shape}, w {w.shape}")
+    out = cp.empty((T, n), np.float32)
+    if x.size:
+        _function("sigmoid_gate_add")((-(-n // 256), T), (256,),
+                                      (base, x, h, w, out, np.int32(n), np.int32(w.size)), stream=stream)
+    return out
+
+
+def decode_fused(qkv, ba, conv_w, window, A, dt_bias, S, counters, eps, scale, stream):
+    """One token of a Gated DeltaNet layer in one launch: conv_silu of qkv (1, C) (taps conv_w
+    (C, K), window (K-1, C) in place), l2_norm of q and k, gates from ba (1, Hk * 2r) (per key head
+    [b | a]), A and dt_bias (Hv,), and decode on S (Hv, dk, dv) in place -> out (1, Hv, dv).
+    counters: Hk or more int32 zeros on the device (left zero)."""
+    qkv, ba, conv_w = _f32(qkv), _f32(ba), _f32(conv_w)
+    A, dt_bias = _f32(A).reshape(-1), _f32(dt_bias).reshape(-1)
+    Hv, dk, dv = S.shape
+    C, K = conv_w.shape
+    Hk = (C - Hv * dv) // (2 * dk) if dk else 0
+    if (qkv.shape != (1, C) or Hk <= 0 or Hv % Hk or C != 2 * Hk * dk + Hv * dv
+            or ba.shape != (1, 2 * Hv) or A.size != Hv or dt_bias.size != Hv
+            or window.shape != (K - 1, C) or counters.size < Hk or counters.dtype != np.int32):
+        raise ValueError(f"delta decode: qkv {qkv.shape}, ba {ba.shape}, taps {conv_w.shape}, window "
+                         f"{window.shape}, state {S.shape}, {counters.size} counters")
+    for a in (window, S):
+        if a.dtype != np.float32 or not a.flags.c_contiguous:
+            raise ValueError("delta decode: the states must be contiguous float32 arrays (updated in place)")
+    out = cp.empty((1, Hv, dv), np.float32)
+    _function("delta_decode_fused", dk, column_tile(dv))(
+        (Hv, -(-dv // 32)), (32 * DECODE_WARPS,),
+        (qkv, ba, conv_w, window, A, dt_bias, S, out, counters, np.int32(Hk), np.int32(Hv),
+         np.int32(dv), np.int32(K), np.float32(eps), np.float32(scale)), stream=stream)
+    return out
 
 
 def _check(q, k, v, g, beta, S):

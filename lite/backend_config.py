@@ -31,6 +31,10 @@ class BackendConfig:
     flash_attention: bool = True      # one-pass prefill attention where the head dim allows
     moe_gated: bool = True            # MoE decode's gate, up and activation in one launch
     iq3_layout: str = "bands16"       # IQ3_XXS on the GPU: "bands16" (tensor cores), "groups4", "file"
+    # qwen3next's decode: a recurrent layer's conv, norms, gates and delta rule in one launch, the
+    # shared expert's gate in one, and one captured graph per stage with recurrent layers or a
+    # shared expert (off until tests/test_qwen3next.py's graphed-decode GPU tests pass on a GPU)
+    hybrid_graphs: bool = False
     # Experts kept in host RAM (--experts host)
     expert_prefetch: bool = True      # copy the next layer's experts during this layer's compute
     expert_device_cache: bool = True  # decode's expert cache managed on the device (graph-safe)

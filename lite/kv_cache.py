@@ -96,6 +96,7 @@ class RecurrentState:
         self.conv, self.ssm, self.pos = {}, {}, {}
         self.checkpoints = {}           # position -> {layer: (conv copy, ssm copy)}
         self.every, self.keep = self.EVERY, self.KEEP
+        self._replayed = False
         if not layers:                  # a stage of attention layers only: no recurrent shapes
             return
         taps, C = cfg.ssm_conv_kernel, cfg.ssm_conv_channels
@@ -109,7 +110,13 @@ class RecurrentState:
 
     def take(self, il, pos0, n_tokens):
         """The (conv, ssm) state of layer il for a chunk of n_tokens at pos0, which the caller
-        updates in place; cleared when pos0 is 0."""
+        updates in place; cleared when pos0 is 0. Inside replayed() only the buffers: a captured
+        step does its bookkeeping on the host before each replay (step())."""
+        if not self._replayed:
+            self._advance(il, pos0, n_tokens)
+        return self.conv[il], self.ssm[il]
+
+    def _advance(self, il, pos0, n_tokens):
         if pos0 == 0:
             self.conv[il][...] = 0
             self.ssm[il][...] = 0
@@ -117,7 +124,41 @@ class RecurrentState:
             self.pos[il] = pos0 + n_tokens
         else:
             self.pos[il] = -1
-        return self.conv[il], self.ssm[il]
+
+    def step(self, pos0, n_tokens=1):
+        """What take() does for every layer, for a step whose kernels run elsewhere (a replayed
+        graph reads and writes the buffers in place): the positions, and the clear at 0."""
+        for il in self.pos:
+            self._advance(il, pos0, n_tokens)
+
+    @contextlib.contextmanager
+    def replayed(self):
+        """take() hands out the buffers only (a graph being captured: its replays are stepped)."""
+        self._replayed = True
+        try:
+            yield
+        finally:
+            self._replayed = False
+
+    def snapshot(self):
+        """Copies of every layer's state and position, for put_back (a graph's warm-up and
+        capture run the step's kernels once, which must not count as a token)."""
+        return self._copies(), dict(self.pos)
+
+    def put_back(self, snap):
+        states, pos = snap
+        self._put(states)
+        self.pos.update(pos)
+
+    def _copies(self):
+        with self._on_device():
+            return {il: (self.conv[il].copy(), self.ssm[il].copy()) for il in self.pos}
+
+    def _put(self, states):
+        with self._on_device():
+            for il, (conv, ssm) in states.items():
+                self.conv[il][...] = conv
+                self.ssm[il][...] = ssm
 
     def at(self):
         """The position every layer's state has reached: None with no recurrent layer, -1 when
@@ -134,8 +175,7 @@ class RecurrentState:
             return
         if not last and end - max((p for p in self.checkpoints if p < end), default=0) < self.every:
             return
-        with self._on_device():
-            self.checkpoints[end] = {il: (self.conv[il].copy(), self.ssm[il].copy()) for il in self.pos}
+        self.checkpoints[end] = self._copies()
         while len(self.checkpoints) > self.keep:
             del self.checkpoints[min(self.checkpoints)]
 
@@ -146,11 +186,9 @@ class RecurrentState:
 
     def restore(self, pos):
         """Put every layer's state back to the checkpoint at pos."""
-        with self._on_device():
-            for il, (conv, ssm) in self.checkpoints[pos].items():
-                self.conv[il][...] = conv
-                self.ssm[il][...] = ssm
-                self.pos[il] = pos
+        self._put(self.checkpoints[pos])
+        for il in self.checkpoints[pos]:
+            self.pos[il] = pos
 
     def nbytes(self):
         return sum(a.nbytes for d in (self.conv, self.ssm) for a in d.values())

@@ -170,6 +170,8 @@ class PagedKV:
 # and a chunk of rows while its prompt is prefilled, so one step can mix both. On a CUDA stage,
 # CUDABatchOps (lite/paged_cuda.py) does RoPE and attention of all rows in a few launches instead.
 class BatchOps:
+    fused_delta_step = False     # each sequence's recurrent states are their own (delta_rule below)
+
     def __init__(self, ops, starts, counts, kvs):
         # sequence i: rows rows[i]:rows[i + 1], first position starts[i], KV view kvs[i]; a CPU
         # stage's products in its row_invariant view, so a row's logits do not depend on the batch

@@ -3,6 +3,7 @@
 The first stage also embeds tokens; the last also applies the final norm and the output
 projection. With one stage this is the whole model.
 """
+import contextlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -108,15 +109,7 @@ class Stage:
                 raise DeviceError(f"out of memory placing the experts of {what}: try --experts host "
                                   f"or a smaller --expert-cache") from None
         self.all_logits = False   # the last stage returns logits of every position (tests, scoring)
-        # A decode step replays one captured CUDA graph per stage: launching its few hundred
-        # kernels one by one from Python would cost more host time than the GPU needs.
-        # MoE stages capture too when the backend's grouped expert path needs no host sync.
-        moe_ok = not cfg.is_moe or getattr(self.ops, "moe_graph_safe", lambda: False)()
-        # Not a stage with recurrent layers: the warm-up step before the capture would apply its
-        # token to the states twice, and a replay skips RecurrentState.take's position bookkeeping.
-        recurrent = any(cfg.is_recurrent_layer(il) for il in spec.layers)
-        self.use_graphs = (getattr(self.ops, "supports_graphs", False) and moe_ok and not recurrent
-                           and self.ops.graph_safe())
+        self.use_graphs = decode_graphs(self.ops, cfg, spec.layers)
         self._graph = None
 
     # --- StageRunner ---------------------------------------------------------------------------
@@ -134,27 +127,45 @@ class Stage:
         a persistent device buffer and the position into the backend's device scalar, so the same
         graph serves every step. With the backend's pinned graph I/O (the default,
         lite/backends/cuda_graph_io.py) the graph itself starts by copying [token, position] from
-        pinned memory: the host only writes the two numbers before the launch."""
+        pinned memory: the host only writes the two numbers before the launch.
+        A hybrid's recurrent states are buffers the graph updates in place: the warm-up and the
+        capture must not count as a token (the states are put back after each), and the positions
+        take() keeps are stepped on the host before each replay."""
         ops = self.ops
         io = getattr(ops, "graph_io", None)
+        rec = getattr(self.kv, "recurrent", None) or None     # None: no recurrent layer here
         with ops.activate():
             if self._graph is None:
+                snap = rec.snapshot() if rec is not None else None
                 self._in = ops.persistent_input(x)
                 ops.begin(pos, 1)
                 self._forward(self._in, pos, False)        # warm-up: compiles, fills the pool
-                self._graph, self._out = ops.capture(lambda: self._captured_step(pos, io))
+                if rec is not None:
+                    rec.put_back(snap)
+                with self._in_graph(rec):
+                    self._graph, self._out = ops.capture(lambda: self._captured_step(pos, io))
+                if rec is not None:                        # (a host stand-in runs the capture)
+                    rec.put_back(snap)
+            if rec is not None:
+                rec.step(pos)
             if io is None:
                 ops.set_input(self._in, x)
                 ops.begin(pos, 1)
-                ops.replay(self._graph)
             else:
                 first = self.spec.first
                 io.set_step(x if first else None, pos)
                 if not first:
                     ops.set_input(self._in, x)             # hidden states: a device copy
+            with self._in_graph(rec):
                 ops.replay(self._graph)
+            if io is not None:
                 io.replayed(self.spec.last)
             return self._out
+
+    @staticmethod
+    def _in_graph(rec):
+        """While capturing or replaying: the recurrent states' take() hands out buffers only."""
+        return rec.replayed() if rec is not None else contextlib.nullcontext()
 
     def _captured_step(self, pos, io):
         if io is not None:
@@ -220,6 +231,22 @@ class Stage:
             x = x[-1:]
         x = ops.rms_norm(x, "output_norm.weight", cfg.rms_eps)
         return ops.output(x)
+
+
+def decode_graphs(ops, cfg, layers):
+    """Does a decode step of a stage with these layers replay one captured CUDA graph? Launching
+    its few hundred kernels one by one from Python costs more host time than the GPU needs. MoE
+    stages capture when the backend's grouped expert path needs no host sync; stages with
+    recurrent layers or a shared expert only with BackendConfig.hybrid_graphs (their states are
+    stepped around the replays, Stage._decode_graphed, and the shared gate is then a kernel)."""
+    if not getattr(ops, "supports_graphs", False):
+        return False
+    if cfg.is_moe and not getattr(ops, "moe_graph_safe", lambda: False)():
+        return False
+    hybrid = cfg.n_ff_shexp or any(cfg.is_recurrent_layer(il) for il in layers)
+    if hybrid and not getattr(getattr(ops, "config", None), "hybrid_graphs", False):
+        return False
+    return ops.graph_safe()
 
 
 def as_ids(ids):

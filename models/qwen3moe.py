@@ -20,7 +20,7 @@ def moe_block(ops, cfg, il, h, residual=None):
     out = ops.moe_experts(h, il, ids, weights, cfg.act)
     if cfg.n_ff_shexp:
         shared = ffn_block(ops, cfg, il, h, "_shexp")
-        out = ops.add(out, ops.sigmoid_gate(shared, h, p + "ffn_gate_inp_shexp.weight"))
+        out = ops.add_sigmoid_gated(out, shared, h, p + "ffn_gate_inp_shexp.weight")
     return out if residual is None else ops.add(residual, out)
 
 

@@ -55,14 +55,19 @@ def delta_net_block(ops, cfg, il, h, kv, pos0):
     dk, dv, r = cfg.ssm_k_dim, cfg.ssm_v_dim, cfg.ssm_v_heads // cfg.ssm_k_heads
     conv_state, ssm_state = ops.recurrent_state(kv, il, pos0, T)
     qkv, z = qkv_and_gate(ops, cfg, il, h)
-    ba = ops.linear(h, p + "ssm_ba.weight").reshape(T, Hk, 2 * r)      # per key head [b | a]
-    g, beta = ops.delta_gates(ba[:, :, :r].reshape(T, Hv), ba[:, :, r:].reshape(T, Hv),
-                              p + "ssm_a", p + "ssm_dt.bias")
-    c = ops.conv_silu(qkv, p + "ssm_conv1d.weight", conv_state)       # (T, C)
-    q = ops.l2_norm(c[:, :Hk * dk].reshape(T, Hk, dk), cfg.rms_eps)
-    k = ops.l2_norm(c[:, Hk * dk:2 * Hk * dk].reshape(T, Hk, dk), cfg.rms_eps)
-    v = c[:, 2 * Hk * dk:].reshape(T, Hv, dv)
-    o = ops.delta_rule(q, k, v, g, beta, ssm_state, 1.0 / dk ** 0.5)    # (T, Hv, dv)
+    ba = ops.linear(h, p + "ssm_ba.weight")                           # per key head [b | a]
+    if T == 1 and getattr(ops, "fused_delta_step", False):             # all of it in one launch
+        o = ops.delta_step(qkv, ba, (p + "ssm_conv1d.weight", p + "ssm_a", p + "ssm_dt.bias"),
+                           conv_state, ssm_state, cfg.rms_eps, 1.0 / dk ** 0.5)
+    else:
+        ba = ba.reshape(T, Hk, 2 * r)
+        g, beta = ops.delta_gates(ba[:, :, :r].reshape(T, Hv), ba[:, :, r:].reshape(T, Hv),
+                                  p + "ssm_a", p + "ssm_dt.bias")
+        c = ops.conv_silu(qkv, p + "ssm_conv1d.weight", conv_state)   # (T, C)
+        q = ops.l2_norm(c[:, :Hk * dk].reshape(T, Hk, dk), cfg.rms_eps)
+        k = ops.l2_norm(c[:, Hk * dk:2 * Hk * dk].reshape(T, Hk, dk), cfg.rms_eps)
+        v = c[:, 2 * Hk * dk:].reshape(T, Hv, dv)
+        o = ops.delta_rule(q, k, v, g, beta, ssm_state, 1.0 / dk ** 0.5)   # (T, Hv, dv)
     # the norm per head over rows (T * Hv, dv): the CUDA backend leaves a (1, heads, dim) norm for
     # attention's RoPE launch (NormLater), and this one feeds act_mul
     o = ops.rms_norm(o.reshape(T * Hv, dv), p + "ssm_norm.weight", cfg.rms_eps)

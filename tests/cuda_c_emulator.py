@@ -23,6 +23,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import types
 from pathlib import Path
 
@@ -186,6 +187,9 @@ def available():
     return probe.returncode == 0
 
 
+_LAUNCH_LOCK = threading.Lock()
+
+
 class Kernels:
     def __init__(self, path):
         self._lib = ctypes.CDLL(str(path))
@@ -209,10 +213,12 @@ class Kernels:
             errors = ctypes.c_int.in_dll(self._lib, "lt_emu_barrier_errors")
         except ValueError:
             errors = None
-        if errors is not None:
-            errors.value = 0
-        fn(ctypes.c_uint(grid[0]), ctypes.c_uint(grid[1]), ctypes.c_uint(block[0]), ptrs)
-        if errors is not None and errors.value:
+        with _LAUNCH_LOCK:          # the launch dimensions are globals: stages' threads take turns
+            if errors is not None:
+                errors.value = 0
+            fn(ctypes.c_uint(grid[0]), ctypes.c_uint(grid[1]), ctypes.c_uint(block[0]), ptrs)
+            failed = errors is not None and errors.value
+        if failed:
             raise AssertionError(f"{name}: {errors.value} waits on a barrier not initialized, never expecting "
                                  "bytes, or owed bytes (a bulk copy counted on the wrong barrier?)")
 

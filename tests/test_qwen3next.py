@@ -540,3 +540,63 @@ def test_gpu_matches_cpu_on_the_80b_layout(tmp_path):
         runs.append(np.stack(rows))
     mostly_close(runs[1][:len(ids)], runs[0][:len(ids)])
     mostly_close(runs[1], runs[0])
+
+
+# --- graphed decode (BackendConfig.hybrid_graphs; in CI: tests/test_hybrid_decode_emulated.py) -----
+def graphed_engine(path, graphs, config=None, **kw):
+    """hybrid_graphs on (the fused kernels); graphs off: the same kernels launched eagerly."""
+    from lite.backend_config import BackendConfig
+    e = gpu_engine(path, prefill_chunk=16, config=config or BackendConfig(hybrid_graphs=True), **kw)
+    for st in e.stages:
+        assert st.use_graphs or not graphs, "hybrid_graphs on, yet a stage does not capture"
+        st.use_graphs = graphs
+    return e
+
+
+def teacher_forced(e, ids, tokens):
+    """The prompt's last logits, then those of each of tokens in turn (None: greedy, 64 steps)."""
+    rows = [e.prefill(ids)]
+    for i in range(64 if tokens is None else len(tokens)):
+        rows.append(np.array(e.decode_step(int(np.argmax(rows[-1])) if tokens is None else tokens[i])))
+    return np.stack(rows)
+
+
+@on_gpu
+@pytest.mark.parametrize("split", [None, 2])
+def test_gpu_graphed_decode_equals_eager_byte_for_byte(synth_tiny, split):
+    """64 greedy tokens: logits and recurrent states of the replayed graphs = the same kernels run
+    eagerly, byte for byte; within GPU_TOL of the unfused eager path fed the same tokens."""
+    import cupy
+    from lite.backend_config import BackendConfig
+    ids, runs = list(range(7, 60)), {}
+    for graphs in (True, False):
+        e = graphed_engine(synth_tiny, graphs, layer_split=split)
+        runs[graphs] = teacher_forced(e, ids, None), [cupy.asnumpy(a) for st in e.stages
+                                                     for d in (st.kv.recurrent.conv, st.kv.recurrent.ssm)
+                                                     for a in d.values()]
+    np.testing.assert_array_equal(runs[True][0], runs[False][0])
+    for a, b in zip(runs[True][1], runs[False][1]):
+        np.testing.assert_array_equal(a, b)
+    tokens = [int(np.argmax(r)) for r in runs[True][0][:64]]
+    unfused = teacher_forced(graphed_engine(synth_tiny, False, BackendConfig(), layer_split=split), ids, tokens)
+    assert rel_err(runs[True][0], unfused) < GPU_TOL
+
+
+@on_gpu
+def test_gpu_checkpoint_reuse_after_graphed_decode(synth_tiny):
+    """After 8 graphed tokens a turn extending the history reuses the states where they stand, one
+    branching inside the reply restores the prompt's checkpoint: the bytes of eager decode."""
+    ids, runs = list(range(7, 97)), {}
+    for graphs in (True, False):
+        e = graphed_engine(synth_tiny, graphs)
+        rows = [e.prefill(ids[:60])]
+        for _ in range(8):
+            rows.append(np.array(e.decode_step(int(np.argmax(rows[-1])))))
+        reply = [int(np.argmax(r)) for r in rows[:8]]
+        second = e.prefill(ids[:60] + reply + ids[60:70])
+        reuse = [e.last_reuse]
+        third = e.prefill(ids[:60] + reply[:5] + ids[60:90])
+        runs[graphs] = np.stack(rows), second, third, reuse + [e.last_reuse]
+    assert runs[True][3] == runs[False][3] == [68, 60]
+    for a, b in zip(runs[True][:3], runs[False][:3]):
+        np.testing.assert_array_equal(a, b)

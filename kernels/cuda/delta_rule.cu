@@ -7,6 +7,8 @@
 // chunk), DR_NT (threads a chunked block), DR_NW (warps a decode block), DR_SMEM (the chunked
 // block's dynamic shared bytes).
 
+#include "last_block_to_count.cuh"
+
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__) || defined(__CUDA_ARCH__)
 #define DR_DYN_SMEM(name) extern __shared__ __align__(16) float name[]
 #else   // host emulation (tests/cuda_c_emulator.py): blocks run one at a time
@@ -75,28 +77,17 @@ extern "C" __global__ void sigmoid_mul(const float* x, const float* gate, float*
     if (i < n) y[i] = x[i] * (1.f / (1.f + expf(-gate[i])));
 }
 
-// One token of the delta rule: per value head h (key head h / (Hv / Hk)), S (dk, dv) of S (Hv, dk,
-// dv) in place: S = exp(g) S; d = beta (v - S^T k); S += k d^T; out = scale S^T q. A block a
-// (head, 32 columns); a lane a column, the DR_NW warps each a slice of the dk rows, held in
-// registers between the two passes; the warps' partial sums meet in shared memory. Fixed shapes:
-// capturable in a CUDA graph.
+// One token of the delta rule for value head h, the columns of one block: S (dk, dv) of the head
+// in place: S = exp(g) S; d = beta (v - S^T k); S += k d^T; out = scale S^T q. A lane a column
+// (its v value vc), the DR_NW warps each a slice of the dk rows (q, k in shared memory), held in
+// registers between the two passes; the warps' partial sums meet in red and red2.
 #define DR_RPW ((DR_DK + DR_NW - 1) / DR_NW)       // rows a warp
-extern "C" __global__ void delta_rule_decode(const float* q, const float* k, const float* v,
-                                             const float* g, const float* beta, float* S,
-                                             float* out, int Hk, int Hv, int dv, float scale) {
-    __shared__ float sq[DR_DK], sk[DR_DK];
-    __shared__ float red[DR_NW][32], red2[DR_NW][32];
-    const int h = blockIdx.x, hk = h / (Hv / Hk);
+__device__ __forceinline__ void dr_decode_columns(const float* sq, const float* sk, float vc,
+                                                  float decay, float b, float* Sh, float* out_h,
+                                                  int dv, int col, float scale,
+                                                  float (*red)[32], float (*red2)[32]) {
     const int lane = threadIdx.x & 31, wp = threadIdx.x >> 5;
-    const int col = blockIdx.y * 32 + lane;
     const bool live = col < dv;
-    for (int i = threadIdx.x; i < DR_DK; i += blockDim.x) {
-        sq[i] = q[(long long)hk * DR_DK + i];
-        sk[i] = k[(long long)hk * DR_DK + i];
-    }
-    __syncthreads();
-    const float decay = expf(g[h]), b = beta[h];
-    float* Sh = S + (long long)h * DR_DK * dv;
     float s[DR_RPW];
     float part = 0.f;
     #pragma unroll
@@ -109,7 +100,7 @@ extern "C" __global__ void delta_rule_decode(const float* q, const float* k, con
     __syncthreads();
     float sk_tot = 0.f;
     for (int w = 0; w < DR_NW; ++w) sk_tot += red[w][lane];
-    const float d = live ? b * (v[(long long)h * dv + col] - sk_tot) : 0.f;
+    const float d = live ? b * (vc - sk_tot) : 0.f;
     float part2 = 0.f;
     #pragma unroll
     for (int r = 0; r < DR_RPW; ++r) {
@@ -125,8 +116,107 @@ extern "C" __global__ void delta_rule_decode(const float* q, const float* k, con
     if (wp == 0 && live) {
         float o = 0.f;
         for (int w = 0; w < DR_NW; ++w) o += red2[w][lane];
-        out[(long long)h * dv + col] = o * scale;
+        out_h[col] = o * scale;
     }
+}
+
+// One token of the delta rule: per value head h (key head h / (Hv / Hk)), S of S (Hv, dk, dv) in
+// place. A block a (head, 32 columns). Fixed shapes: capturable in a CUDA graph.
+extern "C" __global__ void delta_rule_decode(const float* q, const float* k, const float* v,
+                                             const float* g, const float* beta, float* S,
+                                             float* out, int Hk, int Hv, int dv, float scale) {
+    __shared__ float sq[DR_DK], sk[DR_DK];
+    __shared__ float red[DR_NW][32], red2[DR_NW][32];
+    const int h = blockIdx.x, hk = h / (Hv / Hk);
+    const int col = blockIdx.y * 32 + (threadIdx.x & 31);
+    for (int i = threadIdx.x; i < DR_DK; i += blockDim.x) {
+        sq[i] = q[(long long)hk * DR_DK + i];
+        sk[i] = k[(long long)hk * DR_DK + i];
+    }
+    __syncthreads();
+    const float vc = col < dv ? v[(long long)h * dv + col] : 0.f;
+    dr_decode_columns(sq, sk, vc, expf(g[h]), beta[h], S + (long long)h * DR_DK * dv,
+                      out + (long long)h * dv, dv, col, scale, red, red2);
+}
+
+// silu of channel c's causal conv for one token: the window's K-1 rows (K-1, C), then x's row.
+__device__ __forceinline__ float dr_conv_silu_one(const float* x, const float* w, const float* window,
+                                                  int c, int C, int K) {
+    float acc = 0.f;
+    for (int j = 0; j < K; ++j)
+        acc += (j < K - 1 ? window[(long long)j * C + c] : x[c]) * w[(long long)c * K + j];
+    return acc / (1.f + expf(-acc));
+}
+
+// The window of channel c after the token x: its rows move up one, x's row last.
+__device__ __forceinline__ void dr_window_push(const float* x, float* window, int c, int C, int K) {
+    for (int r = 0; r + 1 < K; ++r)
+        window[(long long)r * C + c] = r + 2 < K ? window[(long long)(r + 1) * C + c] : x[c];
+}
+
+// One token of a Gated DeltaNet layer in one launch (decode), from the projections: qkv (C) before
+// the conv, rows [q of Hk key heads | k | v of Hv value heads]; ba (Hk, 2r), per key head [b | a]
+// of its r value heads. Does what conv_silu, l2_norm (q and k), delta_gates and delta_rule_decode
+// do, in their order of operations. A block a (value head, 32 columns) as delta_rule_decode; every
+// block of a key head computes its q and k. The window (K-1, C) moves on in place: a v channel's
+// by the one block that reads it, q's and k's by the last block of the key head to have read
+// them (counters: Hk ints, zero before and after). Fixed shapes: capturable.
+extern "C" __global__ void delta_decode_fused(const float* qkv, const float* ba, const float* conv_w,
+                                              float* window, const float* A, const float* dt_bias,
+                                              float* S, float* out, int* counters, int Hk, int Hv,
+                                              int dv, int K, float eps, float scale) {
+    __shared__ float sq[DR_DK], sk[DR_DK];
+    __shared__ float red[DR_NW][32], red2[DR_NW][32];
+    const int r = Hv / Hk, h = blockIdx.x, hk = h / r, C = 2 * Hk * DR_DK + Hv * dv;
+    const int lane = threadIdx.x & 31, wp = threadIdx.x >> 5, col = blockIdx.y * 32 + lane;
+    for (int i = threadIdx.x; i < 2 * DR_DK; i += blockDim.x) {
+        const int c = (i < DR_DK ? 0 : Hk * DR_DK - DR_DK) + hk * DR_DK + i;   // q, then k
+        const float y = dr_conv_silu_one(qkv, conv_w, window, c, C, K);
+        if (i < DR_DK) sq[i] = y; else sk[i - DR_DK] = y;
+    }
+    const int cv = 2 * Hk * DR_DK + h * dv + col;
+    const float vc = col < dv ? dr_conv_silu_one(qkv, conv_w, window, cv, C, K) : 0.f;
+    __syncthreads();
+    float ssq = 0.f, ssk = 0.f;                     // every warp both sums, in l2_norm's order
+    for (int i = lane; i < DR_DK; i += 32) {
+        ssq += sq[i] * sq[i];
+        ssk += sk[i] * sk[i];
+    }
+    const float rq = 1.f / sqrtf(dr_warp_sum(ssq) + eps), rk = 1.f / sqrtf(dr_warp_sum(ssk) + eps);
+    __syncthreads();                                // every warp has read sq, sk
+    for (int i = threadIdx.x; i < DR_DK; i += blockDim.x) {
+        sq[i] *= rq;
+        sk[i] *= rk;
+    }
+    __syncthreads();
+    const int j = hk * 2 * r + h % r;               // b of head h; its a r further
+    const float b = 1.f / (1.f + expf(-ba[j]));
+    const float z = ba[j + r] + dt_bias[h];
+    const float g = A[h] * (fmaxf(z, 0.f) + log1pf(expf(-fabsf(z))));
+    dr_decode_columns(sq, sk, vc, expf(g), b, S + (long long)h * DR_DK * dv,
+                      out + (long long)h * dv, dv, col, scale, red, red2);
+    if (wp == 0 && col < dv) dr_window_push(qkv, window, cv, C, K);   // read before the barriers
+    if (last_block_to_count(counters + hk, r * gridDim.y))
+        for (int i = threadIdx.x; i < 2 * DR_DK; i += blockDim.x)
+            dr_window_push(qkv, window, (i < DR_DK ? 0 : Hk * DR_DK - DR_DK) + hk * DR_DK + i, C, K);
+}
+
+// out = base + sigmoid(h . w) x, row by row (T rows of n; h (T, n_embd), w (n_embd)): the shared
+// expert's gate and its add in one launch. A block a (256 columns, row); each computes the row's dot.
+extern "C" __global__ void sigmoid_gate_add(const float* base, const float* x, const float* h,
+                                            const float* w, float* out, int n, int n_embd) {
+    __shared__ float part[32];
+    const int t = blockIdx.y, lane = threadIdx.x & 31, wp = threadIdx.x >> 5;
+    float s = 0.f;
+    for (int i = threadIdx.x; i < n_embd; i += blockDim.x) s += h[(long long)t * n_embd + i] * w[i];
+    s = dr_warp_sum(s);
+    if (lane == 0) part[wp] = s;
+    __syncthreads();
+    float dot = 0.f;
+    for (int i = 0; i < (int)(blockDim.x >> 5); ++i) dot += part[i];
+    const float gate = 1.f / (1.f + expf(-dot));
+    const long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x, at = (long long)t * n + j;
+    if (j < n) out[at] = base[at] + gate * x[at];
 }
 
 // The chunked delta rule (prefill): a block a (value head, DR_DVT columns of S), over the chunks

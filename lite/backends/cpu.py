@@ -216,6 +216,10 @@ class CPUBackend(HostHandoff):
         g = np.sum(h * w, axis=-1) if self.pad_rows else h @ w
         return x * (1.0 / (1.0 + np.exp(-g)))[:, None]
 
+    def add_sigmoid_gated(self, base, x, h, name):
+        """base + sigmoid_gate(x, h, name): the shared expert's output added to the experts'."""
+        return base + self.sigmoid_gate(x, h, name)
+
     # --- the hybrid's (qwen3next) ops -------------------------------------------------------------
     def sigmoid_mul(self, x, gate):
         """x * sigmoid(gate), elementwise (gated attention's output gate)."""

@@ -246,3 +246,24 @@ class CUDARecurrent:
         dr = _dr()
         step = dr.decode if q.shape[0] == 1 else dr.chunked
         return step(q, k, v, g, beta, state, scale, self.stream)
+
+    @property
+    def fused_delta_step(self):
+        """BackendConfig.hybrid_graphs: one decode token of a recurrent layer is delta_step (one
+        launch) instead of gates, conv, two norms and the delta rule (five and their copies)."""
+        return self.config.hybrid_graphs
+
+    def delta_step(self, qkv, ba, names, conv_state, ssm_state, eps, scale):
+        """One token from the layer's projections, qkv (1, C) before the conv and ba (1, Hk * 2r):
+        the conv + silu (window updated in place), q and k L2-normed, the gates, the delta rule
+        (state in place) -> (1, Hv, dv). names: the conv taps, ssm_a and ssm_dt.bias."""
+        taps, a_name, dt_name = names
+        w = self._small_f32(taps)
+        Hk = (w.shape[0] - ssm_state.shape[0] * ssm_state.shape[2]) // (2 * ssm_state.shape[1])
+        counters = self.__dict__.get("_delta_counters")
+        if counters is None or counters.size < Hk:          # zeros, left zero by every launch
+            with self.stream:
+                counters = self._delta_counters = self.cp.zeros(max(Hk, 1), np.int32)
+        return _dr().decode_fused(self.as_array(qkv), self.as_array(ba), w.reshape(w.shape[0], -1),
+                                  conv_state, self._small_f32(a_name), self._small_f32(dt_name),
+                                  ssm_state, counters, eps, scale, self.stream)

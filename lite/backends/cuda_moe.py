@@ -85,8 +85,10 @@ class CUDAExperts:
         products take (kernels/moe_products.py TYPES; else the per-expert loop reads ids on the host), either
         resident on the device or served at decode by a device-managed expert cache (--experts
         host, cuda_expert_dev.py: bookkeeping and copies on the device), and no shared expert
-        (qwen2moe's sigmoid gate is a CuPy dot, i.e. cuBLAS, which capture refuses)."""
-        if any(n.endswith("ffn_gate_inp_shexp.weight") for n in self.w):
+        (qwen2moe's sigmoid gate is a CuPy dot, i.e. cuBLAS, which capture refuses), or one whose
+        gate is the sigmoid_gate_add kernel (BackendConfig.hybrid_graphs, an F32 gate vector)."""
+        shared = [w for n, w in self.w.items() if n.endswith("ffn_gate_inp_shexp.weight")]
+        if shared and not (self.config.hybrid_graphs and all(w.qtype == "F32" for w in shared)):
             return False
         hx = self.host_experts
         if hx is not None:
@@ -97,6 +99,16 @@ class CUDAExperts:
                        for w, b in zip(ws, p.dev.bufs))
         exps = [w for n, w in self.w.items() if n.endswith("_exps.weight")]
         return all(mp.fits(w.qtype, w.data.data.ptr, expert_bytes(w)) for w in exps)
+
+    def add_sigmoid_gated(self, base, x, h, name):
+        """base + x scaled row by row by sigmoid(h . w) (the shared expert's gate, w an F32 vector):
+        one kernel with BackendConfig.hybrid_graphs (capturable), else CuPy ops and cuBLAS."""
+        w = self.w[name]
+        if not (self.config.hybrid_graphs and w.qtype == "F32"):
+            return self.add(base, self.sigmoid_gate(x, h, name))
+        from lite.kernels import delta_rule
+        return delta_rule.sigmoid_gate_add(self.as_array(base), self.as_array(x), self.as_array(h),
+                                           w.data, self.stream)
 
     def moe_route(self, h, name, k, normalize):
         """Softmax router, top-k, renormalized, on the device -> ids (T, k) int32, weights (T, k) f32."""
