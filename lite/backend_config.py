@@ -33,7 +33,7 @@ class BackendConfig:
     iq3_layout: str = "bands16"       # IQ3_XXS on the GPU: "bands16" (tensor cores), "groups4", "file"
     # qwen3next's decode: a recurrent layer's conv, norms, gates and delta rule in one launch, the
     # shared expert's gate in one, and one captured graph per stage with recurrent layers or a
-    # shared expert (off until tests/test_qwen3next.py's graphed-decode GPU tests pass on a GPU)
+    # shared expert (off until tests/test_qwen3next_gpu.py's graphed-decode tests pass on a GPU)
     hybrid_graphs: bool = False
     # Experts kept in host RAM (--experts host)
     expert_prefetch: bool = True      # copy the next layer's experts during this layer's compute

@@ -11,7 +11,7 @@
   states stand, and from a checkpoint) matches eager decode.
 - The launches of one decode step before and after (emulated CUDA C launches by name, and the ops
   the stand-in serves from the CPU backend, each one launch or more on a GPU).
-The same on the GPU machine: tests/test_qwen3next.py's GPU section (hybrid_graphs).
+The same on the GPU machine: tests/test_qwen3next_gpu.py (hybrid_graphs).
 """
 import collections
 import contextlib
