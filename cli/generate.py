@@ -182,7 +182,8 @@ def chat_loop(llm, out, msgs, n_predict, sampling, stop, first=None):
               "the file has one), or as plain text to complete (--no-chat).")
 @click.option("-s", "--system", default=None, help="System message (chat).")
 @click.option("-i", "--interactive", is_flag=True,
-              help="Chat: after the answer, read more messages from standard input (history kept).")
+              help="Chat: after the answer, read more messages from standard input (history kept; "
+              "Ctrl-C stops an answer).")
 @generation_options
 @sampling_options
 @model_options
@@ -232,8 +233,8 @@ def chat(model, system, n_predict, stop, threads, sampling, **engine_opts):
     """Talk with the model: one message a line on standard input, answers streamed back.
 
     Each turn renders the whole conversation with the model's chat template; the KV of the turns
-    already seen is reused, so only the new message is prefilled. /exit or end of input quits.
-    (`lite run -i` is the same.)"""
+    already seen is reused, so only the new message is prefilled. Ctrl-C stops an answer; at the
+    prompt, it ends the chat, as do /exit and the end of input. (`lite run -i` is the same.)"""
     llm = _llm(model, threads, engine_opts)
     system = checked_text(system, "the system message (-s)") if system is not None else None
     msgs = [{"role": "system", "content": system}] if system else []

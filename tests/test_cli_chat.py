@@ -13,26 +13,12 @@ import pytest
 
 from lite.backends.cpu import physical_cores
 from lite.cli import generate
-from lite.cli.main import main
 from lite.engine import GenStats
 from lite.gguf_file import GGUFFile
-from lite.synth import synth
 from lite.tokenizer import Tokenizer
+from test_cli import cli, lite, tiny  # noqa: F401  (tiny: the synthetic model fixture)
 
 TIMEOUT = 300
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    p = tmp_path_factory.mktemp("tiny") / "tiny.gguf"
-    synth("llama", "tiny", "Q8_0", p)
-    return str(p)
-
-
-def cli(capsys, *args):
-    rc = main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return rc, out, err
 
 
 def warnings(err):
@@ -41,21 +27,15 @@ def warnings(err):
 
 # ---- -c above the trained context ----
 
-def lite(*args):
-    r = subprocess.run([sys.executable, "-m", "lite.cli.main", *map(str, args)], capture_output=True,
-                       text=True, timeout=TIMEOUT)
-    return r.returncode, r.stdout, r.stderr
-
-
 def test_context_above_the_trained_one_warns_once_or_fails_with_strict(tiny):
     trained = next(v for k, v in GGUFFile(tiny).metadata.items() if k.endswith(".context_length"))
     common = ["run", "-m", tiny, "--device", "cpu", "--temp", "0", "-n", "2", "--no-chat", "-p", "hi"]
-    rc, out, err = lite(*common, "-c", trained)
+    rc, out, err = lite(*common, "-c", str(trained))
     assert rc == 0 and warnings(err) == [], err
-    rc, out, err = lite(*common, "-c", 2 * trained)
+    rc, out, err = lite(*common, "-c", str(2 * trained))
     assert rc == 0 and out.startswith("hi"), err
     assert len(warnings(err)) == 1 and f"-c {2 * trained}" in err and str(trained) in err
-    rc, out, err = lite(*common, "-c", 2 * trained, "--strict")
+    rc, out, err = lite(*common, "-c", str(2 * trained), "--strict")
     assert rc == 1 and out == ""
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"lite: error: -c {2 * trained}") and "--strict" in lines[0]
