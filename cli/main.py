@@ -65,9 +65,12 @@ def info(model, tensors, verify):
 @click.option("--config", "settings", default=None, metavar="KEY=VALUE,..",
               help="GPU backend settings to compare, e.g. pdl=off,iq3_layout=groups4 "
               "(the fields of BackendConfig: docs/configuration.md).")
+@click.option("-t", "--threads", default=None, type=int, callback=_positive,
+              help="CPU threads for the CPU backend's matrix products (default: the physical "
+              "cores this process may run on).")
 @model_options
 def bench(target, n_prompt, n_gen, repetitions, as_json, timeline, show_counters, types, settings,
-          **engine_opts):
+          threads, **engine_opts):
     """Measure prefill and decode speed of MODEL (or `lite bench kernels`: GPU kernel bandwidth)."""
     import json
     if target == "kernels":
@@ -95,6 +98,9 @@ def bench(target, n_prompt, n_gen, repetitions, as_json, timeline, show_counters
     from lite.bench import bench_model, format_table
     from lite.hub import resolve_model
     config = BackendConfig().with_settings(settings)    # a bad key fails before the model loads
+    if threads is not None:
+        from lite.api import set_cpu_threads
+        set_cpu_threads(threads)
     try:
         lens = [int(x) for x in n_prompt.split(",")]
     except ValueError:

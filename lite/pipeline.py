@@ -26,7 +26,7 @@ Prefill runs each runner's calls on that stage's worker thread; `decode` runs th
 thread. So a runner must not depend on thread-local state: a GPU runner enters its device and
 passes its stream explicitly on every call.
 
-Scheduling (DESIGN.md "The stage chain"): a stage computes a chunk, writes its hand-off buffer,
+Scheduling (docs/design.md "The stage chain"): a stage computes a chunk, writes its hand-off buffer,
 waits only if its successor still holds `handoff_depth` earlier chunks, submits the chunk to the
 successor, keeps that future on itself (not in its call frame) and returns to take its next chunk.
 The root submits every chunk to stage 0, then drains the futures once, in order. mode="sync" makes

@@ -9,7 +9,7 @@ code no longer reads, a read of the environment whose name is not a literal, and
 not in ALLOWED below. Settings a benchmark compares belong in lite.backend_config.BackendConfig,
 not in the environment (docs/configuration.md).
 
-The import graph: no cycles, and no import against the layers of DESIGN.md. Built from the
+The import graph: no cycles, and no import against the layers of docs/design.md. Built from the
 package's modules: lite.* from lite/, and lite.kernels.*, lite.models.*, lite.cli.* from kernels/,
 models/, cli/ (setup.py's package_dir). Every Import and ImportFrom anywhere in a file counts, at
 module level or inside a function: a function-level import hides a cycle from the interpreter, not
@@ -143,7 +143,7 @@ def test_the_scan_sees_each_form_of_read():
 
 # ---- the import graph ----------------------------------------------------------------------------
 
-# The layers, as data (DESIGN.md, "Layers"). Each rule: what it says, the modules it applies to
+# The layers, as data (docs/design.md, "Layout"). Each rule: what it says, the modules it applies to
 # (prefixes: a module matches a prefix when it is that module or inside it), and either `only`
 # (all they may import from the product) or `not` (what they may not import). A rule whose modules
 # do not exist yet checks nothing.
@@ -337,7 +337,7 @@ def test_imports_follow_the_layers():
     edges, rel = graph()
     bad = violations(edges)
     lines = [f"{rel[s]}:{line} imports {d} ({rel[d]}): against '{rule}'" for rule, s, d, line in bad]
-    assert not bad, f"{len(bad)} import(s) against DESIGN.md's layers:\n" + "\n".join(lines)
+    assert not bad, f"{len(bad)} import(s) against docs/design.md's layers:\n" + "\n".join(lines)
 
 
 # ---- shadowing imports ----------------------------------------------------------------------------

@@ -13,6 +13,8 @@ import contextlib
 import copy
 import logging
 import math
+import os
+from pathlib import Path
 
 import numpy as np
 from gguf import quants as gguf_quants
@@ -25,6 +27,42 @@ log = logging.getLogger(__name__)
 # a padded product has at least this many rows, rows x outputs and rows x outputs x inputs
 # (past OpenBLAS's gemv and small-matrix kernels; tests/test_batch_invariance.py checks the BLAS)
 INVARIANT_ROWS, INVARIANT_OUTPUTS, INVARIANT_MACS = 8, 4096, 1 << 21
+
+
+_threads_chosen = [False]        # whether -t (or the default below) has set the BLAS threads
+
+
+def set_threads(n):
+    """Limit the threads of NumPy's BLAS (the CPU backend's matrix products) for this process."""
+    from threadpoolctl import threadpool_limits
+    threadpool_limits(limits=int(n), user_api="blas")
+    _threads_chosen[0] = True
+
+
+def physical_cores(cpus=None, siblings=None):
+    """The physical cores this process may run on: its CPU affinity, with SMT siblings counted once
+    (siblings(cpu): the text of /sys/devices/system/cpu/cpuN/topology/thread_siblings_list; a CPU
+    whose list cannot be read counts as a core of its own)."""
+    if cpus is None:
+        cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else range(os.cpu_count() or 1)
+    siblings = siblings or (lambda cpu: Path(
+        f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list").read_text())
+    cores = set()
+    for cpu in cpus:
+        try:
+            cores.add(frozenset(_cpu_list(siblings(cpu))))
+        except (OSError, ValueError):
+            cores.add(frozenset([cpu]))
+    return max(1, len(cores))
+
+
+def _cpu_list(text):
+    """The CPUs of a Linux cpu list: "0-3,8,10-11"."""
+    out = set()
+    for item in text.strip().split(","):
+        lo, _, hi = item.partition("-")
+        out.update(range(int(lo), int(hi or lo) + 1))
+    return out
 
 
 def dequantize_tensor(t) -> np.ndarray:
@@ -63,6 +101,8 @@ class CPUBackend(HostHandoff):
 
     def __init__(self, gguf, names, tied_output=False, config=None):   # config: the GPU's settings
         from lite.progress import Progress
+        if not _threads_chosen[0]:   # BLAS's own default, every logical CPU, oversubscribes SMT and shared machines
+            set_threads(physical_cores())
         self.gguf = gguf
         self.w = {}
         progress = Progress(sum(gguf.tensors[n].nbytes for n in names), "dequantizing weights")

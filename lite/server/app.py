@@ -101,11 +101,8 @@ def create_app(state):
     async def chat_ids(messages):
         """The prompt's token ids: the messages through the model's chat template."""
         tok = ready().tokenizer
-
-        def encode():
-            return tok.encode(tok.apply_chat_template(messages, add_generation_prompt=True))
-        try:
-            return await run_in_threadpool(encode)
+        try:                            # the contents are text: only the template's markup makes control tokens
+            return await run_in_threadpool(tok.encode_chat, messages)
         except LiteError as e:          # a template that fails on these messages
             raise RequestError(400, str(e), param="messages") from None
 
@@ -147,7 +144,7 @@ def create_app(state):
         prompt = completion_prompt(body)
         sched = ready()
         if isinstance(prompt, str):
-            ids = await run_in_threadpool(sched.tokenizer.encode, prompt)
+            ids = await run_in_threadpool(sched.tokenizer.encode, prompt, True, False)   # text, not control tokens
         else:
             n_vocab = len(sched.tokenizer.tokens)
             if not all(0 <= t < n_vocab for t in prompt):
@@ -177,9 +174,12 @@ def create_app(state):
     async def tokenize(request):
         body = parse_json(await request.body())
         content, special = body.get("content"), body.get("add_special", False)
+        parse = body.get("parse_special", False)
         if not isinstance(content, str):
             raise RequestError(400, "'content' must be a string", param="content")
-        ids = await run_in_threadpool(ready().tokenizer.encode, content, bool(special))
+        if not isinstance(parse, bool):
+            raise RequestError(400, "'parse_special' must be a boolean", param="parse_special")
+        ids = await run_in_threadpool(ready().tokenizer.encode, content, bool(special), parse)
         return JSONResponse({"tokens": ids})
 
     @endpoint
