@@ -155,7 +155,7 @@ class LLM:
 
     def serve(self, host="127.0.0.1", port=8080, n_slots=4, api_key=None, alias=None, **kw):
         """Serve this model over the OpenAI API until interrupted (what `lite serve` runs)."""
-        from lite.server.app import serve
+        from lite.server.launch import serve
         serve(engine=self.engine, host=host, port=port, n_slots=n_slots, api_key=api_key,
               alias=alias, **kw)
 

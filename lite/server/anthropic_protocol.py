@@ -18,8 +18,9 @@ _ERROR_TYPES = {"invalid_request_error": "invalid_request_error",
 _STOP_REASONS = {"stop": "end_turn", "length": "max_tokens"}
 
 
-def error_response(e):
-    """A RequestError in Anthropic's error shape, its HTTP status kept."""
+def error_response(e, request=None):
+    """A RequestError in Anthropic's error shape, its HTTP status kept (request: app.py's error
+    formatters take it; this shape has no request id)."""
     return JSONResponse(error_body(e), status_code=e.status)
 
 
@@ -32,8 +33,8 @@ def api_key_of(headers):
     key = headers.get("x-api-key")
     if key is not None:
         return key
-    auth = headers.get("authorization", "")
-    return auth[len("Bearer "):] if auth.startswith("Bearer ") else None
+    scheme, _, token = headers.get("authorization", "").strip().partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else None   # RFC 9110: any case
 
 
 def _text_of(value, what):

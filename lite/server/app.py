@@ -6,25 +6,25 @@ events the scheduler emits (from its own thread, through the event loop's thread
 A client that goes away (an early-closed stream, a dropped connection) cancels its request.
 """
 import asyncio
+import hmac
 import logging
-import threading
 import time
 from dataclasses import dataclass, field
 from importlib import resources
-from pathlib import Path
 
 import anyio
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
-from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse
+from starlette.requests import ClientDisconnect
+from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from lite.errors import LiteError
 from lite.server.anthropic_protocol import api_key_of, error_response, message_routes
 from lite.server.openai_protocol import (Reply, RequestError, chat_messages, completion_prompt,
-                                         context_error, gen_params, parse_json, sse)
-from lite.server.scheduler import DEFAULT_MAX_QUEUE, QueueFull, Scheduler, prometheus_text
+                                         context_error, gen_params, model_field, parse_json, sse)
+from lite.server.scheduler import QueueFull, SchedulerStopped, describe, prometheus_text
 
 log = logging.getLogger(__name__)
 
@@ -39,8 +39,24 @@ class ServerState:
     created: int = field(default_factory=lambda: int(time.time()))
 
 
-def _error(e):
-    return JSONResponse(e.body(), status_code=e.status)
+def _error(e, request=None):
+    """A RequestError as OpenAI's JSON; a 5xx names the request id, which the server's log has too."""
+    body = e.body()
+    if request is not None and e.status >= 500:
+        body["error"]["request_id"] = request.scope.get("lite.request_id")
+    return JSONResponse(body, status_code=e.status, headers={"connection": "close"} if e.close else None)
+
+
+def _failed(ev):
+    """The error event of a request the scheduler failed, as a RequestError."""
+    return RequestError(500, f"the request failed: {ev['error']}", type="server_error")
+
+
+def _authorized(headers, key):
+    """`Authorization: Bearer KEY` (the scheme in any case: RFC 9110 schemes are case-insensitive)
+    or Anthropic's `x-api-key: KEY`."""
+    given = api_key_of(headers)
+    return given is not None and hmac.compare_digest(given.encode(), key.encode())
 
 
 class EventStream:
@@ -73,26 +89,40 @@ class EventStream:
 
 def create_app(state):
     def ready():
-        if state.scheduler is None:
+        sched = state.scheduler
+        if sched is None:
             raise RequestError(503, "the model is loading", type="unavailable_error", code="loading")
-        return state.scheduler
+        if sched.failure is not None:
+            raise RequestError(503, f"the scheduler has stopped: {describe(sched.failure)}; the "
+                                    f"server is shutting down", type="unavailable_error",
+                               code="scheduler_stopped")
+        return sched
 
     def endpoint(fn, error=_error):
+        """Every error of a request becomes an answer in OpenAI's shape: none escapes to Starlette
+        (whose 500 is plain text, after which uvicorn drops the keep-alive connection)."""
         async def wrapped(request):
             try:
                 # the chat page loads without the key: the user types it into the page
                 if state.api_key is not None and request.url.path not in ("/health", "/"):
-                    if api_key_of(request.headers) != state.api_key:
+                    if not _authorized(request.headers, state.api_key):
                         raise RequestError(401, "invalid API key", type="authentication_error",
                                            code="invalid_api_key")
                 return await fn(request)
             except RequestError as e:
-                return error(e)
+                return error(e, request)
+            except ClientDisconnect:
+                return Response(status_code=499)        # nobody is left to read it
+            except Exception as e:
+                log.error("%s %s failed (request id %s)", request.method, request.url.path,
+                          request.scope.get("lite.request_id"), exc_info=e)
+                return error(RequestError(500, f"internal error: {describe(e)}",
+                                          type="server_error"), request)
         return wrapped
 
     async def body_of(request):
         body = parse_json(await request.body())
-        model = body.get("model")
+        model = model_field(body)
         if model is not None and model not in state.model_names:
             raise RequestError(404, f"The model `{model}` does not exist", type="not_found_error",
                                param="model", code="model_not_found")
@@ -121,10 +151,13 @@ def create_app(state):
             seq = sched.submit(ids, params, emit)
         except QueueFull as e:
             raise RequestError(503, str(e), type="unavailable_error", code="queue_full") from None
+        except SchedulerStopped as e:
+            raise RequestError(503, str(e), type="unavailable_error", code="scheduler_stopped") from None
         except LiteError as e:
             raise RequestError(400, str(e)) from None
         if stream:
-            return EventStream((chunks or _chunks)(reply, events), lambda: sched.cancel(seq))
+            out = _chunks(reply, events, request.scope) if chunks is None else chunks(reply, events)
+            return EventStream(out, lambda: sched.cancel(seq))
         try:
             return await _whole(request, reply, events, error)
         finally:
@@ -163,6 +196,9 @@ def create_app(state):
     async def health(request):
         if state.scheduler is None:
             return JSONResponse({"status": "loading"}, status_code=503)
+        if state.scheduler.failure is not None:
+            return JSONResponse({"status": "error", "error": describe(state.scheduler.failure)},
+                                status_code=503)
         return JSONResponse({"status": "ok"})
 
     @endpoint
@@ -177,16 +213,18 @@ def create_app(state):
         parse = body.get("parse_special", False)
         if not isinstance(content, str):
             raise RequestError(400, "'content' must be a string", param="content")
-        if not isinstance(parse, bool):
-            raise RequestError(400, "'parse_special' must be a boolean", param="parse_special")
-        ids = await run_in_threadpool(ready().tokenizer.encode, content, bool(special), parse)
+        for name, value in (("add_special", special), ("parse_special", parse)):
+            if not isinstance(value, bool):
+                raise RequestError(400, f"'{name}' must be a boolean", param=name)
+        ids = await run_in_threadpool(ready().tokenizer.encode, content, special, parse)
         return JSONResponse({"tokens": ids})
 
     @endpoint
     async def detokenize(request):
         body = parse_json(await request.body())
         ids, tok = body.get("tokens"), ready().tokenizer
-        if not isinstance(ids, list) or not all(isinstance(t, int) and 0 <= t < len(tok.tokens) for t in ids):
+        if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool)
+                                                and 0 <= t < len(tok.tokens) for t in ids):
             raise RequestError(400, "'tokens' must be a list of token ids", param="tokens")
         return JSONResponse({"content": tok.decode(ids)})
 
@@ -214,8 +252,9 @@ def create_app(state):
     return Starlette(routes=routes, exception_handlers={HTTPException: http_error})
 
 
-async def _chunks(reply, events):
-    """The stream of one request: the role first, text pieces, the final chunk, usage, [DONE]."""
+async def _chunks(reply, events, scope):
+    """The stream of one request: the role first, text pieces, the final chunk, usage, [DONE].
+    The usage goes into the scope too, for the access log."""
     if reply.chat:
         yield reply.chunk(role=True)
     while True:
@@ -223,12 +262,15 @@ async def _chunks(reply, events):
         if "text" in ev:
             yield reply.chunk(ev["text"])
         elif "finish" in ev:
+            scope["lite.usage"] = ev["usage"]
             yield reply.chunk(finish_reason=ev["finish"])
             if reply.include_usage:
                 yield reply.usage_chunk(ev)
             break
         else:
-            yield sse(RequestError(500, ev["error"], type="server_error").body())
+            body = _failed(ev).body()
+            body["error"]["request_id"] = scope.get("lite.request_id")
+            yield sse(body)
             break
     yield "data: [DONE]\n\n"
 
@@ -254,51 +296,8 @@ async def _whole(request, reply, events, error=_error):
         tg.start_soon(watch)
         tg.start_soon(collect)
     if "finish" in out:
+        request.scope["lite.usage"] = out["usage"]
         return JSONResponse(reply.whole("".join(parts), out))
     if "error" in out:
-        return error(RequestError(500, out["error"], type="server_error"))
+        return error(_failed(out), request)
     return PlainTextResponse("", status_code=499)      # the client has gone
-
-
-# --- starting it: uvicorn serving the app at once (/health says 503 while the model loads), the
-# engine loaded on a thread, then the scheduler started on it ---------------------------------------
-def serve(model=None, host="127.0.0.1", port=8080, n_slots=4, api_key=None, alias=None,
-          max_queue=DEFAULT_MAX_QUEUE, engine=None, webui=True, **engine_kwargs):
-    """Serve a model (a known alias or a GGUF path; or a loaded Engine) over the OpenAI and
-    Anthropic APIs, with the chat page at / unless webui is False, until interrupted.
-    engine_kwargs are Engine's (device, max_context, kv, prefill_chunk, ...)."""
-    try:
-        import uvicorn
-    except ImportError:
-        raise LiteError("lite serve needs the server extra: pip install 'lite[server]'") from None
-    from lite.hub import resolve_model
-    path = engine.gguf.path if engine is not None else resolve_model(model)
-    name = alias or Path(path).stem
-    names = {name, Path(path).name, Path(path).stem} | ({model} if isinstance(model, str) else set())
-    state = ServerState(name, api_key, model_names=names, webui=webui)
-    app = create_app(state)
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
-                                           timeout_graceful_shutdown=2))
-    failure = []
-
-    def load():
-        try:
-            from lite.engine import Engine
-            eng = engine or Engine(path, contiguous_kv=False, **engine_kwargs)
-            state.scheduler = Scheduler(eng, n_slots=n_slots, max_queue=max_queue).start()
-            log.warning("serving %s on http://%s:%d (%d slots, context %d)", name, host, port,
-                        n_slots, eng.max_context)
-        except BaseException as e:          # no model, no server: stop and report it
-            failure.append(e)
-            server.should_exit = True
-
-    loader = threading.Thread(target=load, name="lite-load", daemon=True)
-    loader.start()
-    try:
-        server.run()
-    finally:
-        if state.scheduler is not None:
-            state.scheduler.stop()
-    loader.join(1.0)
-    if failure:
-        raise failure[0]
