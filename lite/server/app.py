@@ -19,9 +19,11 @@ from starlette.responses import JSONResponse, PlainTextResponse
 from starlette.routing import Route
 
 from lite.errors import LiteError
+from lite.server.grammar import completion_constraint
 from lite.server.openai_protocol import (Reply, RequestError, chat_messages, completion_prompt,
                                          context_error, gen_params, parse_json, sse)
 from lite.server.scheduler import DEFAULT_MAX_QUEUE, QueueFull, Scheduler, prometheus_text
+from lite.server.tool_calls import chat_prompt, message_calls, stream_deltas
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +95,7 @@ def create_app(state):
                                param="model", code="model_not_found")
         return body
 
-    async def generate(request, reply, ids, params, stream):
+    async def generate(request, reply, ids, params, stream, constraint=None, wrap=None):
         sched = ready()
         if len(ids) >= sched.ctx:
             raise context_error(len(ids), sched.ctx)
@@ -105,7 +107,7 @@ def create_app(state):
             except RuntimeError:        # the loop has closed: the server is shutting down
                 pass
         try:
-            seq = sched.submit(ids, params, emit)
+            seq = sched.submit(ids, params, wrap(emit) if wrap else emit, constraint)
         except QueueFull as e:
             raise RequestError(503, str(e), type="unavailable_error", code="queue_full") from None
         except LiteError as e:
@@ -125,13 +127,12 @@ def create_app(state):
         sched = ready()
         tok = sched.tokenizer
 
-        def encode():
-            return tok.encode(tok.apply_chat_template(messages, add_generation_prompt=True))
-        try:
-            ids = await run_in_threadpool(encode)
+        try:        # the template, with the tools; the grammar asked for or forcing a tool call
+            ids, constraint, tools = await run_in_threadpool(chat_prompt, body, messages, tok)
         except LiteError as e:          # a template that fails on these messages
             raise RequestError(400, str(e), param="messages") from None
-        return await generate(request, Reply(True, state.model_name, usage), ids, params, stream)
+        return await generate(request, Reply(True, state.model_name, usage), ids, params, stream,
+                              constraint, tools.wrap)
 
     @endpoint
     async def completions(request):
@@ -146,7 +147,9 @@ def create_app(state):
             if not all(0 <= t < n_vocab for t in prompt):
                 raise RequestError(400, f"token ids must be in [0, {n_vocab})", param="prompt")
             ids = prompt
-        return await generate(request, Reply(False, state.model_name, usage), ids, params, stream)
+        constraint = await run_in_threadpool(completion_constraint, body, sched.tokenizer)
+        return await generate(request, Reply(False, state.model_name, usage), ids, params, stream,
+                              constraint)
 
     @endpoint
     async def models(request):
@@ -207,6 +210,10 @@ async def _chunks(reply, events):
         ev = await events.get()
         if "text" in ev:
             yield reply.chunk(ev["text"])
+        elif "tool_calls" in ev:
+            for call in ev["tool_calls"]:
+                for delta in stream_deltas(call):
+                    yield reply.chunk(tool_calls=delta)
         elif "finish" in ev:
             yield reply.chunk(finish_reason=ev["finish"])
             if reply.include_usage:
@@ -220,7 +227,7 @@ async def _chunks(reply, events):
 
 async def _whole(request, reply, events):
     """Collect a request's text; stop early (the caller cancels it) if the client disconnects."""
-    parts, out = [], {}
+    parts, calls, out = [], [], {}
     async with anyio.create_task_group() as tg:
         async def watch():
             while (await request.receive())["type"] != "http.disconnect":
@@ -233,13 +240,16 @@ async def _whole(request, reply, events):
                 if "text" in ev:
                     parts.append(ev["text"])
                     continue
+                if "tool_calls" in ev:
+                    calls.extend(ev["tool_calls"])
+                    continue
                 out.update(ev)
                 break
             tg.cancel_scope.cancel()
         tg.start_soon(watch)
         tg.start_soon(collect)
     if "finish" in out:
-        return JSONResponse(reply.whole("".join(parts), out))
+        return JSONResponse(reply.whole("".join(parts), out, message_calls(calls)))
     if "error" in out:
         return _error(RequestError(500, out["error"], type="server_error"))
     return PlainTextResponse("", status_code=499)      # the client has gone
