@@ -1,9 +1,10 @@
 """`lite serve` as its users use it: a subprocess on 127.0.0.1 at a free port and the official openai
 client, SmolLM2 on the CPU; every loop is bounded in count and time. At the end, the server under
-load: 300 requests from 32 concurrent clients, a third of them cancelled mid-stream and one in ten
-malformed. The server stays up, every well-formed request gets the text it gets alone, no slot or
-KV block leaks, and its memory does not grow from the first 100 requests to the last 100. Bounded:
-tiny outputs, every request with a timeout."""
+load: 300 requests from 32 concurrent clients, a third of them cancelled mid-stream, one in ten
+malformed and one in ten constrained by a grammar. The server stays up, every well-formed request
+gets the text it gets alone (a constrained one, text of its grammar), no slot or KV block leaks,
+and its memory does not grow from the first 100 requests to the last 100. Bounded: tiny outputs,
+every request with a timeout."""
 import contextlib
 import json
 import re
@@ -256,6 +257,7 @@ def test_metrics_count_tokens(server):
 
 N_REQUESTS, N_CLIENTS, ROUNDS = 300, 32, 3
 N_TOKENS = 3
+LOAD_REGEX = " ?[a-z]{1,4}"
 LOAD_PROMPTS = ["The capital of France is", "Once upon a time", "The sun is", "Water boils at",
                 "My favourite food is", "1, 2, 3, 4,"]
 MALFORMED = [b"{not json", json.dumps({"prompt": "x", "max_tokens": -1}).encode(),
@@ -292,6 +294,12 @@ def test_many_clients_cancelled_and_malformed(device):
                 r = http.post("/v1/completions", content=MALFORMED[i // 10 % len(MALFORMED)],
                               headers={"content-type": "application/json"})
                 return "malformed", r.status_code == 400 and "error" in r.json()
+            if i % 10 == 4:                     # constrained by a grammar (cancelled one time in three)
+                body["regex"] = LOAD_REGEX
+                if i % 3 != 1:
+                    r = http.post("/v1/completions", json=body)
+                    return "constrained", r.status_code == 200 and bool(
+                        re.fullmatch(LOAD_REGEX, r.json()["choices"][0]["text"]))
             if i % 3 == 1:                      # cancelled: read the first event, then hang up
                 with http.stream("POST", "/v1/completions", json={**body, "max_tokens": 64,
                                                                   "stream": True}) as r:
@@ -309,7 +317,8 @@ def test_many_clients_cancelled_and_malformed(device):
                 srv.wait_idle(timeout=120)
                 rss.append(_rss_kib(srv.proc.pid))
         assert len(results) == N_REQUESTS and srv.proc.poll() is None
-        kinds = {kind: [ok for k, ok in results if k == kind] for kind in ("ok", "cancelled", "malformed")}
+        kinds = {kind: [ok for k, ok in results if k == kind]
+                 for kind in ("ok", "cancelled", "malformed", "constrained")}
         assert all(all(v) for v in kinds.values()), {k: v.count(False) for k, v in kinds.items()}
         assert len(kinds["malformed"]) == N_REQUESTS // 10 and len(kinds["cancelled"]) >= N_REQUESTS // 4
         m = srv.wait_idle(timeout=60)

@@ -107,7 +107,7 @@ class MessageReply:
                 "usage": {"input_tokens": self.n_input,
                           "output_tokens": finish["usage"]["completion_tokens"] if finish else 0}}
 
-    def whole(self, text, finish):
+    def whole(self, text, finish, tool_calls=None):      # no tools here: /v1/messages refuses them
         return {**self._message(text, finish), "timings": finish["timings"]}
 
     async def stream(self, events):

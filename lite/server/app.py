@@ -22,9 +22,11 @@ from starlette.routing import Route
 
 from lite.errors import LiteError
 from lite.server.anthropic_protocol import api_key_of, error_response, message_routes
+from lite.server.grammar import completion_constraint
 from lite.server.openai_protocol import (Reply, RequestError, chat_messages, completion_prompt,
                                          context_error, gen_params, model_field, parse_json, sse)
 from lite.server.scheduler import QueueFull, SchedulerStopped, describe, prometheus_text
+from lite.server.tool_calls import chat_prompt, message_calls, stream_deltas
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +138,8 @@ def create_app(state):
         except LiteError as e:          # a template that fails on these messages
             raise RequestError(400, str(e), param="messages") from None
 
-    async def generate(request, reply, ids, params, stream, chunks=None, error=_error):
+    async def generate(request, reply, ids, params, stream, chunks=None, error=_error, constraint=None,
+                       wrap=None):
         sched = ready()
         if len(ids) >= sched.ctx:
             raise context_error(len(ids), sched.ctx)
@@ -148,7 +151,7 @@ def create_app(state):
             except RuntimeError:        # the loop has closed: the server is shutting down
                 pass
         try:
-            seq = sched.submit(ids, params, emit)
+            seq = sched.submit(ids, params, wrap(emit) if wrap else emit, constraint)
         except QueueFull as e:
             raise RequestError(503, str(e), type="unavailable_error", code="queue_full") from None
         except SchedulerStopped as e:
@@ -167,8 +170,14 @@ def create_app(state):
     async def chat_completions(request):
         body = await body_of(request)
         params, stream, usage = gen_params(body)
-        ids = await chat_ids(chat_messages(body))
-        return await generate(request, Reply(True, state.model_name, usage), ids, params, stream)
+        messages = chat_messages(body)
+        tok = ready().tokenizer
+        try:        # the template, with the tools; the grammar asked for or forcing a tool call
+            ids, constraint, tools = await run_in_threadpool(chat_prompt, body, messages, tok)
+        except LiteError as e:          # a template that fails on these messages
+            raise RequestError(400, str(e), param="messages") from None
+        return await generate(request, Reply(True, state.model_name, usage), ids, params, stream,
+                              constraint=constraint, wrap=tools.wrap)
 
     @endpoint
     async def completions(request):
@@ -183,7 +192,9 @@ def create_app(state):
             if not all(0 <= t < n_vocab for t in prompt):
                 raise RequestError(400, f"token ids must be in [0, {n_vocab})", param="prompt")
             ids = prompt
-        return await generate(request, Reply(False, state.model_name, usage), ids, params, stream)
+        constraint = await run_in_threadpool(completion_constraint, body, sched.tokenizer)
+        return await generate(request, Reply(False, state.model_name, usage), ids, params, stream,
+                              constraint=constraint)
 
     @endpoint
     async def models(request):
@@ -261,6 +272,10 @@ async def _chunks(reply, events, scope):
         ev = await events.get()
         if "text" in ev:
             yield reply.chunk(ev["text"])
+        elif "tool_calls" in ev:
+            for call in ev["tool_calls"]:
+                for delta in stream_deltas(call):
+                    yield reply.chunk(tool_calls=delta)
         elif "finish" in ev:
             scope["lite.usage"] = ev["usage"]
             yield reply.chunk(finish_reason=ev["finish"])
@@ -277,7 +292,7 @@ async def _chunks(reply, events, scope):
 
 async def _whole(request, reply, events, error=_error):
     """Collect a request's text; stop early (the caller cancels it) if the client disconnects."""
-    parts, out = [], {}
+    parts, calls, out = [], [], {}
     async with anyio.create_task_group() as tg:
         async def watch():
             while (await request.receive())["type"] != "http.disconnect":
@@ -290,6 +305,9 @@ async def _whole(request, reply, events, error=_error):
                 if "text" in ev:
                     parts.append(ev["text"])
                     continue
+                if "tool_calls" in ev:
+                    calls.extend(ev["tool_calls"])
+                    continue
                 out.update(ev)
                 break
             tg.cancel_scope.cancel()
@@ -297,7 +315,7 @@ async def _whole(request, reply, events, error=_error):
         tg.start_soon(collect)
     if "finish" in out:
         request.scope["lite.usage"] = out["usage"]
-        return JSONResponse(reply.whole("".join(parts), out))
+        return JSONResponse(reply.whole("".join(parts), out, message_calls(calls)))
     if "error" in out:
         return error(_failed(out), request)
     return PlainTextResponse("", status_code=499)      # the client has gone

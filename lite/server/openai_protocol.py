@@ -161,16 +161,20 @@ class Reply:
         obj = ("chat.completion" if self.chat else "text_completion") + (".chunk" if chunk and self.chat else "")
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model}
 
-    def whole(self, text, finish):
+    def whole(self, text, finish, tool_calls=None):
         choice = ({"index": 0, "message": {"role": "assistant", "content": text}} if self.chat
                   else {"index": 0, "text": text})
+        if tool_calls:                  # no content but the calls: null, as OpenAI sends it
+            choice["message"].update(content=text if text.strip() else None, tool_calls=tool_calls)
         choice.update(logprobs=None, finish_reason=finish["finish"])
         return {**self._head(False), "choices": [choice], "usage": finish["usage"],
                 "timings": finish["timings"]}
 
-    def chunk(self, text=None, finish_reason=None, role=False):
+    def chunk(self, text=None, finish_reason=None, role=False, tool_calls=None):
         if self.chat:
             delta = {"role": "assistant", "content": ""} if role else ({"content": text} if text else {})
+            if tool_calls:
+                delta = {"tool_calls": tool_calls}
             choice = {"index": 0, "delta": delta}
         else:
             choice = {"index": 0, "text": text or ""}

@@ -89,8 +89,9 @@ class Scheduler:
             self.cv.notify()
         self._thread.join(timeout)
 
-    def submit(self, prompt_ids, params, emit):
-        """Queue a request; returns its Sequence. Raises QueueFull when the queue is full."""
+    def submit(self, prompt_ids, params, emit, constraint=None):
+        """Queue a request (`constraint`: a grammar's Constraint, lite/server/grammar.py); returns
+        its Sequence. Raises QueueFull when the queue is full."""
         if not prompt_ids:
             raise LiteError("empty prompt: nothing to run")
         with self.cv:
@@ -103,6 +104,7 @@ class Scheduler:
                                 f"{len(self.waiting)} waiting; try again later")
             self._next_id += 1
             seq = Sequence(self._next_id, prompt_ids, params, emit, self.tokenizer.decoder())
+            seq.constraint = constraint
             budget = self.ctx - seq.n_prompt
             seq.max_tokens = budget if params.max_tokens is None else min(params.max_tokens, budget)
             self.waiting.append(seq)
@@ -260,13 +262,19 @@ class Scheduler:
 
     def _advance(self, s, logits):
         """Sample the next token of a sequence whose pending tokens have all run."""
-        tok = s.sampler(logits, s.tokens)
+        c = s.constraint
+        tok = s.sampler(logits if c is None else c.mask(logits), s.tokens)
         if not np.isfinite(logits[tok]):
             raise NonFiniteLogitsError("the model's logits are not finite (NaN or inf)")
         if s.t_first is None:
             s.t_first = time.perf_counter()
         if tok in self.tokenizer.eog_ids:
             return self._finish(s, "stop")         # the end-of-generation token is not sent
+        if c is not None and not c.advance(tok):   # only broken logits draw a masked token
+            s.emit({"error": f"the grammar refused token {tok}: {c.error}"})
+            self._retire(s)
+            self.counters["requests_failed"] += 1
+            return
         s.tokens.append(tok)
         s.generated += 1
         self.counters["generated_tokens"] += 1
@@ -275,6 +283,8 @@ class Scheduler:
             s.emit({"text": text})
         if hit:
             self._finish(s, "stop", flush=False)
+        elif c is not None and c.done:             # the grammar is complete
+            self._finish(s, "stop")
         elif s.generated >= s.max_tokens:
             self._finish(s, "length")
 
