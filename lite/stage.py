@@ -11,6 +11,7 @@ from lite.paged_cuda import batch_ops
 from lite.errors import DeviceError, LiteError
 from lite.kv_cache import KVCache, kv_bytes_per_token
 from lite.models import family
+from lite.pipeline import StreamTimer
 
 
 @dataclass
@@ -69,7 +70,7 @@ class Stage:
         # --experts: a backend that can keep experts off the device places them itself, after the
         # dense weights and the KV cache (so that auto sees what VRAM is left).
         exps = ([n for n in names if n.endswith("_exps.weight")]
-                if cfg.is_moe and getattr(backend_cls, "supports_host_experts", False) else [])
+                if cfg.is_moe and backend_cls.supports_host_experts else [])
         names = [n for n in names if n not in set(exps)]
         what = f"layers {spec.layers.start}-{spec.layers.stop - 1}"
         try:
@@ -111,11 +112,11 @@ class Stage:
         # A decode step replays one captured CUDA graph per stage: launching its few hundred
         # kernels one by one from Python would cost more host time than the GPU needs.
         # MoE stages capture too when the backend's grouped expert path needs no host sync.
-        moe_ok = not cfg.is_moe or getattr(self.ops, "moe_graph_safe", lambda: False)()
+        moe_ok = not cfg.is_moe or self.ops.moe_graph_safe()
         # Not a stage with recurrent layers: the warm-up step before the capture would apply its
         # token to the states twice, and a replay skips RecurrentState.take's position bookkeeping.
         recurrent = any(cfg.is_recurrent_layer(il) for il in spec.layers)
-        self.use_graphs = (getattr(self.ops, "supports_graphs", False) and moe_ok and not recurrent
+        self.use_graphs = (self.ops.supports_graphs and moe_ok and not recurrent
                            and self.ops.graph_safe())
         self._graph = None
 
@@ -136,7 +137,7 @@ class Stage:
         lite/backends/cuda_graph_io.py) the graph itself starts by copying [token, position] from
         pinned memory: the host only writes the two numbers before the launch."""
         ops = self.ops
-        io = getattr(ops, "graph_io", None)
+        io = ops.graph_io
         with ops.activate():
             if self._graph is None:
                 self._in = ops.persistent_input(x)
@@ -160,6 +161,12 @@ class Stage:
         if io is not None:
             io.capture_in()                                # the graph's first node
         return self._forward(self._in, pos, False)
+
+    def device_timer(self):
+        """The chain's clock of this stage's device time: a StreamTimer on a GPU backend's stream,
+        None on the CPU (there the device time is the host time)."""
+        ops = self.ops
+        return StreamTimer(ops.stream, ops.device) if ops.stream is not None else None
 
     def alloc_handoff(self, shape, dtype):
         return self.ops.alloc_handoff(shape, dtype)
@@ -199,9 +206,9 @@ class Stage:
         for il in self.spec.layers:
             x = self.fwd(ops, cfg, il, x, None, 0)
         if not self.spec.last:
-            return ops.done(x) if hasattr(ops, "done") else x
+            return ops.done(x)
         if x.shape[0] != len(rows) - 1:        # prompt chunks: each sequence's last row
-            x = (ops.done(x) if hasattr(ops, "done") else x)[ops.xp.asarray(np.asarray(rows[1:]) - 1)]
+            x = ops.done(x)[ops.xp.asarray(np.asarray(rows[1:]) - 1)]
         x = ops.rms_norm(x, "output_norm.weight", cfg.rms_eps)
         return ops.output(x)
 
@@ -215,7 +222,7 @@ class Stage:
         for il in self.spec.layers:
             x = self.fwd(ops, cfg, il, x, self.kv, pos0)
         if not self.spec.last:              # (the last residual add may be lazy: cuda_norm.py)
-            return ops.done(x) if hasattr(ops, "done") else x
+            return ops.done(x)
         if not all_logits and x.shape[0] > 1:
             x = x[-1:]
         x = ops.rms_norm(x, "output_norm.weight", cfg.rms_eps)

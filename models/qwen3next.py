@@ -114,7 +114,7 @@ HYBRID_OPS = ("sigmoid_mul", "l2_norm", "concat", "delta_gates", "conv_silu", "d
 
 def check_backend(backend_cls):
     """One line when the backend lacks the hybrid's ops (the CPU and CUDA backends have them)."""
-    missing = [op for op in HYBRID_OPS if not hasattr(backend_cls, op)]
+    missing = backend_cls.lacks(HYBRID_OPS)
     if missing:
         raise ConfigError(f"qwen3next does not run on the {backend_cls.name} backend yet (it has no "
                           f"{', '.join(missing)}): use --device cpu")

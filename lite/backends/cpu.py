@@ -4,7 +4,6 @@ Weights are dequantized to float32 when a stage loads them (gguf.quants does the
 except the token embedding, which stays in its GGUF blocks and is dequantized a row at a time on
 lookup; when the output projection is tied to it, the full table is dequantized once, on first use.
 """
-import contextlib
 import logging
 import math
 
@@ -12,6 +11,7 @@ import numpy as np
 from gguf import quants as gguf_quants
 
 from lite.backends.cpu_recurrent import causal_conv_silu, delta_rule_chunked, delta_rule_recurrent
+from lite.backends.ops import Ops
 from lite.errors import UnsupportedQuantError
 
 log = logging.getLogger(__name__)
@@ -42,7 +42,7 @@ class HostHandoff:
         return buf
 
 
-class CPUBackend(HostHandoff):
+class CPUBackend(HostHandoff, Ops):
     """Ops over NumPy float32 arrays for the tensors of one stage."""
 
     name = "cpu"
@@ -62,12 +62,6 @@ class CPUBackend(HostHandoff):
         progress.close()
         self.tied_output = tied_output
         self._out = None
-
-    def activate(self):
-        return contextlib.nullcontext()
-
-    def begin(self, pos0, n_tokens):
-        pass
 
     # --- ops -----------------------------------------------------------------------------------
     def embed(self, ids):                                   # -> (T, n_embd)
@@ -229,6 +223,3 @@ class CPUBackend(HostHandoff):
 
     def to_host(self, x):
         return x
-
-    def synchronize(self):
-        pass
