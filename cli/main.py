@@ -9,7 +9,17 @@ from lite.cli.generate import StdoutClosed, chat, quiet_stdout, run
 from lite.cli.options import _positive, engine_kwargs, finite, model_options
 from lite.errors import LiteError
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class LiteGroup(click.Group):
+    def resolve_command(self, ctx, args):
+        """`lite bench serve ...` is a command of its own (its -c is the concurrency, and options it
+        does not know go to lite serve), not `lite bench` of a model named serve."""
+        if args[:2] == ["bench", "serve"]:
+            from lite.cli.bench_serve import bench_serve
+            return "bench serve", bench_serve, args[2:]
+        return super().resolve_command(ctx, args)
+
+
+@click.group(cls=LiteGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="lite", prog_name="lite")
 @click.option("-v", "--verbose", is_flag=True, help="Log what lite does (to stderr).")
 def cli(verbose):
@@ -21,6 +31,7 @@ def cli(verbose):
     lite run -i                                 chat, a message a line
     lite info model.gguf --tensors --verify     what is in a file; are its weights finite
     lite bench model.gguf -p 512 -n 64          prefill and decode speed
+    lite bench serve model.gguf -c 1,16,64      serving: TTFT, TPOT, ITL, output tok/s (or a server's URL)
     """
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                         format="lite: %(levelname)s: %(message)s")
@@ -71,7 +82,8 @@ def info(model, tensors, verify):
 @model_options
 def bench(target, n_prompt, n_gen, repetitions, as_json, timeline, show_counters, types, settings,
           threads, **engine_opts):
-    """Measure prefill and decode speed of MODEL (or `lite bench kernels`: GPU kernel bandwidth)."""
+    """Measure prefill and decode speed of MODEL (or `lite bench kernels`: GPU kernel bandwidth;
+    `lite bench serve URL|MODEL`: a server's latency and throughput, see its --help)."""
     import json
     if target == "kernels":
         from lite.backends import cuda_unavailable_reason

@@ -112,8 +112,7 @@ class Engine:
 
     def expert_stats(self):
         """The expert caches' counters summed over stages (experts off the GPU), else None."""
-        got = [st.ops.expert_stats() for st in self.stages if hasattr(st.ops, "expert_stats")]
-        got = [g for g in got if g]
+        got = [g for g in (st.ops.expert_stats() for st in self.stages) if g]
         if not got:
             return None
         tot = {k: (sum(g[k] for g in got) if isinstance(v, (int, float)) else v) for k, v in got[0].items()}

@@ -118,14 +118,10 @@ class StreamTimer:
 
 
 def device_timer(runner):
-    """The runner's own `device_timer()` when it has one; a StreamTimer on `runner.ops.stream`
-    for a lite Stage on the GPU; None on the CPU (there the device time is the host time)."""
+    """The runner's own `device_timer()` when it has one (a lite Stage: a StreamTimer on its GPU
+    stream), else None (on the CPU the device time is the host time)."""
     own = getattr(runner, "device_timer", None)
-    if callable(own):
-        return own()
-    ops = getattr(runner, "ops", None)
-    stream = getattr(ops, "stream", None)
-    return StreamTimer(stream, getattr(ops, "device", None)) if stream is not None else None
+    return own() if callable(own) else None
 
 
 def make_jobs(ids, chunk, request_id=0, start=0):

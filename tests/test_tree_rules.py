@@ -389,3 +389,26 @@ def test_cuda_backend_parts_use_only_each_others_public_methods(tmp_path):
     assert _foreign_private_uses(bad) == ["bad.py: self._g"]     # the check sees the pattern
     found = [hit for p in sorted((ROOT / "lite" / "backends").glob("cuda*.py")) for hit in _foreign_private_uses(p)]
     assert not found, "\n".join(found)
+
+
+# ---- the ops interface ----------------------------------------------------------------------------
+
+def _ops_probes(path):
+    """hasattr/getattr of an ops or backend object (`ops`, `self.ops`, `backend_cls`, ...): the
+    caller asking what the backend has, where lite/backends/ops.py Ops says it with a default."""
+    def probed(node):
+        name = node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", "")
+        return name in ("ops", "backend", "backend_cls")
+    return [f"{path.name}:{n.lineno}" for n in ast.walk(ast.parse(path.read_text()))
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in ("hasattr", "getattr")
+            and n.args and probed(n.args[0])]
+
+
+def test_no_probes_of_the_ops_object(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("f = getattr(ops, 'x', None)\ng = hasattr(self.ops, 'y') and hasattr(backend_cls, 'z')\n")
+    assert _ops_probes(bad) == ["bad.py:1", "bad.py:2", "bad.py:2"]     # the check sees the pattern
+    files = [p for folder in SOURCES if folder != "kernels" for p in sorted((ROOT / folder).rglob("*.py"))
+             if "backends" not in p.parts]
+    found = [hit for p in files for hit in _ops_probes(p)]
+    assert not found, "\n".join(found)

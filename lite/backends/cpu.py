@@ -9,7 +9,6 @@ The server's batched step takes the backend's row_invariant view: BLAS sums a pr
 whose order for an output is fixed by the inputs alone, so the view pads every product with zero
 rows past those kernels and a row's result is the same bytes whichever rows share its step.
 """
-import contextlib
 import copy
 import logging
 import math
@@ -20,6 +19,7 @@ import numpy as np
 from gguf import quants as gguf_quants
 
 from lite.backends.cpu_recurrent import causal_conv_silu, delta_rule_chunked, delta_rule_recurrent
+from lite.backends.ops import Ops
 from lite.errors import UnsupportedQuantError
 
 log = logging.getLogger(__name__)
@@ -90,7 +90,7 @@ class HostHandoff:
         return buf
 
 
-class CPUBackend(HostHandoff):
+class CPUBackend(HostHandoff, Ops):
     """Ops over NumPy float32 arrays for the tensors of one stage."""
 
     name = "cpu"
@@ -135,12 +135,6 @@ class CPUBackend(HostHandoff):
         padded = np.zeros((rows, n_in), np.float32)
         padded[:T] = x
         return (padded @ w.T)[:T]
-
-    def activate(self):
-        return contextlib.nullcontext()
-
-    def begin(self, pos0, n_tokens):
-        pass
 
     # --- ops -----------------------------------------------------------------------------------
     def embed(self, ids):                                   # -> (T, n_embd)
@@ -308,6 +302,3 @@ class CPUBackend(HostHandoff):
 
     def to_host(self, x):
         return x
-
-    def synchronize(self):
-        pass
