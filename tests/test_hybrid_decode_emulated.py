@@ -110,7 +110,7 @@ def test_sigmoid_gate_add_matches_cpu(dr):  # noqa: F811
     rng = np.random.default_rng(6)
     base, x = (rng.standard_normal((3, 50)).astype(np.float32) for _ in range(2))
     h = rng.standard_normal((3, 300)).astype(np.float32)
-    cpu = types.SimpleNamespace(w={"g": rng.standard_normal(300).astype(np.float32) * 0.1})
+    cpu = types.SimpleNamespace(w={"g": rng.standard_normal(300).astype(np.float32) * 0.1}, pad_rows=False)
     cpu.sigmoid_gate = lambda *a: CPUBackend.sigmoid_gate(cpu, *a)
     want = CPUBackend.add_sigmoid_gated(cpu, base, x, h, "g")
     np.testing.assert_allclose(dr.sigmoid_gate_add(base, x, h, cpu.w["g"], None), want, rtol=1e-6, atol=1e-6)

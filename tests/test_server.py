@@ -153,6 +153,17 @@ def test_usage_counts(client, llm):
     assert r.choices[0].finish_reason == "length"
 
 
+def test_ignore_eos_generates_max_tokens(client):
+    """A question the model answers and ends: with ignore_eos (llama-server's and vLLM's field, which
+    serving benchmarks send) it goes on to max_tokens."""
+    ask = dict(model=ALIAS, messages=[{"role": "user", "content": "Say hi."}], max_tokens=48, temperature=0)
+    ended = client.chat.completions.create(**ask)
+    assert ended.choices[0].finish_reason == "stop" and ended.usage.completion_tokens < 48
+    full = client.chat.completions.create(**ask, extra_body={"ignore_eos": True})
+    assert full.choices[0].finish_reason == "length" and full.usage.completion_tokens == 48
+    assert full.choices[0].message.content.startswith(ended.choices[0].message.content)
+
+
 def test_repeated_prompt_reports_cached_tokens(client):
     prompt = "A unique preamble for the cache test, long enough for two blocks of sixteen. " * 2
     first = complete(client, prompt, n=3)

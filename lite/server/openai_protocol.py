@@ -98,13 +98,14 @@ def gen_params(body):
         raise RequestError(400, f"'stop' must be a string or a list of at most {MAX_STOPS} strings "
                                 f"of at most {MAX_STOP_CHARS} characters", param="stop")
     stream = _typed(body, "stream", (bool,), "a boolean")
+    ignore_eos = _typed(body, "ignore_eos", (bool,), "a boolean")    # llama-server's and vLLM's
     opts = _typed(body, "stream_options", (dict,), "an object") or {}
     usage = _typed(opts, "include_usage", (bool,), "a boolean")
     try:
         params = SamplingParams(**sampling)
     except ValueError as e:                 # the checks above should have caught it first
         raise RequestError(400, str(e)) from None
-    return GenParams(max_tokens, params, tuple(stop)), bool(stream), bool(usage)
+    return GenParams(max_tokens, params, tuple(stop), bool(ignore_eos)), bool(stream), bool(usage)
 
 
 def chat_messages(body):

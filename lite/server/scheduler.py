@@ -263,6 +263,9 @@ class Scheduler:
     def _advance(self, s, logits):
         """Sample the next token of a sequence whose pending tokens have all run."""
         c = s.constraint
+        if s.params.ignore_eos:             # benchmarks: exactly max_tokens, as llama-server and vLLM do
+            logits = np.array(logits, np.float32)
+            logits[list(self.tokenizer.eog_ids)] = -np.inf
         tok = s.sampler(logits if c is None else c.mask(logits), s.tokens)
         if not np.isfinite(logits[tok]):
             raise NonFiniteLogitsError("the model's logits are not finite (NaN or inf)")

@@ -19,6 +19,7 @@ class GenParams:
     max_tokens: int | None = None           # None: up to the end of the context
     sampling: SamplingParams = SamplingParams()
     stops: tuple = ()
+    ignore_eos: bool = False                # the end-of-generation tokens are never drawn
 
 
 class Sequence:
