@@ -7,7 +7,9 @@ lookup; when the output projection is tied to it, the full table is dequantized 
 The server's batched step takes the backend's row_invariant view: BLAS sums a product of one row
 (gemv) or of a small one (OpenBLAS's small-matrix kernels) in another order than its blocked gemm,
 whose order for an output is fixed by the inputs alone, so the view pads every product with zero
-rows past those kernels and a row's result is the same bytes whichever rows share its step.
+rows past those kernels and a row's result is the same bytes whichever rows share its step; its
+attention takes a prompt chunk row by row, as decode does, so a row's bytes do not depend on where
+its chunk starts (a prompt served partly from the prefix cache gives its uncached logits).
 """
 import contextlib
 import copy
@@ -150,9 +152,20 @@ class CPUBackend(HostHandoff):
 
     def attention(self, kv, il, q, k, v, pos0, scale, window=0):
         """Write k, v (T, Hkv, D) into the cache at pos0; attend q (T, H, D) causally -> (T, H*Dv)."""
-        T, H, D = q.shape
+        T = q.shape[0]
         kv.write(il, k, v, pos0)
         K, V = kv.read(il, pos0 + T)                          # (Hkv, S, D), (Hkv, S, Dv)
+        if not self.pad_rows or T == 1:
+            return self._attend(q, K, V, pos0, scale, window)
+        # the row_invariant view: a row over its own keys alone, the shapes of its products and
+        # softmax those of a decode row at its position, so its bytes do not depend on the chunk
+        return np.concatenate([self._attend(q[i:i + 1], K[:, :pos0 + i + 1], V[:, :pos0 + i + 1],
+                                            pos0 + i, scale, window) for i in range(T)])
+
+    @staticmethod
+    def _attend(q, K, V, pos0, scale, window):
+        """q (T, H, D) at positions pos0.. over keys K (Hkv, S, D), values V (Hkv, S, Dv) -> (T, H*Dv)."""
+        T, H, D = q.shape
         Hkv, S, Dv = V.shape
         G = H // Hkv
         qh = q.reshape(T, Hkv, G, D).transpose(1, 2, 0, 3)    # (Hkv, G, T, D)
