@@ -7,7 +7,7 @@ lookup; when the output projection is tied to it, the full table is dequantized 
 The server's batched step takes the backend's row_invariant view: BLAS sums a product of one row
 (gemv) or of a small one (OpenBLAS's small-matrix kernels) in another order than its blocked gemm,
 whose order for an output is fixed by the inputs alone, so the view pads every product with zero
-rows past those kernels and a row's result is the same bytes whichever rows share its step; its
+rows past those kernels (invariant_rows probes how far, once per shape) and a row's result is the same bytes whichever rows share its step; its
 attention takes a prompt chunk row by row, as decode does, so a row's bytes do not depend on where
 its chunk starts (a prompt served partly from the prefix cache gives its uncached logits).
 """
@@ -24,9 +24,27 @@ from lite.errors import UnsupportedQuantError
 
 log = logging.getLogger(__name__)
 
-# a padded product has at least this many rows, rows x outputs and rows x outputs x inputs
-# (past OpenBLAS's gemv and small-matrix kernels; tests/test_batch_invariance.py checks the BLAS)
+# past these many rows, rows x outputs and rows x outputs x inputs a product is surely past
+# OpenBLAS's gemv and small-matrix kernels (tests/test_batch_invariance.py checks the BLAS)
 INVARIANT_ROWS, INVARIANT_OUTPUTS, INVARIANT_MACS = 8, 4096, 1 << 21
+_pad_rows = {}                          # (outputs, inputs) -> rows, probed once per shape
+
+
+def invariant_rows(n_out, n_in):
+    """The fewest rows a product of this shape pads to so that each row gets the bytes it gets in
+    any larger product: probed once on the installed BLAS, every row count up to the bound above
+    against the bound's product (a lone row padded to the bound costs gemm's work many times over)."""
+    key = (n_out, n_in)
+    if key not in _pad_rows:
+        bound = max(INVARIANT_ROWS, -(-INVARIANT_OUTPUTS // n_out), -(-INVARIANT_MACS // (n_out * n_in)))
+        rng = np.random.default_rng(0)
+        w = rng.random(key, np.float32) - np.float32(0.5)
+        x = rng.random((bound, n_in), np.float32) - np.float32(0.5)
+        ref, rows = x @ w.T, bound
+        while rows > 1 and (x[:rows - 1] @ w.T).tobytes() == ref[:rows - 1].tobytes():
+            rows -= 1
+        _pad_rows[key] = rows
+    return _pad_rows[key]
 
 
 def dequantize_tensor(t) -> np.ndarray:
@@ -91,7 +109,7 @@ class CPUBackend(HostHandoff):
         T, (n_out, n_in) = x.shape[0], w.shape
         if not self.pad_rows:
             return x @ w.T
-        rows = max(T, INVARIANT_ROWS, -(-INVARIANT_OUTPUTS // n_out), -(-INVARIANT_MACS // (n_out * n_in)))
+        rows = max(T, invariant_rows(n_out, n_in))
         if rows == T:
             return x @ w.T
         padded = np.zeros((rows, n_in), np.float32)
