@@ -32,9 +32,9 @@ setup(
         "cuda": CUDA12,
         "cuda12": CUDA12,
         "cuda13": ["cupy-cuda13x>=13", *NUMBA],
-        "test": ["pytest>=7", "openai>=1.0", "anthropic>=0.40", "selenium>=4.10", "starlette>=0.40",
-                 "uvicorn>=0.30", *NUMBA],
-        "server": ["starlette>=0.40", "uvicorn>=0.30"],
+        "test": ["pytest>=7", "openai>=1.0", "anthropic>=0.40", "selenium>=4.10", "jsonschema>=4",
+                 "starlette>=0.40", "uvicorn>=0.30", "llguidance>=1.0", *NUMBA],
+        "server": ["starlette>=0.40", "uvicorn>=0.30", "llguidance>=1.0"],
     },
     # the kernels' CUDA C (kernels/cuda_source.py reads them at run time); the server's chat page
     package_data={"lite.kernels": ["cuda/*.cu", "cuda/*.cuh"], "lite.server": ["webui/*.html"]},

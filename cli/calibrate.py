@@ -1,5 +1,5 @@
 """`lite calibrate MODEL`: measure the chunk-size cost model on this device and save it, so that
-`--prefill auto` chooses chunks from measured constants (DESIGN.md "Chunk size")."""
+`--prefill auto` chooses chunks from measured constants (docs/design.md "The chunk model")."""
 import json
 
 import click

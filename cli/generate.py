@@ -3,10 +3,19 @@
 With a model that carries a chat template (the default SmolLM2-135M-Instruct does), `lite run`
 sends the prompt as a user turn, because an instruct model given bare text tends to end its turn
 at once; `--no-chat` sends the text as it is (completion), and echoes it as llama.cpp does.
+
+Special tokens: a chat message is text (a typed "<|im_end|>" is not the end-of-turn token); a
+`--no-chat` prompt is the user's own raw prompt, so its control-token spellings are parsed, as
+llama.cpp's llama-cli parses them in a -p prompt.
+
+Ctrl-C while an answer streams in a chat stops that answer and returns to the prompt; Ctrl-C at
+the prompt ends the session.
 """
 import logging
 import os
+import signal
 import sys
+import threading
 
 import click
 
@@ -77,9 +86,10 @@ def read_prompt(words, prompt, prompt_file):
     return None
 
 
-def stream_to(out, pieces, echo=""):
+def stream_to(out, pieces, echo="", stopped=None):
     """Write the pieces; the echo goes out with the first piece (or at the end), so that an
-    error in the prefill (context, bad weights) leaves standard output empty. Returns the text."""
+    error in the prefill (context, bad weights) leaves standard output empty. Returns the text.
+    stopped(): asked after each piece; true closes the stream there."""
     got = []
     for piece in pieces:
         if echo:
@@ -87,15 +97,37 @@ def stream_to(out, pieces, echo=""):
             echo = ""
         got.append(piece)
         out.write(piece)
+        if stopped is not None and stopped():
+            pieces.close()              # frees the engine at a token boundary
+            break
     out.write(echo + "\n")
     return "".join(got)
+
+
+class CtrlC:
+    """While an answer streams, SIGINT only sets `hit`, read between pieces: the answer stops there
+    and the chat goes on, and the engine is never interrupted inside a step."""
+
+    def __enter__(self):
+        self.hit, self._old = False, None
+        if threading.current_thread() is threading.main_thread():
+            self._old = signal.signal(signal.SIGINT, self._on)
+        return self
+
+    def _on(self, signum, frame):
+        self.hit = True
+
+    def __exit__(self, *exc):
+        if self._old is not None:
+            signal.signal(signal.SIGINT, self._old)
 
 
 def generation_options(f):
     f = click.option("--stop", multiple=True, metavar="TEXT",
                      help="Stop when this text appears (not printed); repeatable.")(f)
     f = click.option("-t", "--threads", default=None, type=int, callback=_positive,
-                     help="CPU threads for the CPU backend's matrix products (default: all).")(f)
+                     help="CPU threads for the CPU backend's matrix products (default: the "
+                     "physical cores this process may run on).")(f)
     return f
 
 
@@ -106,7 +138,8 @@ def _llm(model, threads, engine_opts):
 
 def chat_loop(llm, out, msgs, n_predict, sampling, stop, first=None):
     """Read a message a line from standard input, answer it with the whole conversation; the KV
-    of the turns already seen is reused. /exit or end of input quits."""
+    of the turns already seen is reused. /exit or end of input quits; Ctrl-C stops an answer (what
+    came of it stays in the conversation), and at the prompt ends the session."""
     tty = sys.stdin.isatty()
     while True:
         if first is not None:
@@ -114,15 +147,22 @@ def chat_loop(llm, out, msgs, n_predict, sampling, stop, first=None):
         else:
             if tty:
                 click.echo("> ", nl=False, err=True)
-            line = sys.stdin.readline()
+            try:
+                line = sys.stdin.readline()
+            except KeyboardInterrupt:
+                click.echo("", err=True)
+                raise
             if not line or line.strip() == "/exit":
                 return
             line = line.rstrip("\n")
         if not line.strip():
             continue
         msgs.append({"role": "user", "content": line})
-        answer = stream_to(out, llm.stream(llm.chat_prompt(msgs), max_tokens=n_predict,
-                                           stop=stop, **sampling))
+        with CtrlC() as ctrl_c:
+            answer = stream_to(out, llm.stream(llm.chat_ids(msgs), max_tokens=n_predict, stop=stop,
+                                               **sampling), stopped=lambda: ctrl_c.hit)
+        if ctrl_c.hit:
+            click.echo("lite: answer stopped (Ctrl-C); Ctrl-C at the prompt ends the chat", err=True)
         msgs.append({"role": "assistant", "content": answer})
         s = llm.last_stats
         logging.getLogger("lite.chat").info("turn: %d prompt tokens (%d reused), %d generated",
@@ -142,7 +182,8 @@ def chat_loop(llm, out, msgs, n_predict, sampling, stop, first=None):
               "the file has one), or as plain text to complete (--no-chat).")
 @click.option("-s", "--system", default=None, help="System message (chat).")
 @click.option("-i", "--interactive", is_flag=True,
-              help="Chat: after the answer, read more messages from standard input (history kept).")
+              help="Chat: after the answer, read more messages from standard input (history kept; "
+              "Ctrl-C stops an answer).")
 @generation_options
 @sampling_options
 @model_options
@@ -171,7 +212,7 @@ def run(words, model, prompt, prompt_file, n_predict, chat, system, interactive,
             chat_loop(llm, out, msgs, n, sampling, stop, first=prompt)
             return
         msgs.append({"role": "user", "content": prompt})
-        stream_to(out, llm.stream(llm.chat_prompt(msgs), max_tokens=n, stop=stop, **sampling))
+        stream_to(out, llm.stream(llm.chat_ids(msgs), max_tokens=n, stop=stop, **sampling))
     else:
         stream_to(out, llm.stream(prompt, max_tokens=n, stop=stop, **sampling), echo=prompt)
     s = llm.last_stats
@@ -192,8 +233,8 @@ def chat(model, system, n_predict, stop, threads, sampling, **engine_opts):
     """Talk with the model: one message a line on standard input, answers streamed back.
 
     Each turn renders the whole conversation with the model's chat template; the KV of the turns
-    already seen is reused, so only the new message is prefilled. /exit or end of input quits.
-    (`lite run -i` is the same.)"""
+    already seen is reused, so only the new message is prefilled. Ctrl-C stops an answer; at the
+    prompt, it ends the chat, as do /exit and the end of input. (`lite run -i` is the same.)"""
     llm = _llm(model, threads, engine_opts)
     system = checked_text(system, "the system message (-s)") if system is not None else None
     msgs = [{"role": "system", "content": system}] if system else []

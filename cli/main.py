@@ -6,10 +6,20 @@ import sys
 import click
 
 from lite.cli.generate import StdoutClosed, chat, quiet_stdout, run
-from lite.cli.options import _positive, engine_kwargs, model_options
+from lite.cli.options import _positive, engine_kwargs, finite, model_options
 from lite.errors import LiteError
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class LiteGroup(click.Group):
+    def resolve_command(self, ctx, args):
+        """`lite bench serve ...` is a command of its own (its -c is the concurrency, and options it
+        does not know go to lite serve), not `lite bench` of a model named serve."""
+        if args[:2] == ["bench", "serve"]:
+            from lite.cli.bench_serve import bench_serve
+            return "bench serve", bench_serve, args[2:]
+        return super().resolve_command(ctx, args)
+
+
+@click.group(cls=LiteGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="lite", prog_name="lite")
 @click.option("-v", "--verbose", is_flag=True, help="Log what lite does (to stderr).")
 def cli(verbose):
@@ -21,6 +31,7 @@ def cli(verbose):
     lite run -i                                 chat, a message a line
     lite info model.gguf --tensors --verify     what is in a file; are its weights finite
     lite bench model.gguf -p 512 -n 64          prefill and decode speed
+    lite bench serve model.gguf -c 1,16,64      serving: TTFT, TPOT, ITL, output tok/s (or a server's URL)
     """
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                         format="lite: %(levelname)s: %(message)s")
@@ -65,10 +76,14 @@ def info(model, tensors, verify):
 @click.option("--config", "settings", default=None, metavar="KEY=VALUE,..",
               help="GPU backend settings to compare, e.g. pdl=off,iq3_layout=groups4 "
               "(the fields of BackendConfig: docs/configuration.md).")
+@click.option("-t", "--threads", default=None, type=int, callback=_positive,
+              help="CPU threads for the CPU backend's matrix products (default: the physical "
+              "cores this process may run on).")
 @model_options
 def bench(target, n_prompt, n_gen, repetitions, as_json, timeline, show_counters, types, settings,
-          **engine_opts):
-    """Measure prefill and decode speed of MODEL (or `lite bench kernels`: GPU kernel bandwidth)."""
+          threads, **engine_opts):
+    """Measure prefill and decode speed of MODEL (or `lite bench kernels`: GPU kernel bandwidth;
+    `lite bench serve URL|MODEL`: a server's latency and throughput, see its --help)."""
     import json
     if target == "kernels":
         from lite.backends import cuda_unavailable_reason
@@ -95,6 +110,9 @@ def bench(target, n_prompt, n_gen, repetitions, as_json, timeline, show_counters
     from lite.bench import bench_model, format_table
     from lite.hub import resolve_model
     config = BackendConfig().with_settings(settings)    # a bad key fails before the model loads
+    if threads is not None:
+        from lite.api import set_cpu_threads
+        set_cpu_threads(threads)
     try:
         lens = [int(x) for x in n_prompt.split(",")]
     except ValueError:
@@ -118,19 +136,32 @@ def bench(target, n_prompt, n_gen, repetitions, as_json, timeline, show_counters
               help="Slots: requests decoded together in one batched step.")
 @click.option("--max-queue", default=128, type=int, callback=_positive, show_default=True,
               help="Requests that may wait for a slot; past that the server answers 503.")
-@click.option("--api-key", default=None, help="Require `Authorization: Bearer KEY` (or `x-api-key: KEY`) on every request but /health and /.")
+@click.option("--api-key", default=None,
+              help="Require `Authorization: Bearer KEY` (or `x-api-key: KEY`) on every request but /health and /.")
 @click.option("--alias", default=None, help="The model's name in the API (default: the file's stem).")
 @click.option("--webui/--no-webui", default=True, show_default=True,
               help="Serve the chat page at / (--no-webui: / answers 404).")
+@click.option("--max-body-mb", default=4.0, type=float, callback=finite(0, low_open=True),
+              show_default=True, help="Largest request body in MiB; a larger one gets 413 unread.")
+@click.option("--read-timeout", default=30.0, type=float, callback=finite(0, low_open=True),
+              show_default=True, metavar="SECONDS", help="A connection that sends no request head "
+              "for this long (idle or half-sent), or stalls this long in its body (408), is closed.")
+@click.option("--max-connections", default=512, type=int, callback=_positive, show_default=True,
+              help="Open connections at most; a request on one past it gets 503.")
+@click.option("--log-format", default="text", type=click.Choice(["text", "json"]), show_default=True,
+              help="The server's log lines on stderr (start-up, one per request: method, route, "
+              "status, tokens, ms): `lite: INFO: ...` text or one JSON object a line.")
 @model_options
-def serve(model_arg, model, host, port, n_slots, max_queue, api_key, alias, webui, **engine_opts):
+def serve(model_arg, model, host, port, n_slots, max_queue, api_key, alias, webui, max_body_mb,
+          read_timeout, max_connections, log_format, **engine_opts):
     """Serve a model over the OpenAI API (/v1/chat/completions, /v1/completions, ...) and Anthropic's
     Messages API (/v1/messages), with a chat page at /."""
-    from lite.server.app import serve as run_server
+    from lite.server.launch import serve as run_server
     if model_arg and model:
         raise click.UsageError("give the model once: as MODEL or as -m")
     run_server(model_arg or model, host=host, port=port, n_slots=n_slots, api_key=api_key, alias=alias,
-               max_queue=max_queue, webui=webui, **engine_kwargs(**engine_opts))
+               max_queue=max_queue, webui=webui, max_body_mb=max_body_mb, read_timeout=read_timeout,
+               max_connections=max_connections, log_format=log_format, **engine_kwargs(**engine_opts))
 
 
 from lite.cli.calibrate import calibrate  # noqa: E402

@@ -75,11 +75,11 @@ def _chunk(ctx, param, value):
 
 
 def engine_kwargs(device, max_context, kv, prefill_chunk, layer_split, pipeline, handoff_depth,
-                  devices, handoff, handoff_stream, experts="auto", expert_cache="auto"):
+                  devices, handoff, handoff_stream, experts="auto", expert_cache="auto", strict=False):
     return dict(device=device, max_context=max_context, kv=kv, prefill_chunk=prefill_chunk,
                 layer_split=parse_split(layer_split), pipeline=pipeline, handoff_depth=handoff_depth,
                 devices=devices, handoff=handoff, handoff_stream=handoff_stream, experts=experts,
-                expert_cache=expert_cache)
+                expert_cache=expert_cache, strict=strict)
 
 
 def _expert_cache(ctx, param, value):
@@ -93,6 +93,9 @@ def _expert_cache(ctx, param, value):
 
 def model_options(f):
     """Options shared by every command that loads a model."""
+    f = click.option("--strict", is_flag=True,
+                     help="Make the warnings about settings errors: -c above the model's trained "
+                     "context, chat with a model that has no chat template.")(f)
     f = click.option("--expert-cache", default="auto", callback=_expert_cache, metavar="auto|GiB|N%|off",
                      show_default=True, help="GPU cache for experts kept off the GPU: auto (what VRAM "
                      "allows), a size in GiB, a share of the experts (e.g. 25%), or off (one layer's "

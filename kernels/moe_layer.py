@@ -1,7 +1,7 @@
 """The grouped Mixture-of-Experts layer's kernels besides the expert products (those are
 kernels/moe_products.py): CUDA C in kernels/cuda/moe_layer.cu, with NumPy twins of their index logic.
 
-A layer's MoE work is a constant number of launches whatever the number of experts (DESIGN.md,
+A layer's MoE work is a constant number of launches whatever the number of experts (docs/design.md,
 "Experts"); nothing here synchronizes the host, so a decode step stays capturable in a CUDA graph.
   moe_logits   router logits for a few tokens (a warp a dot product; cuBLAS does large T)
   moe_topk     softmax over the experts, top-k (ties: lower index first, as np.argsort stable on -p),

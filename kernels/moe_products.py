@@ -1,5 +1,5 @@
 """The expert products of the grouped MoE path: fused dequantize-and-dot over (token, expert) work,
-one launch a product whatever the number of experts, no host sync (DESIGN.md "Experts").
+one launch a product whatever the number of experts, no host sync (docs/design.md "Experts").
 
   moe_decode_product<T, L, C, R, A>  (kernels/cuda/moe_decode_product.cuh) decode, T <= 8 tokens:
       block y is token-slot pair b (its expert blk_expert[b], its token b / k). A CTA's 128 threads

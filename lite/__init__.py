@@ -10,7 +10,7 @@ def __getattr__(name):
         from lite.api import LLM
         return LLM
     if name == "serve":
-        from lite.server.app import serve
+        from lite.server.launch import serve
         return serve
     raise AttributeError(name)
 

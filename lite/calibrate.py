@@ -1,7 +1,7 @@
 """Calibration of the chunk-size cost model on an engine's own device (`lite calibrate`, and the
 first `--prefill auto` on a device and model shape that has no saved profile yet).
 
-What is measured (DESIGN.md "Chunk size"; the model is at the top of lite/chunking.py):
+What is measured (docs/design.md "The chunk model"; the model is at the top of lite/chunking.py):
 - one prefill chunk of c tokens after ctx tokens through the whole layer stack: every stage's
   run() in turn on the caller's thread, each followed by a device synchronize, so the time is the
   devices' compute, whatever the stage split (a hand-off between stages on different devices is

@@ -1,7 +1,7 @@
 """The chunk-size cost model's calibrated constants (`CostProfile`) and what they are keyed by
 (`ProfileKey`): saved per key under the cache directory, so that a profile measured with one
 expert placement, cache size, stage layout or KV type is never used for another
-(DESIGN.md "Chunk size"; the model itself is in lite/chunking.py)."""
+(docs/design.md "The chunk model"; the model itself is in lite/chunking.py)."""
 import json
 import math
 import re

@@ -52,7 +52,7 @@ class Engine:
     def __init__(self, model_path, device="auto", max_context=None, kv="f16",
                  prefill_chunk=None, layer_split=None, pipeline="chain", handoff_depth=1,
                  devices=None, handoff="host", handoff_stream=False, device_times=False,
-                 experts="auto", expert_cache="auto", config=None, contiguous_kv=True):
+                 experts="auto", expert_cache="auto", config=None, contiguous_kv=True, strict=False):
         self.config = config if config is not None else BackendConfig()
         self.gguf = GGUFFile(model_path)
         self.cfg = ModelConfig.from_gguf(self.gguf.metadata, self.gguf.path)
@@ -65,6 +65,12 @@ class Engine:
         if max_context < 1:
             raise LiteError(f"--max-context must be positive, got {max_context}")
         self.max_context = int(max_context)
+        if self.max_context > self.cfg.context_length:   # past the positions it was trained on
+            msg = (f"-c {self.max_context} is above the {self.cfg.context_length} positions this "
+                   f"model was trained on: answers past them are not to be trusted")
+            if strict:
+                raise LiteError(msg + " (--strict)")
+            log.warning(msg)
         self.chunk = prefill_chunk or DEFAULT_PREFILL_CHUNK     # tokens, or "auto"
         if self.chunk != "auto" and int(self.chunk) < 1:
             raise LiteError(f"--prefill must be auto or a positive token count, got {self.chunk}")
@@ -106,8 +112,7 @@ class Engine:
 
     def expert_stats(self):
         """The expert caches' counters summed over stages (experts off the GPU), else None."""
-        got = [st.ops.expert_stats() for st in self.stages if hasattr(st.ops, "expert_stats")]
-        got = [g for g in got if g]
+        got = [g for g in (st.ops.expert_stats() for st in self.stages) if g]
         if not got:
             return None
         tot = {k: (sum(g[k] for g in got) if isinstance(v, (int, float)) else v) for k, v in got[0].items()}

@@ -1,4 +1,4 @@
-"""Expert residency and the GPU expert cache (DESIGN.md "Experts"; the interface: docs/experts.md).
+"""Expert residency and the GPU expert cache (docs/design.md "Experts"; the interface: docs/experts.md).
 
 `--experts gpu|host|mmap|auto` says where the 3-D expert tensors live: in VRAM with the dense weights
 (gpu), in pinned host RAM (host), or in the file's mapped pages (mmap, when RAM is short).

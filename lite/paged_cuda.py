@@ -11,7 +11,7 @@ Per attention layer, whatever the number of sequences:
     dims allow) — a copy of its context a layer, the price of reusing that kernel.
 rope() leaves the rotation to attention (a _Rotation), as the backend's own one-token path does;
 a one-row step may hand attention the backend's deferred per-head norms (NormLater), which are
-resolved first (its _norm_now). Every other op is the backend's own over all rows; the lazy values
+resolved first (its norm_now). Every other op is the backend's own over all rows; the lazy values
 a one-row step makes there (AddLater, ScaledLater: lite/backends/cuda_norm.py) stay inside it.
 
 Where a step's rows go is worked out on the host once per step and stage (StepLayout) and uploaded
@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 
 def batch_ops(backend, starts, counts, kvs):
     """The batched step's ops over this stage's backend: CUDABatchOps on a CUDA stage, else BatchOps."""
-    cls = CUDABatchOps if getattr(backend, "name", None) == "cuda" else BatchOps
+    cls = CUDABatchOps if backend.name == "cuda" else BatchOps
     return cls(backend, starts, counts, kvs)
 
 
@@ -197,10 +197,10 @@ class CUDABatchOps(BatchOps):
             if not (isinstance(q, _Rotation) and isinstance(k, _Rotation) and q.rope == k.rope):
                 raise NotImplementedError("the batched step rotates q and k alike, or neither")
             rope, q, k = q.rope, q.x, k.x
-        now = getattr(ops, "_norm_now", lambda t: t)       # a one-row step's deferred q/k norms
-        q, k, v = (xp.ascontiguousarray(now(t)) for t in (q, k, v))
+        # a one-row step's deferred q/k norms
+        q, k, v = (xp.ascontiguousarray(ops.norm_now(t)) for t in (q, k, v))
         lay = self.layout()
-        pool, stream = lay.pool, getattr(ops, "stream", None)
+        pool, stream = lay.pool, ops.stream
         if pool.kind not in ("f16", "int8"):
             raise NotImplementedError(f"--kv {pool.kind} in the GPU's batched step (f16 or int8)")
         K, V = pool.k[il], pool.v[il]
@@ -262,8 +262,7 @@ def graphable(stage):
     delta-rule states, taken on the host (RecurrentState.take) at addresses a graph cannot follow."""
     ops = stage.ops
     recurrent = any(stage.cfg.is_recurrent_layer(il) for il in stage.spec.layers)
-    return (getattr(ops, "name", None) == "cuda" and getattr(ops, "supports_graphs", False)
-            and getattr(stage, "use_graphs", False) and not recurrent)
+    return ops.name == "cuda" and ops.supports_graphs and stage.use_graphs and not recurrent
 
 
 def max_rows(stage, n_slots):
@@ -354,7 +353,7 @@ class DecodeGraphs:
             g = self.graphs.get(key)
             if g is None:
                 g = self.graphs[key] = _Graph(stage, self.pools[si], step.size, self.max_context)
-            g.set_inputs(x, step, getattr(ops, "stream", None))
+            g.set_inputs(x, step, ops.stream)
             if g.graph is None:
                 y = self._capture(si, stage, g)
                 if g.failed:                   # this step's output is the warm-up's

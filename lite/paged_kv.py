@@ -13,6 +13,7 @@ from collections import OrderedDict, deque
 
 import numpy as np
 
+from lite.backends.ops import Ops
 from lite.errors import ContextOverflowError
 from lite.kv_cache import KV_KINDS
 
@@ -169,22 +170,103 @@ class PagedKV:
 # rule, on the recurrent state each sequence's KV view carries (kvs[i].recurrent). A sequence contributes one row in decode
 # and a chunk of rows while its prompt is prefilled, so one step can mix both. On a CUDA stage,
 # CUDABatchOps (lite/paged_cuda.py) does RoPE and attention of all rows in a few launches instead.
-class BatchOps:
+class BatchOps(Ops):
     fused_delta_step = False     # each sequence's recurrent states are their own (delta_rule below)
 
     def __init__(self, ops, starts, counts, kvs):
         # sequence i: rows rows[i]:rows[i + 1], first position starts[i], KV view kvs[i]; a CPU
         # stage's products in its row_invariant view, so a row's logits do not depend on the batch
-        self.ops, self.starts, self.kvs = getattr(ops, "row_invariant", ops), starts, kvs
+        self.ops, self.starts, self.kvs = ops.row_invariant, starts, kvs
         self.rows = [0]
         for n in counts:
             self.rows.append(self.rows[-1] + n)
 
-    def __getattr__(self, name):                 # the ops that treat rows alone
-        return getattr(self.ops, name)
+    # the backend's own, over all rows: the ops that treat rows alone, and its capabilities
+    name = property(lambda self: self.ops.name)
+    xp = property(lambda self: self.ops.xp)
+    device_key = property(lambda self: self.ops.device_key)
+    stream = property(lambda self: self.ops.stream)
+    moe_residual = property(lambda self: self.ops.moe_residual)
+    folds_residuals = property(lambda self: self.ops.folds_residuals)
 
+    def embed(self, ids):
+        return self.ops.embed(ids)
+
+    def has(self, name):
+        return self.ops.has(name)
+
+    def linear(self, x, name):
+        return self.ops.linear(x, name)
+
+    def linear_many(self, x, names):
+        return self.ops.linear_many(x, names)
+
+    def linear_add(self, x, name, res):
+        return self.ops.linear_add(x, name, res)
+
+    def linear_gated(self, x, names, act):
+        return self.ops.linear_gated(x, names, act)
+
+    def rms_norm(self, x, name, eps):
+        return self.ops.rms_norm(x, name, eps)
+
+    def add_rms_norm(self, x, y, name, eps):
+        return self.ops.add_rms_norm(x, y, name, eps)
+
+    def act_mul(self, gate, up, act):
+        return self.ops.act_mul(gate, up, act)
+
+    def add(self, a, b):
+        return self.ops.add(a, b)
+
+    def scale(self, x, s):
+        return self.ops.scale(x, s)
+
+    def moe_route(self, h, name, k, normalize):
+        return self.ops.moe_route(h, name, k, normalize)
+
+    def moe_experts(self, h, il, ids, weights, act, **kw):   # residual=: where moe_residual
+        return self.ops.moe_experts(h, il, ids, weights, act, **kw)
+
+    def sigmoid_gate(self, x, h, name):
+        return self.ops.sigmoid_gate(x, h, name)
+
+    def add_sigmoid_gated(self, base, x, h, name):
+        return self.ops.add_sigmoid_gated(base, x, h, name)
+
+    def sigmoid_mul(self, x, gate):
+        return self.ops.sigmoid_mul(x, gate)
+
+    def l2_norm(self, x, eps):
+        return self.ops.l2_norm(x, eps)
+
+    def concat(self, xs):
+        return self.ops.concat(xs)
+
+    def delta_gates(self, b, a, a_name, dt_bias_name):
+        return self.ops.delta_gates(b, a, a_name, dt_bias_name)
+
+    def output(self, x):
+        return self.ops.output(x)
+
+    def to_host(self, x):
+        return self.ops.to_host(x)
+
+    def done(self, x):
+        return self.ops.done(x)
+
+    def norm_now(self, x):
+        return self.ops.norm_now(x)
+
+    def activate(self):
+        return self.ops.activate()
+
+    def synchronize(self):
+        self.ops.synchronize()
+
+    # positions are per sequence: RoPE, attention and the recurrent state
     def begin(self, pos0, n_tokens):
-        pass                                     # positions are per sequence (rope, attention)
+        pass
 
     def _per_sequence(self, fn, *xs):
         r = self.rows

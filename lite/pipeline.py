@@ -26,7 +26,7 @@ Prefill runs each runner's calls on that stage's worker thread; `decode` runs th
 thread. So a runner must not depend on thread-local state: a GPU runner enters its device and
 passes its stream explicitly on every call.
 
-Scheduling (DESIGN.md "The stage chain"): a stage computes a chunk, writes its hand-off buffer,
+Scheduling (docs/design.md "The stage chain"): a stage computes a chunk, writes its hand-off buffer,
 waits only if its successor still holds `handoff_depth` earlier chunks, submits the chunk to the
 successor, keeps that future on itself (not in its call frame) and returns to take its next chunk.
 The root submits every chunk to stage 0, then drains the futures once, in order. mode="sync" makes
@@ -118,14 +118,10 @@ class StreamTimer:
 
 
 def device_timer(runner):
-    """The runner's own `device_timer()` when it has one; a StreamTimer on `runner.ops.stream`
-    for a lite Stage on the GPU; None on the CPU (there the device time is the host time)."""
+    """The runner's own `device_timer()` when it has one (a lite Stage: a StreamTimer on its GPU
+    stream), else None (on the CPU the device time is the host time)."""
     own = getattr(runner, "device_timer", None)
-    if callable(own):
-        return own()
-    ops = getattr(runner, "ops", None)
-    stream = getattr(ops, "stream", None)
-    return StreamTimer(stream, getattr(ops, "device", None)) if stream is not None else None
+    return own() if callable(own) else None
 
 
 def make_jobs(ids, chunk, request_id=0, start=0):

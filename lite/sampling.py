@@ -1,10 +1,16 @@
 """Token sampling on the host, in llama.cpp's order: repetition penalty, top-k, top-p, min-p,
-temperature, then a draw. temperature <= 0 is greedy. The same seed gives the same draws; seed
+temperature, then a draw. A temperature at or below MIN_TEMPERATURE is greedy. The same seed gives the same draws; seed
 None or -1 draws a fresh one (llama.cpp's -1). StopMatcher (below) ends the text at a stop string."""
 import math
 from dataclasses import dataclass
 
 import numpy as np
+
+from lite.errors import NonFiniteLogitsError
+
+# below this, dividing the logits by the temperature overflows to inf (and the draw to NaN), and
+# the draw is the argmax anyway
+MIN_TEMPERATURE = 1e-5
 
 
 @dataclass(frozen=True)
@@ -55,7 +61,7 @@ class Sampler:
             logits[recent] = np.where(vals > 0, vals / p.repeat_penalty, vals * p.repeat_penalty)
         # With a NaN or +inf logit, argmax returns one (and with all -inf, a -inf one): the
         # engine checks the drawn token's logit, so broken logits stop generation there.
-        if p.temperature <= 0 or not np.isfinite(logits.max()):
+        if p.temperature <= MIN_TEMPERATURE or not np.isfinite(logits.max()):
             return int(np.argmax(logits))
         # candidates sorted by logit, descending (stable, so ties keep the lower id first)
         if p.top_k and p.top_k < logits.size:
@@ -75,6 +81,9 @@ class Sampler:
         z = z / p.temperature
         w = np.exp(z - z.max())
         w /= w.sum()
+        if not np.isfinite(w).all():
+            raise NonFiniteLogitsError(f"the sampling probabilities are not finite (temperature "
+                                       f"{p.temperature}, {idx.size} candidates)")
         return int(idx[self.rng.choice(idx.size, p=w)])
 
 

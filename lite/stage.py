@@ -12,6 +12,7 @@ from lite.paged_cuda import batch_ops
 from lite.errors import DeviceError, LiteError
 from lite.kv_cache import KVCache, kv_bytes_per_token
 from lite.models import family
+from lite.pipeline import StreamTimer
 
 
 @dataclass
@@ -70,7 +71,7 @@ class Stage:
         # --experts: a backend that can keep experts off the device places them itself, after the
         # dense weights and the KV cache (so that auto sees what VRAM is left).
         exps = ([n for n in names if n.endswith("_exps.weight")]
-                if cfg.is_moe and getattr(backend_cls, "supports_host_experts", False) else [])
+                if cfg.is_moe and backend_cls.supports_host_experts else [])
         names = [n for n in names if n not in set(exps)]
         what = f"layers {spec.layers.start}-{spec.layers.stop - 1}"
         try:
@@ -132,7 +133,7 @@ class Stage:
         capture must not count as a token (the states are put back after each), and the positions
         take() keeps are stepped on the host before each replay."""
         ops = self.ops
-        io = getattr(ops, "graph_io", None)
+        io = ops.graph_io
         rec = getattr(self.kv, "recurrent", None) or None     # None: no recurrent layer here
         with ops.activate():
             if self._graph is None:
@@ -172,6 +173,12 @@ class Stage:
             io.capture_in()                                # the graph's first node
         return self._forward(self._in, pos, False)
 
+    def device_timer(self):
+        """The chain's clock of this stage's device time: a StreamTimer on a GPU backend's stream,
+        None on the CPU (there the device time is the host time)."""
+        ops = self.ops
+        return StreamTimer(ops.stream, ops.device) if ops.stream is not None else None
+
     def alloc_handoff(self, shape, dtype):
         return self.ops.alloc_handoff(shape, dtype)
 
@@ -210,9 +217,9 @@ class Stage:
         for il in self.spec.layers:
             x = self.fwd(ops, cfg, il, x, None, 0)
         if not self.spec.last:
-            return ops.done(x) if hasattr(ops, "done") else x
+            return ops.done(x)
         if x.shape[0] != len(rows) - 1:        # prompt chunks: each sequence's last row
-            x = (ops.done(x) if hasattr(ops, "done") else x)[ops.xp.asarray(np.asarray(rows[1:]) - 1)]
+            x = ops.done(x)[ops.xp.asarray(np.asarray(rows[1:]) - 1)]
         x = ops.rms_norm(x, "output_norm.weight", cfg.rms_eps)
         return ops.output(x)
 
@@ -226,7 +233,7 @@ class Stage:
         for il in self.spec.layers:
             x = self.fwd(ops, cfg, il, x, self.kv, pos0)
         if not self.spec.last:              # (the last residual add may be lazy: cuda_norm.py)
-            return ops.done(x) if hasattr(ops, "done") else x
+            return ops.done(x)
         if not all_logits and x.shape[0] > 1:
             x = x[-1:]
         x = ops.rms_norm(x, "output_norm.weight", cfg.rms_eps)
@@ -239,12 +246,12 @@ def decode_graphs(ops, cfg, layers):
     stages capture when the backend's grouped expert path needs no host sync; stages with
     recurrent layers or a shared expert only with BackendConfig.hybrid_graphs (their states are
     stepped around the replays, Stage._decode_graphed, and the shared gate is then a kernel)."""
-    if not getattr(ops, "supports_graphs", False):
+    if not ops.supports_graphs:
         return False
-    if cfg.is_moe and not getattr(ops, "moe_graph_safe", lambda: False)():
+    if cfg.is_moe and not ops.moe_graph_safe():
         return False
     hybrid = cfg.n_ff_shexp or any(cfg.is_recurrent_layer(il) for il in layers)
-    if hybrid and not getattr(getattr(ops, "config", None), "hybrid_graphs", False):
+    if hybrid and not ops.config.hybrid_graphs:      # a backend with graphs has a BackendConfig
         return False
     return ops.graph_safe()
 

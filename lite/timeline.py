@@ -2,10 +2,10 @@
 
 Every stage records one `Event` per chunk it computes (host wall time, `time.perf_counter`, from
 the start of its hand-off read to the end of its hand-off write). `Timeline.rows()` draws the
-DESIGN.md diagram scaled to time; `to_chrome_trace()` writes JSON that chrome://tracing and
+diagram of docs/design.md scaled to time; `to_chrome_trace()` writes JSON that chrome://tracing and
 ui.perfetto.dev open, one thread per stage.
 
-Host against device time (DESIGN.md, "The host side of a stage must stay cheap"): an event also
+Host against device time (docs/design.md, "The stage chain"): an event also
 carries `host`, the wall seconds the stage thread spent issuing the chunk (hand-off read and
 run()), `host_cpu`, the CPU seconds of that thread meanwhile (less than `host` by the time it
 waited for the interpreter lock or blocked), and `device`, the seconds the device stream took

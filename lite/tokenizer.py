@@ -19,6 +19,7 @@ log = logging.getLogger(__name__)
 # GGUF token types -> llama.cpp token attributes (llama.h)
 A_UNKNOWN, A_UNUSED, A_NORMAL, A_CONTROL, A_USER, A_BYTE = 1, 2, 4, 8, 16, 32
 A_LSTRIP, A_RSTRIP = 128, 256
+_WS = " \t\n\v\f\r"
 _TYPE_ATTR = {1: A_NORMAL, 2: A_UNKNOWN, 3: A_CONTROL, 4: A_USER, 5: A_UNUSED, 6: A_BYTE}
 
 # Token texts llama.cpp treats as end of generation (llama_vocab::impl::load).
@@ -158,18 +159,18 @@ class Tokenizer:
 
     # ---- encode ----
     def encode(self, text, add_special=True, parse_special=True):
-        """Token ids of `text`, as llama_tokenize(text, add_special, parse_special)."""
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError:  # lone surrogates (e.g. from JSON) cannot be UTF-8: U+FFFD
-            text = text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+        """Token ids of `text`, as llama_tokenize(text, add_special, parse_special). `text` may also
+        be a list of (text, parse_special) spans, tokenized as their joined text would be except
+        that special-token spellings are cut out only where a span says so."""
+        spans = [(text, parse_special)] if isinstance(text, str) else text
+        frags = self._fragments(spans)
         out = []
         if add_special and self.add_bos:
             if self.bos_id is None:
                 raise ConfigError("the model asks for a BOS token but defines none")
             out.append(self.bos_id)
         prev_special = True
-        for frag in self._partition(text, parse_special):
+        for frag in frags:
             if isinstance(frag, int):
                 out.append(frag)
                 prev_special = True
@@ -185,6 +186,27 @@ class Tokenizer:
         if add_special and self.add_eos and self.eos_id is not None:
             out.append(self.eos_id)
         return out
+
+    def _fragments(self, spans):
+        """The str and int fragments of (text, parse_special) spans: texts that meet are joined, and
+        whitespace beside an LSTRIP/RSTRIP special is stripped across spans as within one."""
+        frags = []
+        for text, parse_special in spans:
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError:  # lone surrogates (e.g. from JSON) cannot be UTF-8: U+FFFD
+                text = text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+            for frag in self._partition(text, parse_special):
+                prev = frags[-1] if frags else None
+                if isinstance(frag, str) and isinstance(prev, str):
+                    frags[-1] = prev + frag
+                    continue
+                if isinstance(frag, str) and prev is not None and self.attrs[prev] & A_RSTRIP:
+                    frag = frag.lstrip(_WS)
+                elif isinstance(frag, int) and isinstance(prev, str) and self.attrs[frag] & A_LSTRIP:
+                    frags[-1] = prev.rstrip(_WS)
+                frags.append(frag)
+        return [f for f in frags if f != ""]
 
     def _partition(self, text, parse_special):
         """Split text around special-token spellings (tokenizer_st_partition): str or int items."""
@@ -203,9 +225,9 @@ class Tokenizer:
                     if k:
                         new.append(tid)
                     if k and attr & A_RSTRIP:
-                        part = part.lstrip(" \t\n\v\f\r")
+                        part = part.lstrip(_WS)
                     if k < len(parts) - 1 and attr & A_LSTRIP:
-                        part = part.rstrip(" \t\n\v\f\r")
+                        part = part.rstrip(_WS)
                     if part:
                         new.append(part)
             frags = new
@@ -223,39 +245,11 @@ class Tokenizer:
 
     def _bpe_word(self, word):
         """Lowest-rank merge first, leftmost on ties (as llama.cpp's BPE tokenizer does)."""
-        vocab = self.vocab
+        vocab, ranks = self.vocab, self._ranks
         if self._ignore_merges and word in vocab:
             return [vocab[word]]
-        syms, ranks = list(word), self._ranks
-        n = len(syms)
-        nxt, prv = list(range(1, n + 1)), list(range(-1, n - 1))
-        if n:
-            nxt[-1] = -1
-        heap = []
-
-        def add(left, right):
-            if left >= 0 and right >= 0:
-                r = ranks.get((syms[left], syms[right]))
-                if r is not None:
-                    heapq.heappush(heap, (r, left, right, syms[left] + syms[right]))
-
-        for i in range(n - 1):
-            add(i, i + 1)
-        while heap:
-            _, left, right, merged = heapq.heappop(heap)
-            a, b = syms[left], syms[right]
-            if not a or not b or a + b != merged:
-                continue
-            syms[left], syms[right] = merged, ""
-            nxt[left] = nxt[right]
-            if nxt[right] >= 0:
-                prv[nxt[right]] = left
-            add(prv[left], left)
-            add(left, nxt[left])
         ids = []
-        for s in syms:
-            if not s:
-                continue
+        for s in _merge(list(word), lambda a, b: ranks.get((a, b))):
             tid = vocab.get(s)
             if tid is not None:
                 ids.append(tid)
@@ -266,36 +260,11 @@ class Tokenizer:
     def _encode_spm(self, text, out):
         """Highest-score bigram first, leftmost on ties (as llama.cpp's SPM tokenizer does)."""
         vocab, scores = self.vocab, self.scores
-        syms = list(text)
-        n = len(syms)
-        nxt, prv = list(range(1, n + 1)), list(range(-1, n - 1))
-        if n:
-            nxt[-1] = -1
-        heap = []
 
-        def add(left, right):
-            if left >= 0 and right >= 0:
-                tid = vocab.get(syms[left] + syms[right])
-                if tid is not None:
-                    size = len(syms[left]) + len(syms[right])
-                    heapq.heappush(heap, (-scores[tid], left, right, size))
-
-        for i in range(n - 1):
-            add(i, i + 1)
-        while heap:
-            _, left, right, size = heapq.heappop(heap)
-            a, b = syms[left], syms[right]
-            if not a or not b or len(a) + len(b) != size:
-                continue
-            syms[left], syms[right] = a + b, ""
-            nxt[left] = nxt[right]
-            if nxt[right] >= 0:
-                prv[nxt[right]] = left
-            add(prv[left], left)
-            add(left, nxt[left])
-        for s in syms:
-            if not s:
-                continue
+        def priority(a, b):
+            tid = vocab.get(a + b)
+            return None if tid is None else -scores[tid]
+        for s in _merge(list(text), priority):
             tid = vocab.get(s)
             if tid is not None:
                 out.append(tid)
@@ -354,23 +323,66 @@ class Tokenizer:
     def is_eog(self, tid):
         return tid in self.eog_ids
 
+    def spells_control(self, text):
+        """Whether parsing special tokens would find a control token in `text`."""
+        return self._partition(text, True) != self._partition(text, False)
+
     def apply_chat_template(self, messages, add_generation_prompt=True, template=None, **extra):
-        """Render `messages` with the file's chat template (or a built-in one by architecture).
-        A leading BOS spelling is removed when encode() adds BOS itself, as llama.cpp's common
-        chat code does, so that encode(text) starts with exactly one BOS."""
-        from lite.chat_template import builtin_template, render_chat
+        """The conversation's text (what encode_chat tokenizes, with the markup's specials)."""
+        return "".join(t for t, _ in self.chat_spans(messages, add_generation_prompt, template,
+                                                      whole=True, **extra))
+
+    def encode_chat(self, messages, add_generation_prompt=True, template=None, **extra):
+        """Token ids of a conversation: the template's markup makes control tokens, the messages'
+        contents never do (a user's "<|im_end|>" stays text and cannot end the turn)."""
+        return self.encode(self.chat_spans(messages, add_generation_prompt, template, **extra))
+
+    def chat_spans(self, messages, add_generation_prompt=True, template=None, whole=False, **extra):
+        """`messages` rendered with the file's chat template (or a built-in one by architecture) as
+        (text, parse_special) spans for encode(): lite.chat_template.chat_spans. A leading BOS
+        spelling is removed when encode() adds BOS itself, as llama.cpp's common chat code does,
+        so that the ids start with exactly one BOS."""
+        from lite.chat_template import builtin_template, chat_spans
         tmpl = template or self.chat_template or builtin_template(self.architecture)
         bos = self.tokens[self.bos_id] if self.bos_id is not None else ""
         eos = self.tokens[self.eos_id] if self.eos_id is not None else ""
-        text = render_chat(tmpl, messages, add_generation_prompt, bos_token=bos, eos_token=eos,
-                           **extra)
-        if self.add_bos and bos and text.startswith(bos):
-            text = text[len(bos):]
-        return text
+        spans = chat_spans(tmpl, messages, add_generation_prompt, self.spells_control, whole,
+                           bos_token=bos, eos_token=eos, **extra)
+        if self.add_bos and bos and spans and spans[0][1] and spans[0][0].startswith(bos):
+            spans[0] = (spans[0][0][len(bos):], True)
+        return spans
 
     def __repr__(self):
         return (f"Tokenizer({self.model}, n_vocab={self.n_vocab}, bos={self.bos_id}, "
                 f"eos={self.eos_id}, eog={sorted(self.eog_ids)})")
+
+
+def _merge(syms, priority):
+    """Merge neighbouring symbols, the pair with the lowest priority(a, b) first and the leftmost on
+    ties (None: never); the symbols left, in order."""
+    n = len(syms)
+    nxt, prv = list(range(1, n + 1)), list(range(-1, n - 1))
+    heap = []
+
+    def add(left, right):
+        if left >= 0 and right < n:
+            p = priority(syms[left], syms[right])
+            if p is not None:
+                heapq.heappush(heap, (p, left, right, syms[left] + syms[right]))
+
+    for i in range(n - 1):
+        add(i, i + 1)
+    while heap:
+        _, left, right, merged = heapq.heappop(heap)
+        if not syms[left] or not syms[right] or syms[left] + syms[right] != merged:
+            continue                  # a pair one of whose symbols has merged since
+        syms[left], syms[right] = merged, ""
+        nxt[left] = nxt[right]
+        if nxt[right] < n:
+            prv[nxt[right]] = left
+        add(prv[left], left)
+        add(left, nxt[left])
+    return [s for s in syms if s]
 
 
 def _clean_spaces(b):

@@ -1,6 +1,7 @@
 """The llama family: llama, qwen2 (attention biases), qwen3 (per-head QK RMSNorm).
 
-One layer's forward, written only against backend ops, so the CPU and GPU share it.
+One layer's forward, written only against the ops interface (lite/backends/ops.py Ops), so the CPU
+and GPU share it.
 Shapes: x (T, n_embd); q (T, n_head, head_dim); k, v (T, n_head_kv, head_dim).
 """
 
@@ -28,12 +29,8 @@ def ffn_block(ops, cfg, il, h, kind="", residual=None):
     """Gated FFN over ffn_{gate,up,down}<kind>.weight (kind "_shexp": qwen2moe's shared expert),
     plus `residual` when one is given."""
     p = f"blk.{il}."
-    names = [p + f"ffn_gate{kind}.weight", p + f"ffn_up{kind}.weight"]
-    if hasattr(ops, "linear_gated"):      # the activation folded into the product (CUDA decode)
-        a = ops.linear_gated(h, names, cfg.act)
-    else:
-        gate, up = ops.linear_many(h, names)
-        a = ops.act_mul(gate, up, cfg.act)
+    # the activation folded into the product where the backend fuses them (CUDA decode)
+    a = ops.linear_gated(h, [p + f"ffn_gate{kind}.weight", p + f"ffn_up{kind}.weight"], cfg.act)
     return linear_residual(ops, a, p + f"ffn_down{kind}.weight", residual)
 
 
@@ -42,23 +39,13 @@ def linear_residual(ops, x, name, residual):
     product (the CUDA one, for a decode token)."""
     if residual is None:
         return ops.linear(x, name)
-    if hasattr(ops, "linear_add"):
-        return ops.linear_add(x, name, residual)
-    return ops.add(residual, ops.linear(x, name))
+    return ops.linear_add(x, name, residual)
 
 
 def fold_residuals(ops, x):
     """Fold the residual adds into the products? For one token (decode), where each launch costs
     more than its bytes; a prefill chunk keeps add_rms_norm (one pass over the chunk fewer)."""
-    return x.shape[0] == 1 and hasattr(ops, "linear_add")
-
-
-def add_rms_norm(ops, x, y, name, eps):
-    """(x + y, rms_norm(x + y)): one launch on backends that fuse the two (the CUDA one)."""
-    if hasattr(ops, "add_rms_norm"):
-        return ops.add_rms_norm(x, y, name, eps)
-    s = ops.add(x, y)
-    return s, ops.rms_norm(s, name, eps)
+    return x.shape[0] == 1 and ops.folds_residuals
 
 
 def forward_layer(ops, cfg, il, x, kv, pos0):
@@ -68,6 +55,7 @@ def forward_layer(ops, cfg, il, x, kv, pos0):
         x = attention_block(ops, cfg, il, h, kv, pos0, residual=x)
         h = ops.rms_norm(x, p + "ffn_norm.weight", cfg.rms_eps)
         return ffn_block(ops, cfg, il, h, residual=x)
-    x, h = add_rms_norm(ops, x, attention_block(ops, cfg, il, h, kv, pos0), p + "ffn_norm.weight",
-                        cfg.rms_eps)
+    # the residual add and the next norm: one launch on backends that fuse the two (the CUDA one)
+    x, h = ops.add_rms_norm(x, attention_block(ops, cfg, il, h, kv, pos0), p + "ffn_norm.weight",
+                            cfg.rms_eps)
     return ops.add(x, ffn_block(ops, cfg, il, h))

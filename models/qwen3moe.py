@@ -15,7 +15,7 @@ def moe_block(ops, cfg, il, h, residual=None):
     backends that take it there: the CUDA one, moe_residual)."""
     p = f"blk.{il}."
     ids, weights = ops.moe_route(h, p + "ffn_gate_inp.weight", cfg.n_expert_used, cfg.expert_weights_norm)
-    if residual is not None and not cfg.n_ff_shexp and getattr(ops, "moe_residual", False):
+    if residual is not None and not cfg.n_ff_shexp and ops.moe_residual:
         return ops.moe_experts(h, il, ids, weights, cfg.act, residual=residual)
     out = ops.moe_experts(h, il, ids, weights, cfg.act)
     if cfg.n_ff_shexp:

@@ -56,7 +56,7 @@ def delta_net_block(ops, cfg, il, h, kv, pos0):
     conv_state, ssm_state = ops.recurrent_state(kv, il, pos0, T)
     qkv, z = qkv_and_gate(ops, cfg, il, h)
     ba = ops.linear(h, p + "ssm_ba.weight")                           # per key head [b | a]
-    if T == 1 and getattr(ops, "fused_delta_step", False):             # all of it in one launch
+    if T == 1 and ops.fused_delta_step:             # all of it in one launch
         o = ops.delta_step(qkv, ba, (p + "ssm_conv1d.weight", p + "ssm_a", p + "ssm_dt.bias"),
                            conv_state, ssm_state, cfg.rms_eps, 1.0 / dk ** 0.5)
     else:
@@ -119,7 +119,7 @@ HYBRID_OPS = ("sigmoid_mul", "l2_norm", "concat", "delta_gates", "conv_silu", "d
 
 def check_backend(backend_cls):
     """One line when the backend lacks the hybrid's ops (the CPU and CUDA backends have them)."""
-    missing = [op for op in HYBRID_OPS if not hasattr(backend_cls, op)]
+    missing = backend_cls.lacks(HYBRID_OPS)
     if missing:
         raise ConfigError(f"qwen3next does not run on the {backend_cls.name} backend yet (it has no "
                           f"{', '.join(missing)}): use --device cpu")

@@ -36,7 +36,7 @@ SYNTH_CASE = ("tiny", "F16", 3)           # preset, quant, seed of the synth fil
 SEED = 29
 N_PROMPT, N_GREEDY = 150, 8
 
-# The tiny model of QWEN3NEXT.md: hidden 64, 4 layers (full attention every 2nd), 2 key heads and
+# A tiny random qwen3next: hidden 64, 4 layers (full attention every 2nd), 2 key heads and
 # 4 value heads for the delta rule, 8 experts of which 2 are used, a shared expert.
 HP = dict(vocab_size=320, hidden_size=64, intermediate_size=96, num_hidden_layers=4,
           num_attention_heads=4, num_key_value_heads=2, head_dim=16, linear_conv_kernel_dim=4,

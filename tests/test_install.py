@@ -88,6 +88,43 @@ def test_the_quick_start_prints_an_answer():
         assert len(r.stdout.strip()) > 20, (cmd, r.stdout, r.stderr)
 
 
+# --- what the README points at ---
+
+PATH_LIKE = re.compile(r"(\.\./)*\.?\w[\w.-]*(/[\w.-]*)*")
+FILE_EXT = re.compile(r"\.(md|py|json|sh|cu|cuh|toml|cfg|txt)$")
+
+
+def pointed_at(text):
+    """The repository paths a markdown text names: link targets, `backticked` paths (a slash or a
+    file's extension), and in the Layout section's block each line's leading folder or file and
+    the .md files listed on it (in that folder). Routes (/v1/...), ~ paths and URLs are not files."""
+    found = {m.group(1) for m in re.finditer(r"\]\(([^)#\s]+)", text) if "://" not in m.group(1)}
+    for span in re.findall(r"`([^`\s]+)`", text):
+        if PATH_LIKE.fullmatch(span) and ("/" in span or FILE_EXT.search(span)):
+            found.add(span)
+    layout = text.split("## Layout", 1)[1].split("\n## ", 1)[0] if "## Layout" in text else ""
+    block = re.search(r"```\n(.*?)```", layout, re.S)
+    for line in (block.group(1).splitlines() if block else []):
+        head = line.split()[0] if line[:1].strip() else ""
+        if not PATH_LIKE.fullmatch(head):
+            continue
+        found.add(head)
+        base = head if head.endswith("/") else ""
+        found.update(base + name for name in re.findall(r"(?<![\w/.-])([\w-]+\.md)\b", line) if name != head)
+    return found
+
+
+def test_the_readme_points_only_at_files_in_the_repository():
+    root = README.parent
+    found = pointed_at(README.read_text())
+    assert {"docs/design.md", "BENCHMARKS.md", "lite/", "docs/status.md"} <= found
+    missing = sorted(p for p in found if not (root / p).exists())
+    assert not missing, f"README.md names paths the repository does not have: {missing}"
+    assert pointed_at("see `../shared/X.md`, [a](docs/none.md), `/v1/models`, `~/.cache/lite`\n"
+                      "## Layout\n```\nlab/   old\ndocs/  a.md, b.md\n```\n") == {
+        "../shared/X.md", "docs/none.md", "lab/", "docs/", "docs/a.md", "docs/b.md"}
+
+
 # --- lite.hub: fetching a known model ---
 
 class FakePip:

@@ -402,11 +402,12 @@ def test_synth_writes_the_first_layers_of_a_preset(tmp_path):
 
 def test_a_backend_without_the_hybrid_ops_is_one_line():
     from lite.backends.cpu import CPUBackend
+    from lite.backends.ops import Ops
     from lite.models import qwen3next
 
     qwen3next.check_backend(CPUBackend)
 
-    class NoDelta:
+    class NoDelta(Ops):
         name = "gpu-like"
     with pytest.raises(ConfigError, match=r"no sigmoid_mul.*delta_rule, recurrent_state\): use --device cpu"):
         qwen3next.check_backend(NoDelta)

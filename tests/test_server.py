@@ -1,15 +1,13 @@
 """`lite serve` as its users use it: a subprocess on 127.0.0.1 at a free port and the official openai
 client, SmolLM2 on the CPU; every loop is bounded in count and time. At the end, the server under
-load: 300 requests from 32 concurrent clients, a third of them cancelled mid-stream and one in ten
-malformed. The server stays up, every well-formed request gets the text it gets alone, no slot or
-KV block leaks, and its memory does not grow from the first 100 requests to the last 100. Bounded:
-tiny outputs, every request with a timeout."""
+load: 300 requests from 32 concurrent clients, a third of them cancelled mid-stream, one in ten
+malformed and one in ten constrained by a grammar. The server stays up, every well-formed request
+gets the text it gets alone (a constrained one, text of its grammar), no slot or KV block leaks,
+and its memory does not grow from the first 100 requests to the last 100. Bounded: tiny outputs,
+every request with a timeout."""
 import contextlib
 import json
-import socket
-import subprocess
-import sys
-import tempfile
+import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -23,83 +21,7 @@ from lite import LLM  # noqa: E402
 from lite.backends import cuda_unavailable_reason  # noqa: E402
 from conftest import real_model  # noqa: E402
 
-# --- starting `lite serve` as a subprocess and reading its /metrics ---
-
-try:                    # the openai client's HTTP library (renamed httpx2 in its newer releases)
-    import httpx2 as httpx
-except ImportError:
-    import httpx
-
-from lite.server.scheduler import parse_prometheus  # noqa: E402
-
-START_TIMEOUT_S = 180
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class ServerProcess:
-    def __init__(self, model, *args, api_key=None, device="cpu"):
-        self.port, self.api_key = free_port(), api_key
-        self.url = f"http://127.0.0.1:{self.port}"
-        cmd = [sys.executable, "-m", "lite.cli.main", "serve", model, "--device", device,
-               "--port", str(self.port), *args] + (["--api-key", api_key] if api_key else [])
-        self.log = tempfile.TemporaryFile("w+")       # stdout and stderr, read back on failure
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, text=True)
-        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self.http = httpx.Client(base_url=self.url, headers=self.headers, timeout=120)
-
-    def wait_ready(self):
-        """Poll /health (503 while loading) until 200; bounded by START_TIMEOUT_S."""
-        seen, deadline = set(), time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"lite serve exited {self.proc.returncode}: {self.output()}")
-            try:
-                r = httpx.get(self.url + "/health", timeout=5)
-                seen.add(r.status_code)
-                if r.status_code == 200:
-                    return seen
-            except httpx.TransportError:
-                pass
-            time.sleep(0.2)
-        raise TimeoutError(f"lite serve not ready in {START_TIMEOUT_S} s")
-
-    def output(self):
-        self.log.seek(0)
-        return self.log.read()
-
-    def metrics(self):
-        r = self.http.get("/metrics")
-        r.raise_for_status()
-        return parse_prometheus(r.text)
-
-    def wait_metrics(self, ready, timeout=60):
-        """Poll /metrics until ready(reading) holds or the timeout passes; returns the last reading."""
-        deadline = time.monotonic() + timeout
-        while True:
-            m = self.metrics()
-            if ready(m) or time.monotonic() > deadline:
-                return m
-            time.sleep(0.1)
-
-    def wait_idle(self, timeout=60):
-        """Poll /metrics until no slot is busy and nothing waits; returns the last reading."""
-        return self.wait_metrics(lambda m: m["lite_slots_busy"] == 0 and m["lite_queue_length"] == 0,
-                                 timeout)
-
-    def close(self):
-        self.http.close()
-        self.proc.terminate()
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(10)
-        self.log.close()
+from live_server import ServerProcess, httpx  # noqa: E402
 
 
 # --- the server as its users use it ---
@@ -326,6 +248,19 @@ def test_tokenize_and_detokenize(server, llm):
     assert server.http.post("/detokenize", json={"tokens": ids}).json()["content"] == "Hello world"
 
 
+def test_log_has_the_start_and_a_line_per_request(server, client, llm):
+    """The start-up line is INFO, and each request gets one access line: method, route, status,
+    tokens (prompt+completion), ms."""
+    u = complete(client, PROMPTS[6], n=2).usage
+    server.http.get("/v1/no-route-for-the-log")
+    assert u.prompt_tokens == len(llm.tokenize(PROMPTS[6]))
+    for line in (rf"^lite: INFO: serving {ALIAS} on http://127\.0\.0\.1:{server.port} ",
+                 rf"^lite: INFO: POST /v1/completions 200 {u.prompt_tokens}\+{u.completion_tokens} tokens [\d.]+ ms$",
+                 r"^lite: INFO: GET /v1/no-route-for-the-log 404 [\d.]+ ms$"):
+        out = server.wait_output(line)
+        assert re.search(line, out, re.M), out
+
+
 def test_metrics_count_tokens(server):
     m = server.metrics()
     assert m["lite_requests_total"] >= m["lite_requests_finished_total"] > 0
@@ -337,10 +272,15 @@ def test_metrics_count_tokens(server):
 
 N_REQUESTS, N_CLIENTS, ROUNDS = 300, 32, 3
 N_TOKENS = 3
+LOAD_REGEX = " ?[a-z]{1,4}"
 LOAD_PROMPTS = ["The capital of France is", "Once upon a time", "The sun is", "Water boils at",
                 "My favourite food is", "1, 2, 3, 4,"]
 MALFORMED = [b"{not json", json.dumps({"prompt": "x", "max_tokens": -1}).encode(),
-             json.dumps({"prompt": 5}).encode(), json.dumps({"prompt": "x", "top_p": 3}).encode()]
+             json.dumps({"prompt": 5}).encode(), json.dumps({"prompt": "x", "top_p": 3}).encode(),
+             b'{"prompt": "x", "seed": -5}', b'{"prompt": "x", "temperature": NaN}',
+             b'{"prompt": "x", "top_p": NaN}', b'{"prompt": "x", "repeat_penalty": Infinity}',
+             b'{"prompt": "x", "model": ["smol"]}', b'{"prompt": "x", "model": {"id": "smol"}}']
+TINY_TEMPERATURES = (1e-310, 1e-320)      # greedy: once they made the sampler's draw NaN
 
 
 def _rss_kib(pid):
@@ -356,7 +296,8 @@ def test_many_clients_cancelled_and_malformed(device):
     llm = LLM(model, device=device, max_context=128)
     alone = {p: llm.generate(p, max_tokens=N_TOKENS, temperature=0) for p in LOAD_PROMPTS}
     del llm
-    srv = ServerProcess(model, "-np", "8", "-c", "128", "--max-queue", "64", device=device)
+    srv = ServerProcess(model, "-np", "8", "-c", "128", "--max-queue", "64", "--max-body-mb", "1",
+                        "--read-timeout", "10", "--max-connections", "64", device=device)
     try:
         srv.wait_ready()
         http = srv.http
@@ -365,14 +306,22 @@ def test_many_clients_cancelled_and_malformed(device):
             prompt = LOAD_PROMPTS[i % len(LOAD_PROMPTS)]
             body = {"prompt": prompt, "max_tokens": N_TOKENS, "temperature": 0}
             if i % 10 == 9:
-                r = http.post("/v1/completions", content=MALFORMED[i % len(MALFORMED)],
+                r = http.post("/v1/completions", content=MALFORMED[i // 10 % len(MALFORMED)],
                               headers={"content-type": "application/json"})
                 return "malformed", r.status_code == 400 and "error" in r.json()
+            if i % 10 == 4:                     # constrained by a grammar (cancelled one time in three)
+                body["regex"] = LOAD_REGEX
+                if i % 3 != 1:
+                    r = http.post("/v1/completions", json=body)
+                    return "constrained", r.status_code == 200 and bool(
+                        re.fullmatch(LOAD_REGEX, r.json()["choices"][0]["text"]))
             if i % 3 == 1:                      # cancelled: read the first event, then hang up
                 with http.stream("POST", "/v1/completions", json={**body, "max_tokens": 64,
                                                                   "stream": True}) as r:
                     first = next(r.iter_lines())
                 return "cancelled", r.status_code == 200 and first.startswith("data: ")
+            if i % 10 == 5:
+                body["temperature"] = TINY_TEMPERATURES[i // 10 % 2]
             r = http.post("/v1/completions", json=body)
             return "ok", r.status_code == 200 and r.json()["choices"][0]["text"] == alone[prompt]
 
@@ -383,7 +332,8 @@ def test_many_clients_cancelled_and_malformed(device):
                 srv.wait_idle(timeout=120)
                 rss.append(_rss_kib(srv.proc.pid))
         assert len(results) == N_REQUESTS and srv.proc.poll() is None
-        kinds = {kind: [ok for k, ok in results if k == kind] for kind in ("ok", "cancelled", "malformed")}
+        kinds = {kind: [ok for k, ok in results if k == kind]
+                 for kind in ("ok", "cancelled", "malformed", "constrained")}
         assert all(all(v) for v in kinds.values()), {k: v.count(False) for k, v in kinds.items()}
         assert len(kinds["malformed"]) == N_REQUESTS // 10 and len(kinds["cancelled"]) >= N_REQUESTS // 4
         m = srv.wait_idle(timeout=60)

@@ -276,7 +276,7 @@ def test_hybrid_sequences_batched_on_the_gpu():
 
 
 def test_a_rows_logits_in_a_batch_stay_within_the_bound(engines):
-    """docs/architecture.md's bound: a decoding row beside a prompt chunk of 64 rows (cuBLAS
+    """docs/design.md's bound: a decoding row beside a prompt chunk of 64 rows (cuBLAS
     products) against the same row alone (fused matvecs)."""
     gpu, _ = engines
     prompts = _prompts(gpu)

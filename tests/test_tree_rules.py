@@ -9,7 +9,7 @@ code no longer reads, a read of the environment whose name is not a literal, and
 not in ALLOWED below. Settings a benchmark compares belong in lite.backend_config.BackendConfig,
 not in the environment (docs/configuration.md).
 
-The import graph: no cycles, and no import against the layers of DESIGN.md. Built from the
+The import graph: no cycles, and no import against the layers of docs/design.md. Built from the
 package's modules: lite.* from lite/, and lite.kernels.*, lite.models.*, lite.cli.* from kernels/,
 models/, cli/ (setup.py's package_dir). Every Import and ImportFrom anywhere in a file counts, at
 module level or inside a function: a function-level import hides a cycle from the interpreter, not
@@ -143,7 +143,7 @@ def test_the_scan_sees_each_form_of_read():
 
 # ---- the import graph ----------------------------------------------------------------------------
 
-# The layers, as data (DESIGN.md, "Layers"). Each rule: what it says, the modules it applies to
+# The layers, as data (docs/design.md, "Layout"). Each rule: what it says, the modules it applies to
 # (prefixes: a module matches a prefix when it is that module or inside it), and either `only`
 # (all they may import from the product) or `not` (what they may not import). A rule whose modules
 # do not exist yet checks nothing.
@@ -337,7 +337,7 @@ def test_imports_follow_the_layers():
     edges, rel = graph()
     bad = violations(edges)
     lines = [f"{rel[s]}:{line} imports {d} ({rel[d]}): against '{rule}'" for rule, s, d, line in bad]
-    assert not bad, f"{len(bad)} import(s) against DESIGN.md's layers:\n" + "\n".join(lines)
+    assert not bad, f"{len(bad)} import(s) against docs/design.md's layers:\n" + "\n".join(lines)
 
 
 # ---- shadowing imports ----------------------------------------------------------------------------
@@ -388,4 +388,27 @@ def test_cuda_backend_parts_use_only_each_others_public_methods(tmp_path):
     bad.write_text("class A:\n    def f(self):\n        self._x = 1\n        return self._g() + self._x\n")
     assert _foreign_private_uses(bad) == ["bad.py: self._g"]     # the check sees the pattern
     found = [hit for p in sorted((ROOT / "lite" / "backends").glob("cuda*.py")) for hit in _foreign_private_uses(p)]
+    assert not found, "\n".join(found)
+
+
+# ---- the ops interface ----------------------------------------------------------------------------
+
+def _ops_probes(path):
+    """hasattr/getattr of an ops or backend object (`ops`, `self.ops`, `backend_cls`, ...): the
+    caller asking what the backend has, where lite/backends/ops.py Ops says it with a default."""
+    def probed(node):
+        name = node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", "")
+        return name in ("ops", "backend", "backend_cls")
+    return [f"{path.name}:{n.lineno}" for n in ast.walk(ast.parse(path.read_text()))
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in ("hasattr", "getattr")
+            and n.args and probed(n.args[0])]
+
+
+def test_no_probes_of_the_ops_object(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("f = getattr(ops, 'x', None)\ng = hasattr(self.ops, 'y') and hasattr(backend_cls, 'z')\n")
+    assert _ops_probes(bad) == ["bad.py:1", "bad.py:2", "bad.py:2"]     # the check sees the pattern
+    files = [p for folder in SOURCES if folder != "kernels" for p in sorted((ROOT / folder).rglob("*.py"))
+             if "backends" not in p.parts]
+    found = [hit for p in files for hit in _ops_probes(p)]
     assert not found, "\n".join(found)

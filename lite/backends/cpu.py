@@ -11,15 +11,17 @@ rows past those kernels (invariant_rows probes how far, once per shape) and a ro
 attention takes a prompt chunk row by row, as decode does, so a row's bytes do not depend on where
 its chunk starts (a prompt served partly from the prefix cache gives its uncached logits).
 """
-import contextlib
 import copy
 import logging
 import math
+import os
+from pathlib import Path
 
 import numpy as np
 from gguf import quants as gguf_quants
 
 from lite.backends.cpu_recurrent import causal_conv_silu, delta_rule_chunked, delta_rule_recurrent
+from lite.backends.ops import Ops
 from lite.errors import UnsupportedQuantError
 
 log = logging.getLogger(__name__)
@@ -47,6 +49,42 @@ def invariant_rows(n_out, n_in):
     return _pad_rows[key]
 
 
+_threads_chosen = [False]        # whether -t (or the default below) has set the BLAS threads
+
+
+def set_threads(n):
+    """Limit the threads of NumPy's BLAS (the CPU backend's matrix products) for this process."""
+    from threadpoolctl import threadpool_limits
+    threadpool_limits(limits=int(n), user_api="blas")
+    _threads_chosen[0] = True
+
+
+def physical_cores(cpus=None, siblings=None):
+    """The physical cores this process may run on: its CPU affinity, with SMT siblings counted once
+    (siblings(cpu): the text of /sys/devices/system/cpu/cpuN/topology/thread_siblings_list; a CPU
+    whose list cannot be read counts as a core of its own)."""
+    if cpus is None:
+        cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else range(os.cpu_count() or 1)
+    siblings = siblings or (lambda cpu: Path(
+        f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list").read_text())
+    cores = set()
+    for cpu in cpus:
+        try:
+            cores.add(frozenset(_cpu_list(siblings(cpu))))
+        except (OSError, ValueError):
+            cores.add(frozenset([cpu]))
+    return max(1, len(cores))
+
+
+def _cpu_list(text):
+    """The CPUs of a Linux cpu list: "0-3,8,10-11"."""
+    out = set()
+    for item in text.strip().split(","):
+        lo, _, hi = item.partition("-")
+        out.update(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
 def dequantize_tensor(t) -> np.ndarray:
     """A GGUF tensor as float32 in numpy order."""
     rows = t.raw.reshape(-1, t.nbytes // max(1, t.n_elements // t.shape[-1]))
@@ -72,7 +110,7 @@ class HostHandoff:
         return buf
 
 
-class CPUBackend(HostHandoff):
+class CPUBackend(HostHandoff, Ops):
     """Ops over NumPy float32 arrays for the tensors of one stage."""
 
     name = "cpu"
@@ -83,6 +121,8 @@ class CPUBackend(HostHandoff):
 
     def __init__(self, gguf, names, tied_output=False, config=None):   # config: the GPU's settings
         from lite.progress import Progress
+        if not _threads_chosen[0]:   # BLAS's own default, every logical CPU, oversubscribes SMT and shared machines
+            set_threads(physical_cores())
         self.gguf = gguf
         self.w = {}
         progress = Progress(sum(gguf.tensors[n].nbytes for n in names), "dequantizing weights")
@@ -115,12 +155,6 @@ class CPUBackend(HostHandoff):
         padded = np.zeros((rows, n_in), np.float32)
         padded[:T] = x
         return (padded @ w.T)[:T]
-
-    def activate(self):
-        return contextlib.nullcontext()
-
-    def begin(self, pos0, n_tokens):
-        pass
 
     # --- ops -----------------------------------------------------------------------------------
     def embed(self, ids):                                   # -> (T, n_embd)
@@ -299,6 +333,3 @@ class CPUBackend(HostHandoff):
 
     def to_host(self, x):
         return x
-
-    def synchronize(self):
-        pass

@@ -5,7 +5,7 @@ form (decode, and the reference) and its chunked form (prefill, chunks of 64).
 The delta rule, per value head with state S (dk, dv) and per token t:
     S = exp(g_t) S;  d = beta_t (v_t - S^T k_t);  S = S + k_t d^T;  o_t = S^T q_t
 The chunked form computes the same within a chunk with a unit lower-triangular solve, and carries
-S from chunk to chunk (QWEN3NEXT.md beside DESIGN.md gives its steps).
+S from chunk to chunk (docs/design.md "Hybrid models" outlines them).
 """
 import numpy as np
 

@@ -6,12 +6,13 @@ fp16 dequantization in prefill, fused dequantize-and-dot kernels in decode), att
 cuda_attention.py, experts in cuda_moe.py / cuda_host_experts.py / cuda_expert_dev.py, the stage
 hand-off in cuda_handoff.py, the decode graph's pinned I/O in cuda_graph_io.py, the folded norms
 in cuda_norm.py and the weights' upload and GPU layouts in cuda_weights.py: mixins of (or helpers
-to) CUDABackend below. What the parts give each other is public and named here (a test of the tree
-fails on one part calling another's private method):
+to) CUDABackend below, which implements the ops interface (lite/backends/ops.py Ops, last in its
+bases, so every part overrides its defaults). What the parts give each other is public and named
+here (a test of the tree fails on one part calling another's private method):
   CUDAWeights    plan_fusion, upload_weights(names, fuse)
   CUDALinear     matmul, epilogue_launch, kernel_options, records_for, supports_epilogue
   CUDAFoldNorm   as_array, materialized, folded_product, takes_scaled, add_later, norm_out_launch
-  CUDAAttention  norm_later
+  CUDAAttention  norm_later, norm_now
   CUDABackend    attn_counters, norm_counter, scratch_elems (made in __init__)
 Activations are float32. Everything of one stage is enqueued on that stage's stream; the host waits
 only where data leaves the device (logits, hand-off).
@@ -28,6 +29,7 @@ from lite.backends.cuda_handoff import CUDAHandoff
 from lite.backends.cuda_linear import CUDALinear
 from lite.backends.cuda_moe import CUDAExperts
 from lite.backends.cuda_norm import CUDAFoldNorm
+from lite.backends.ops import Ops
 from lite.backends.cuda_weights import CUDAWeights
 
 log = logging.getLogger(__name__)
@@ -51,7 +53,8 @@ def unavailable_reason():
     return None
 
 
-class CUDABackend(CUDAWeights, CUDALinear, CUDAFoldNorm, CUDAHandoff, CUDAAttention, CUDAExperts, CUDARecurrent):
+class CUDABackend(CUDAWeights, CUDALinear, CUDAFoldNorm, CUDAHandoff, CUDAAttention, CUDAExperts, CUDARecurrent,
+                  Ops):
     name = "cuda"
     supports_graphs = True
 
@@ -127,7 +130,7 @@ class CUDABackend(CUDAWeights, CUDALinear, CUDAFoldNorm, CUDAHandoff, CUDAAttent
         cp = self.cp
         if isinstance(x, cp.ndarray):
             return x.copy()
-        io = getattr(self, "graph_io", None)
+        io = self.graph_io
         if io is not None:
             return io.input_ids(x)      # the graph copies each step's token into it
         return cp.asarray(np.asarray(x, dtype=np.int64))
@@ -224,7 +227,7 @@ class CUDABackend(CUDAWeights, CUDALinear, CUDAFoldNorm, CUDAHandoff, CUDAAttent
     # --- host transfers (the stage hand-off is in lite/backends/cuda_handoff.py) ---------------
     def to_host(self, x):
         x = self.as_array(x)
-        io = getattr(self, "graph_io", None)
+        io = self.graph_io
         if io is not None:
             out = io.to_host(x)                    # (1, n) logits: through pinned memory
             if out is not None:

@@ -38,7 +38,7 @@ class CUDAAttention:
         if x.shape[0] == 1:
             # one decode token: attention rotates q and k in the launch that stores the cache
             return RopeLater(x, (n_rot, base, freq_scale, neox))
-        return self.small_ops.rope(self.cp.ascontiguousarray(self._norm_now(x)), pos0, base, neox,
+        return self.small_ops.rope(self.cp.ascontiguousarray(self.norm_now(x)), pos0, base, neox,
                                    n_rot, freq_scale, self.stream)
 
     def attention(self, kv, il, q, k, v, pos0, scale, window=0):
@@ -101,7 +101,7 @@ class CUDAAttention:
         cp, int8 = self.cp, kv.kind == "int8"
         q, k, rope = self._rope_pending(q, k)
         q, k, norm = self._norm_pending(q, k)
-        v = self._norm_now(v)
+        v = self.norm_now(v)
         ks, vs = (kv.ks[il], kv.vs[il]) if int8 else (None, None)
         q_rot = self.decode_attn.rope_kv_store(
             cp.ascontiguousarray(q[0]), cp.ascontiguousarray(k[0]), cp.ascontiguousarray(v[0]),
@@ -124,7 +124,7 @@ class CUDAAttention:
         those left unnormed by norm_later (None if neither); a second eps is normed here."""
         nq, nk = (t if isinstance(t, NormLater) else None for t in (q, k))
         if nq is not None and nk is not None and nq.eps != nk.eps:
-            k, nk = self._norm_now(k), None
+            k, nk = self.norm_now(k), None
         if nq is None and nk is None:
             return q, k, None
         qw, kw = (None if t is None else t.w for t in (nq, nk))
@@ -133,10 +133,10 @@ class CUDAAttention:
 
     def _rope_now(self, r):
         n_rot, base, freq_scale, neox = r.rope
-        return self.small_ops.rope(self.cp.ascontiguousarray(self._norm_now(r.x)), 0, base, neox,
+        return self.small_ops.rope(self.cp.ascontiguousarray(self.norm_now(r.x)), 0, base, neox,
                                    n_rot, freq_scale, self.stream, self.pos_dev)
 
-    def _norm_now(self, x):
+    def norm_now(self, x):
         """x itself, or the norm a NormLater left, as the rms_norm kernel (a launch)."""
         if not isinstance(x, NormLater):
             return x

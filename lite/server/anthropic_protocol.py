@@ -18,8 +18,9 @@ _ERROR_TYPES = {"invalid_request_error": "invalid_request_error",
 _STOP_REASONS = {"stop": "end_turn", "length": "max_tokens"}
 
 
-def error_response(e):
-    """A RequestError in Anthropic's error shape, its HTTP status kept."""
+def error_response(e, request=None):
+    """A RequestError in Anthropic's error shape, its HTTP status kept (request: app.py's error
+    formatters take it; this shape has no request id)."""
     return JSONResponse(error_body(e), status_code=e.status)
 
 
@@ -32,8 +33,8 @@ def api_key_of(headers):
     key = headers.get("x-api-key")
     if key is not None:
         return key
-    auth = headers.get("authorization", "")
-    return auth[len("Bearer "):] if auth.startswith("Bearer ") else None
+    scheme, _, token = headers.get("authorization", "").strip().partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else None   # RFC 9110: any case
 
 
 def _text_of(value, what):
@@ -106,7 +107,7 @@ class MessageReply:
                 "usage": {"input_tokens": self.n_input,
                           "output_tokens": finish["usage"]["completion_tokens"] if finish else 0}}
 
-    def whole(self, text, finish):
+    def whole(self, text, finish, tool_calls=None):      # no tools here: /v1/messages refuses them
         return {**self._message(text, finish), "timings": finish["timings"]}
 
     async def stream(self, events):

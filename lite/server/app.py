@@ -6,25 +6,27 @@ events the scheduler emits (from its own thread, through the event loop's thread
 A client that goes away (an early-closed stream, a dropped connection) cancels its request.
 """
 import asyncio
+import hmac
 import logging
-import threading
 import time
 from dataclasses import dataclass, field
 from importlib import resources
-from pathlib import Path
 
 import anyio
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
-from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse
+from starlette.requests import ClientDisconnect
+from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from lite.errors import LiteError
 from lite.server.anthropic_protocol import api_key_of, error_response, message_routes
+from lite.server.grammar import completion_constraint
 from lite.server.openai_protocol import (Reply, RequestError, chat_messages, completion_prompt,
-                                         context_error, gen_params, parse_json, sse)
-from lite.server.scheduler import DEFAULT_MAX_QUEUE, QueueFull, Scheduler, prometheus_text
+                                         context_error, gen_params, model_field, parse_json, sse)
+from lite.server.scheduler import QueueFull, SchedulerStopped, describe, prometheus_text
+from lite.server.tool_calls import chat_prompt, message_calls, stream_deltas
 
 log = logging.getLogger(__name__)
 
@@ -39,8 +41,24 @@ class ServerState:
     created: int = field(default_factory=lambda: int(time.time()))
 
 
-def _error(e):
-    return JSONResponse(e.body(), status_code=e.status)
+def _error(e, request=None):
+    """A RequestError as OpenAI's JSON; a 5xx names the request id, which the server's log has too."""
+    body = e.body()
+    if request is not None and e.status >= 500:
+        body["error"]["request_id"] = request.scope.get("lite.request_id")
+    return JSONResponse(body, status_code=e.status, headers={"connection": "close"} if e.close else None)
+
+
+def _failed(ev):
+    """The error event of a request the scheduler failed, as a RequestError."""
+    return RequestError(500, f"the request failed: {ev['error']}", type="server_error")
+
+
+def _authorized(headers, key):
+    """`Authorization: Bearer KEY` (the scheme in any case: RFC 9110 schemes are case-insensitive)
+    or Anthropic's `x-api-key: KEY`."""
+    given = api_key_of(headers)
+    return given is not None and hmac.compare_digest(given.encode(), key.encode())
 
 
 class EventStream:
@@ -73,26 +91,40 @@ class EventStream:
 
 def create_app(state):
     def ready():
-        if state.scheduler is None:
+        sched = state.scheduler
+        if sched is None:
             raise RequestError(503, "the model is loading", type="unavailable_error", code="loading")
-        return state.scheduler
+        if sched.failure is not None:
+            raise RequestError(503, f"the scheduler has stopped: {describe(sched.failure)}; the "
+                                    f"server is shutting down", type="unavailable_error",
+                               code="scheduler_stopped")
+        return sched
 
     def endpoint(fn, error=_error):
+        """Every error of a request becomes an answer in OpenAI's shape: none escapes to Starlette
+        (whose 500 is plain text, after which uvicorn drops the keep-alive connection)."""
         async def wrapped(request):
             try:
                 # the chat page loads without the key: the user types it into the page
                 if state.api_key is not None and request.url.path not in ("/health", "/"):
-                    if api_key_of(request.headers) != state.api_key:
+                    if not _authorized(request.headers, state.api_key):
                         raise RequestError(401, "invalid API key", type="authentication_error",
                                            code="invalid_api_key")
                 return await fn(request)
             except RequestError as e:
-                return error(e)
+                return error(e, request)
+            except ClientDisconnect:
+                return Response(status_code=499)        # nobody is left to read it
+            except Exception as e:
+                log.error("%s %s failed (request id %s)", request.method, request.url.path,
+                          request.scope.get("lite.request_id"), exc_info=e)
+                return error(RequestError(500, f"internal error: {describe(e)}",
+                                          type="server_error"), request)
         return wrapped
 
     async def body_of(request):
         body = parse_json(await request.body())
-        model = body.get("model")
+        model = model_field(body)
         if model is not None and model not in state.model_names:
             raise RequestError(404, f"The model `{model}` does not exist", type="not_found_error",
                                param="model", code="model_not_found")
@@ -101,15 +133,13 @@ def create_app(state):
     async def chat_ids(messages):
         """The prompt's token ids: the messages through the model's chat template."""
         tok = ready().tokenizer
-
-        def encode():
-            return tok.encode(tok.apply_chat_template(messages, add_generation_prompt=True))
-        try:
-            return await run_in_threadpool(encode)
+        try:                            # the contents are text: only the template's markup makes control tokens
+            return await run_in_threadpool(tok.encode_chat, messages)
         except LiteError as e:          # a template that fails on these messages
             raise RequestError(400, str(e), param="messages") from None
 
-    async def generate(request, reply, ids, params, stream, chunks=None, error=_error):
+    async def generate(request, reply, ids, params, stream, chunks=None, error=_error, constraint=None,
+                       wrap=None):
         sched = ready()
         if len(ids) >= sched.ctx:
             raise context_error(len(ids), sched.ctx)
@@ -121,13 +151,16 @@ def create_app(state):
             except RuntimeError:        # the loop has closed: the server is shutting down
                 pass
         try:
-            seq = sched.submit(ids, params, emit)
+            seq = sched.submit(ids, params, wrap(emit) if wrap else emit, constraint)
         except QueueFull as e:
             raise RequestError(503, str(e), type="unavailable_error", code="queue_full") from None
+        except SchedulerStopped as e:
+            raise RequestError(503, str(e), type="unavailable_error", code="scheduler_stopped") from None
         except LiteError as e:
             raise RequestError(400, str(e)) from None
         if stream:
-            return EventStream((chunks or _chunks)(reply, events), lambda: sched.cancel(seq))
+            out = _chunks(reply, events, request.scope) if chunks is None else chunks(reply, events)
+            return EventStream(out, lambda: sched.cancel(seq))
         try:
             return await _whole(request, reply, events, error)
         finally:
@@ -137,8 +170,14 @@ def create_app(state):
     async def chat_completions(request):
         body = await body_of(request)
         params, stream, usage = gen_params(body)
-        ids = await chat_ids(chat_messages(body))
-        return await generate(request, Reply(True, state.model_name, usage), ids, params, stream)
+        messages = chat_messages(body)
+        tok = ready().tokenizer
+        try:        # the template, with the tools; the grammar asked for or forcing a tool call
+            ids, constraint, tools = await run_in_threadpool(chat_prompt, body, messages, tok)
+        except LiteError as e:          # a template that fails on these messages
+            raise RequestError(400, str(e), param="messages") from None
+        return await generate(request, Reply(True, state.model_name, usage), ids, params, stream,
+                              constraint=constraint, wrap=tools.wrap)
 
     @endpoint
     async def completions(request):
@@ -147,13 +186,15 @@ def create_app(state):
         prompt = completion_prompt(body)
         sched = ready()
         if isinstance(prompt, str):
-            ids = await run_in_threadpool(sched.tokenizer.encode, prompt)
+            ids = await run_in_threadpool(sched.tokenizer.encode, prompt, True, False)   # text, not control tokens
         else:
             n_vocab = len(sched.tokenizer.tokens)
             if not all(0 <= t < n_vocab for t in prompt):
                 raise RequestError(400, f"token ids must be in [0, {n_vocab})", param="prompt")
             ids = prompt
-        return await generate(request, Reply(False, state.model_name, usage), ids, params, stream)
+        constraint = await run_in_threadpool(completion_constraint, body, sched.tokenizer)
+        return await generate(request, Reply(False, state.model_name, usage), ids, params, stream,
+                              constraint=constraint)
 
     @endpoint
     async def models(request):
@@ -166,6 +207,9 @@ def create_app(state):
     async def health(request):
         if state.scheduler is None:
             return JSONResponse({"status": "loading"}, status_code=503)
+        if state.scheduler.failure is not None:
+            return JSONResponse({"status": "error", "error": describe(state.scheduler.failure)},
+                                status_code=503)
         return JSONResponse({"status": "ok"})
 
     @endpoint
@@ -177,16 +221,21 @@ def create_app(state):
     async def tokenize(request):
         body = parse_json(await request.body())
         content, special = body.get("content"), body.get("add_special", False)
+        parse = body.get("parse_special", False)
         if not isinstance(content, str):
             raise RequestError(400, "'content' must be a string", param="content")
-        ids = await run_in_threadpool(ready().tokenizer.encode, content, bool(special))
+        for name, value in (("add_special", special), ("parse_special", parse)):
+            if not isinstance(value, bool):
+                raise RequestError(400, f"'{name}' must be a boolean", param=name)
+        ids = await run_in_threadpool(ready().tokenizer.encode, content, special, parse)
         return JSONResponse({"tokens": ids})
 
     @endpoint
     async def detokenize(request):
         body = parse_json(await request.body())
         ids, tok = body.get("tokens"), ready().tokenizer
-        if not isinstance(ids, list) or not all(isinstance(t, int) and 0 <= t < len(tok.tokens) for t in ids):
+        if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool)
+                                                and 0 <= t < len(tok.tokens) for t in ids):
             raise RequestError(400, "'tokens' must be a list of token ids", param="tokens")
         return JSONResponse({"content": tok.decode(ids)})
 
@@ -214,28 +263,36 @@ def create_app(state):
     return Starlette(routes=routes, exception_handlers={HTTPException: http_error})
 
 
-async def _chunks(reply, events):
-    """The stream of one request: the role first, text pieces, the final chunk, usage, [DONE]."""
+async def _chunks(reply, events, scope):
+    """The stream of one request: the role first, text pieces, the final chunk, usage, [DONE].
+    The usage goes into the scope too, for the access log."""
     if reply.chat:
         yield reply.chunk(role=True)
     while True:
         ev = await events.get()
         if "text" in ev:
             yield reply.chunk(ev["text"])
+        elif "tool_calls" in ev:
+            for call in ev["tool_calls"]:
+                for delta in stream_deltas(call):
+                    yield reply.chunk(tool_calls=delta)
         elif "finish" in ev:
+            scope["lite.usage"] = ev["usage"]
             yield reply.chunk(finish_reason=ev["finish"])
             if reply.include_usage:
                 yield reply.usage_chunk(ev)
             break
         else:
-            yield sse(RequestError(500, ev["error"], type="server_error").body())
+            body = _failed(ev).body()
+            body["error"]["request_id"] = scope.get("lite.request_id")
+            yield sse(body)
             break
     yield "data: [DONE]\n\n"
 
 
 async def _whole(request, reply, events, error=_error):
     """Collect a request's text; stop early (the caller cancels it) if the client disconnects."""
-    parts, out = [], {}
+    parts, calls, out = [], [], {}
     async with anyio.create_task_group() as tg:
         async def watch():
             while (await request.receive())["type"] != "http.disconnect":
@@ -248,57 +305,17 @@ async def _whole(request, reply, events, error=_error):
                 if "text" in ev:
                     parts.append(ev["text"])
                     continue
+                if "tool_calls" in ev:
+                    calls.extend(ev["tool_calls"])
+                    continue
                 out.update(ev)
                 break
             tg.cancel_scope.cancel()
         tg.start_soon(watch)
         tg.start_soon(collect)
     if "finish" in out:
-        return JSONResponse(reply.whole("".join(parts), out))
+        request.scope["lite.usage"] = out["usage"]
+        return JSONResponse(reply.whole("".join(parts), out, message_calls(calls)))
     if "error" in out:
-        return error(RequestError(500, out["error"], type="server_error"))
+        return error(_failed(out), request)
     return PlainTextResponse("", status_code=499)      # the client has gone
-
-
-# --- starting it: uvicorn serving the app at once (/health says 503 while the model loads), the
-# engine loaded on a thread, then the scheduler started on it ---------------------------------------
-def serve(model=None, host="127.0.0.1", port=8080, n_slots=4, api_key=None, alias=None,
-          max_queue=DEFAULT_MAX_QUEUE, engine=None, webui=True, **engine_kwargs):
-    """Serve a model (a known alias or a GGUF path; or a loaded Engine) over the OpenAI and
-    Anthropic APIs, with the chat page at / unless webui is False, until interrupted.
-    engine_kwargs are Engine's (device, max_context, kv, prefill_chunk, ...)."""
-    try:
-        import uvicorn
-    except ImportError:
-        raise LiteError("lite serve needs the server extra: pip install 'lite[server]'") from None
-    from lite.hub import resolve_model
-    path = engine.gguf.path if engine is not None else resolve_model(model)
-    name = alias or Path(path).stem
-    names = {name, Path(path).name, Path(path).stem} | ({model} if isinstance(model, str) else set())
-    state = ServerState(name, api_key, model_names=names, webui=webui)
-    app = create_app(state)
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
-                                           timeout_graceful_shutdown=2))
-    failure = []
-
-    def load():
-        try:
-            from lite.engine import Engine
-            eng = engine or Engine(path, contiguous_kv=False, **engine_kwargs)
-            state.scheduler = Scheduler(eng, n_slots=n_slots, max_queue=max_queue).start()
-            log.warning("serving %s on http://%s:%d (%d slots, context %d)", name, host, port,
-                        n_slots, eng.max_context)
-        except BaseException as e:          # no model, no server: stop and report it
-            failure.append(e)
-            server.should_exit = True
-
-    loader = threading.Thread(target=load, name="lite-load", daemon=True)
-    loader.start()
-    try:
-        server.run()
-    finally:
-        if state.scheduler is not None:
-            state.scheduler.stop()
-    loader.join(1.0)
-    if failure:
-        raise failure[0]

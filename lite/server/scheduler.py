@@ -15,7 +15,7 @@ from collections import deque
 
 import numpy as np
 
-from lite.errors import LiteError
+from lite.errors import LiteError, NonFiniteLogitsError
 from lite.kv_cache import RecurrentState
 from lite.paged_cuda import DecodeGraphs
 from lite.paged_kv import DEFAULT_BLOCK_SIZE, BlockManager, BlockPool, PagedKV, block_hashes
@@ -31,9 +31,17 @@ class QueueFull(LiteError):
     """Every slot is busy and the queue holds as many requests as it may."""
 
 
+class SchedulerStopped(LiteError):
+    """The scheduler thread ended on an error: no request can run any more."""
+
+
+def describe(e):
+    return f"{type(e).__name__}: {e}"
+
+
 class Scheduler:
     def __init__(self, engine, n_slots=4, max_queue=DEFAULT_MAX_QUEUE, block_size=DEFAULT_BLOCK_SIZE,
-                 chunk=None, graphs=True):
+                 chunk=None, graphs=True, on_failure=None):
         if engine.device not in ("cpu", "cuda"):
             raise LiteError(f"lite serve runs on the CPU or a CUDA GPU, not {engine.device!r}")
         if engine.device == "cuda" and engine.kv_kind not in ("f16", "int8"):
@@ -66,7 +74,9 @@ class Scheduler:
              "steps"), 0)
         self._next_id = 0
         self._stopping = False
-        self._thread = threading.Thread(target=self._loop, name="lite-scheduler", daemon=True)
+        self.failure = None                 # what ended the scheduler thread, if anything did
+        self.on_failure = on_failure        # called (from that thread) once it has
+        self._thread = threading.Thread(target=self._run, name="lite-scheduler", daemon=True)
 
     # --- the HTTP side (any thread) ------------------------------------------------------------
     def start(self):
@@ -79,11 +89,14 @@ class Scheduler:
             self.cv.notify()
         self._thread.join(timeout)
 
-    def submit(self, prompt_ids, params, emit):
-        """Queue a request; returns its Sequence. Raises QueueFull when the queue is full."""
+    def submit(self, prompt_ids, params, emit, constraint=None):
+        """Queue a request (`constraint`: a grammar's Constraint, lite/server/grammar.py); returns
+        its Sequence. Raises QueueFull when the queue is full."""
         if not prompt_ids:
             raise LiteError("empty prompt: nothing to run")
         with self.cv:
+            if self.failure is not None:
+                raise SchedulerStopped(f"the scheduler has stopped: {describe(self.failure)}")
             # waiting requests that free slots will take at the next step do not count as queued
             if len(self.waiting) - (self.n_slots - len(self.running)) >= self.max_queue:
                 self.counters["requests_rejected"] += 1
@@ -91,6 +104,7 @@ class Scheduler:
                                 f"{len(self.waiting)} waiting; try again later")
             self._next_id += 1
             seq = Sequence(self._next_id, prompt_ids, params, emit, self.tokenizer.decoder())
+            seq.constraint = constraint
             budget = self.ctx - seq.n_prompt
             seq.max_tokens = budget if params.max_tokens is None else min(params.max_tokens, budget)
             self.waiting.append(seq)
@@ -115,6 +129,21 @@ class Scheduler:
         return m
 
     # --- the scheduler thread ------------------------------------------------------------------
+    def _run(self):
+        """The thread: the loop, and if anything escapes it (a bug, not one request's failure),
+        every request ends with an error and on_failure is told, so the server stops, not hangs."""
+        try:
+            self._loop()
+        except BaseException as e:
+            log.critical("the scheduler stopped: %s", describe(e), exc_info=e)
+            with self.cv:
+                self.failure = e
+                for s in [*self.running, *self.waiting]:
+                    self._emit_error(s, e)
+                self.running, self.waiting = [], deque()
+            if self.on_failure is not None:
+                self.on_failure(e)
+
     def _loop(self):
         while True:
             with self.cv:
@@ -140,18 +169,22 @@ class Scheduler:
         B = self.blocks.block_size
         while self.waiting and len(self.running) < self.n_slots:
             seq = self.waiting.popleft()
-            # the prompt's last position always runs: its logits give the first token
-            keys = block_hashes(seq.tokens[:seq.n_prompt - 1], B)
-            # a hybrid's recurrent state cannot be rebuilt from KV blocks: its prompt runs whole
-            seq.blocks = [] if self.recurrent_layers else self.blocks.match(keys)
-            seq.recurrent = [self._recurrent_state(st, layers)
-                             for st, layers in zip(self.engine.stages, self.recurrent_layers)]
-            seq.keys = keys[:len(seq.blocks)]
-            seq.n_computed = seq.cached_tokens = len(seq.blocks) * B
+            self.running.append(seq)        # from here on a failure retires it and frees its blocks
             seq.t_admit = time.perf_counter()
+            try:
+                # the prompt's last position always runs: its logits give the first token
+                keys = block_hashes(seq.tokens[:seq.n_prompt - 1], B)
+                # a hybrid's recurrent state cannot be rebuilt from KV blocks: its prompt runs whole
+                seq.blocks = [] if self.recurrent_layers else self.blocks.match(keys)
+                seq.recurrent = [self._recurrent_state(st, layers)
+                                 for st, layers in zip(self.engine.stages, self.recurrent_layers)]
+                seq.keys = keys[:len(seq.blocks)]
+                seq.n_computed = seq.cached_tokens = len(seq.blocks) * B
+            except Exception as e:
+                self._fail(seq, e)
+                continue
             self.counters["prompt_tokens"] += seq.n_prompt
             self.counters["prompt_tokens_cached"] += seq.cached_tokens
-            self.running.append(seq)
 
     def _recurrent_state(self, stage, layers):
         with stage.ops.activate():          # on the stage's device, like its pool
@@ -182,20 +215,20 @@ class Scheduler:
                         s.blocks.append(self.blocks.allocate())
             x = self._forward(plan)
         except Exception as e:          # the server stays up: these requests fail, others go on
-            log.exception("step failed")
             with self.cv:
                 for s, _ in plan:
-                    s.emit({"error": f"{type(e).__name__}: {e}"})
-                    self._retire(s)
-                    self.counters["requests_failed"] += 1
+                    self._fail(s, e)
             return
         with self.cv:
             self.counters["steps"] += 1
             for j, (s, n) in enumerate(plan):
-                s.n_computed += n
-                self._key_full_blocks(s)
-                if s.pending == 0 and not s.cancelled:
-                    self._advance(s, x[j])
+                try:
+                    s.n_computed += n
+                    self._key_full_blocks(s)
+                    if s.pending == 0 and not s.cancelled:
+                        self._advance(s, x[j])
+                except Exception as e:  # this row's sampling, decoding or stop strings
+                    self._fail(s, e)
 
     def _forward(self, plan):
         """The step's rows through every stage: the last stage's logits, a row per sequence."""
@@ -229,11 +262,19 @@ class Scheduler:
 
     def _advance(self, s, logits):
         """Sample the next token of a sequence whose pending tokens have all run."""
-        tok = s.sampler(logits, s.tokens)
+        c = s.constraint
+        tok = s.sampler(logits if c is None else c.mask(logits), s.tokens)
+        if not np.isfinite(logits[tok]):
+            raise NonFiniteLogitsError("the model's logits are not finite (NaN or inf)")
         if s.t_first is None:
             s.t_first = time.perf_counter()
         if tok in self.tokenizer.eog_ids:
             return self._finish(s, "stop")         # the end-of-generation token is not sent
+        if c is not None and not c.advance(tok):   # only broken logits draw a masked token
+            s.emit({"error": f"the grammar refused token {tok}: {c.error}"})
+            self._retire(s)
+            self.counters["requests_failed"] += 1
+            return
         s.tokens.append(tok)
         s.generated += 1
         self.counters["generated_tokens"] += 1
@@ -242,6 +283,8 @@ class Scheduler:
             s.emit({"text": text})
         if hit:
             self._finish(s, "stop", flush=False)
+        elif c is not None and c.done:             # the grammar is complete
+            self._finish(s, "stop")
         elif s.generated >= s.max_tokens:
             self._finish(s, "length")
 
@@ -255,6 +298,22 @@ class Scheduler:
                 "timings": s.timings(time.perf_counter())})
         self._retire(s)
         self.counters["requests_finished"] += 1
+
+    def _fail(self, s, e):
+        """End one request on an error of its own (the caller holds cv): it gets an error event,
+        its slot and blocks are freed, and the others go on."""
+        log.error("request %d failed: %s", s.id, describe(e), exc_info=e)
+        self._emit_error(s, e)
+        if s in self.running:
+            self._retire(s)
+        self.counters["requests_failed"] += 1
+
+    @staticmethod
+    def _emit_error(s, e):
+        try:
+            s.emit({"error": describe(e)})
+        except Exception:               # a broken client callback must not take the loop down
+            log.exception("request %d: its error could not be sent", s.id)
 
     def _retire(self, s):
         self.running.remove(s)

@@ -35,6 +35,7 @@ class Sequence:
         self.sampler = Sampler(params.sampling)
         self.decoder = decoder              # the tokenizer's StreamDecoder
         self.stop = StopMatcher(params.stops)
+        self.constraint = None              # a grammar's Constraint (lite/server/grammar.py)
         self.cancelled = False
         self.t_submit = time.perf_counter()
         self.t_first = self.t_admit = None
