@@ -1,12 +1,17 @@
 """The server's batched step on the CPU gives a row the same bytes whichever rows share its step:
 the backend's row_invariant products (checked here against the installed BLAS, whose gemv and
-small-matrix kernels sum in another order than its gemm) and prompt chunks that end at multiples
-of the chunk size in the sequence's own positions, however many prompts share the step's budget.
-tests/test_server.py checks the whole: seeded requests under load give their lone texts."""
+small-matrix kernels sum in another order than its gemm), its attention (a row's bytes the same in
+any chunk from any position, so a prompt served partly from the prefix cache gives its uncached
+logits) and prompt chunks that end at multiples of the chunk size in the sequence's own positions,
+however many prompts share the step's budget. tests/test_server.py checks the whole: seeded
+requests under load, or from the prefix cache, give their lone texts."""
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
 from lite.backends.cpu import CPUBackend
+from lite.paged_kv import BlockPool, PagedKV
 from lite.sampling import SamplingParams
 from lite.server.scheduler import Scheduler
 from lite.server.sequence import GenParams, Sequence
@@ -39,6 +44,38 @@ def test_a_rows_product_is_the_same_in_any_batch(shape):
 def test_plain_ops_keep_blas_products():
     ops = _ops(np.ones((4, 4), np.float32))
     assert not ops.pad_rows and ops.row_invariant.pad_rows and ops.row_invariant.w is ops.w
+
+
+def _attention_rows(ops, chunks, q, k, v, window):
+    """Every row's attention output when the positions run in these chunks, in order."""
+    cfg = SimpleNamespace(n_head_kv=k.shape[1], head_dim=k.shape[2], v_head_dim=v.shape[2],
+                          is_recurrent_layer=lambda il: False)
+    n = q.shape[0]
+    kv = PagedKV(BlockPool(cfg, [0], -(-n // 16), kind="f32"), list(range(-(-n // 16))), n)
+    out, p = [], 0
+    for c in chunks:
+        out.append(ops.attention(kv, 0, q[p:p + c], k[p:p + c], v[p:p + c], p, 0.125, window))
+        p += c
+    assert p == n
+    return np.concatenate(out)
+
+
+@pytest.mark.parametrize("window", [0, 24])
+def test_a_rows_attention_is_the_same_in_any_chunk(window):
+    # one position at a time (decode), the whole prompt, a prefix-cache hit's tail after a cached
+    # head, and uneven chunks all give each row the same bytes
+    rng = np.random.default_rng(window)
+    n, H, Hkv, D = 140, 9, 3, 64
+    q = rng.standard_normal((n, H, D)).astype(np.float32)
+    k = rng.standard_normal((n, Hkv, D)).astype(np.float32)
+    v = rng.standard_normal((n, Hkv, D)).astype(np.float32)
+    ops = _ops(np.ones((1, 1), np.float32)).row_invariant
+    alone = _attention_rows(ops, [1] * n, q, k, v, window)
+    for chunks in ([n], [32, 11] + [1] * (n - 43), [64, 64, 12], [7] * 20, [100, 40]):
+        assert _attention_rows(ops, chunks, q, k, v, window).tobytes() == alone.tobytes(), chunks
+    # and it is the attention the plain ops compute in one chunk
+    plain = _attention_rows(_ops(np.ones((1, 1), np.float32)), [n], q, k, v, window)
+    assert np.allclose(alone, plain, rtol=1e-5, atol=1e-6)
 
 
 def _plan(chunk, prompt_lengths, computed):

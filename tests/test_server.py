@@ -122,6 +122,21 @@ def test_seeded_requests_under_load_get_their_lone_texts(client):
         assert list(pool.map(sample, PROMPTS)) == alone
 
 
+def test_a_seeded_prompt_from_the_prefix_cache_gets_its_uncached_text(client):
+    # longer than two KV blocks, so the second request runs only the tail its cached head leaves;
+    # with this seed the first draw parts if the tail's logits differ from the whole prompt's at all
+    prompt = ("Here is a list of the ten most popular programming languages, with one sentence about "
+              "each of them, written for a reader who has never written any code before in their life: 1.")
+
+    def sample():
+        r = client.completions.create(model=ALIAS, prompt=prompt, max_tokens=8, temperature=0.8,
+                                      seed=226)
+        return r.choices[0].text, r.usage.prompt_tokens_details.cached_tokens
+    (first, cached_first), (again, cached_again) = sample(), sample()
+    assert cached_first == 0 and cached_again >= 32
+    assert again == first
+
+
 def test_concurrent_requests_get_their_alone_texts(client, llm):
     alone = [llm.generate(p, max_tokens=6, temperature=0) for p in PROMPTS]
     with ThreadPoolExecutor(len(PROMPTS)) as pool:

@@ -7,7 +7,9 @@ lookup; when the output projection is tied to it, the full table is dequantized 
 The server's batched step takes the backend's row_invariant view: BLAS sums a product of one row
 (gemv) or of a small one (OpenBLAS's small-matrix kernels) in another order than its blocked gemm,
 whose order for an output is fixed by the inputs alone, so the view pads every product with zero
-rows past those kernels and a row's result is the same bytes whichever rows share its step.
+rows past those kernels (invariant_rows probes how far, once per shape) and a row's result is the same bytes whichever rows share its step; its
+attention takes a prompt chunk row by row, as decode does, so a row's bytes do not depend on where
+its chunk starts (a prompt served partly from the prefix cache gives its uncached logits).
 """
 import copy
 import logging
@@ -24,9 +26,27 @@ from lite.errors import UnsupportedQuantError
 
 log = logging.getLogger(__name__)
 
-# a padded product has at least this many rows, rows x outputs and rows x outputs x inputs
-# (past OpenBLAS's gemv and small-matrix kernels; tests/test_batch_invariance.py checks the BLAS)
+# past these many rows, rows x outputs and rows x outputs x inputs a product is surely past
+# OpenBLAS's gemv and small-matrix kernels (tests/test_batch_invariance.py checks the BLAS)
 INVARIANT_ROWS, INVARIANT_OUTPUTS, INVARIANT_MACS = 8, 4096, 1 << 21
+_pad_rows = {}                          # (outputs, inputs) -> rows, probed once per shape
+
+
+def invariant_rows(n_out, n_in):
+    """The fewest rows a product of this shape pads to so that each row gets the bytes it gets in
+    any larger product: probed once on the installed BLAS, every row count up to the bound above
+    against the bound's product (a lone row padded to the bound costs gemm's work many times over)."""
+    key = (n_out, n_in)
+    if key not in _pad_rows:
+        bound = max(INVARIANT_ROWS, -(-INVARIANT_OUTPUTS // n_out), -(-INVARIANT_MACS // (n_out * n_in)))
+        rng = np.random.default_rng(0)
+        w = rng.random(key, np.float32) - np.float32(0.5)
+        x = rng.random((bound, n_in), np.float32) - np.float32(0.5)
+        ref, rows = x @ w.T, bound
+        while rows > 1 and (x[:rows - 1] @ w.T).tobytes() == ref[:rows - 1].tobytes():
+            rows -= 1
+        _pad_rows[key] = rows
+    return _pad_rows[key]
 
 
 _threads_chosen = [False]        # whether -t (or the default below) has set the BLAS threads
@@ -129,7 +149,7 @@ class CPUBackend(HostHandoff, Ops):
         T, (n_out, n_in) = x.shape[0], w.shape
         if not self.pad_rows:
             return x @ w.T
-        rows = max(T, INVARIANT_ROWS, -(-INVARIANT_OUTPUTS // n_out), -(-INVARIANT_MACS // (n_out * n_in)))
+        rows = max(T, invariant_rows(n_out, n_in))
         if rows == T:
             return x @ w.T
         padded = np.zeros((rows, n_in), np.float32)
@@ -184,9 +204,20 @@ class CPUBackend(HostHandoff, Ops):
 
     def attention(self, kv, il, q, k, v, pos0, scale, window=0):
         """Write k, v (T, Hkv, D) into the cache at pos0; attend q (T, H, D) causally -> (T, H*Dv)."""
-        T, H, D = q.shape
+        T = q.shape[0]
         kv.write(il, k, v, pos0)
         K, V = kv.read(il, pos0 + T)                          # (Hkv, S, D), (Hkv, S, Dv)
+        if not self.pad_rows or T == 1:
+            return self._attend(q, K, V, pos0, scale, window)
+        # the row_invariant view: a row over its own keys alone, the shapes of its products and
+        # softmax those of a decode row at its position, so its bytes do not depend on the chunk
+        return np.concatenate([self._attend(q[i:i + 1], K[:, :pos0 + i + 1], V[:, :pos0 + i + 1],
+                                            pos0 + i, scale, window) for i in range(T)])
+
+    @staticmethod
+    def _attend(q, K, V, pos0, scale, window):
+        """q (T, H, D) at positions pos0.. over keys K (Hkv, S, D), values V (Hkv, S, Dv) -> (T, H*Dv)."""
+        T, H, D = q.shape
         Hkv, S, Dv = V.shape
         G = H // Hkv
         qh = q.reshape(T, Hkv, G, D).transpose(1, 2, 0, 3)    # (Hkv, G, T, D)
