@@ -1,6 +1,8 @@
 """`lite serve`'s /v1/messages as the official `anthropic` client uses it: SmolLM2 on the CPU in a
 subprocess on 127.0.0.1 (test_server.py's ServerProcess), the same conversation through Anthropic's
-Messages API and OpenAI's chat endpoint, and Anthropic's error shape. Bounded: short replies."""
+Messages API and OpenAI's chat endpoint, and Anthropic's error shape; tool use: a forced call's
+tool_use block (whole and streamed) validates against the tool's input_schema, and its tool_result
+renders as the OpenAI endpoint's tool message does. Bounded: short replies."""
 import json
 
 import pytest
@@ -153,3 +155,90 @@ def test_errors_in_anthropic_shape(server, client):
                       (server.http.get("/v1/messages"), 405),
                       (httpx.post(server.url + "/v1/messages/count_tokens", json={"messages": TURNS}), 401)]:
         assert r.status_code == status and r.json()["type"] == "error", r.text
+
+
+# --- tool use ------------------------------------------------------------------------------------
+WEATHER = {"name": "get_weather", "description": "The weather of a city", "input_schema": {
+    "type": "object", "properties": {"city": {"type": "string", "maxLength": 12},
+                                     "unit": {"enum": ["c", "f"]}}, "required": ["city", "unit"]}}
+QUESTION = {"role": "user", "content": "What is the weather in Paris?"}
+FORCED = {"type": "tool", "name": "get_weather"}
+
+
+@pytest.fixture(scope="module")
+def forced(client):
+    pytest.importorskip("llguidance")
+    return client.messages.create(model=ALIAS, max_tokens=64, messages=[QUESTION], tools=[WEATHER],
+                                  tool_choice=FORCED, extra_body=GREEDY)
+
+
+def test_forced_tool_use_whole_and_streamed(client, forced):
+    jsonschema = pytest.importorskip("jsonschema")
+    assert forced.stop_reason == "tool_use" and [b.type for b in forced.content] == ["tool_use"]
+    (use,) = forced.content
+    assert use.id.startswith("toolu_") and use.name == "get_weather"
+    jsonschema.validate(use.input, WEATHER["input_schema"])
+
+    # "any" with one tool forces the same call as naming it
+    with client.messages.stream(model=ALIAS, max_tokens=64, messages=[QUESTION], tools=[WEATHER],
+                                tool_choice={"type": "any"}, extra_body=GREEDY) as s:
+        types = [(ev.type, getattr(ev, "content_block", None) and ev.content_block.type,
+                  getattr(ev, "delta", None) and getattr(ev.delta, "type", None)) for ev in s]
+        final = s.get_final_message()      # the client's own assembly of the input_json_delta events
+    assert ("content_block_start", "tool_use", None) in types
+    assert ("content_block_delta", None, "input_json_delta") in types
+    assert final.stop_reason == "tool_use" and [b.type for b in final.content] == ["tool_use"]
+    assert (final.content[0].name, final.content[0].input) == (use.name, use.input)
+    assert final.content[0].id.startswith("toolu_")
+    assert final.usage.output_tokens == forced.usage.output_tokens
+
+
+def _history(use, result, **extra):
+    return [QUESTION, {"role": "assistant", "content": [use.model_dump()]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id,
+                                          "content": result, **extra}]}]
+
+
+def test_tool_result_renders_as_openai_tool_message(server, client, forced):
+    """The tool_use and tool_result render as the OpenAI endpoint's assistant tool_calls and tool
+    message do, the result's text in the prompt; the reply is text."""
+    (use,) = forced.content
+    history = _history(use, "22 degrees and sunny")
+    r = client.messages.create(model=ALIAS, max_tokens=4, messages=history, tools=[WEATHER],
+                               extra_body=GREEDY)
+    assert r.content[0].type == "text" and r.stop_reason in ("end_turn", "max_tokens")
+    assert r.usage.input_tokens > forced.usage.input_tokens
+    count = lambda h: client.messages.count_tokens(model=ALIAS, messages=h, tools=[WEATHER]).input_tokens  # noqa: E731
+    assert count(history) == r.usage.input_tokens
+    assert count(_history(use, [{"type": "text", "text": "22 degrees and sunny, windy"}])) > count(history)
+    assert count(_history(use, "22 degrees and sunny", is_error=True)) > count(history)
+
+    oa = openai.OpenAI(base_url=server.url + "/v1", api_key=KEY, timeout=120, max_retries=0)
+    tool = {"type": "function", "function": {"name": WEATHER["name"], "description": WEATHER["description"],
+                                             "parameters": WEATHER["input_schema"]}}
+    chat = oa.chat.completions.create(model=ALIAS, tools=[tool], max_tokens=4, temperature=0, messages=[
+        QUESTION, {"role": "assistant", "content": None, "tool_calls": [{
+            "id": use.id, "type": "function", "function": {"name": use.name, "arguments": json.dumps(use.input)}}]},
+        {"role": "tool", "tool_call_id": use.id, "content": "22 degrees and sunny"}])
+    assert chat.usage.prompt_tokens == r.usage.input_tokens
+    assert chat.choices[0].message.content == r.content[0].text
+
+
+def test_bad_tools_are_400_in_anthropic_shape(client, forced):
+    (use,) = forced.content
+    bad = [dict(tools="get_weather"), dict(tools=[{"name": "f"}]),                # no input_schema
+           dict(tools=[{"type": "bash_20250124", "name": "bash"}]), dict(tools=[WEATHER, WEATHER]),
+           dict(tools=[{**WEATHER, "name": ""}]),
+           dict(tools=[WEATHER], tool_choice={"type": "tool", "name": "nope"}),
+           dict(tools=[WEATHER], tool_choice={"type": "always"}), dict(tool_choice={"type": "any"}),
+           dict(tools=[WEATHER], tool_choice="auto"),
+           dict(messages=_history(use, "x")[:2] + [{"role": "user", "content": [
+               {"type": "tool_result", "tool_use_id": "toolu_unknown", "content": "x"}]}]),
+           dict(messages=_history(use, [{"type": "image", "source": {}}])),
+           dict(messages=[QUESTION, {"role": "assistant", "content": [{"type": "tool_use", "id": "t",
+                                                                       "name": "get_weather"}]}, QUESTION])]
+    for kw in bad:
+        kw.setdefault("messages", [QUESTION])
+        with pytest.raises(anthropic.BadRequestError) as e:
+            client.messages.create(model=ALIAS, max_tokens=4, **kw)
+        _anthropic_error(e.value, 400, "invalid_request_error")

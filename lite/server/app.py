@@ -130,11 +130,13 @@ def create_app(state):
                                param="model", code="model_not_found")
         return body
 
-    async def chat_ids(messages):
-        """The prompt's token ids: the messages through the model's chat template."""
+    async def chat_request(body):
+        """An OpenAI chat body -> (prompt ids, Constraint or None, ToolRequest): the messages and
+        tools through the model's chat template, the grammar asked for or forcing a tool call."""
+        messages = chat_messages(body)
         tok = ready().tokenizer
         try:                            # the contents are text: only the template's markup makes control tokens
-            return await run_in_threadpool(tok.encode_chat, messages)
+            return await run_in_threadpool(chat_prompt, body, messages, tok)
         except LiteError as e:          # a template that fails on these messages
             raise RequestError(400, str(e), param="messages") from None
 
@@ -170,12 +172,7 @@ def create_app(state):
     async def chat_completions(request):
         body = await body_of(request)
         params, stream, usage = gen_params(body)
-        messages = chat_messages(body)
-        tok = ready().tokenizer
-        try:        # the template, with the tools; the grammar asked for or forcing a tool call
-            ids, constraint, tools = await run_in_threadpool(chat_prompt, body, messages, tok)
-        except LiteError as e:          # a template that fails on these messages
-            raise RequestError(400, str(e), param="messages") from None
+        ids, constraint, tools = await chat_request(body)
         return await generate(request, Reply(True, state.model_name, usage), ids, params, stream,
                               constraint=constraint, wrap=tools.wrap)
 
@@ -256,7 +253,7 @@ def create_app(state):
               Route("/metrics", metrics, methods=["GET"]),
               Route("/tokenize", tokenize, methods=["POST"]),
               Route("/detokenize", detokenize, methods=["POST"]),
-              *message_routes(endpoint, body_of, chat_ids, generate, state.model_name)]
+              *message_routes(endpoint, body_of, chat_request, generate, state.model_name)]
     if state.webui:
         page = resources.files("lite.server").joinpath("webui/index.html").read_text(encoding="utf-8")
         routes.append(Route("/", webui, methods=["GET"]))
