@@ -1,6 +1,7 @@
 """A live `lite serve` for the tests: a subprocess on 127.0.0.1 at a free port, its output kept for
 the tests to read, and its /metrics parsed. `prelude` runs Python in that process before the CLI
 (a test that needs a fault inside the server injects it there)."""
+import contextlib
 import re
 import socket
 import subprocess
@@ -93,3 +94,15 @@ class ServerProcess:
             self.proc.kill()
             self.proc.wait(10)
         self.log.close()
+
+
+@contextlib.contextmanager
+def running(model, *args, **kw):
+    """A ServerProcess that answers /health (the statuses it saw on the way in seen_status), closed
+    on leaving: the body of the test files' module-scoped server fixtures."""
+    srv = ServerProcess(model, *args, **kw)
+    try:
+        srv.seen_status = srv.wait_ready()
+        yield srv
+    finally:
+        srv.close()

@@ -11,7 +11,8 @@ anthropic = pytest.importorskip("anthropic")
 openai = pytest.importorskip("openai")
 
 from conftest import real_model  # noqa: E402
-from test_server import ALIAS, KEY, ServerProcess, httpx  # noqa: E402
+from test_server import ALIAS, KEY, httpx  # noqa: E402
+from live_server import running  # noqa: E402
 
 N = 12
 SYSTEM = "You answer in one short sentence."
@@ -25,12 +26,8 @@ EVENTS = ["message_start", "content_block_start", "content_block_delta", "conten
 
 @pytest.fixture(scope="module")
 def server():
-    srv = ServerProcess(real_model("smollm2"), "-np", "2", "-c", "512", "--alias", ALIAS, api_key=KEY)
-    try:
-        srv.wait_ready()
+    with running(real_model("smollm2"), "-np", "2", "-c", "512", "--alias", ALIAS, api_key=KEY) as srv:
         yield srv
-    finally:
-        srv.close()
 
 
 @pytest.fixture(scope="module")

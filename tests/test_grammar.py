@@ -118,7 +118,7 @@ def test_bad_grammar_fields_are_400(body, param):
 # --- end to end: `lite serve` and the openai client -------------------------------------------
 openai = pytest.importorskip("openai")
 pytest.importorskip("starlette")
-from test_server import ServerProcess  # noqa: E402
+from live_server import running  # noqa: E402
 
 ALIAS = "smol"
 WEATHER = {"type": "function", "function": {
@@ -130,12 +130,8 @@ WEATHER = {"type": "function", "function": {
 
 @pytest.fixture(scope="module")
 def server():
-    srv = ServerProcess(real_model("smollm2"), "-np", "4", "-c", "512", "--alias", ALIAS)
-    try:
-        srv.wait_ready()
+    with running(real_model("smollm2"), "-np", "4", "-c", "512", "--alias", ALIAS) as srv:
         yield srv
-    finally:
-        srv.close()
 
 
 @pytest.fixture(scope="module")

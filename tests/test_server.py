@@ -21,7 +21,7 @@ from lite import LLM  # noqa: E402
 from lite.backends import cuda_unavailable_reason  # noqa: E402
 from conftest import real_model  # noqa: E402
 
-from live_server import ServerProcess, httpx  # noqa: E402
+from live_server import ServerProcess, httpx, running  # noqa: E402
 
 
 # --- the server as its users use it ---
@@ -35,13 +35,9 @@ PROMPTS = ["The capital of France is", "Once upon a time", "def fibonacci(n):", 
 
 @pytest.fixture(scope="module")
 def server():
-    srv = ServerProcess(real_model("smollm2"), "-np", "4", "-c", str(CTX), "--max-queue", "4",
-                        "--alias", ALIAS, api_key=KEY)
-    try:
-        srv.seen_status = srv.wait_ready()
+    with running(real_model("smollm2"), "-np", "4", "-c", str(CTX), "--max-queue", "4",
+                 "--alias", ALIAS, api_key=KEY) as srv:
         yield srv
-    finally:
-        srv.close()
 
 
 @pytest.fixture(scope="module")
