@@ -243,7 +243,8 @@ def test_one_row_step_takes_the_backends_deferred_qk_norms(pa, kind):
         ops.rope(q, pos, *rope).reshape(1, -1)       # only attention takes the rotation
     cpu = types.SimpleNamespace(w=w)
     qn, kn = CPUBackend.rms_norm(cpu, q, "qn", eps), CPUBackend.rms_norm(cpu, k, "kn", eps)
-    want = CPUBackend.attention(None, PagedKV(pools[1], table, 64), 0,
+    bare = CPUBackend.__new__(CPUBackend)        # the CPU's attention on no weights
+    want = CPUBackend.attention(bare, PagedKV(pools[1], table, 64), 0,
                                 CPUBackend.rope(None, qn, pos, *rope),
                                 CPUBackend.rope(None, kn, pos, *rope), v, pos, 0.125)
     np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-3 * np.abs(want).max())

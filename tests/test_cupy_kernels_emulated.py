@@ -283,7 +283,7 @@ def test_backend_decode_attention_matches_cpu(emulated, kind, defer_k, qk_norm):
     k_in = gpu.rope(k_in, pos, *rope) if defer_k else CPUBackend.rope(None, k_ref, pos, *rope)
     got = gpu._attention_decode(caches[0], il, q_later, k_in, v, 0.125, 0)
 
-    want = CPUBackend.attention(None, caches[1], il, CPUBackend.rope(None, q_ref, pos, *rope),
+    want = CPUBackend.attention(CPUBackend.__new__(CPUBackend), caches[1], il, CPUBackend.rope(None, q_ref, pos, *rope),
                                 CPUBackend.rope(None, k_ref, pos, *rope), v, pos, 0.125)
     np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-3 * np.abs(want).max())
     if kind == "f16":        # the new key row as the CPU stored it
@@ -364,6 +364,7 @@ def test_qwen3_attention_block_folds_qk_norm(emulated, fold):
 
     class CPU(_QKNormOps):
         rms_norm, rope, attention = CPUBackend.rms_norm, CPUBackend.rope, CPUBackend.attention
+        pad_rows, _attend = False, staticmethod(CPUBackend._attend)     # attention's own parts
     h = np.zeros((1, 16), np.float32)          # the products ignore it
     got = attention_block(gpu, cfg, il, h, caches[0], pos)
     want = attention_block(CPU(qkv, w), cfg, il, h, caches[1], pos)
