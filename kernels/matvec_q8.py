@@ -53,7 +53,7 @@ C_Q8_IQ3 = source("int8_iq3_xxs_structs.cuh")
 IQ3_TABLES = (1, 2)
 
 # matvec_cuda's `matvec_rows` with the struct's table fill first: the kernel of every IQ3_XXS integer-dot product.
-C_MV_INIT = source("matvec_with_init.cuh")
+C_MATVEC_WITH_INIT = source("matvec_with_init.cuh")
 
 
 def iq3_struct_name(tables=None, grouped=False):
@@ -76,7 +76,7 @@ TYPES = {"Q4_K": ("TQ4_K", "TQ4_KQ", 20), "Q6_K": ("TQ6_K", "TQ6_KQ", 24), "IQ3_
 # (rows a CTA, prefetch) of every integer-dot launch, the decode epilogue kernels' (matvec_epilogue)
 # too: the fastest at the decode shapes (BENCHMARKS.md). Few registers (~48), so 2 rows a CTA still
 # keep enough warps a scheduler; IQ3_XXS_G4's prefetch 2 spreads a row's last half trip over all
-# 128 threads (matvec_cuda's mv_rows_any).
+# 128 threads (matvec_cuda's matvec_rows_partials).
 CONFIGS = {"Q4_K": (2, 0), "Q6_K": (2, 0) if LAYOUTS[24] else (4, 0), "IQ3_XXS": (4, 0), "IQ3_XXS_G4": (4, 2)}
 DEFAULT_TYPES = matvec_cuda.INT8_DOT_TYPES       # the types that can run on dp4a (all by default)
 
@@ -164,7 +164,7 @@ def quantize_name(qtype):
 
 
 def kernel_name(qtype, n, rows=8, prefetch=0, tables=None):
-    """matvec_rows over quantized x; IQ3_XXS: matvec_with_init (matvec_rows with the struct's table fill first, C_MV_INIT).
+    """matvec_rows over quantized x; IQ3_XXS: matvec_with_init (matvec_rows with the struct's table fill first, C_MATVEC_WITH_INIT).
     tables: IQ3_XXS's (GC, SC) instead of IQ3_TABLES."""
     if qtype.startswith("IQ3_XXS"):
         return f"matvec_with_init<{iq3_struct_name(tables, qtype == 'IQ3_XXS_G4')}, {n}, {rows}, {prefetch}>"

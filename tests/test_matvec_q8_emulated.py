@@ -373,7 +373,7 @@ def _iq3_source():
             + "inline uint2 make_uint2(unsigned a, unsigned b) { return {a, b}; }\n"
             + dequant_iq.c_grid_array("IQ3XXS_GRID", "IQ3_XXS") + iq_tables.c_offset_tables()
             + matvec_cuda.C_HEAD + matvec_cuda.C_KERNEL + matvec_iq.C_PERSISTENT + matvec_iq.C_COMMON
-            + matvec_iq.C_IQ3_XXS + matvec_iq.C_IQ3_XXS_STAGED + matvec_q8.C_MV_INIT + matvec_q8.structs("IQ3_XXS"))
+            + matvec_iq.C_IQ3_XXS + matvec_iq.C_IQ3_XXS_STAGED + matvec_q8.C_MATVEC_WITH_INIT + matvec_q8.structs("IQ3_XXS"))
 
 
 @pytest.fixture(scope="module")

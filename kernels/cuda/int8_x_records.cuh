@@ -53,7 +53,7 @@ __device__ __forceinline__ void quantize_x_float4(const float* __restrict__ x, u
         ql[i] = __float2int_rn((t4[i] - (float)qh[i]) * 254.f);
     }
     // sums of the quantized values (exact integers, |.| <= 16 * 32385): the minimums (Q4_K) and the
-    // -32 offset (Q6_K) then meet the same x as the quants, so mvq is W times quantized x exactly
+    // -32 offset (Q6_K) then meet the same x as the quants, so the product is W times quantized x exactly
     const int i4 = (254 * qh[0] + ql[0]) + (254 * qh[1] + ql[1]) + (254 * qh[2] + ql[2]) + (254 * qh[3] + ql[3]);
     const int i8 = i4 + __shfl_xor_sync(0xffffffffu, i4, 1);
     const int i16 = i8 + __shfl_xor_sync(0xffffffffu, i8, 2);

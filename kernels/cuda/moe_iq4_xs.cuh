@@ -1,5 +1,5 @@
 // IQ4_XS as a type of the MoE products (the IQ3_XXS one is kernels/matvec_iq.py's TIQ3_XXS). The
-// decode is matvec_iq's mv_iq4xs, a chunk = a 32-weight sub-block; the 16 levels sit in shared
+// decode is matvec_iq's matvec_iq4_xs, a chunk = a 32-weight sub-block; the 16 levels sit in shared
 // memory. Blocks are 136 bytes, so with an 8-aligned base every block and its qs (at 8 + 16 ib)
 // are 8-aligned: uint2 loads.
 __shared__ float lt_iq4_kv[16];
