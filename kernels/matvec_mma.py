@@ -13,7 +13,7 @@ spends ~112 instructions a chunk of 32 weights and a row). Of each pair of chunk
 (4 weights each) come from a 4096-word table of signed words by their 12-bit fields (grid index | 4 signs),
 the odd chunk's from the unsigned grid's 32 copies (lane l's in bank l) with the signs put on by XOR and taken
 back by a second mma against -x. x goes in as the quantizer's int8 parts (hi and lo a run of 16: B's columns
-hi_a, lo_a, hi_b, lo_b; the odd chunk's in columns 4-7), in record layout 18 (kernels/matvec_q8.py lt_q8w: a
+hi_a, lo_a, hi_b, lo_b; the odd chunk's in columns 4-7), in record layout 18 (kernels/matvec_q8.py x_record_word: a
 lane's 4 words and 4 d of a block in two 16-byte loads). Its speed against the copy ceiling: BENCHMARKS.md.
 """
 import functools
@@ -48,7 +48,7 @@ def config(rows, cols, sms, epilogue=False):
 
 def c_source():
     """bands16_product's CUDA C, after matvec_q8's IQ3_XXS text (which holds the x quantizer quantize_x_early,
-    lt_q8w, lt_topmask and the unsigned grid IQ3XXS_GRID)."""
+    x_record_word, lt_topmask and the unsigned grid IQ3XXS_GRID)."""
     return includes("mma_iq3_b16.cuh", "mma_iq3_b16_body.cuh")
 
 

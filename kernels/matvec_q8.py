@@ -83,7 +83,7 @@ DEFAULT_TYPES = matvec_cuda.INT8_DOT_TYPES       # the types that can run on dp4
 
 def record_words(chunks, rw, layout=None):
     """(chunks, rw) int array: where word w of chunk c's record lies in a row of quantized x (the
-    index of lt_q8w in C_Q8_BASE, in 4-byte words)."""
+    index of x_record_word in C_Q8_BASE, in 4-byte words)."""
     c, w = np.arange(chunks)[:, None], np.arange(rw)[None, :]
     if (LAYOUTS[rw] if layout is None else layout):
         return (c >> 3) * (8 * rw) + (w >> 2) * 32 + (c & 7) * 4 + (w & 3)

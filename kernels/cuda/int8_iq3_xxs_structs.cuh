@@ -54,10 +54,10 @@ struct TIQ3_XXS_INT8 : TIQ3_XXS {   // TIQ3_XXS's block layout, Raw and loads; x
             return make_uint2(((s & 15u) * 0x204081u & 0x01010101u) * 0x3Fu, ((s >> 4) * 0x204081u & 0x01010101u) * 0x3Fu);
         }
     }
-    __device__ static __forceinline__ int xoff(int c, int k) { return lt_q8w<20>(c, 4 * k); }
+    __device__ static __forceinline__ int xoff(int c, int k) { return x_record_word<20>(c, 4 * k); }
     __device__ static __forceinline__ float dot(const Raw& r, int, const float4 (&xv)[8], float, float) {
-        const uint4 f = lt_u4(xv[4]);
-        const uint4 hx[2] = {lt_u4(xv[0]), lt_u4(xv[1])}, lx[2] = {lt_u4(xv[2]), lt_u4(xv[3])};
+        const uint4 f = as_uint4(xv[4]);
+        const uint4 hx[2] = {as_uint4(xv[0]), as_uint4(xv[1])}, lx[2] = {as_uint4(xv[2]), as_uint4(xv[3])};
         int sh[2] = {0, 0}, sl[2] = {0, 0};
         #pragma unroll
         for (int l = 0; l < 4; l++) {   // sign group l: grid entries 2l, 2l+1, values 8l..8l+7 (run l / 2)
@@ -111,7 +111,7 @@ __device__ __forceinline__ unsigned lt_and3(unsigned a, unsigned b, unsigned c) 
 // 64), and a chunk's five come together at its end (the "math pipe throttle" stalls Nsight finds). SC = 3: the accumulators start at LT_MAGIC, the int whose
 // bits are the float 1.5 * 2^23, so that while |sum| < 2^22 (here <= 16 * 126 * 127) the bits read as
 // 12582912 + sum and one FADD gives the float: no I2F; the scale's 2s + 1 the same way. SC = 4: hi and
-// lo combined as integers first (254 sh + sl < 2^26, as Q4_K's lt_dot8q), two I2F a chunk.
+// lo combined as integers first (254 sh + sl < 2^26, as Q4_K's dot8_hi_lo), two I2F a chunk.
 #define LT_MAGIC 0x4B400000
 __device__ __forceinline__ float lt_magic_f(int acc) { return __int_as_float(acc) - 12582912.f; }
 // A chunk's value from its 8 signed grid words (word(w): weights 4w..4w+3 as bytes 64 +- g), x's
@@ -119,8 +119,8 @@ __device__ __forceinline__ float lt_magic_f(int acc) { return __int_as_float(acc
 // chunk's scale nibble: TIQ3_XXS_G4_INT8's dot for SC != 2.
 template <int SC, class Word>
 __device__ __forceinline__ float lt_iq3_dot(Word word, const float4 (&xv)[8], unsigned short d, unsigned sc) {
-    const uint4 f = lt_u4(xv[4]);
-    const uint4 hx[2] = {lt_u4(xv[0]), lt_u4(xv[1])}, lx[2] = {lt_u4(xv[2]), lt_u4(xv[3])};
+    const uint4 f = as_uint4(xv[4]);
+    const uint4 hx[2] = {as_uint4(xv[0]), as_uint4(xv[1])}, lx[2] = {as_uint4(xv[2]), as_uint4(xv[3])};
     int sh[2] = {SC == 3 ? LT_MAGIC : 0, SC == 3 ? LT_MAGIC : 0}, sl[2] = {sh[0], sh[1]};
     #pragma unroll
     for (int w = 0; w < 8; w++) {   // grid word w: weights 4w..4w+3, run w / 4
@@ -174,8 +174,8 @@ struct TIQ3_XXS_G4_INT8 : TIQ3_XXS_INT8<GC, 2> {    // SC: how the sums become f
         if constexpr (SC != 2) return lt_iq3_dot<SC>(word, xv, r.d, (r.sc >> (4 * (c & 7))) & 15u);
         // SC = 2, the default, stays written out as measured: the same arithmetic through lt_iq3_dot
         // compiles to the same instructions in another order and other registers, which can move the time.
-        const uint4 f = lt_u4(xv[4]);
-        const uint4 hx[2] = {lt_u4(xv[0]), lt_u4(xv[1])}, lx[2] = {lt_u4(xv[2]), lt_u4(xv[3])};
+        const uint4 f = as_uint4(xv[4]);
+        const uint4 hx[2] = {as_uint4(xv[0]), as_uint4(xv[1])}, lx[2] = {as_uint4(xv[2]), as_uint4(xv[3])};
         int sh[2] = {0, 0}, sl[2] = {0, 0};
         #pragma unroll
         for (int w = 0; w < 8; w++) {   // grid word w: weights 4w..4w+3, run w / 4

@@ -1,5 +1,5 @@
 // IQ3_XXS_B16's decode product on the tensor cores (kernels/matvec_mma.py's bands16_product / bands16_product_fused_end), after
-// matvec_q8.c_source("IQ3_XXS") (its x quantizer quantize_x_early, lt_q8w, lt_topmask and the grid IQ3XXS_GRID).
+// matvec_q8.c_source("IQ3_XXS") (its x quantizer quantize_x_early, x_record_word, lt_topmask and the grid IQ3XXS_GRID).
 // First the halves of a word of two fp16 (band_low_half_to_float / band_high_half_to_float), then the int8 mma and the tables.
 
 __device__ __forceinline__ float band_low_half_to_float(unsigned v) { return lt_h2f((unsigned short)(v & 0xFFFFu)); }
@@ -129,7 +129,7 @@ __device__ __forceinline__ unsigned band_signed_word(unsigned off, unsigned tb) 
     return *(const unsigned*)((const unsigned char*)band_signed_table + off);
 }
 // BandXFragments: a lane's x for the block, its x word and its run's d in each chunk pair (quantize_x_early<TIQ3_XXS, 18>'s
-// records, kernels/matvec_q8.py lt_q8w: 144 words a block, a lane's 4 words and 4 d in 16 bytes each).
+// records, kernels/matvec_q8.py x_record_word: 144 words a block, a lane's 4 words and 4 d in 16 bytes each).
 struct BandXFragments {
     unsigned v[4], d[4];
     __device__ __forceinline__ void load(const unsigned* xj, int lane) {
