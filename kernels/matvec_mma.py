@@ -48,7 +48,7 @@ def config(rows, cols, sms, epilogue=False):
 
 def c_source():
     """bands16_product's CUDA C, after matvec_q8's IQ3_XXS text (which holds the x quantizer quantize_x_early,
-    x_record_word, lt_topmask and the unsigned grid IQ3XXS_GRID)."""
+    x_record_word, byte_sign_masks and the unsigned grid IQ3XXS_GRID)."""
     return includes("mma_iq3_b16.cuh", "mma_iq3_b16_body.cuh")
 
 

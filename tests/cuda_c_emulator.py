@@ -139,8 +139,8 @@ static void emu_launch(dim3 grid, dim3 block, const std::function<void()>& body)
 # their own __popc.
 HOST_SHIMS = r"""
 #define LITE_HOST_SHIM
-inline float lt_h2f(unsigned short h) { _Float16 f; std::memcpy(&f, &h, 2); return (float)f; }
-inline float h2f(unsigned short h) { return lt_h2f(h); }
+inline float half_bits_to_float(unsigned short h) { _Float16 f; std::memcpy(&f, &h, 2); return (float)f; }
+inline float h2f(unsigned short h) { return half_bits_to_float(h); }
 inline unsigned short f2h(float v) { _Float16 f = (_Float16)v; unsigned short h; std::memcpy(&h, &f, 2); return h; }
 inline unsigned __popc(unsigned v) { return __builtin_popcount(v); }
 inline unsigned ksign(unsigned s7) { return s7 | ((__popc(s7) & 1u) << 7); }

@@ -37,6 +37,6 @@ struct TQ6_KQ : TQ6_K {   // TQ6_K's weights (values q in 0..63, q - 32 each); x
         const float r3 = fmaf(db, (float)dot8_hi_lo(((b0 >> 4) & LO4) | ((h0 >> 2) & 0x30303030u), ((b1 >> 4) & LO4) | ((h1 >> 2) & 0x30303030u),
                                                   hb.z, hb.w, lb.z, lb.w), -32.f * __uint_as_float(g.y));
         const float s = BF(sc0, e, 128.f) * r0 + BF(sc0, e + 2, 128.f) * r1 + BF(sc1, e, 128.f) * r2 + BF(sc1, e + 2, 128.f) * r3;
-        return lt_h2f(r.d) * s;
+        return half_bits_to_float(r.d) * s;
     }
 };

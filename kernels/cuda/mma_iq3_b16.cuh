@@ -1,9 +1,9 @@
 // IQ3_XXS_B16's decode product on the tensor cores (kernels/matvec_mma.py's bands16_product / bands16_product_fused_end), after
-// matvec_q8.c_source("IQ3_XXS") (its x quantizer quantize_x_early, x_record_word, lt_topmask and the grid IQ3XXS_GRID).
+// matvec_q8.c_source("IQ3_XXS") (its x quantizer quantize_x_early, x_record_word, byte_sign_masks and the grid IQ3XXS_GRID).
 // First the halves of a word of two fp16 (band_low_half_to_float / band_high_half_to_float), then the int8 mma and the tables.
 
-__device__ __forceinline__ float band_low_half_to_float(unsigned v) { return lt_h2f((unsigned short)(v & 0xFFFFu)); }
-__device__ __forceinline__ float band_high_half_to_float(unsigned v) { return lt_h2f((unsigned short)(v >> 16)); }
+__device__ __forceinline__ float band_low_half_to_float(unsigned v) { return half_bits_to_float((unsigned short)(v & 0xFFFFu)); }
+__device__ __forceinline__ float band_high_half_to_float(unsigned v) { return half_bits_to_float((unsigned short)(v >> 16)); }
 
 
 #ifdef __CUDA_ARCH__
@@ -152,7 +152,7 @@ __device__ __forceinline__ void band_decode_a(const BandRecord& r, int lane, uns
         for (int k = 0; k < 4; k++) {                     // the odd chunk: grid copy, signs by XOR
             const int n = 4 * cp + k;
             const unsigned idx = (iw >> (8 * k)) & 255u;
-            const unsigned m = lt_topmask(band_record_word(r, 10 + (n >> 3)) << (7 - (n & 7)));
+            const unsigned m = byte_sign_masks(band_record_word(r, 10 + (n >> 3)) << (7 - (n & 7)));
             unsigned o = *(const unsigned*)((const unsigned char*)band_grid_copies + idx * 128 + 4 * lane) ^ m;
             if (SIGNS_ADD) o += m & 0x01010101u;                 // SG: -g exactly ((g ^ 0xFF) + 1; g <= 62: no carry)
             a.o[cp][k] = o;
@@ -210,7 +210,7 @@ __device__ __forceinline__ void band_block_product(const BandRecord& r, const Ba
         for (int k = 0; k < 4; k++) {                     // the odd chunk: grid copy, signs by XOR
             const int n = 4 * cp + k;
             const unsigned idx = (iw >> (8 * k)) & 255u;
-            m[k] = lt_topmask(band_record_word(r, 10 + (n >> 3)) << (7 - (n & 7)));
+            m[k] = byte_sign_masks(band_record_word(r, 10 + (n >> 3)) << (7 - (n & 7)));
             a[k] = *(const unsigned*)((const unsigned char*)band_grid_copies + idx * 128 + 4 * lane) ^ m[k];
             if (SIGNS_ADD) a[k] += m[k] & 0x01010101u;           // SG: -g exactly ((g ^ 0xFF) + 1; g <= 62: no carry)
         }
