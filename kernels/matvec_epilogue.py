@@ -87,7 +87,7 @@ def norm_parts(qtype, n, rows, int8_dot_types=mc.INT8_DOT_TYPES):
 @functools.lru_cache(maxsize=None)
 def _kernel(device, name, head=""):
     import cupy
-    return cupy.RawModule(code=c_source(head, q8=matvec_q8.in_name(name), iq3="<TIQ3_XXS" in name),
+    return cupy.RawModule(code=c_source(head, q8=matvec_q8.in_name(name), iq3="<Iq3XxsBlock" in name),
                           options=("--std=c++17",), name_expressions=[name]).get_function(name)
 
 

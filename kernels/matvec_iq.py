@@ -12,7 +12,7 @@ Two implementations of the same product:
   random 16-byte gathers); bytes become
   floats by the 2^23 exponent trick (PRMT + FADD, not the slow I2F unit), signs flip x's sign bit.
   Templated on n (up to C_MAX_N, larger n in chunks) so the accumulators stay in registers.
-  For IQ3_XXS and n = 1 the same decode runs as a type (TIQ3_XXS) of the persistent kernel
+  For IQ3_XXS and n = 1 the same decode runs as a type (Iq3XxsBlock) of the persistent kernel
   `matvec_persistent` with 8 rows a CTA (faster than the register kernel there; the K types' register
   kernel `matvec_rows` beat it): matvec_cuda's register loop on a grid of as many CTAs as fit the
   device at once, each walking row groups blockIdx.x, +gridDim.x, ... and loading the next item
@@ -95,7 +95,7 @@ C_IQ4_XS = source("matvec_iq4_xs.cuh")
 # decode is C_IQ3_XXS's, a thread per sub-block.
 C_IQ3_XXS_STAGED = source("iq3_xxs_struct.cuh")
 # IQ3_XXS's decode product over float x: the persistent kernel (matvec_persistent, below) with
-# TIQ3_XXS, 8 rows a CTA, for n = 1 (n = 2 spills registers there: matvec_iq3_xxs, the register kernel).
+# Iq3XxsBlock, 8 rows a CTA, for n = 1 (n = 2 spills registers there: matvec_iq3_xxs, the register kernel).
 PERSISTENT_ROWS = 8
 # The IQ3_XXS grid copies a CTA fills in shared memory (GCOPIES in C_IQ3_XXS): none, the 1 KB grid is
 # read from global memory through L1 (matvec_iq3_xxs keeps one copy in shared memory).
@@ -115,7 +115,7 @@ def c_source():
 
 
 _C_NAMES = {"IQ3_XXS": "matvec_iq3_xxs", "IQ4_XS": "matvec_iq4_xs"}
-_STRUCTS = {"IQ3_XXS": "TIQ3_XXS"}
+_STRUCTS = {"IQ3_XXS": "Iq3XxsBlock"}
 
 
 @functools.lru_cache(maxsize=None)

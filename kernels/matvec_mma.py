@@ -66,7 +66,7 @@ EPILOGUES = {"add": 1, "silu": 2, "gelu_tanh": 3}   # the epilogue numbers of th
 
 # The quantizer before bands16_product: quantize_x_early (kernels/matvec_q8.py), which lets bands16_product launch before it waits for the product
 # before it (bands16_product's first loads, before its PDL wait, then meet that product's tail); records in layout 18.
-QUANTIZER = "quantize_x_early<TIQ3_XXS, 18>"
+QUANTIZER = "quantize_x_early<Iq3XxsBlock, 18>"
 
 
 def module_head(pdl=False):

@@ -7,7 +7,7 @@
 // both tables through L1 left the product L1-bound; (1, 2) is the fastest placement measured. A 16 KB
 // shared table of every grid entry under every 4 signs lost (bank conflicts).
 template <int GC, int SC>
-struct TIQ3_XXS_INT8 : TIQ3_XXS {   // TIQ3_XXS's block layout, Raw and loads; x as quantize_x<TIQ3_XXS, 20>'s records
+struct Iq3XxsBlockInt8X : Iq3XxsBlock {   // Iq3XxsBlock's block layout, Raw and loads; x as quantize_x<Iq3XxsBlock, 20>'s records
     __device__ static __forceinline__ unsigned* tables() {
         __shared__ uint4 t[(GC > 0 ? 64 * GC : 0) + (SC == 1 ? 64 : 0) + 1];   // uint4: 16-byte aligned
         return (unsigned*)t;
@@ -115,8 +115,8 @@ __device__ __forceinline__ unsigned and3(unsigned a, unsigned b, unsigned c) {  
 #define BIASED_SUM_ZERO 0x4B400000
 __device__ __forceinline__ float biased_sum_to_float(int acc) { return __int_as_float(acc) - 12582912.f; }
 // A chunk's value from its 8 signed grid words (word(w): weights 4w..4w+3 as bytes 64 +- g), x's
-// record (quantize_x<TIQ3_XXS, 20>: hi and lo parts, then d_a, sum_a, d_b, sum_b), the block's d and the
-// chunk's scale nibble: TIQ3_XXS_G4_INT8's dot for SC != 2.
+// record (quantize_x<Iq3XxsBlock, 20>: hi and lo parts, then d_a, sum_a, d_b, sum_b), the block's d and the
+// chunk's scale nibble: Iq3XxsGroup4Int8X's dot for SC != 2.
 template <int SC, class Word>
 __device__ __forceinline__ float iq3_chunk_dot_int8_x(Word word, const float4 (&xv)[8], unsigned short d, unsigned sc) {
     const uint4 f = as_uint4(xv[4]);
@@ -151,7 +151,7 @@ __device__ __forceinline__ float iq3_chunk_dot_int8_x(Word word, const float4 (&
     return h2f(d) * (0.5f + (float)sc) * 0.5f * (ra + rb);
 }
 template <int GC, int SC>
-struct TIQ3_XXS_G4_INT8 : TIQ3_XXS_INT8<GC, 2> {    // SC: how the sums become floats (iq3_chunk_dot_int8_x); the masks come from PRMT
+struct Iq3XxsGroup4Int8X : Iq3XxsBlockInt8X<GC, 2> {    // SC: how the sums become floats (iq3_chunk_dot_int8_x); the masks come from PRMT
     static constexpr int BE = 256, TS = 102, CPB = 8;
     struct Raw { unsigned q0, q1, s, sc; unsigned short d; };
     template <bool SH = false> __device__ static __forceinline__ void load(Raw& r, const unsigned char* row, int c) {
@@ -167,7 +167,7 @@ struct TIQ3_XXS_G4_INT8 : TIQ3_XXS_INT8<GC, 2> {    // SC: how the sums become f
     __device__ static __forceinline__ float dot(const Raw& r, int c, const float4 (&xv)[8], float, float) {
         auto word = [&](int w) {   // grid word w, its signs in: bytes 64 +- g
             const unsigned qq = w < 4 ? r.q0 : r.q1;
-            const unsigned u = TIQ3_XXS_INT8<GC, 2>::grid((qq >> (8 * (w & 3))) & 255u);
+            const unsigned u = Iq3XxsBlockInt8X<GC, 2>::grid((qq >> (8 * (w & 3))) & 255u);
             const unsigned m = byte_sign_masks(r.s << (7 - w));
             return u - 2u * and3(u, m, 0x3F3F3F3Fu);   // one LOP3 (nvcc otherwise splits this step into four)
         };
@@ -180,7 +180,7 @@ struct TIQ3_XXS_G4_INT8 : TIQ3_XXS_INT8<GC, 2> {    // SC: how the sums become f
         #pragma unroll
         for (int w = 0; w < 8; w++) {   // grid word w: weights 4w..4w+3, run w / 4
             const unsigned qq = w < 4 ? r.q0 : r.q1;
-            unsigned u = TIQ3_XXS_INT8<GC, 2>::grid((qq >> (8 * (w & 3))) & 255u);
+            unsigned u = Iq3XxsBlockInt8X<GC, 2>::grid((qq >> (8 * (w & 3))) & 255u);
             const unsigned m = byte_sign_masks(r.s << (7 - w));
             u -= 2u * and3(u, m, 0x3F3F3F3Fu);
             const int h = w >> 2, k = w & 3;

@@ -1,6 +1,6 @@
 
 __shared__ unsigned iq3_grid_shared[256 * GSTRIDE];
-struct TIQ3_XXS {   // d, qs[64] (grid indices, 8 a sub-block), then a word a sub-block: 4x7 sign bits, scale
+struct Iq3XxsBlock {   // d, qs[64] (grid indices, 8 a sub-block), then a word a sub-block: 4x7 sign bits, scale
     static constexpr int BE = 256, TS = 98, CPB = 8;
     struct Raw { unsigned q0, q1, aux; unsigned short d; };
     __device__ static __forceinline__ void init() {

@@ -1,6 +1,6 @@
 
 #ifndef GCOPIES   // the modules set it first (GRID_COPIES); 0: no shared copy, the grid
-#define GCOPIES 0  // read through L1 (TIQ3_XXS; the register kernel matvec_iq3_xxs keeps one in shared memory)
+#define GCOPIES 0  // read through L1 (Iq3XxsBlock; the register kernel matvec_iq3_xxs keeps one in shared memory)
 #endif
 #define GSTRIDE (GCOPIES > 0 ? GCOPIES : 1)
 // Grid byte j of packed entry e as a float, without the slow int->float conversion unit:

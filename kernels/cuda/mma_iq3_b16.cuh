@@ -128,7 +128,7 @@ __device__ __forceinline__ unsigned band_signed_word(unsigned off, unsigned tb) 
 #endif
     return *(const unsigned*)((const unsigned char*)band_signed_table + off);
 }
-// BandXFragments: a lane's x for the block, its x word and its run's d in each chunk pair (quantize_x_early<TIQ3_XXS, 18>'s
+// BandXFragments: a lane's x for the block, its x word and its run's d in each chunk pair (quantize_x_early<Iq3XxsBlock, 18>'s
 // records, kernels/matvec_q8.py x_record_word: 144 words a block, a lane's 4 words and 4 d in 16 bytes each).
 struct BandXFragments {
     unsigned v[4], d[4];
@@ -228,7 +228,7 @@ __device__ __forceinline__ void band_block_product(const BandRecord& r, const Ba
 }
 // bands16_product<W, P, A, SG>: a CTA of W warps a band; warp w takes blocks w, w + W, ..., P of them loaded ahead (the
 // first before the PDL wait); A: the signed table aligned in dynamic shared memory (band_signed_table_ptr); out = x W^T
-// for one row of x, quantized by quantize_x_early<TIQ3_XXS, 18> (xq). Of each chunk pair, the even chunk's words come from
+// for one row of x, quantized by quantize_x_early<Iq3XxsBlock, 18> (xq). Of each chunk pair, the even chunk's words come from
 // the signed table (4096 words: ~3.5-way bank conflicts), the odd chunk's from the unsigned grid's 32 copies,
 // lane l's in bank l, its signs put on by XOR with byte masks (g ^ m: g or -g - 1) and taken back by a second
 // mma of the masks against -x (faster than every word from the table), or (SG = 1) by adding the masks' low bits.

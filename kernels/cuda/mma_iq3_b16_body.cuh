@@ -8,7 +8,7 @@
 // of out^2 (a fixed order); the last CTA to count (counter, left at 0) sums the parts in a fixed order (warp 0,
 // then a tree) and writes scale[0] = rsqrt(mean + eps). flag: a shared word (past the warps' sums):
 // cupy_decode_src's last_block_to_count counts the same way with a static shared int, past 48 KB at A = 0. With xr, norm
-// out also writes xg quantized as the next product's x (quantize_x_early<TIQ3_XXS, 18>'s records, the same words: a band's 16
+// out also writes xg quantized as the next product's x (quantize_x_early<Iq3XxsBlock, 18>'s records, the same words: a band's 16
 // outputs are one run of 16 of the next product's x), so that a scale-in product needs no quantizer launch.
 struct BandEpilogueArgs { const float* res; const float* g; float* xg; float* part; float* scale; int* counter; float eps;
                unsigned* xr; };

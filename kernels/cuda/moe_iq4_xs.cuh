@@ -1,9 +1,9 @@
-// IQ4_XS as a type of the MoE products (the IQ3_XXS one is kernels/matvec_iq.py's TIQ3_XXS). The
+// IQ4_XS as a type of the MoE products (the IQ3_XXS one is kernels/matvec_iq.py's Iq3XxsBlock). The
 // decode is matvec_iq's matvec_iq4_xs, a chunk = a 32-weight sub-block; the 16 levels sit in shared
 // memory. Blocks are 136 bytes, so with an 8-aligned base every block and its qs (at 8 + 16 ib)
 // are 8-aligned: uint2 loads.
 __shared__ float iq4_levels_shared[16];
-struct TIQ4_XS {   // d (f16), scales_h (u16), scales_l[4], qs[128]; sub-block ib: 16 bytes at 8 + 16 ib,
+struct Iq4XsBlock {   // d (f16), scales_h (u16), scales_l[4], qs[128]; sub-block ib: 16 bytes at 8 + 16 ib,
                    // low nibbles are values 0..15, high nibbles 16..31; 6-bit scale (low 4 | high 2 << 4) - 32
     static constexpr int BE = 256, TS = 136, CPB = 8;
     struct Raw { uint2 lo, hi; unsigned w0, w1; };
