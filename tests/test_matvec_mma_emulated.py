@@ -318,21 +318,23 @@ def test_gpu_bands16_product_full_size():
 
 
 @pytest.fixture(scope="module")
-def dqb_lib():
+def dequant_lib():
     from cuda_c_emulator import HOST_SHIMS
     from test_matvec_q8_emulated import Q8_SHIMS
 
     from lite.kernels import iq3_b16
-    wraps = ('extern "C" __global__ void dqb_f32(const unsigned char* w, float* out, int rows, int cols) '
-             '{ dqb<float>(w, out, rows, cols); }\n'
-             'extern "C" __global__ void dqb_f16(const unsigned char* w, unsigned short* out, int rows, int cols) '
-             '{ dqb<unsigned short>(w, out, rows, cols); }\n')
+    wraps = ('extern "C" __global__ void dequantize_bands16_f32(const unsigned char* w, float* out, int rows, '
+             'int cols) '
+             '{ dequantize_bands16<float>(w, out, rows, cols); }\n'
+             'extern "C" __global__ void dequantize_bands16_f16(const unsigned char* w, unsigned short* out, '
+             'int rows, int cols) '
+             '{ dequantize_bands16<unsigned short>(w, out, rows, cols); }\n')
     return emu.compile_kernels(HOST_SHIMS + Q8_SHIMS + "inline uint2 make_uint2(unsigned a, unsigned b) { return {a, b}; }\n"
                                + iq3_b16.c_source() + wraps)
 
 
 @pytest.mark.parametrize("shape", [(16, 256), (32, 1280)], ids=lambda s: f"{s[0]}x{s[1]}")
-def test_b16_dequantize_matches_gguf(dqb_lib, shape):
+def test_b16_dequantize_matches_gguf(dequant_lib, shape):
     """kernels/iq3_b16.py over the repacked records: gguf-py's dequantize of the file's blocks,
     exactly in fp32 and to fp16's rounding in fp16 (5 blocks a row: a CTA's last warps idle)."""
     from lite.kernels import iq3_b16
@@ -341,10 +343,12 @@ def test_b16_dequantize_matches_gguf(dqb_lib, shape):
     records = iq3_b16.repack(blocks, rows, cols)
     ref = reference(blocks, "IQ3_XXS").astype(np.float32).reshape(rows, cols)
     out = np.full((rows, cols), np.nan, np.float32)
-    dqb_lib.launch("dqb_f32", *iq3_b16.launch_shape(rows, cols, np.float32), records, out, np.int32(rows), np.int32(cols))
+    dequant_lib.launch("dequantize_bands16_f32", *iq3_b16.launch_shape(rows, cols, np.float32), records, out,
+                       np.int32(rows), np.int32(cols))
     assert np.array_equal(out, ref)
     out16 = np.zeros((rows, cols), np.uint16)
-    dqb_lib.launch("dqb_f16", *iq3_b16.launch_shape(rows, cols, np.float16), records, out16, np.int32(rows), np.int32(cols))
+    dequant_lib.launch("dequantize_bands16_f16", *iq3_b16.launch_shape(rows, cols, np.float16), records, out16,
+                       np.int32(rows), np.int32(cols))
     assert np.array_equal(out16.view(np.float16), ref.astype(np.float16))
 
 
