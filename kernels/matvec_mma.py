@@ -121,10 +121,10 @@ def launch(records, x, out, rows, cols, stream=None, cta=None, epilogue=None, re
         raise ValueError(f"{NAME}: records_out goes with norm_out, rows a multiple of 256")
     names = (QUANTIZER, kernel_name(form, e, nm))
     mod = _module(device, names, module_head(pdl))
-    quant, mv = mod.get_function(names[0]), mod.get_function(names[1])
+    quant, product = mod.get_function(names[0]), mod.get_function(names[1])
     dyn = ALIGN_DYN if form.align else 0
-    if dyn and mv.max_dynamic_shared_size_bytes < dyn:
-        mv.max_dynamic_shared_size_bytes = dyn        # past the 48 KB a CTA takes without asking
+    if dyn and product.max_dynamic_shared_size_bytes < dyn:
+        product.max_dynamic_shared_size_bytes = dyn        # past the 48 KB a CTA takes without asking
     with stream if stream is not None else contextlib.nullcontext():
         x = cupy.ascontiguousarray(x)
         if x_records is not None and x_records.shape != x.shape:
@@ -140,7 +140,7 @@ def launch(records, x, out, rows, cols, stream=None, cta=None, epilogue=None, re
                 args += (res[i] if e == 1 else z, g, xg[i] if nm == 1 else z, part[i] if nm == 1 else z,
                          scale[i:i + 1] if nm else z, counter, np.float32(eps),
                          records_out[i] if records_out is not None else z)
-            pdl_mod.call(mv, (rows // 16,), (32 * form.warps,), args, shared_mem=dyn, pdl=pdl)
+            pdl_mod.call(product, (rows // 16,), (32 * form.warps,), args, shared_mem=dyn, pdl=pdl)
 
 
 @register_matvec(NAME)

@@ -217,6 +217,6 @@ def launch(qtype, blocks, x, xq, out, rows, cols, cta=None, pdl=False):
     import cupy
     n, cta = x.shape[0], cta or config(qtype)
     _quantize_into(qtype, x, xq, pdl)
-    mv = functions(cupy.cuda.runtime.getDevice(), qtype, n, *cta, pdl=pdl)[1]
-    pdl_mod.call(mv, ((rows + cta[0] - 1) // cta[0],), (matvec_cuda.THREADS,),
+    product = functions(cupy.cuda.runtime.getDevice(), qtype, n, *cta, pdl=pdl)[1]
+    pdl_mod.call(product, ((rows + cta[0] - 1) // cta[0],), (matvec_cuda.THREADS,),
                  (blocks, xq, out, np.int32(rows), np.int32(cols)), pdl=pdl)
