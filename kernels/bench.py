@@ -174,16 +174,16 @@ def bench_kernels(types=None, shapes=None, numba_variants=True, pdl=None, int8_d
                 g = (counted + 2 * n) / t / 1e9
                 rows.append({"type": qtype, "shape": shape, "kernel": label, "us": t * 1e6,
                              "gbps": g, "pct_copy": 100 * g / copy})
-            mv = get_matvec(qtype)
-            if mv is not None:
+            matvec = get_matvec(qtype)
+            if matvec is not None:
                 with stream:
                     x = cupy.ones((1, c), dtype=np.float32)
                     y = cupy.empty((1, r), dtype=np.float32)
                     rot = _rotation(blocks, stream)
                 weights = itertools.cycle(rot)       # each captured launch reads the next copy
                 try:
-                    t = _time_graph(lambda: mv(next(weights), x, y, r, c, stream, pdl=pdl,
-                                               int8_dot_types=int8_dot_types), stream,
+                    t = _time_graph(lambda: matvec(next(weights), x, y, r, c, stream, pdl=pdl,
+                                                   int8_dot_types=int8_dot_types), stream,
                                     max(len(rot), _launches_for(nb)))
                 except Exception as e:  # noqa: BLE001
                     log.warning("%s %s matvec failed: %s", qtype, shape, e)

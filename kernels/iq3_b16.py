@@ -95,11 +95,11 @@ def c_source():
     return source("iq3_grid.cuh", "dequant_iq3_b16.cuh")
 
 
-WARPS = {np.dtype(np.float16): 4, np.dtype(np.float32): 2}      # LtDqb<O>::W
+WARPS = {np.dtype(np.float16): 4, np.dtype(np.float32): 2}      # Bands16DequantShape<O>::W
 
 
 def launch_shape(rows, cols, out_dtype):
-    """(grid, block) of dqb for a rows x cols matrix of out_dtype: a warp a record."""
+    """(grid, block) of dequantize_bands16 for a rows x cols matrix of out_dtype: a warp a record."""
     w = WARPS[np.dtype(out_dtype)]
     return (-(-(cols // 256) // w), rows // 16), (32 * w,)
 
@@ -108,7 +108,7 @@ def launch_shape(rows, cols, out_dtype):
 def _module(device):
     import cupy
     return cupy.RawModule(code=includes("iq_helpers.cuh", "iq3_grid.cuh", "dequant_iq3_b16.cuh"), options=("--std=c++17",),
-                          name_expressions=["dqb<float>", "dqb<unsigned short>"])
+                          name_expressions=["dequantize_bands16<float>", "dequantize_bands16<unsigned short>"])
 
 
 def dequantize(records, rows, cols, out_dtype=np.float16, stream=None, out=None):
@@ -122,7 +122,8 @@ def dequantize(records, rows, cols, out_dtype=np.float16, stream=None, out=None)
     if dt not in (np.dtype(np.float16), np.dtype(np.float32)):
         raise ValueError(f"{NAME}: out_dtype float16 or float32, not {dt}")
     out = cupy.empty((rows, cols), dt) if out is None else out.reshape(rows, cols)
-    f = _module(cupy.cuda.runtime.getDevice()).get_function("dqb<float>" if dt == np.float32 else "dqb<unsigned short>")
+    kernel = "dequantize_bands16<float>" if dt == np.float32 else "dequantize_bands16<unsigned short>"
+    f = _module(cupy.cuda.runtime.getDevice()).get_function(kernel)
     with stream if stream is not None else contextlib.nullcontext():
         f(*launch_shape(rows, cols, dt), (records, out, np.int32(rows), np.int32(cols)))
     return out

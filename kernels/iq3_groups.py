@@ -24,7 +24,7 @@ whole groups: cols a multiple of 1024.
 
 Who reads it: the GPU backend regroups its 2-D IQ3_XXS weights after loading (kernels/gpu_layout.py,
 BackendConfig.iq3_layout "groups4") and names them IQ3_XXS_G4 (registry.GPU_LAYOUTS, 102 bytes a block); the decode
-products take matvec_with_init<TIQ3_XXS_G4_INT8> (matvec_q8) or, with an epilogue, matvec_fused_end<TIQ3_XXS_G4_INT8> (matvec_epilogue),
+products take matvec_with_init<Iq3XxsGroup4Int8X> (matvec_q8) or, with an epilogue, matvec_fused_end<Iq3XxsGroup4Int8X> (matvec_epilogue),
 the prefill's and the embedding rows' dequantize kernels/dequant_iq.py's g4 CUDA C kernels (Numba:
 dequant_iq's _p_iq3_xxs_g4). MoE experts stay in the file's layout (768-column experts are not
 whole groups; the expert streaming copies file bytes).
@@ -109,7 +109,7 @@ def unpack(grouped, rows, cols):
 
 @register_matvec(NAME)
 def launch(blocks, x, out, rows, cols, stream=None, pdl=False, int8_dot_types=INT8_DOT_TYPES, reference=False):
-    """The decode product of IQ3_XXS_G4 weights: quantize_x + matvec_with_init<TIQ3_XXS_G4_INT8> (kernels/matvec_q8.py), the
+    """The decode product of IQ3_XXS_G4 weights: quantize_x + matvec_with_init<Iq3XxsGroup4Int8X> (kernels/matvec_q8.py), the
     only kernel that reads this layout (the backend regroups only where it runs: applies() below)."""
     from lite.kernels import matvec_iq, matvec_q8
     if not applies(int8_dot_types, reference):

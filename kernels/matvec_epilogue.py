@@ -1,6 +1,6 @@
 """Decode matvec with the next op folded into its end: one launch instead of two, a use (issue 4's
 decode step: 10 launches a layer -> 8). CUDA C on kernels/matvec_cuda.py's register kernel (its
-loop `mv_rows_any`, CONFIG's rows a CTA and prefetch; over quantized x, matvec_q8's structs and CTA
+loop `matvec_rows_partials`, CONFIG's rows a CTA and prefetch; over quantized x, matvec_q8's structs and CTA
 shapes, IQ3_XXS's included), only the end differs:
 
   add        out = x @ W.T + res: the residual add after the attention-output and down products,
@@ -42,7 +42,7 @@ C_EPI = source("matvec_epilogue.cuh")
 def c_source(head="", q8=False, iq3=False):
     """head: pdl.source_head(pdl) (programmatic dependent launch, kernels/pdl.py); q8: with
     matvec_q8's integer structs (only where used: the default kernels keep their text); iq3: on
-    IQ3_XXS's integer-dot module instead (matvec_q8.c_source: the IQ3 structs, their tables, mv_rows_any)."""
+    IQ3_XXS's integer-dot module instead (matvec_q8.c_source: the IQ3 structs, their tables, matvec_rows_partials)."""
     if iq3:
         return head + matvec_q8.c_source("IQ3_XXS") + C_LAST_OF_COLUMN + C_EPI
     return head + mc.c_source() + (matvec_q8.structs("Q4_K") if q8 else "") + C_LAST_OF_COLUMN + C_EPI
@@ -87,7 +87,7 @@ def norm_parts(qtype, n, rows, int8_dot_types=mc.INT8_DOT_TYPES):
 @functools.lru_cache(maxsize=None)
 def _kernel(device, name, head=""):
     import cupy
-    return cupy.RawModule(code=c_source(head, q8=matvec_q8.in_name(name), iq3="<TIQ3_XXS" in name),
+    return cupy.RawModule(code=c_source(head, q8=matvec_q8.in_name(name), iq3="<Iq3XxsBlock" in name),
                           options=("--std=c++17",), name_expressions=[name]).get_function(name)
 
 

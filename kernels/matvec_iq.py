@@ -7,12 +7,12 @@ Two implementations of the same product:
 - CUDA C (the GPU path, a CuPy RawModule): a 128-thread block per 4 rows, a thread per 32-weight
   sub-block. The x chunk a thread loads is reused for all 4 rows (x is 32 bits a weight against
   3-4.25 bits of weight, so without reuse x traffic would swamp L1); the sub-block scale
-  multiplies once per 32 weights. IQ3_XXS: the grid as packed bytes, read through L1 (mv_iq3xxs: one
+  multiplies once per 32 weights. IQ3_XXS: the grid as packed bytes, read through L1 (matvec_iq3_xxs: one
   copy in shared memory; a float4 grid and a sign-mask table there were bound by bank conflicts of
   random 16-byte gathers); bytes become
   floats by the 2^23 exponent trick (PRMT + FADD, not the slow I2F unit), signs flip x's sign bit.
   Templated on n (up to C_MAX_N, larger n in chunks) so the accumulators stay in registers.
-  For IQ3_XXS and n = 1 the same decode runs as a type (TIQ3_XXS) of the persistent kernel
+  For IQ3_XXS and n = 1 the same decode runs as a type (Iq3XxsBlock) of the persistent kernel
   `matvec_persistent` with 8 rows a CTA (faster than the register kernel there; the K types' register
   kernel `matvec_rows` beat it): matvec_cuda's register loop on a grid of as many CTAs as fit the
   device at once, each walking row groups blockIdx.x, +gridDim.x, ... and loading the next item
@@ -95,10 +95,10 @@ C_IQ4_XS = source("matvec_iq4_xs.cuh")
 # decode is C_IQ3_XXS's, a thread per sub-block.
 C_IQ3_XXS_STAGED = source("iq3_xxs_struct.cuh")
 # IQ3_XXS's decode product over float x: the persistent kernel (matvec_persistent, below) with
-# TIQ3_XXS, 8 rows a CTA, for n = 1 (n = 2 spills registers there: mv_iq3xxs, the register kernel).
+# Iq3XxsBlock, 8 rows a CTA, for n = 1 (n = 2 spills registers there: matvec_iq3_xxs, the register kernel).
 PERSISTENT_ROWS = 8
 # The IQ3_XXS grid copies a CTA fills in shared memory (GCOPIES in C_IQ3_XXS): none, the 1 KB grid is
-# read from global memory through L1 (mv_iq3xxs keeps one copy in shared memory).
+# read from global memory through L1 (matvec_iq3_xxs keeps one copy in shared memory).
 GRID_COPIES = 0
 
 
@@ -109,13 +109,13 @@ def grid_copies():
 
 def c_source():
     """The module text: the IQ3_XXS grid read through L1 (GCOPIES 0); IQ3_XXS's and IQ4_XS's decode products over
-    float x: the register kernels mv_iq3xxs / mv_iq4xs, and IQ3_XXS's struct on the persistent loop (matvec_persistent)."""
+    float x: the register kernels matvec_iq3_xxs / matvec_iq4_xs, and IQ3_XXS's struct on the persistent loop (matvec_persistent)."""
     return includes("iq_helpers.cuh", "iq3_grid.cuh", "iq4_values.cuh", "matvec_common.cuh", "matvec_persistent.cuh",
                     "matvec_iq_common.cuh", "matvec_iq3_xxs.cuh", "matvec_iq4_xs.cuh", "iq3_xxs_struct.cuh")
 
 
-_C_NAMES = {"IQ3_XXS": "mv_iq3xxs", "IQ4_XS": "mv_iq4xs"}
-_STRUCTS = {"IQ3_XXS": "TIQ3_XXS"}
+_C_NAMES = {"IQ3_XXS": "matvec_iq3_xxs", "IQ4_XS": "matvec_iq4_xs"}
+_STRUCTS = {"IQ3_XXS": "Iq3XxsBlock"}
 
 
 @functools.lru_cache(maxsize=None)

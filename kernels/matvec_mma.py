@@ -13,7 +13,7 @@ spends ~112 instructions a chunk of 32 weights and a row). Of each pair of chunk
 (4 weights each) come from a 4096-word table of signed words by their 12-bit fields (grid index | 4 signs),
 the odd chunk's from the unsigned grid's 32 copies (lane l's in bank l) with the signs put on by XOR and taken
 back by a second mma against -x. x goes in as the quantizer's int8 parts (hi and lo a run of 16: B's columns
-hi_a, lo_a, hi_b, lo_b; the odd chunk's in columns 4-7), in record layout 18 (kernels/matvec_q8.py lt_q8w: a
+hi_a, lo_a, hi_b, lo_b; the odd chunk's in columns 4-7), in record layout 18 (kernels/matvec_q8.py x_record_word: a
 lane's 4 words and 4 d of a block in two 16-byte loads). Its speed against the copy ceiling: BENCHMARKS.md.
 """
 import functools
@@ -48,7 +48,7 @@ def config(rows, cols, sms, epilogue=False):
 
 def c_source():
     """bands16_product's CUDA C, after matvec_q8's IQ3_XXS text (which holds the x quantizer quantize_x_early,
-    lt_q8w, lt_topmask and the unsigned grid IQ3XXS_GRID)."""
+    x_record_word, byte_sign_masks and the unsigned grid IQ3XXS_GRID)."""
     return includes("mma_iq3_b16.cuh", "mma_iq3_b16_body.cuh")
 
 
@@ -66,7 +66,7 @@ EPILOGUES = {"add": 1, "silu": 2, "gelu_tanh": 3}   # the epilogue numbers of th
 
 # The quantizer before bands16_product: quantize_x_early (kernels/matvec_q8.py), which lets bands16_product launch before it waits for the product
 # before it (bands16_product's first loads, before its PDL wait, then meet that product's tail); records in layout 18.
-QUANTIZER = "quantize_x_early<TIQ3_XXS, 18>"
+QUANTIZER = "quantize_x_early<Iq3XxsBlock, 18>"
 
 
 def module_head(pdl=False):
@@ -121,10 +121,10 @@ def launch(records, x, out, rows, cols, stream=None, cta=None, epilogue=None, re
         raise ValueError(f"{NAME}: records_out goes with norm_out, rows a multiple of 256")
     names = (QUANTIZER, kernel_name(form, e, nm))
     mod = _module(device, names, module_head(pdl))
-    quant, mv = mod.get_function(names[0]), mod.get_function(names[1])
+    quant, product = mod.get_function(names[0]), mod.get_function(names[1])
     dyn = ALIGN_DYN if form.align else 0
-    if dyn and mv.max_dynamic_shared_size_bytes < dyn:
-        mv.max_dynamic_shared_size_bytes = dyn        # past the 48 KB a CTA takes without asking
+    if dyn and product.max_dynamic_shared_size_bytes < dyn:
+        product.max_dynamic_shared_size_bytes = dyn        # past the 48 KB a CTA takes without asking
     with stream if stream is not None else contextlib.nullcontext():
         x = cupy.ascontiguousarray(x)
         if x_records is not None and x_records.shape != x.shape:
@@ -140,7 +140,7 @@ def launch(records, x, out, rows, cols, stream=None, cta=None, epilogue=None, re
                 args += (res[i] if e == 1 else z, g, xg[i] if nm == 1 else z, part[i] if nm == 1 else z,
                          scale[i:i + 1] if nm else z, counter, np.float32(eps),
                          records_out[i] if records_out is not None else z)
-            pdl_mod.call(mv, (rows // 16,), (32 * form.warps,), args, shared_mem=dyn, pdl=pdl)
+            pdl_mod.call(product, (rows // 16,), (32 * form.warps,), args, shared_mem=dyn, pdl=pdl)
 
 
 @register_matvec(NAME)

@@ -39,7 +39,7 @@ C_Q8_K = source("int8_kquant_structs.cuh")
 
 C_Q8 = C_Q8_BASE + C_Q8_K          # the K types' module text (after matvec_cuda's C_HEAD, C_TYPES)
 
-# IQ3_XXS on dp4a over quantized x: the integer struct TIQ3_XXS_INT8 (after matvec_iq's TIQ3_XXS) and
+# IQ3_XXS on dp4a over quantized x: the integer struct Iq3XxsBlockInt8X (after matvec_iq's Iq3XxsBlock) and
 # iq_tables' offset-binary tables: each grid byte g as 64 + g (IQ3XXS_GRID64), 64 - g where its sign bit is set
 # (u - 2 (u & 0x3F mask), iq_tables' sign masks as uint2 pairs: no borrow between bytes), so a word of 4 weights
 # meets x in 2 dp4a; the offset 64 comes off once a run of 16 as 64 times the run's sum of quantized
@@ -48,19 +48,19 @@ C_Q8 = C_Q8_BASE + C_Q8_K          # the K types' module text (after matvec_cuda
 # (With its sign-mask table, iq3_sign_masks.cuh: one load a group.)
 C_Q8_IQ3 = source("int8_iq3_xxs_structs.cuh")
 
-# Where TIQ3_XXS_INT8 finds its tables (GC, SC, see C_Q8_IQ3): one grid copy in shared memory, the sign
+# Where Iq3XxsBlockInt8X finds its tables (GC, SC, see C_Q8_IQ3): one grid copy in shared memory, the sign
 # masks computed (the fastest placement measured, BENCHMARKS.md).
 IQ3_TABLES = (1, 2)
 
 # matvec_cuda's `matvec_rows` with the struct's table fill first: the kernel of every IQ3_XXS integer-dot product.
-C_MV_INIT = source("matvec_with_init.cuh")
+C_MATVEC_WITH_INIT = source("matvec_with_init.cuh")
 
 
 def iq3_struct_name(tables=None, grouped=False):
     """IQ3_XXS's integer struct's C++ name for (GC, SC) tables (default IQ3_TABLES); grouped: IQ3_XXS_G4's
-    (TIQ3_XXS_G4_INT8)."""
+    (Iq3XxsGroup4Int8X)."""
     gc, sc = IQ3_TABLES if tables is None else tables
-    return f"{'TIQ3_XXS_G4_INT8' if grouped else 'TIQ3_XXS_INT8'}<{gc}, {sc}>"
+    return f"{'Iq3XxsGroup4Int8X' if grouped else 'Iq3XxsBlockInt8X'}<{gc}, {sc}>"
 
 
 # The record layout of quantized x by record size (LT_Q8_LAYOUT20 / 24, int8_x_records.cuh's defaults):
@@ -71,19 +71,19 @@ C_MAX_N = matvec_cuda.C_MAX_N      # rows of x a launch (the register loop's N)
 
 # The float struct whose x layout quantize_x quantizes, the integer struct, and quantize_x's words a chunk, per type.
 # IQ3_XXS_G4: IQ3_XXS's blocks regrouped by the GPU backend (kernels/iq3_groups.py), the same x.
-TYPES = {"Q4_K": ("TQ4_K", "TQ4_KQ", 20), "Q6_K": ("TQ6_K", "TQ6_KQ", 24), "IQ3_XXS": ("TIQ3_XXS", "TIQ3_XXS_INT8", 20),
-         "IQ3_XXS_G4": ("TIQ3_XXS", "TIQ3_XXS_G4_INT8", 20)}
+TYPES = {"Q4_K": ("TQ4_K", "TQ4_KQ", 20), "Q6_K": ("TQ6_K", "TQ6_KQ", 24), "IQ3_XXS": ("Iq3XxsBlock", "Iq3XxsBlockInt8X", 20),
+         "IQ3_XXS_G4": ("Iq3XxsBlock", "Iq3XxsGroup4Int8X", 20)}
 # (rows a CTA, prefetch) of every integer-dot launch, the decode epilogue kernels' (matvec_epilogue)
 # too: the fastest at the decode shapes (BENCHMARKS.md). Few registers (~48), so 2 rows a CTA still
 # keep enough warps a scheduler; IQ3_XXS_G4's prefetch 2 spreads a row's last half trip over all
-# 128 threads (matvec_cuda's mv_rows_any).
+# 128 threads (matvec_cuda's matvec_rows_partials).
 CONFIGS = {"Q4_K": (2, 0), "Q6_K": (2, 0) if LAYOUTS[24] else (4, 0), "IQ3_XXS": (4, 0), "IQ3_XXS_G4": (4, 2)}
 DEFAULT_TYPES = matvec_cuda.INT8_DOT_TYPES       # the types that can run on dp4a (all by default)
 
 
 def record_words(chunks, rw, layout=None):
     """(chunks, rw) int array: where word w of chunk c's record lies in a row of quantized x (the
-    index of lt_q8w in C_Q8_BASE, in 4-byte words)."""
+    index of x_record_word in C_Q8_BASE, in 4-byte words)."""
     c, w = np.arange(chunks)[:, None], np.arange(rw)[None, :]
     if (LAYOUTS[rw] if layout is None else layout):
         return (c >> 3) * (8 * rw) + (w >> 2) * 32 + (c & 7) * 4 + (w & 3)
@@ -129,13 +129,13 @@ def struct(qtype):
 def in_name(kernel_name):
     """True when a kernel's name instantiates one of the integer structs, so its module needs
     structs() (matvec_epilogue's and moe_decode_product's kernel caches build the source from the name)."""
-    return any(f"<{s}" in kernel_name for _, s, _ in TYPES.values())   # TIQ3_XXS_INT8<GC, SC> by its prefix
+    return any(f"<{s}" in kernel_name for _, s, _ in TYPES.values())   # Iq3XxsBlockInt8X<GC, SC> by its prefix
 
 
 def c_source(qtype="Q4_K"):
     """The module text of qtype's quantizer and integer-dot kernels. The K types: the x quantizer quantize_x and
     matvec_rows over TQ4_KQ / TQ6_KQ, on matvec_cuda's register loop. IQ3_XXS: the x quantizer and matvec_with_init
-    over TIQ3_XXS_INT8 (the file's layout) or TIQ3_XXS_G4_INT8 (IQ3_XXS_G4); also the base of the tensor-core
+    over Iq3XxsBlockInt8X (the file's layout) or Iq3XxsGroup4Int8X (IQ3_XXS_G4); also the base of the tensor-core
     product's module (matvec_mma.c_source) and the epilogue kernels' IQ3_XXS module."""
     if qtype.startswith("IQ3_XXS"):
         return includes("iq_helpers.cuh", "iq3_grid.cuh", "iq3_offset_tables.cuh", "iq4_values.cuh",
@@ -164,7 +164,7 @@ def quantize_name(qtype):
 
 
 def kernel_name(qtype, n, rows=8, prefetch=0, tables=None):
-    """matvec_rows over quantized x; IQ3_XXS: matvec_with_init (matvec_rows with the struct's table fill first, C_MV_INIT).
+    """matvec_rows over quantized x; IQ3_XXS: matvec_with_init (matvec_rows with the struct's table fill first, C_MATVEC_WITH_INIT).
     tables: IQ3_XXS's (GC, SC) instead of IQ3_TABLES."""
     if qtype.startswith("IQ3_XXS"):
         return f"matvec_with_init<{iq3_struct_name(tables, qtype == 'IQ3_XXS_G4')}, {n}, {rows}, {prefetch}>"
@@ -217,6 +217,6 @@ def launch(qtype, blocks, x, xq, out, rows, cols, cta=None, pdl=False):
     import cupy
     n, cta = x.shape[0], cta or config(qtype)
     _quantize_into(qtype, x, xq, pdl)
-    mv = functions(cupy.cuda.runtime.getDevice(), qtype, n, *cta, pdl=pdl)[1]
-    pdl_mod.call(mv, ((rows + cta[0] - 1) // cta[0],), (matvec_cuda.THREADS,),
+    product = functions(cupy.cuda.runtime.getDevice(), qtype, n, *cta, pdl=pdl)[1]
+    pdl_mod.call(product, ((rows + cta[0] - 1) // cta[0],), (matvec_cuda.THREADS,),
                  (blocks, xq, out, np.int32(rows), np.int32(cols)), pdl=pdl)

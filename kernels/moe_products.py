@@ -17,7 +17,7 @@ Both take slot_of (expert -> cache slot, -1: not resident this round, its rows u
 blockIdx.z for gate or up (both in one launch) and x_by_row for the down product (x one row a
 token-slot). Every row is computed on its own in an order fixed by the shape, so experts read from
 cache slots give the bytes of resident ones. The per-type decode structs are kernels/matvec_cuda.py's;
-IQ3_XXS takes matvec_iq's TIQ3_XXS, IQ4_XS kernels/cuda/moe_iq4_xs.cuh's TIQ4_XS; int8: the
+IQ3_XXS takes matvec_iq's Iq3XxsBlock, IQ4_XS kernels/cuda/moe_iq4_xs.cuh's Iq4XsBlock; int8: the
 decode product over x quantized by kernels/matvec_q8.py, on its integer structs.
 """
 import functools
@@ -33,7 +33,8 @@ C_SORTED = source("moe_sorted_product.cuh")
 C_IQ4_XS = source("moe_iq4_xs.cuh")
 C_DECODE = source("moe_decode_product.cuh")
 
-IQ_TYPES = ("IQ3_XXS", "IQ4_XS")   # struct TIQ3_XXS of kernels/matvec_iq.py, TIQ4_XS of moe_iq4_xs.cuh
+IQ_STRUCTS = {"IQ3_XXS": "Iq3XxsBlock", "IQ4_XS": "Iq4XsBlock"}   # iq3_xxs_struct.cuh's, moe_iq4_xs.cuh's
+IQ_TYPES = tuple(IQ_STRUCTS)
 TYPES = ("Q4_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K") + IQ_TYPES   # those of kernels/matvec_cuda.py, IQ
 THREADS = 128
 SORTED_BLOCK = 8           # token rows a sorted block
@@ -66,7 +67,7 @@ def fits(qtype, base_ptr, ebytes):
 
 def struct(qtype):
     """The float decode struct of a type: matvec_cuda's (decode_struct), or the IQ types' own."""
-    return f"T{qtype}" if qtype in IQ_TYPES else matvec_cuda.decode_struct(qtype)
+    return IQ_STRUCTS[qtype] if qtype in IQ_TYPES else matvec_cuda.decode_struct(qtype)
 
 
 def sorted_source(qtype="Q4_K", host=False):
@@ -77,7 +78,7 @@ def sorted_source(qtype="Q4_K", host=False):
     kv = ", ".join(str(int(v)) for v in iq_tables.KVALUES_IQ4)
     # The grid and the levels are compiled into the module (as matvec_iq.c_source does), so each
     # device gets its own copy with the module: no table argument. C_IQ3_XXS brings the macros
-    # TIQ3_XXS uses (GCOPIES, GB, SX); C_COMMON's `#define R 4` is undone before the products' R.
+    # Iq3XxsBlock uses (GCOPIES, GB, SX); C_COMMON's `#define R 4` is undone before the products' R.
     return ((("" if host else dequant_iq.C_HELPERS) + dequant_iq.c_grid_array("IQ3XXS_GRID", "IQ3_XXS")
              + f"__device__ const int IQ4_KVALUES[16] = {{{kv}}};\n" + matvec_cuda.C_HEAD
              + matvec_iq.C_COMMON + matvec_iq.C_IQ3_XXS + "#undef R\n" + matvec_iq.C_IQ3_XXS_STAGED

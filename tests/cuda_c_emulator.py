@@ -63,15 +63,15 @@ inline float __half2float(__half h) { return (float)h; }
 inline float2 make_float2(float a, float b) { return {a, b}; }
 // half2 arithmetic, each result rounded once to fp16 as the GPU's f16x2 instructions do (the exact
 // value in double first: products of two halves have 22 bits and the sums stay within 53 bits).
-inline __half lt_emu_h(double v) { __half h; h.v = (_Float16)v; return h; }
+inline __half round_to_half(double v) { __half h; h.v = (_Float16)v; return h; }
 inline __half2 __hfma2(__half2 a, __half2 b, __half2 c) {
-    return {lt_emu_h((double)a.x * (double)b.x + (double)c.x), lt_emu_h((double)a.y * (double)b.y + (double)c.y)}; }
+    return {round_to_half((double)a.x * (double)b.x + (double)c.x), round_to_half((double)a.y * (double)b.y + (double)c.y)}; }
 inline __half2 __hsub2(__half2 a, __half2 b) {
-    return {lt_emu_h((double)a.x - (double)b.x), lt_emu_h((double)a.y - (double)b.y)}; }
+    return {round_to_half((double)a.x - (double)b.x), round_to_half((double)a.y - (double)b.y)}; }
 inline __half2 __hadd2(__half2 a, __half2 b) {
-    return {lt_emu_h((double)a.x + (double)b.x), lt_emu_h((double)a.y + (double)b.y)}; }
+    return {round_to_half((double)a.x + (double)b.x), round_to_half((double)a.y + (double)b.y)}; }
 inline __half2 __hmul2(__half2 a, __half2 b) {
-    return {lt_emu_h((double)a.x * (double)b.x), lt_emu_h((double)a.y * (double)b.y)}; }
+    return {round_to_half((double)a.x * (double)b.x), round_to_half((double)a.y * (double)b.y)}; }
 inline __half2 __floats2half2_rn(float lo, float hi) { return {__half(lo), __half(hi)}; }
 inline float __low2float(__half2 h) { return (float)h.x; }
 inline float __high2float(__half2 h) { return (float)h.y; }
@@ -139,8 +139,8 @@ static void emu_launch(dim3 grid, dim3 block, const std::function<void()>& body)
 # their own __popc.
 HOST_SHIMS = r"""
 #define LITE_HOST_SHIM
-inline float lt_h2f(unsigned short h) { _Float16 f; std::memcpy(&f, &h, 2); return (float)f; }
-inline float h2f(unsigned short h) { return lt_h2f(h); }
+inline float half_bits_to_float(unsigned short h) { _Float16 f; std::memcpy(&f, &h, 2); return (float)f; }
+inline float h2f(unsigned short h) { return half_bits_to_float(h); }
 inline unsigned short f2h(float v) { _Float16 f = (_Float16)v; unsigned short h; std::memcpy(&h, &f, 2); return h; }
 inline unsigned __popc(unsigned v) { return __builtin_popcount(v); }
 inline unsigned ksign(unsigned s7) { return s7 | ((__popc(s7) & 1u) << 7); }
@@ -209,18 +209,8 @@ class Kernels:
         ptrs = (ctypes.c_void_p * len(keep))(*[
             ctypes.addressof(k) if isinstance(k, ctypes.c_void_p) else k.ctypes.data for k in keep])
         fn = getattr(self._lib, f"launch_{name}")
-        try:                                        # the bulk-copy barriers' bookkeeping (kernels/matvec_tma.py)
-            errors = ctypes.c_int.in_dll(self._lib, "lt_emu_barrier_errors")
-        except ValueError:
-            errors = None
         with _LAUNCH_LOCK:          # the launch dimensions are globals: stages' threads take turns
-            if errors is not None:
-                errors.value = 0
             fn(ctypes.c_uint(grid[0]), ctypes.c_uint(grid[1]), ctypes.c_uint(block[0]), ptrs)
-            failed = errors is not None and errors.value
-        if failed:
-            raise AssertionError(f"{name}: {errors.value} waits on a barrier not initialized, never expecting "
-                                 "bytes, or owed bytes (a bulk copy counted on the wrong barrier?)")
 
 
 def compile_kernels(source):

@@ -217,7 +217,7 @@ def test_folded_norms_match_the_separate_launches(tmp_path, monkeypatch, arch, q
 def test_regrouped_iq3xxs_weights_match_cpu_and_the_file_layout(tmp_path):
     """BackendConfig(iq3_layout="groups4") (lite/backends/cuda.py _regroup_iq3, kernels/gpu_layout.py,
     kernels/iq3_groups.py): the IQ3_XXS matrices (q/k/v stacked, gate/up, o, down: every row whole
-    groups at this shape) stored regrouped, read by the decode products (TIQ3_XXS_G4_INT8) and the
+    groups at this shape) stored regrouped, read by the decode products (Iq3XxsGroup4Int8X) and the
     prefill's dequantize: against the CPU, and against the file's layout (iq3_layout="file"; the
     same integer sums: the logits agree to _on_off_agree's tolerance)."""
     g4 = BackendConfig(iq3_layout="groups4")

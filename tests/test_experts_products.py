@@ -93,13 +93,13 @@ def test_iq_experts_take_the_fused_grouped_path():
 
 
 def test_product_sources_name_the_iq_structs():
-    assert mp.sorted_name("IQ3_XXS") == "moe_sorted_product<TIQ3_XXS, 8, 2>"
-    assert mp.sorted_name("IQ4_XS") == "moe_sorted_product<TIQ4_XS, 8, 2>"
-    assert mp.decode_name("IQ4_XS", 768) == "moe_decode_product<TIQ4_XS, 8, 3, 2>"
+    assert mp.sorted_name("IQ3_XXS") == "moe_sorted_product<Iq3XxsBlock, 8, 2>"
+    assert mp.sorted_name("IQ4_XS") == "moe_sorted_product<Iq4XsBlock, 8, 2>"
+    assert mp.decode_name("IQ4_XS", 768) == "moe_decode_product<Iq4XsBlock, 8, 3, 2>"
     from lite.kernels.dequant_iq import C_HELPERS
     for q in mp.IQ_TYPES:
         src = mp.sorted_source(q)
-        assert f"struct T{q}" in src and "moe_sorted_product" in src and C_HELPERS in src
+        assert f"struct {mp.struct(q)} " in src and "moe_sorted_product" in src and C_HELPERS in src
         assert C_HELPERS not in mp.sorted_source(q, host=True)     # the emulator tests bring host stand-ins
 
 

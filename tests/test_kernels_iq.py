@@ -172,7 +172,7 @@ def test_regrouped_iq3xxs_dequantizes_as_the_file_layout():
 
 
 def test_regrouped_iq3xxs_matvec_matches_float64_or_refuses():
-    """The decode product of IQ3_XXS_G4 weights (matvec_q8's x quantizer + matvec_with_init<TIQ3_XXS_G4_INT8>) on the GPU, within the
+    """The decode product of IQ3_XXS_G4 weights (matvec_q8's x quantizer + matvec_with_init<Iq3XxsGroup4Int8X>) on the GPU, within the
     bound of the raw layout's; without the GPU kernels (CI) a clear error, never wrong numbers."""
     rng = np.random.default_rng(43)
     rows, cols = 5, 3072

@@ -275,7 +275,7 @@ def _kernels():
             out.append((qt, n, f"matvec_rows<{s}, {n}, {r}, {p}>", r, False))
             out.append((qt, n, f"matvec_rows<{s}, {n}, 4, 1>", 4, False))
             out.append((qt, n, f"matvec_persistent<{s}, {n}, 4>", 4, True))
-    out.append(("IQ3_XXS", 1, "matvec_persistent<TIQ3_XXS, 1, 8>", 8, True))
+    out.append(("IQ3_XXS", 1, "matvec_persistent<Iq3XxsBlock, 1, 8>", 8, True))
     for n in (1, 2):                                     # the two-instruction dot (Q4_K's default)
         out.append(("Q4_K", n, f"matvec_rows<TQ4_KH, {n}, 8, 0>", 8, False))
     return [(qt, n, call, r, persistent, f"emu_{i}") for i, (qt, n, call, r, persistent) in enumerate(out)]

@@ -23,9 +23,9 @@ EPI_FORMS = [(e, nm) for e in (0, 1, 2, 3) for nm in (0, 2) if e or nm] + [(1, 1
 
 @pytest.fixture(scope="module")
 def mma_lib():
-    wraps = "".join(f'extern "C" __global__ void mvb_{w}_{p}_{a}_{sg}_{d}({ARGS}) '
+    wraps = "".join(f'extern "C" __global__ void product_{w}_{p}_{a}_{sg}_{d}({ARGS}) '
                     f'{{ bands16_product<{w}, {p}, {a}, {sg}, {d}>(w, x, out, rows, cols); }}\n' for w, p, a, sg, d in CONFIGS)
-    wraps += "".join(f'extern "C" __global__ void mvbe_{w}_{p}_{a}_{sg}_{d}_{e}_{nm}({ARGS}, const float* res, const float* g, '
+    wraps += "".join(f'extern "C" __global__ void fused_end_{w}_{p}_{a}_{sg}_{d}_{e}_{nm}({ARGS}, const float* res, const float* g, '
                      f'float* xg, float* part, float* scale, int* counter, float eps, unsigned* xr) {{ bands16_product_fused_end<{w}, {p}, {a}, {sg}, {e}, {nm}, {d}>'
                      f'(w, x, out, rows, cols, res, g, xg, part, scale, counter, eps, xr); }}\n'
                      for w, p, a, sg, d in EPI_CONFIGS for e, nm in EPI_FORMS)
@@ -127,7 +127,7 @@ def test_bands16_product_matches_float64(mma_lib, cfg, shape):
     x = _x(1, cols, rng)
     xq = np.zeros_like(x)
     mma_lib.launch("emu_qxe", matvec_q8.quantize_grid(1, cols), (128,), x, xq, np.int32(cols))
-    assert_product_matches(mma_lib, f"mvb_{w}_{p}_{a}_{sg}_{d}", (rows // 16,), records, blocks, "IQ3_XXS", x, rows, cols,
+    assert_product_matches(mma_lib, f"product_{w}_{p}_{a}_{sg}_{d}", (rows // 16,), records, blocks, "IQ3_XXS", x, rows, cols,
                            threads=32 * w, xq=xq)
 
 
@@ -157,7 +157,7 @@ def test_bands16_product_fused_end_epilogues_match_float64(mma_lib, cfg, e, nm):
                + quant_bound("IQ3_XXS", x, wf))
     out = np.full((1, rows // 2 if e >= 2 else rows), np.nan, np.float32)
     z = np.zeros(1, np.float32)
-    mma_lib.launch(f"mvbe_{w_}_{p}_{a}_{sg}_{d}_{e}_{nm}", (rows // 16,), (32 * w_,), iq3_b16.repack(blocks, rows, cols),
+    mma_lib.launch(f"fused_end_{w_}_{p}_{a}_{sg}_{d}_{e}_{nm}", (rows // 16,), (32 * w_,), iq3_b16.repack(blocks, rows, cols),
                    xq, out, np.int32(rows), np.int32(cols), res, z, z, z, scale, np.zeros(1, np.int32), np.float32(0), None)
     ref, bound = _epilogue_reference(e, prod, tol, res)
     err = np.abs(out.astype(np.float64) - ref)
@@ -201,7 +201,7 @@ def test_bands16_product_fused_end_norm_out_matches_float64(mma_lib, cfg):
     for _ in range(2):
         out, xg = np.full((1, rows), np.nan, np.float32), np.full((1, rows), np.nan, np.float32)
         part, scale = np.full(rows // 16, np.nan, np.float32), np.full(1, np.nan, np.float32)
-        mma_lib.launch(f"mvbe_{w_}_{p}_{a}_{sg}_{d}_1_1", (rows // 16,), (32 * w_,), iq3_b16.repack(blocks, rows, cols), xq,
+        mma_lib.launch(f"fused_end_{w_}_{p}_{a}_{sg}_{d}_1_1", (rows // 16,), (32 * w_,), iq3_b16.repack(blocks, rows, cols), xq,
                        out, np.int32(rows), np.int32(cols), res, g, xg, part, scale, counter, np.float32(eps), None)
         assert np.all(np.abs(out - ref) <= tol)
         assert np.all(np.abs(xg - ref * g) <= tol * g + 1e-6 * np.abs(ref * g))
@@ -229,7 +229,7 @@ def test_bands16_product_fused_end_norm_out_writes_the_next_products_x_records(m
     g[70] = 1e-30                                       # tiny beside its run
     out, xg, xr = np.zeros((1, rows), np.float32), np.zeros((1, rows), np.float32), np.zeros((1, rows), np.float32)
     part, scale = np.zeros(rows // 16, np.float32), np.zeros(1, np.float32)
-    mma_lib.launch(f"mvbe_{w_}_{p}_{a}_{sg}_{d}_1_1", (rows // 16,), (32 * w_,), iq3_b16.repack(blocks, rows, cols), xq,
+    mma_lib.launch(f"fused_end_{w_}_{p}_{a}_{sg}_{d}_1_1", (rows // 16,), (32 * w_,), iq3_b16.repack(blocks, rows, cols), xq,
                    out, np.int32(rows), np.int32(cols), res, g, xg, part, scale, np.zeros(1, np.int32),
                    np.float32(1e-6), xr)
     want = np.zeros_like(xg)
@@ -318,21 +318,23 @@ def test_gpu_bands16_product_full_size():
 
 
 @pytest.fixture(scope="module")
-def dqb_lib():
+def dequant_lib():
     from cuda_c_emulator import HOST_SHIMS
     from test_matvec_q8_emulated import Q8_SHIMS
 
     from lite.kernels import iq3_b16
-    wraps = ('extern "C" __global__ void dqb_f32(const unsigned char* w, float* out, int rows, int cols) '
-             '{ dqb<float>(w, out, rows, cols); }\n'
-             'extern "C" __global__ void dqb_f16(const unsigned char* w, unsigned short* out, int rows, int cols) '
-             '{ dqb<unsigned short>(w, out, rows, cols); }\n')
+    wraps = ('extern "C" __global__ void dequantize_bands16_f32(const unsigned char* w, float* out, int rows, '
+             'int cols) '
+             '{ dequantize_bands16<float>(w, out, rows, cols); }\n'
+             'extern "C" __global__ void dequantize_bands16_f16(const unsigned char* w, unsigned short* out, '
+             'int rows, int cols) '
+             '{ dequantize_bands16<unsigned short>(w, out, rows, cols); }\n')
     return emu.compile_kernels(HOST_SHIMS + Q8_SHIMS + "inline uint2 make_uint2(unsigned a, unsigned b) { return {a, b}; }\n"
                                + iq3_b16.c_source() + wraps)
 
 
 @pytest.mark.parametrize("shape", [(16, 256), (32, 1280)], ids=lambda s: f"{s[0]}x{s[1]}")
-def test_b16_dequantize_matches_gguf(dqb_lib, shape):
+def test_b16_dequantize_matches_gguf(dequant_lib, shape):
     """kernels/iq3_b16.py over the repacked records: gguf-py's dequantize of the file's blocks,
     exactly in fp32 and to fp16's rounding in fp16 (5 blocks a row: a CTA's last warps idle)."""
     from lite.kernels import iq3_b16
@@ -341,10 +343,12 @@ def test_b16_dequantize_matches_gguf(dqb_lib, shape):
     records = iq3_b16.repack(blocks, rows, cols)
     ref = reference(blocks, "IQ3_XXS").astype(np.float32).reshape(rows, cols)
     out = np.full((rows, cols), np.nan, np.float32)
-    dqb_lib.launch("dqb_f32", *iq3_b16.launch_shape(rows, cols, np.float32), records, out, np.int32(rows), np.int32(cols))
+    dequant_lib.launch("dequantize_bands16_f32", *iq3_b16.launch_shape(rows, cols, np.float32), records, out,
+                       np.int32(rows), np.int32(cols))
     assert np.array_equal(out, ref)
     out16 = np.zeros((rows, cols), np.uint16)
-    dqb_lib.launch("dqb_f16", *iq3_b16.launch_shape(rows, cols, np.float16), records, out16, np.int32(rows), np.int32(cols))
+    dequant_lib.launch("dequantize_bands16_f16", *iq3_b16.launch_shape(rows, cols, np.float16), records, out16,
+                       np.int32(rows), np.int32(cols))
     assert np.array_equal(out16.view(np.float16), ref.astype(np.float16))
 
 

@@ -5,7 +5,7 @@ the float kernels are held to; on a GPU the same at full size.
   ranges, the reconstruction bound a / 64,516 of matvec_q8's docstring, the run sums); matvec_rows
   and the fused-epilogue kernels (kernels/matvec_epilogue.py) over them; the MoE decode products
   (kernels/moe_products.py) over them.
-- IQ3_XXS: TIQ3_XXS_INT8 over the file's blocks and TIQ3_XXS_G4_INT8 over IQ3_XXS_G4's
+- IQ3_XXS: Iq3XxsBlockInt8X over the file's blocks and Iq3XxsGroup4Int8X over IQ3_XXS_G4's
   (kernels/iq3_groups.py), the fused-epilogue kernels over both (the layout's repack:
   tests/test_kernels_iq.py).
 The helpers here (ARGS, _x, assert_product_matches, quant_bound, _iq3_source, ...) are imported by
@@ -72,7 +72,7 @@ def _quantize(lib, qt, x):
 
 def _xoff(qt, c, k):
     """The column of float4 k of chunk c (the xoff of matvec_structs' TQ4_K / TQ6_K, matvec_iq's
-    TIQ3_XXS)."""
+    Iq3XxsBlock)."""
     p = c & 7
     if qt == "IQ3_XXS":
         return 32 * c + 4 * k
@@ -270,7 +270,7 @@ def test_kernel_names_tell_which_modules_need_the_integer_structs(monkeypatch):
         assert matvec_q8.in_name(moe_products.decode_name(qt, 2048, "silu", int8=True))
     assert matvec_q8.in_name(matvec_epilogue.kernel_name("Q4_K", 1, 2, 0, 1))
     assert matvec_q8.in_name(matvec_q8.kernel_name("IQ3_XXS_G4", 1, 4, 0))
-    assert "TIQ3_XXS_G4_INT8<" in matvec_q8.kernel_name("IQ3_XXS_G4", 1, 4, 0)
+    assert "Iq3XxsGroup4Int8X<" in matvec_q8.kernel_name("IQ3_XXS_G4", 1, 4, 0)
     monkeypatch.setattr(matvec_q8, "applies_moe", lambda *a, **k: False)   # (moe_products: moe_int8_dot off)
     for qt in matvec_q8.DEFAULT_TYPES:
         assert not matvec_q8.in_name(moe_products.decode_name(qt, 768, int8=False))
@@ -346,7 +346,7 @@ def test_moe_decode_product_over_quantized_x_matches_float64(moe_lib, monkeypatc
 
 # --- IQ3_XXS --------------------------------------------------------------------------------------
 
-# IQ3_XXS: TIQ3_XXS_INT8 on the register loop (matvec_q8's matvec_with_init: matvec_rows with the
+# IQ3_XXS: Iq3XxsBlockInt8X on the register loop (matvec_q8's matvec_with_init: matvec_rows with the
 # table fill) over quantized x, its tables (grid copies, sign masks) through L1, in shared memory or
 # (the masks) computed; one on the persistent loop (matvec_persistent, "persistent" in the ids).
 # (n, rows a CTA, prefetch, tables).
@@ -354,7 +354,7 @@ IQ3_KERNELS = [(1, 4, 0, (0, 0)), (1, 8, 0, (0, 0)), (2, 4, 0, (0, 0)), (1, 2, 1
                (1, 4, 0, (4, 2)), (2, 4, 0, (8, 2)), (1, 4, 0, (0, 2)), (1, 8, 1, (16, 1)), (1, 4, "persistent", (2, 2)), (2, 2, 0, (1, 2)), (2, 4, 1, (1, 2))]
 
 
-# The grouped layout (matvec_q8's TIQ3_XXS_G4_INT8 over iq3_groups.repack's bytes: the GPU backend's).
+# The grouped layout (matvec_q8's Iq3XxsGroup4Int8X over iq3_groups.repack's bytes: the GPU backend's).
 IQ3_GROUPED = [(1, 4, 0, (1, 2)), (2, 4, 0, (0, 0)), (1, 8, 1, (32, 2)), (1, 4, 2, (1, 2)), (2, 2, 2, (1, 2)),
                (1, 4, 2, (1, 3)), (2, 4, 0, (1, 4)), (1, 4, 2, (32, 2))]
 
@@ -373,7 +373,7 @@ def _iq3_source():
             + "inline uint2 make_uint2(unsigned a, unsigned b) { return {a, b}; }\n"
             + dequant_iq.c_grid_array("IQ3XXS_GRID", "IQ3_XXS") + iq_tables.c_offset_tables()
             + matvec_cuda.C_HEAD + matvec_cuda.C_KERNEL + matvec_iq.C_PERSISTENT + matvec_iq.C_COMMON
-            + matvec_iq.C_IQ3_XXS + matvec_iq.C_IQ3_XXS_STAGED + matvec_q8.C_MV_INIT + matvec_q8.structs("IQ3_XXS"))
+            + matvec_iq.C_IQ3_XXS + matvec_iq.C_IQ3_XXS_STAGED + matvec_q8.C_MATVEC_WITH_INIT + matvec_q8.structs("IQ3_XXS"))
 
 
 @pytest.fixture(scope="module")
@@ -403,7 +403,7 @@ def test_iq3xxs_matvec_q8_matches_float64(iq3_lib, k, shape):
 @pytest.mark.parametrize("shape", [(37, 1024), (11, 2048), (5, 14336)], ids=lambda s: f"{s[0]}x{s[1]}")
 @pytest.mark.parametrize("k", range(len(IQ3_GROUPED)), ids=lambda i: "n{}_{}_{}_t{}{}".format(*IQ3_GROUPED[i][:3], *IQ3_GROUPED[i][3]))
 def test_iq3xxs_grouped_layout_matches_float64(iq3_lib, k, shape):
-    """TIQ3_XXS_G4_INT8 over the repacked bytes computes what the raw layout does: float64 of gguf-py's
+    """Iq3XxsGroup4Int8X over the repacked bytes computes what the raw layout does: float64 of gguf-py's
     dequantize of the raw blocks, within the same bound."""
     n, r, _, _ = IQ3_GROUPED[k]
     rows, cols = shape
@@ -450,7 +450,7 @@ def iq3_epi_lib():
                     for qt, n, e, nm, il in IQ3_EPI_CASES)
     wraps += ('extern "C" __global__ void emu_qx_IQ3_XXS(const float* x, float* xq, int cols) '
               f'{{ {matvec_q8.quantize_name("IQ3_XXS")}(x, xq, cols); }}\n')
-    assert "TIQ3_XXS_G4_INT8<" in wraps and "TIQ3_XXS_INT8<" in wraps
+    assert "Iq3XxsGroup4Int8X<" in wraps and "Iq3XxsBlockInt8X<" in wraps
     return emu.compile_kernels(_iq3_source() + "#undef R\n" + C_LAST_OF_COLUMN + matvec_epilogue.C_EPI + wraps)
 
 

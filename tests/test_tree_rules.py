@@ -412,3 +412,26 @@ def test_no_probes_of_the_ops_object(tmp_path):
              if "backends" not in p.parts]
     found = [hit for p in files for hit in _ops_probes(p)]
     assert not found, "\n".join(found)
+
+
+# ---- names ----------------------------------------------------------------------------------------
+
+# The abbreviations names once had (mv_rows, mvq, lt_u4, LtDqb, dqb, TIQ3_XXS_INT8): a name says what it does.
+OLD_NAMES = re.compile(r"\b(mv[a-z0-9_]*|lt_[a-z0-9_]+|Lt[A-Z]\w*|dqb\w*|TIQ3_XXS\w*)\b")
+NAMED = ("lite", "kernels", "models", "cli", "tests", "tools", "docs")
+
+
+def _old_names(path):
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    return [f"{path.name}:{i}: {m.group(0)}" for i, line in enumerate(lines, 1) for m in OLD_NAMES.finditer(line)]
+
+
+def test_no_abbreviated_names_come_back(tmp_path):
+    bad = tmp_path / "bad.cuh"
+    bad.write_text("mv_rows_any<TIQ3_XXS_INT8<1, 2>>(x); // move, lit, TQ4_K\nLtDqb<O>::W; dqb<float>; lt_u4(v);\n")
+    assert _old_names(bad) == ["bad.cuh:1: mv_rows_any", "bad.cuh:1: TIQ3_XXS_INT8", "bad.cuh:2: LtDqb",
+                               "bad.cuh:2: dqb", "bad.cuh:2: lt_u4"]     # the check sees the pattern
+    files = [p for folder in NAMED for p in sorted((ROOT / folder).rglob("*"))
+             if p.suffix in (".py", ".cu", ".cuh", ".md") and p != Path(__file__).resolve()]
+    found = [hit for p in files + sorted(ROOT.glob("*.md")) for hit in _old_names(p)]
+    assert not found, "\n".join(found)

@@ -305,12 +305,12 @@ template <typename T, int NSTG> __device__ void decode_attention(
     const long long col = (long long)blockIdx.x * NS;
     float* wsplit = red;                         // [GB][MAX_SPLITS]: red is free again
     for (int g = warp; g < ng; g += DA_NW) {
-        float mv[DA_MAX_SPLITS / 32], M = DA_NEG_INF;
+        float split_max[DA_MAX_SPLITS / 32], M = DA_NEG_INF;
         #pragma unroll
         for (int u = 0; u < DA_MAX_SPLITS / 32; ++u) {
             const int s = lane + 32 * u;
-            mv[u] = s < active ? __ldcg(pm + (col + s) * DA_GB + g) : DA_NEG_INF;
-            M = fmaxf(M, mv[u]);
+            split_max[u] = s < active ? __ldcg(pm + (col + s) * DA_GB + g) : DA_NEG_INF;
+            M = fmaxf(M, split_max[u]);
         }
         for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffff, M, o));
         float L = 0.f;
@@ -318,7 +318,7 @@ template <typename T, int NSTG> __device__ void decode_attention(
         for (int u = 0; u < DA_MAX_SPLITS / 32; ++u) {
             const int s = lane + 32 * u;
             if (s < active) {
-                const float e = __expf(mv[u] - M);
+                const float e = __expf(split_max[u] - M);
                 wsplit[g * DA_MAX_SPLITS + s] = e;
                 L = fmaf(e, __ldcg(pl + (col + s) * DA_GB + g), L);
             }

@@ -320,10 +320,10 @@ extern "C" __global__ void delta_rule_chunked(const float* q, const float* k, co
         for (int e = tid; e < DR_BT * DR_DVT; e += DR_NT) {        // O, before S moves on
             const int t = e / DR_DVT, c = e % DR_DVT;
             if (t >= n || c0 + c >= dv) continue;
-            float qs = 0.f, mv = 0.f;
+            float qs = 0.f, au = 0.f;
             for (int d = 0; d < DR_DK; ++d) qs += sQ[t * DR_KS + d] * sS[d * DR_DVT + c];
-            for (int j = 0; j <= t; ++j) mv += sA[t * DR_BT + j] * sU[j * DR_DVT + c];
-            out[((long long)(t0 + t) * Hv + h) * dv + c0 + c] = sEG[t] * qs + mv;
+            for (int j = 0; j <= t; ++j) au += sA[t * DR_BT + j] * sU[j * DR_DVT + c];
+            out[((long long)(t0 + t) * Hv + h) * dv + c0 + c] = sEG[t] * qs + au;
         }
         __syncthreads();
         const float eL = expf(G_last);

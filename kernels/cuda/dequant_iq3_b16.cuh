@@ -1,22 +1,24 @@
 
 // O's CTA: W warps (a record each), the staging tile's row stride S (elements; the padding keeps the
 // fragment-order writes at 2 (fp16) / 4 (fp32) wavefronts, the optimum for their bytes). 33 KB a CTA.
-template <class O> struct LtDqb;
-template <> struct LtDqb<unsigned short> { static constexpr int W = 4, S = 264; };
-template <> struct LtDqb<float> { static constexpr int W = 2, S = 260; };
-__device__ __forceinline__ void lt_dqb_put(float* o, float a, float b, float c, float d) {
+template <class O> struct Bands16DequantShape;
+template <> struct Bands16DequantShape<unsigned short> { static constexpr int W = 4, S = 264; };
+template <> struct Bands16DequantShape<float> { static constexpr int W = 2, S = 260; };
+// Four decoded weights into the staging tile, as O (float, or fp16 bits).
+__device__ __forceinline__ void store4(float* o, float a, float b, float c, float d) {
     *(float4*)o = make_float4(a, b, c, d);
 }
-__device__ __forceinline__ void lt_dqb_put(unsigned short* o, float a, float b, float c, float d) {   // fp16 bits
+__device__ __forceinline__ void store4(unsigned short* o, float a, float b, float c, float d) {   // fp16 bits
     *(uint2*)o = make_uint2(f2h(a) | ((unsigned)f2h(b) << 16), f2h(c) | ((unsigned)f2h(d) << 16));
 }
 // A warp a record: lane 4g + q decodes its fields (rows g, g + 8; words q, q + 4 of each chunk) into the
 // warp's tile in shared memory, then the warp writes the tile's 16 rows out 16 bytes a lane, a row (fp16)
 // or half a row (fp32) a store: faster than storing the fragments' 8 bytes straight to the rows (8 rows a store).
 template <class O>
-__global__ void __launch_bounds__(32 * LtDqb<O>::W) dqb(const unsigned char* __restrict__ w, O* __restrict__ out,
-                                                     int rows, int cols) {
-    constexpr int W = LtDqb<O>::W, S = LtDqb<O>::S, V = 16 / sizeof(O);   // V: elements in 16 bytes
+__global__ void __launch_bounds__(32 * Bands16DequantShape<O>::W)
+dequantize_bands16(const unsigned char* __restrict__ w, O* __restrict__ out, int rows, int cols) {
+    constexpr int W = Bands16DequantShape<O>::W, S = Bands16DequantShape<O>::S;
+    constexpr int V = 16 / sizeof(O);   // V: elements in 16 bytes
     __shared__ unsigned grid[256];
     __shared__ uint4 tile[W][16 * S * sizeof(O) / 16];     // uint4: 16-byte aligned
     for (int i = threadIdx.x; i < 256; i += 32 * W) grid[i] = IQ3XXS_GRID[i];
@@ -62,7 +64,7 @@ __global__ void __launch_bounds__(32 * LtDqb<O>::W) dqb(const unsigned char* __r
                     const float x = db * (float)((gw >> (8 * i)) & 255u);
                     v[i] = (signs >> i) & 1u ? -x : x;
                 }
-                lt_dqb_put(t + row * S + 32 * c + 4 * word, v[0], v[1], v[2], v[3]);
+                store4(t + row * S + 32 * c + 4 * word, v[0], v[1], v[2], v[3]);
             }
     __syncwarp();
     O* const o = out + (long long)16 * band * cols + 256 * j;

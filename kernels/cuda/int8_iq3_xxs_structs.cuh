@@ -7,7 +7,7 @@
 // both tables through L1 left the product L1-bound; (1, 2) is the fastest placement measured. A 16 KB
 // shared table of every grid entry under every 4 signs lost (bank conflicts).
 template <int GC, int SC>
-struct TIQ3_XXS_INT8 : TIQ3_XXS {   // TIQ3_XXS's block layout, Raw and loads; x as quantize_x<TIQ3_XXS, 20>'s records
+struct Iq3XxsBlockInt8X : Iq3XxsBlock {   // Iq3XxsBlock's block layout, Raw and loads; x as quantize_x<Iq3XxsBlock, 20>'s records
     __device__ static __forceinline__ unsigned* tables() {
         __shared__ uint4 t[(GC > 0 ? 64 * GC : 0) + (SC == 1 ? 64 : 0) + 1];   // uint4: 16-byte aligned
         return (unsigned*)t;
@@ -54,10 +54,10 @@ struct TIQ3_XXS_INT8 : TIQ3_XXS {   // TIQ3_XXS's block layout, Raw and loads; x
             return make_uint2(((s & 15u) * 0x204081u & 0x01010101u) * 0x3Fu, ((s >> 4) * 0x204081u & 0x01010101u) * 0x3Fu);
         }
     }
-    __device__ static __forceinline__ int xoff(int c, int k) { return lt_q8w<20>(c, 4 * k); }
+    __device__ static __forceinline__ int xoff(int c, int k) { return x_record_word<20>(c, 4 * k); }
     __device__ static __forceinline__ float dot(const Raw& r, int, const float4 (&xv)[8], float, float) {
-        const uint4 f = lt_u4(xv[4]);
-        const uint4 hx[2] = {lt_u4(xv[0]), lt_u4(xv[1])}, lx[2] = {lt_u4(xv[2]), lt_u4(xv[3])};
+        const uint4 f = as_uint4(xv[4]);
+        const uint4 hx[2] = {as_uint4(xv[0]), as_uint4(xv[1])}, lx[2] = {as_uint4(xv[2]), as_uint4(xv[3])};
         int sh[2] = {0, 0}, sl[2] = {0, 0};
         #pragma unroll
         for (int l = 0; l < 4; l++) {   // sign group l: grid entries 2l, 2l+1, values 8l..8l+7 (run l / 2)
@@ -86,7 +86,7 @@ struct TIQ3_XXS_INT8 : TIQ3_XXS {   // TIQ3_XXS's block layout, Raw and loads; x
 // masks from the file's 7-bit fields; sign and offset in one LOP3 and one IMAD). Rows must be
 // 8-aligned: cols a multiple of 1024. Fewer instructions in the loop than the file's fields regrouped
 // (448 against 571 SASS instructions at 4 rows a CTA); the product then waits on the weights' loads.
-__device__ __forceinline__ unsigned lt_topmask(unsigned v) {   // byte i: 0xFF if bit 8i+7 of v is set
+__device__ __forceinline__ unsigned byte_sign_masks(unsigned v) {   // byte i: 0xFF if bit 8i+7 of v is set
 #ifdef __CUDA_ARCH__
     unsigned m;
     asm("prmt.b32 %0, %1, 0, 0xBA98;" : "=r"(m) : "r"(v));
@@ -97,7 +97,7 @@ __device__ __forceinline__ unsigned lt_topmask(unsigned v) {   // byte i: 0xFF i
     return m;
 #endif
 }
-__device__ __forceinline__ unsigned lt_and3(unsigned a, unsigned b, unsigned c) {   // one LOP3
+__device__ __forceinline__ unsigned and3(unsigned a, unsigned b, unsigned c) {   // one LOP3
 #ifdef __CUDA_ARCH__
     unsigned t;
     asm("lop3.b32 %0, %1, %2, %3, 0x80;" : "=r"(t) : "r"(a), "r"(b), "r"(c));
@@ -108,20 +108,20 @@ __device__ __forceinline__ unsigned lt_and3(unsigned a, unsigned b, unsigned c) 
 }
 // The dp4a sums to floats. SC = 2 (the default):
 // four I2F a chunk and one for the scale nibble. I2F runs 16 a clock an SM on sm_90 (FADD 128, IMAD
-// 64), and a chunk's five come together at its end (the "math pipe throttle" stalls Nsight finds). SC = 3: the accumulators start at LT_MAGIC, the int whose
+// 64), and a chunk's five come together at its end (the "math pipe throttle" stalls Nsight finds). SC = 3: the accumulators start at BIASED_SUM_ZERO, the int whose
 // bits are the float 1.5 * 2^23, so that while |sum| < 2^22 (here <= 16 * 126 * 127) the bits read as
 // 12582912 + sum and one FADD gives the float: no I2F; the scale's 2s + 1 the same way. SC = 4: hi and
-// lo combined as integers first (254 sh + sl < 2^26, as Q4_K's lt_dot8q), two I2F a chunk.
-#define LT_MAGIC 0x4B400000
-__device__ __forceinline__ float lt_magic_f(int acc) { return __int_as_float(acc) - 12582912.f; }
+// lo combined as integers first (254 sh + sl < 2^26, as Q4_K's dot8_hi_lo), two I2F a chunk.
+#define BIASED_SUM_ZERO 0x4B400000
+__device__ __forceinline__ float biased_sum_to_float(int acc) { return __int_as_float(acc) - 12582912.f; }
 // A chunk's value from its 8 signed grid words (word(w): weights 4w..4w+3 as bytes 64 +- g), x's
-// record (quantize_x<TIQ3_XXS, 20>: hi and lo parts, then d_a, sum_a, d_b, sum_b), the block's d and the
-// chunk's scale nibble: TIQ3_XXS_G4_INT8's dot for SC != 2.
+// record (quantize_x<Iq3XxsBlock, 20>: hi and lo parts, then d_a, sum_a, d_b, sum_b), the block's d and the
+// chunk's scale nibble: Iq3XxsGroup4Int8X's dot for SC != 2.
 template <int SC, class Word>
-__device__ __forceinline__ float lt_iq3_dot(Word word, const float4 (&xv)[8], unsigned short d, unsigned sc) {
-    const uint4 f = lt_u4(xv[4]);
-    const uint4 hx[2] = {lt_u4(xv[0]), lt_u4(xv[1])}, lx[2] = {lt_u4(xv[2]), lt_u4(xv[3])};
-    int sh[2] = {SC == 3 ? LT_MAGIC : 0, SC == 3 ? LT_MAGIC : 0}, sl[2] = {sh[0], sh[1]};
+__device__ __forceinline__ float iq3_chunk_dot_int8_x(Word word, const float4 (&xv)[8], unsigned short d, unsigned sc) {
+    const uint4 f = as_uint4(xv[4]);
+    const uint4 hx[2] = {as_uint4(xv[0]), as_uint4(xv[1])}, lx[2] = {as_uint4(xv[2]), as_uint4(xv[3])};
+    int sh[2] = {SC == 3 ? BIASED_SUM_ZERO : 0, SC == 3 ? BIASED_SUM_ZERO : 0}, sl[2] = {sh[0], sh[1]};
     #pragma unroll
     for (int w = 0; w < 8; w++) {   // grid word w: weights 4w..4w+3, run w / 4
         const unsigned u = word(w);
@@ -134,8 +134,8 @@ __device__ __forceinline__ float lt_iq3_dot(Word word, const float4 (&xv)[8], un
     if constexpr (SC == 3 || SC == 4) {
         float ta, tb;   // 254 (w . hi) + (w . lo), runs a and b
         if constexpr (SC == 3) {
-            ta = fmaf(254.f, lt_magic_f(sh[0]), lt_magic_f(sl[0]));
-            tb = fmaf(254.f, lt_magic_f(sh[1]), lt_magic_f(sl[1]));
+            ta = fmaf(254.f, biased_sum_to_float(sh[0]), biased_sum_to_float(sl[0]));
+            tb = fmaf(254.f, biased_sum_to_float(sh[1]), biased_sum_to_float(sl[1]));
         } else {
             ta = (float)(254 * sh[0] + sl[0]);
             tb = (float)(254 * sh[1] + sl[1]);
@@ -151,7 +151,7 @@ __device__ __forceinline__ float lt_iq3_dot(Word word, const float4 (&xv)[8], un
     return h2f(d) * (0.5f + (float)sc) * 0.5f * (ra + rb);
 }
 template <int GC, int SC>
-struct TIQ3_XXS_G4_INT8 : TIQ3_XXS_INT8<GC, 2> {    // SC: how the sums become floats (lt_iq3_dot); the masks come from PRMT
+struct Iq3XxsGroup4Int8X : Iq3XxsBlockInt8X<GC, 2> {    // SC: how the sums become floats (iq3_chunk_dot_int8_x); the masks come from PRMT
     static constexpr int BE = 256, TS = 102, CPB = 8;
     struct Raw { unsigned q0, q1, s, sc; unsigned short d; };
     template <bool SH = false> __device__ static __forceinline__ void load(Raw& r, const unsigned char* row, int c) {
@@ -167,22 +167,22 @@ struct TIQ3_XXS_G4_INT8 : TIQ3_XXS_INT8<GC, 2> {    // SC: how the sums become f
     __device__ static __forceinline__ float dot(const Raw& r, int c, const float4 (&xv)[8], float, float) {
         auto word = [&](int w) {   // grid word w, its signs in: bytes 64 +- g
             const unsigned qq = w < 4 ? r.q0 : r.q1;
-            const unsigned u = TIQ3_XXS_INT8<GC, 2>::grid((qq >> (8 * (w & 3))) & 255u);
-            const unsigned m = lt_topmask(r.s << (7 - w));
-            return u - 2u * lt_and3(u, m, 0x3F3F3F3Fu);   // one LOP3 (nvcc otherwise splits this step into four)
+            const unsigned u = Iq3XxsBlockInt8X<GC, 2>::grid((qq >> (8 * (w & 3))) & 255u);
+            const unsigned m = byte_sign_masks(r.s << (7 - w));
+            return u - 2u * and3(u, m, 0x3F3F3F3Fu);   // one LOP3 (nvcc otherwise splits this step into four)
         };
-        if constexpr (SC != 2) return lt_iq3_dot<SC>(word, xv, r.d, (r.sc >> (4 * (c & 7))) & 15u);
-        // SC = 2, the default, stays written out as measured: the same arithmetic through lt_iq3_dot
+        if constexpr (SC != 2) return iq3_chunk_dot_int8_x<SC>(word, xv, r.d, (r.sc >> (4 * (c & 7))) & 15u);
+        // SC = 2, the default, stays written out as measured: the same arithmetic through iq3_chunk_dot_int8_x
         // compiles to the same instructions in another order and other registers, which can move the time.
-        const uint4 f = lt_u4(xv[4]);
-        const uint4 hx[2] = {lt_u4(xv[0]), lt_u4(xv[1])}, lx[2] = {lt_u4(xv[2]), lt_u4(xv[3])};
+        const uint4 f = as_uint4(xv[4]);
+        const uint4 hx[2] = {as_uint4(xv[0]), as_uint4(xv[1])}, lx[2] = {as_uint4(xv[2]), as_uint4(xv[3])};
         int sh[2] = {0, 0}, sl[2] = {0, 0};
         #pragma unroll
         for (int w = 0; w < 8; w++) {   // grid word w: weights 4w..4w+3, run w / 4
             const unsigned qq = w < 4 ? r.q0 : r.q1;
-            unsigned u = TIQ3_XXS_INT8<GC, 2>::grid((qq >> (8 * (w & 3))) & 255u);
-            const unsigned m = lt_topmask(r.s << (7 - w));
-            u -= 2u * lt_and3(u, m, 0x3F3F3F3Fu);
+            unsigned u = Iq3XxsBlockInt8X<GC, 2>::grid((qq >> (8 * (w & 3))) & 255u);
+            const unsigned m = byte_sign_masks(r.s << (7 - w));
+            u -= 2u * and3(u, m, 0x3F3F3F3Fu);
             const int h = w >> 2, k = w & 3;
             const unsigned hv = k == 0 ? hx[h].x : k == 1 ? hx[h].y : k == 2 ? hx[h].z : hx[h].w;
             const unsigned lv = k == 0 ? lx[h].x : k == 1 ? lx[h].y : k == 2 ? lx[h].z : lx[h].w;

@@ -15,7 +15,7 @@
 // as another: word 4 L + p holds lane L's word of chunk pair p (L = 4 (4 (c & 1) + 2 run + lo) + w: its
 // B column and k), word 128 + 4 (2 (c & 1) + run) + p the d of chunk 2 p + (c & 1)'s run (w = 16 + run).
 template <int RW>
-__device__ __forceinline__ int lt_q8w(int c, int w) {
+__device__ __forceinline__ int x_record_word(int c, int w) {
     if (RW == 18) {
         const int p = (c & 7) >> 1, h = c & 1;
         if (w >= 16) return (c >> 3) * 144 + 128 + 4 * (2 * h + (w - 16)) + p;
@@ -26,7 +26,7 @@ __device__ __forceinline__ int lt_q8w(int c, int w) {
     return RW * c + w;
 }
 // 4 int8 (the low bytes of a..d) in a word, a first.
-__device__ __forceinline__ unsigned lt_pack4(int a, int b, int c, int d) {
+__device__ __forceinline__ unsigned pack_int8x4(int a, int b, int c, int d) {
     return (unsigned)(a & 0xFF) | ((unsigned)(b & 0xFF) << 8) | ((unsigned)(c & 0xFF) << 16) | ((unsigned)d << 24);
 }
 // x (n rows of cols floats) -> its records in xq (rows cols floats apart), RW words a chunk. A
@@ -53,22 +53,22 @@ __device__ __forceinline__ void quantize_x_float4(const float* __restrict__ x, u
         ql[i] = __float2int_rn((t4[i] - (float)qh[i]) * 254.f);
     }
     // sums of the quantized values (exact integers, |.| <= 16 * 32385): the minimums (Q4_K) and the
-    // -32 offset (Q6_K) then meet the same x as the quants, so mvq is W times quantized x exactly
+    // -32 offset (Q6_K) then meet the same x as the quants, so the product is W times quantized x exactly
     const int i4 = (254 * qh[0] + ql[0]) + (254 * qh[1] + ql[1]) + (254 * qh[2] + ql[2]) + (254 * qh[3] + ql[3]);
     const int i8 = i4 + __shfl_xor_sync(0xffffffffu, i4, 1);
     const int i16 = i8 + __shfl_xor_sync(0xffffffffu, i8, 2);
     if (!live) return;
     const int run = k >> 2, w = k & 3;
-    o[lt_q8w<RW>(c, 4 * run + w)] = lt_pack4(qh[0], qh[1], qh[2], qh[3]);
-    o[lt_q8w<RW>(c, 8 + 4 * run + w)] = lt_pack4(ql[0], ql[1], ql[2], ql[3]);
+    o[x_record_word<RW>(c, 4 * run + w)] = pack_int8x4(qh[0], qh[1], qh[2], qh[3]);
+    o[x_record_word<RW>(c, 8 + 4 * run + w)] = pack_int8x4(ql[0], ql[1], ql[2], ql[3]);
     const float d = a * (1.f / (127.f * 254.f)), s8 = d * (float)i8, s16 = d * (float)i16;
     if constexpr (RW == 18) {
-        if (w == 0) o[lt_q8w<RW>(c, 16 + run)] = __float_as_uint(d);
+        if (w == 0) o[x_record_word<RW>(c, 16 + run)] = __float_as_uint(d);
     } else if constexpr (RW == 20) {
-        if (w == 0) { o[lt_q8w<RW>(c, 16 + 2 * run)] = __float_as_uint(d); o[lt_q8w<RW>(c, 17 + 2 * run)] = __float_as_uint(s16); }
+        if (w == 0) { o[x_record_word<RW>(c, 16 + 2 * run)] = __float_as_uint(d); o[x_record_word<RW>(c, 17 + 2 * run)] = __float_as_uint(s16); }
     } else {
-        if (w == 0) o[lt_q8w<RW>(c, 16 + run)] = __float_as_uint(d);
-        if ((k & 1) == 0) o[lt_q8w<RW>(c, 18 + (k >> 1))] = __float_as_uint(s8);
+        if (w == 0) o[x_record_word<RW>(c, 16 + run)] = __float_as_uint(d);
+        if ((k & 1) == 0) o[x_record_word<RW>(c, 18 + (k >> 1))] = __float_as_uint(s8);
     }
 }
 template <class T, int RW>
@@ -92,11 +92,12 @@ __global__ void __launch_bounds__(128) quantize_x_early(const float* __restrict_
 #endif
     quantize_x_float4<T, RW>(x + row, (unsigned*)(xq + row), t >> 3, t & 7, (t >> 3) < chunks);
 }
-__device__ __forceinline__ uint4 lt_u4(float4 v) {
+// A float4 of x's record as its four words (packed int8 parts, or a float's bits).
+__device__ __forceinline__ uint4 as_uint4(float4 v) {
     return make_uint4(__float_as_uint(v.x), __float_as_uint(v.y), __float_as_uint(v.z), __float_as_uint(v.w));
 }
 // 254 * (w . hi) + (w . lo) over 16 weights, 4 bytes a word (q of weights, h and l of x).
-__device__ __forceinline__ int lt_dot16q(unsigned q0, unsigned q1, unsigned q2, unsigned q3, uint4 h, uint4 l) {
+__device__ __forceinline__ int dot16_hi_lo(unsigned q0, unsigned q1, unsigned q2, unsigned q3, uint4 h, uint4 l) {
     int sh = __dp4a((int)q0, (int)h.x, 0), sl = __dp4a((int)q0, (int)l.x, 0);
     sh = __dp4a((int)q1, (int)h.y, sh); sl = __dp4a((int)q1, (int)l.y, sl);
     sh = __dp4a((int)q2, (int)h.z, sh); sl = __dp4a((int)q2, (int)l.z, sl);

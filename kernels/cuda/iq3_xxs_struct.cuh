@@ -1,11 +1,11 @@
 
-__shared__ unsigned lt_iq3_grid[256 * GSTRIDE];
-struct TIQ3_XXS {   // d, qs[64] (grid indices, 8 a sub-block), then a word a sub-block: 4x7 sign bits, scale
+__shared__ unsigned iq3_grid_shared[256 * GSTRIDE];
+struct Iq3XxsBlock {   // d, qs[64] (grid indices, 8 a sub-block), then a word a sub-block: 4x7 sign bits, scale
     static constexpr int BE = 256, TS = 98, CPB = 8;
     struct Raw { unsigned q0, q1, aux; unsigned short d; };
     __device__ static __forceinline__ void init() {
         if (GCOPIES == 0) return;
-        for (int i = threadIdx.x; i < 256 * GCOPIES; i += blockDim.x) lt_iq3_grid[i] = IQ3XXS_GRID[i / GSTRIDE];
+        for (int i = threadIdx.x; i < 256 * GCOPIES; i += blockDim.x) iq3_grid_shared[i] = IQ3XXS_GRID[i / GSTRIDE];
         __syncthreads();
     }
     template <bool SH = false> __device__ static __forceinline__ void load(Raw& r, const unsigned char* row, int c) {
@@ -18,7 +18,7 @@ struct TIQ3_XXS {   // d, qs[64] (grid indices, 8 a sub-block), then a word a su
     }
     __device__ static __forceinline__ int xoff(int c, int k) { return 32 * c + 4 * k; }
     __device__ static __forceinline__ float dot(const Raw& r, int, const float4 (&xv)[8], float, float) {
-        const unsigned* gl = GCOPIES > 0 ? lt_iq3_grid + (threadIdx.x % GSTRIDE) : IQ3XXS_GRID;
+        const unsigned* gl = GCOPIES > 0 ? iq3_grid_shared + (threadIdx.x % GSTRIDE) : IQ3XXS_GRID;
         return h2f(r.d) * (0.5f + (float)(r.aux >> 28)) * 0.5f * iq3xxs_dot32<GCOPIES>(r.q0, r.q1, r.aux, xv, gl);
     }
 };

@@ -1,7 +1,7 @@
 #include "pdl.cuh"
 
 #ifndef LITE_HOST_SHIM   // (the host emulator of the tests brings its own)
-__device__ __forceinline__ float lt_h2f(unsigned short h) {
+__device__ __forceinline__ float half_bits_to_float(unsigned short h) {
     float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
 #endif
 // Byte j of w as an exact float, minus `off`: 0x4B0000bb reads as 2^23 + bb.
@@ -68,6 +68,6 @@ __device__ __forceinline__ float kblock_scales(uint4 h, int j, float sa, float s
     const unsigned sc = lo ? (h.y & 0x3F3F3F3Fu) : ((h.w & LO4) | ((h.y >> 2) & 0x30303030u));
     const unsigned mn = lo ? (h.z & 0x3F3F3F3Fu) : (((h.w >> 4) & LO4) | ((h.z >> 2) & 0x30303030u));
     const int e = 2 * (j & 1);
-    const float d = lt_h2f((unsigned short)(h.x & 0xFFFFu)), dm = lt_h2f((unsigned short)(h.x >> 16));
+    const float d = half_bits_to_float((unsigned short)(h.x & 0xFFFFu)), dm = half_bits_to_float((unsigned short)(h.x >> 16));
     return d * (BF(sc, e, 0.f) * sa + BF(sc, e + 1, 0.f) * sb) - dm * (BF(mn, e, 0.f) * xa + BF(mn, e + 1, 0.f) * xb);
 }

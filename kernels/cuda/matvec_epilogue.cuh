@@ -94,7 +94,7 @@ __global__ void __launch_bounds__(128) matvec_fused_end(const unsigned char* __r
                           : (long long)min(u0 + r % H, F - 1) + (r >= H ? F : 0)) * rb;
     PDL_PROLOGUE();               // (kernels/pdl.py)
     float acc[ROWS_PER_CTA][TOKENS];
-    mv_rows_any<TYPE_STRUCT, TOKENS, ROWS_PER_CTA, PREFETCH>(rowp, x, cols, chunks, acc);
+    matvec_rows_partials<TYPE_STRUCT, TOKENS, ROWS_PER_CTA, PREFETCH>(rowp, x, cols, chunks, acc);
     __shared__ float red[4][ROWS_PER_CTA * TOKENS];
     float total = block_sum<ROWS_PER_CTA, TOKENS>(acc, red);
     if constexpr (NORM_MODE == 2) total *= __ldg(scale + threadIdx.x % TOKENS);

@@ -80,7 +80,7 @@ struct TQ6_K {   // ql[128], qh[64], scales[16] int8, d. Chunk p: half h=p/4, l0
         const float t2 = dot8(((a0 >> 4) & LO4) | (h0 & 0x30303030u), ((a1 >> 4) & LO4) | (h1 & 0x30303030u), xv + 4, 32.f);
         const float t3 = dot8(((b0 >> 4) & LO4) | ((h0 >> 2) & 0x30303030u), ((b1 >> 4) & LO4) | ((h1 >> 2) & 0x30303030u), xv + 6, 32.f);
         const float s = BF(s0, e, 128.f) * t0 + BF(s0, e + 2, 128.f) * t1 + BF(s1, e, 128.f) * t2 + BF(s1, e + 2, 128.f) * t3;
-        return lt_h2f(r.d) * s;
+        return half_bits_to_float(r.d) * s;
     }
 };
 
@@ -102,7 +102,7 @@ struct TQ4_0 {   // d, qs[16]: value i = (qs[i] & 15) - 8, value 16+i = (qs[i] >
         for (int i = 0; i < 4; i++) q[i] = __funnelshift_rc(r.w[i], r.w[i + 1], sh);
         const float s = dot16(q[0] & LO4, q[1] & LO4, q[2] & LO4, q[3] & LO4, xv, 8.f)
                       + dot16((q[0] >> 4) & LO4, (q[1] >> 4) & LO4, (q[2] >> 4) & LO4, (q[3] >> 4) & LO4, xv + 4, 8.f);
-        return lt_h2f((unsigned short)(r.m ? (r.w[0] >> 16) : (r.w[0] & 0xFFFFu))) * s;
+        return half_bits_to_float((unsigned short)(r.m ? (r.w[0] >> 16) : (r.w[0] & 0xFFFFu))) * s;
     }
 };
 
@@ -123,7 +123,7 @@ struct TQ8_0 {   // d, qs[32] int8; a chunk is a block
         #pragma unroll
         for (int i = 0; i < 8; i++) q[i] = __funnelshift_rc(r.w[i], r.w[i + 1], sh) ^ 0x80808080u;
         const float s = dot16(q[0], q[1], q[2], q[3], xv, 128.f) + dot16(q[4], q[5], q[6], q[7], xv + 4, 128.f);
-        return lt_h2f((unsigned short)(r.m ? (r.w[0] >> 16) : (r.w[0] & 0xFFFFu))) * s;
+        return half_bits_to_float((unsigned short)(r.m ? (r.w[0] >> 16) : (r.w[0] & 0xFFFFu))) * s;
     }
 };
 

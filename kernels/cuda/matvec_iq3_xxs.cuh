@@ -1,6 +1,6 @@
 
 #ifndef GCOPIES   // the modules set it first (GRID_COPIES); 0: no shared copy, the grid
-#define GCOPIES 0  // read through L1 (TIQ3_XXS; the register kernel mv_iq3xxs keeps one in shared memory)
+#define GCOPIES 0  // read through L1 (Iq3XxsBlock; the register kernel matvec_iq3_xxs keeps one in shared memory)
 #endif
 #define GSTRIDE (GCOPIES > 0 ? GCOPIES : 1)
 // Grid byte j of packed entry e as a float, without the slow int->float conversion unit:
@@ -30,7 +30,7 @@ __device__ __forceinline__ float iq3xxs_dot32(unsigned q0, unsigned q1, unsigned
     return sum;
 }
 template <int N>
-__global__ void __launch_bounds__(128) mv_iq3xxs(const unsigned short* __restrict__ w16,
+__global__ void __launch_bounds__(128) matvec_iq3_xxs(const unsigned short* __restrict__ w16,
         const float* __restrict__ x, float* __restrict__ out, int rows, int cols) {
     // GCOPIES copies of the grid, interleaved, so lanes of a warp gathering random entries meet
     // fewer bank conflicts (lane l reads copy l % GCOPIES).

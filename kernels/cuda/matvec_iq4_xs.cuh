@@ -1,6 +1,6 @@
 
 template <int N>
-__global__ void __launch_bounds__(128) mv_iq4xs(const unsigned* __restrict__ w32,
+__global__ void __launch_bounds__(128) matvec_iq4_xs(const unsigned* __restrict__ w32,
         const float* __restrict__ x, float* __restrict__ out, int rows, int cols) {
     __shared__ float kv[16];
     if (threadIdx.x < 16) kv[threadIdx.x] = (float)IQ4_KVALUES[threadIdx.x];

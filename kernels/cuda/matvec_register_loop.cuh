@@ -1,7 +1,7 @@
 
 // The loop every register-kernel launch runs: acc[r][n] = row r . x n over this thread's chunks.
 template <class T, int N, int R, int P>
-__device__ __forceinline__ void mv_rows(const unsigned char* const (&rowp)[R], const float* __restrict__ x,
+__device__ __forceinline__ void matvec_rows_partials_loop(const unsigned char* const (&rowp)[R], const float* __restrict__ x,
                                         int cols, int chunks, float (&acc)[R][N]) {
     #pragma unroll
     for (int r = 0; r < R; r++)
@@ -35,19 +35,19 @@ __device__ __forceinline__ void mv_rows(const unsigned char* const (&rowp)[R], c
         }
     }
 }
-// P = 2: mv_rows<P = 0>, but where a row's chunks end in half a trip (448: 14336
+// P = 2: matvec_rows_partials_loop<P = 0>, but where a row's chunks end in half a trip (448: 14336
 // columns) that half goes to all 128 threads with half the rows each, so that the warps reach the
 // closing barrier together (else warps 0-1 do one trip more than 2-3; Nsight put ~12%
 // of IQ3_XXS's stall samples on that barrier). The P = 0 loop is called as it is: folding the half
 // into its loop changed its code and made it slower, also at 4096 columns, where there is no half trip.
 template <class T, int N, int R, int P>
-__device__ __forceinline__ void mv_rows_any(const unsigned char* const (&rowp)[R], const float* __restrict__ x,
+__device__ __forceinline__ void matvec_rows_partials(const unsigned char* const (&rowp)[R], const float* __restrict__ x,
                                             int cols, int chunks, float (&acc)[R][N]) {
     if constexpr (P != 2) {
-        mv_rows<T, N, R, P>(rowp, x, cols, chunks, acc);
+        matvec_rows_partials_loop<T, N, R, P>(rowp, x, cols, chunks, acc);
     } else {
         const bool halves = R % 2 == 0 && (chunks & 127) == 64;
-        mv_rows<T, N, R, 0>(rowp, x, cols, halves ? chunks - 64 : chunks, acc);
+        matvec_rows_partials_loop<T, N, R, 0>(rowp, x, cols, halves ? chunks - 64 : chunks, acc);
         if constexpr (R % 2 == 0) if (halves) {   // (R odd: no halves, and raw[R / 2] would be empty)
             const int c = chunks - 64 + (threadIdx.x & 63), h = threadIdx.x >> 6;   // (h: the same across a warp)
             typename T::Raw raw[R / 2];
@@ -70,7 +70,7 @@ __device__ __forceinline__ void mv_rows_any(const unsigned char* const (&rowp)[R
 }
 // matvec_rows's whole body, also the body of kernels that set something up first (matvec_with_init.cuh: matvec_with_init).
 template <class T, int N, int R, int P>
-__device__ __forceinline__ void mv_body(const unsigned char* __restrict__ w, const float* __restrict__ x,
+__device__ __forceinline__ void matvec_rows_body(const unsigned char* __restrict__ w, const float* __restrict__ x,
                                         float* __restrict__ out, int rows, int cols) {
     const int row0 = blockIdx.x * R, nb = cols / T::BE, chunks = nb * T::CPB;
     const long long rb = (long long)nb * T::TS;
@@ -80,7 +80,7 @@ __device__ __forceinline__ void mv_body(const unsigned char* __restrict__ w, con
         rowp[r] = w + (long long)min(row0 + r, rows - 1) * rb;
     PDL_PROLOGUE();               // (kernels/pdl.py)
     float acc[R][N];
-    mv_rows_any<T, N, R, P>(rowp, x, cols, chunks, acc);
+    matvec_rows_partials<T, N, R, P>(rowp, x, cols, chunks, acc);
     __shared__ float red[4][R * N];
     const float total = block_sum<R, N>(acc, red);       // thread r*N+n writes row r, x n
     if (threadIdx.x < R * N) {
@@ -91,5 +91,5 @@ __device__ __forceinline__ void mv_body(const unsigned char* __restrict__ w, con
 template <class T, int N, int R, int P>
 __global__ void __launch_bounds__(128) matvec_rows(const unsigned char* __restrict__ w, const float* __restrict__ x,
                                           float* __restrict__ out, int rows, int cols) {
-    mv_body<T, N, R, P>(w, x, out, rows, cols);
+    matvec_rows_body<T, N, R, P>(w, x, out, rows, cols);
 }

@@ -1,9 +1,9 @@
 // IQ3_XXS_B16's decode product on the tensor cores (kernels/matvec_mma.py's bands16_product / bands16_product_fused_end), after
-// matvec_q8.c_source("IQ3_XXS") (its x quantizer quantize_x_early, lt_q8w, lt_topmask and the grid IQ3XXS_GRID).
+// matvec_q8.c_source("IQ3_XXS") (its x quantizer quantize_x_early, x_record_word, byte_sign_masks and the grid IQ3XXS_GRID).
 // First the halves of a word of two fp16 (band_low_half_to_float / band_high_half_to_float), then the int8 mma and the tables.
 
-__device__ __forceinline__ float band_low_half_to_float(unsigned v) { return lt_h2f((unsigned short)(v & 0xFFFFu)); }
-__device__ __forceinline__ float band_high_half_to_float(unsigned v) { return lt_h2f((unsigned short)(v >> 16)); }
+__device__ __forceinline__ float band_low_half_to_float(unsigned v) { return half_bits_to_float((unsigned short)(v & 0xFFFFu)); }
+__device__ __forceinline__ float band_high_half_to_float(unsigned v) { return half_bits_to_float((unsigned short)(v >> 16)); }
 
 
 #ifdef __CUDA_ARCH__
@@ -128,8 +128,8 @@ __device__ __forceinline__ unsigned band_signed_word(unsigned off, unsigned tb) 
 #endif
     return *(const unsigned*)((const unsigned char*)band_signed_table + off);
 }
-// BandXFragments: a lane's x for the block, its x word and its run's d in each chunk pair (quantize_x_early<TIQ3_XXS, 18>'s
-// records, kernels/matvec_q8.py lt_q8w: 144 words a block, a lane's 4 words and 4 d in 16 bytes each).
+// BandXFragments: a lane's x for the block, its x word and its run's d in each chunk pair (quantize_x_early<Iq3XxsBlock, 18>'s
+// records, kernels/matvec_q8.py x_record_word: 144 words a block, a lane's 4 words and 4 d in 16 bytes each).
 struct BandXFragments {
     unsigned v[4], d[4];
     __device__ __forceinline__ void load(const unsigned* xj, int lane) {
@@ -152,7 +152,7 @@ __device__ __forceinline__ void band_decode_a(const BandRecord& r, int lane, uns
         for (int k = 0; k < 4; k++) {                     // the odd chunk: grid copy, signs by XOR
             const int n = 4 * cp + k;
             const unsigned idx = (iw >> (8 * k)) & 255u;
-            const unsigned m = lt_topmask(band_record_word(r, 10 + (n >> 3)) << (7 - (n & 7)));
+            const unsigned m = byte_sign_masks(band_record_word(r, 10 + (n >> 3)) << (7 - (n & 7)));
             unsigned o = *(const unsigned*)((const unsigned char*)band_grid_copies + idx * 128 + 4 * lane) ^ m;
             if (SIGNS_ADD) o += m & 0x01010101u;                 // SG: -g exactly ((g ^ 0xFF) + 1; g <= 62: no carry)
             a.o[cp][k] = o;
@@ -210,7 +210,7 @@ __device__ __forceinline__ void band_block_product(const BandRecord& r, const Ba
         for (int k = 0; k < 4; k++) {                     // the odd chunk: grid copy, signs by XOR
             const int n = 4 * cp + k;
             const unsigned idx = (iw >> (8 * k)) & 255u;
-            m[k] = lt_topmask(band_record_word(r, 10 + (n >> 3)) << (7 - (n & 7)));
+            m[k] = byte_sign_masks(band_record_word(r, 10 + (n >> 3)) << (7 - (n & 7)));
             a[k] = *(const unsigned*)((const unsigned char*)band_grid_copies + idx * 128 + 4 * lane) ^ m[k];
             if (SIGNS_ADD) a[k] += m[k] & 0x01010101u;           // SG: -g exactly ((g ^ 0xFF) + 1; g <= 62: no carry)
         }
@@ -228,7 +228,7 @@ __device__ __forceinline__ void band_block_product(const BandRecord& r, const Ba
 }
 // bands16_product<W, P, A, SG>: a CTA of W warps a band; warp w takes blocks w, w + W, ..., P of them loaded ahead (the
 // first before the PDL wait); A: the signed table aligned in dynamic shared memory (band_signed_table_ptr); out = x W^T
-// for one row of x, quantized by quantize_x_early<TIQ3_XXS, 18> (xq). Of each chunk pair, the even chunk's words come from
+// for one row of x, quantized by quantize_x_early<Iq3XxsBlock, 18> (xq). Of each chunk pair, the even chunk's words come from
 // the signed table (4096 words: ~3.5-way bank conflicts), the odd chunk's from the unsigned grid's 32 copies,
 // lane l's in bank l, its signs put on by XOR with byte masks (g ^ m: g or -g - 1) and taken back by a second
 // mma of the masks against -x (faster than every word from the table), or (SG = 1) by adding the masks' low bits.

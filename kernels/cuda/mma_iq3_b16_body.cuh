@@ -8,7 +8,7 @@
 // of out^2 (a fixed order); the last CTA to count (counter, left at 0) sums the parts in a fixed order (warp 0,
 // then a tree) and writes scale[0] = rsqrt(mean + eps). flag: a shared word (past the warps' sums):
 // cupy_decode_src's last_block_to_count counts the same way with a static shared int, past 48 KB at A = 0. With xr, norm
-// out also writes xg quantized as the next product's x (quantize_x_early<TIQ3_XXS, 18>'s records, the same words: a band's 16
+// out also writes xg quantized as the next product's x (quantize_x_early<Iq3XxsBlock, 18>'s records, the same words: a band's 16
 // outputs are one run of 16 of the next product's x), so that a scale-in product needs no quantizer launch.
 struct BandEpilogueArgs { const float* res; const float* g; float* xg; float* part; float* scale; int* counter; float eps;
                unsigned* xr; };
@@ -25,10 +25,10 @@ __device__ __forceinline__ void band_quantize_run(float v, unsigned* __restrict_
     for (int k = 1; k <= 2; k <<= 1) { hw |= __shfl_xor_sync(0xffffffffu, hw, k); lw |= __shfl_xor_sync(0xffffffffu, lw, k); }
     const int c = band >> 1, run = band & 1;
     if (r < 16 && (r & 3) == 0) {
-        o[lt_q8w<18>(c, 4 * run + (r >> 2))] = hw;
-        o[lt_q8w<18>(c, 8 + 4 * run + (r >> 2))] = lw;
+        o[x_record_word<18>(c, 4 * run + (r >> 2))] = hw;
+        o[x_record_word<18>(c, 8 + 4 * run + (r >> 2))] = lw;
     }
-    if (r == 0) o[lt_q8w<18>(c, 16 + run)] = __float_as_uint(a * (1.f / (127.f * 254.f)));
+    if (r == 0) o[x_record_word<18>(c, 16 + run)] = __float_as_uint(a * (1.f / (127.f * 254.f)));
 }
 template <int EPILOGUE, int NORM_MODE>
 __device__ __forceinline__ void band_fused_end_write(float s, float* __restrict__ out, int rows, BandEpilogueArgs ep, int band,
