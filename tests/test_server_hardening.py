@@ -21,7 +21,8 @@ pytest.importorskip("uvicorn")
 
 from conftest import real_model  # noqa: E402
 from lite.sampling import Sampler, SamplingParams  # noqa: E402
-from live_server import ServerProcess, free_port, httpx  # noqa: E402
+from live_server import ServerProcess, free_port, httpx, running  # noqa: E402
+from lite.synth import synth  # noqa: E402
 
 KEY = "hardening-key"
 READ_TIMEOUT_S = 1
@@ -290,3 +291,23 @@ def test_failures_inside_the_scheduler_answer_500():
                          srv.output(), re.M), srv.output()
     finally:
         srv.close()
+
+
+WITHOUT_TEMPLATE = """from lite.tokenizer import Tokenizer
+real = Tokenizer.from_metadata.__func__
+Tokenizer.from_metadata = classmethod(
+    lambda cls, md: real(cls, {k: v for k, v in md.items() if k != "tokenizer.chat_template"}))"""
+
+
+def test_chat_on_a_model_without_a_template_warns_once(tmp_path):
+    """A base model (its file read without its chat template) still answers chat, and the log says
+    once that the template is a built-in one."""
+    model = tmp_path / "tiny.gguf"
+    synth("llama", "tiny", "Q8_0", model)
+    with running(str(model), "-c", "64", prelude=WITHOUT_TEMPLATE) as srv:
+        for _ in range(2):
+            r = srv.http.post("/v1/chat/completions", json={
+                "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
+            assert r.status_code == 200, r.text
+        out = srv.wait_output(r"POST /v1/chat/completions 200 .*\n(.|\n)*POST /v1/chat/completions 200")
+    assert out.count("has no chat template") == 1, out

@@ -38,6 +38,7 @@ class ServerState:
     scheduler: object = None        # set once the model has loaded
     model_names: set = field(default_factory=set)
     webui: bool = True              # the chat page at /
+    warned_template: bool = False   # the one warning that the model has no chat template
     created: int = field(default_factory=lambda: int(time.time()))
 
 
@@ -135,6 +136,10 @@ def create_app(state):
         tools through the model's chat template, the grammar asked for or forcing a tool call."""
         messages = chat_messages(body)
         tok = ready().tokenizer
+        if tok.chat_template is None and not state.warned_template:
+            state.warned_template = True    # a base model may not follow a built-in template, nor end its turn
+            log.warning("%s has no chat template (a base model?): chat requests use a built-in one, "
+                        "which it may not follow; /v1/completions suits it", state.model_name)
         try:                            # the contents are text: only the template's markup makes control tokens
             return await run_in_threadpool(chat_prompt, body, messages, tok)
         except LiteError as e:          # a template that fails on these messages
