@@ -6,11 +6,12 @@ graph, launch overhead included); the last argument: BackendConfig settings, as 
 --config`, e.g. graph_io=off.
 
     ncu --profile-from-start off --graph-profiling node --clock-control none \
-        --metrics gpu__time_duration.sum --csv python3 tools/profile_decode.py --trace MODEL.gguf [n] [steps] > K.csv
+        --metrics gpu__time_duration.sum --csv python3 tools/profile_decode.py --trace MODEL.gguf [n] [steps] [KEY=VALUE,..] > K.csv
     python3 tools/profile_decode.py --summary K.csv [steps] [graph replay us]
 --trace: the decode step's kernels as they run inside the replayed CUDA graph, each kernel's own GPU
 time: Nsight Compute (the device image has ncu, not nsys) times every kernel node of the captured
-steps only. --summary: per kernel name, the count a step and the GPU time a step; their sum against
+steps only (with the same settings as the first mode, e.g. hybrid_graphs=on for qwen3next's graphed
+decode). --summary: per kernel name, the count a step and the GPU time a step; their sum against
 the graph replay's time (the first mode's "GPU time per replay"): the rest is the gaps between
 dependent kernels (launch latency, drain, ramp-up), which no kernel's speed removes.
 """
@@ -36,6 +37,9 @@ def profile(path, n=512, settings=""):
         tok = greedy(e.decode_step(tok))           # warm-up and capture
     st = e.stages[0]
     ops = st.ops
+    if st._graph is None:          # e.g. qwen3next without hybrid_graphs: nothing to replay
+        sys.exit("profile_decode: the first stage's decode step is not a captured graph with these "
+                 "settings (qwen3next needs hybrid_graphs=on)")
     reps = 50
     t0 = time.perf_counter()
     for _ in range(reps):
@@ -84,7 +88,9 @@ def profile(path, n=512, settings=""):
           + (f" (pinned logits buffers held {io.pool.held}/{io.pool.size}, steps that copied "
              f"{io.copied_steps})" if io is not None else ""))
     for name in ("linear", "linear_many", "linear_add", "linear_gated", "rms_norm", "add_rms_norm",
-                 "attention", "act_mul", "add", "output", "rope", "moe_route", "moe_experts"):
+                 "attention", "act_mul", "add", "output", "rope", "moe_route", "moe_experts",
+                 "delta_step", "delta_gates", "conv_silu", "l2_norm", "delta_rule", "sigmoid_mul",
+                 "add_sigmoid_gated"):
         f = getattr(ops, name, None)
         if f is None:
             continue
@@ -109,9 +115,10 @@ def profile(path, n=512, settings=""):
         print(f"  {k:12s} {counts[k]:4d} calls {times[k]:8.3f} ms  {times[k] / counts[k] * 1e3:7.1f} us/call")
 
 
-def trace(path, n, steps):
+def trace(path, n, steps, settings=""):
     import cupy
-    e = Engine(path, device="cuda", max_context=n + steps + 64)
+    config = BackendConfig().with_settings(settings)
+    e = Engine(path, device="cuda", max_context=n + steps + 64, config=config)
     greedy = Sampler(SamplingParams.greedy())
     ids = [int(x) for x in np.random.default_rng(0).integers(100, 30000, n)]
     tok = greedy(e.prefill(ids))
@@ -154,7 +161,7 @@ if __name__ == "__main__":
                 float(sys.argv[4]) if len(sys.argv) > 4 else None)
     elif sys.argv[1] == "--trace":
         trace(sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 2048,
-              int(sys.argv[4]) if len(sys.argv) > 4 else 1)
+              int(sys.argv[4]) if len(sys.argv) > 4 else 1, sys.argv[5] if len(sys.argv) > 5 else "")
     else:
         profile(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 512,
                 sys.argv[3] if len(sys.argv) > 3 else "")
