@@ -273,11 +273,8 @@ class Scheduler:
             s.t_first = time.perf_counter()
         if tok in self.tokenizer.eog_ids:
             return self._finish(s, "stop")         # the end-of-generation token is not sent
-        if c is not None and not c.advance(tok):   # only broken logits draw a masked token
-            s.emit({"error": f"the grammar refused token {tok}: {c.error}"})
-            self._retire(s)
-            self.counters["requests_failed"] += 1
-            return
+        if c is not None and not c.advance(tok):   # only broken logits draw a masked token: _step fails it
+            raise LiteError(f"the grammar refused token {tok}: {c.error}")
         s.tokens.append(tok)
         s.generated += 1
         self.counters["generated_tokens"] += 1
