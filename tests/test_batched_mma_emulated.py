@@ -1,0 +1,118 @@
+"""kernels/batched_mma.py (batched products on the int8 tensor cores, 9 to 256 rows of x): its CUDA C on the host
+through tests/cuda_c_emulator.py (the mma fragments emulated lane by lane), against float64 products of gguf-py's
+dequantize. Bound: W times quantized x is within fp32 rounding of the product (1e-5 of |x| @ |W|), and
+quantized x within max |x| of its run of 32 / 64,516 of x (kernels/batched_mma.py's docstring), so
+|out - x @ W.T| <= 1e-5 |x| @ |W| + |W| @ e. The GPU twin at full size: tests/test_batched_mma_gpu.py."""
+import numpy as np
+import pytest
+
+import cuda_c_emulator as emu
+from cuda_c_emulator import HOST_SHIMS
+from kernel_blocks import random_blocks, reference
+
+from lite.kernels import batched_mma
+
+pytestmark = pytest.mark.skipif(not emu.available(), reason="needs g++ (C++20)")
+
+SHIMS = r"""
+inline int __float2int_rn(float v) { return (int)std::nearbyint(v); }   // default mode: to nearest even
+"""
+ARGS = ("const unsigned char* w, const signed char* hi, const signed char* lo, const float* d, const float* s, "
+        "float* out, int n, int rows, int cols")
+BLOCK = {"Q4_K": 256, "Q6_K": 256, "Q8_0": 32}
+
+
+@pytest.fixture(scope="module")
+def lib():
+    """The quantizer and batched_mma_product for every type and tile, as extern "C" kernels."""
+    wraps = "".join(f'extern "C" __global__ void emu_{qt}_{nt}({ARGS}) '
+                    f'{{ {batched_mma.kernel_name(qt, nt)}(w, hi, lo, d, s, out, n, rows, cols); }}\n'
+                    for qt in batched_mma.TYPES for nt in batched_mma.TILES)
+    wraps += ('extern "C" __global__ void emu_quantize(const float* x, signed char* hi, signed char* lo, float* d, '
+              'float* s, int cols) { batched_quantize_x(x, hi, lo, d, s, cols); }\n')
+    return emu.compile_kernels(HOST_SHIMS + SHIMS + batched_mma.c_source() + wraps)
+
+
+def _x(n, cols, rng):
+    x = rng.standard_normal((n, cols)).astype(np.float32)
+    x[:, ::7] *= 100.0                        # a wide range inside a run
+    x[:, 64:96] = 0.0                         # a run of zeros (d = 0)
+    x[:, 5] = 1e-30                           # tiny beside its run
+    return x
+
+
+def _quantize(lib, x):
+    n, cols = x.shape
+    hi, lo = np.zeros((n, cols), np.int8), np.zeros((n, cols), np.int8)
+    d, s = np.zeros((n, cols // 32), np.float32), np.zeros((n, cols // 32), np.float32)
+    lib.launch("emu_quantize", batched_mma.grids(n, 1, cols)[0], (128,), x, hi, lo, d, s, np.int32(cols))
+    return hi, lo, d, s
+
+
+def quant_error(x):
+    """e (n, cols): how far quantized x may be from x, max |x| of each run of 32 columns / 64,516."""
+    n, cols = x.shape
+    a = np.abs(x.astype(np.float64)).reshape(n, cols // 32, 32).max(axis=2)
+    return np.repeat(a / 64516.0, 32, axis=1)
+
+
+def test_quantized_x_parts_and_sums(lib):
+    rng = np.random.default_rng(1)
+    x = _x(3, 512, rng)
+    hi, lo, d, s = _quantize(lib, x)
+    hi64, lo64 = hi.astype(np.int64), lo.astype(np.int64)
+    assert np.all(np.abs(hi64) <= 127) and np.all(np.abs(lo64) <= 127)
+    a = np.abs(x.astype(np.float64)).reshape(3, -1, 32).max(axis=2)
+    np.testing.assert_allclose(d, a / (127 * 254), rtol=1e-6)
+    xhat = np.repeat(d.astype(np.float64), 32, axis=1) * (254 * hi64 + lo64)
+    assert np.all(np.abs(xhat - x) <= quant_error(x) * (1 + 1e-4) + 1e-37)
+    np.testing.assert_allclose(s, xhat.reshape(3, -1, 32).sum(axis=2), rtol=1e-6, atol=1e-37)
+    assert d[0, 2] == 0 and not np.any(hi[:, 64:96]) and not np.any(lo[:, 64:96])   # the zero run
+
+
+def run_product(lib, qt, blocks, x, rows, cols):
+    n = x.shape[0]
+    out = np.full((n, rows), np.nan, np.float32)
+    hi, lo, d, s = _quantize(lib, x)
+    lib.launch(f"emu_{qt}_{batched_mma.tile(n)}", batched_mma.grids(n, rows, cols)[1], (128,),
+               blocks, hi, lo, d, s, out, np.int32(n), np.int32(rows), np.int32(cols))
+    return out
+
+
+def assert_within_bound(out, blocks, qt, x, rows, cols):
+    w = reference(blocks, qt).astype(np.float64).reshape(rows, cols)
+    ref, scale = x.astype(np.float64) @ w.T, np.abs(x).astype(np.float64) @ np.abs(w).T
+    err = np.abs(out.astype(np.float64) - ref)
+    bound = 1e-5 * scale + quant_error(x) @ np.abs(w).T
+    assert np.all(np.isfinite(out)) and np.all(err <= bound), np.max(err - bound)
+
+
+# rows: one CTA and a ragged second; n: one tile of 16, two of 32 (the second partial), 64 (two full)
+@pytest.mark.parametrize("n", [9, 16, 40, 64])
+@pytest.mark.parametrize("qt", batched_mma.TYPES)
+def test_batched_product_within_bound_of_float64(lib, qt, n):
+    rng = np.random.default_rng(n)
+    rows, cols = 80, 512
+    blocks = random_blocks(qt, rows * cols // BLOCK[qt], rng)
+    x = _x(n, cols, rng)
+    assert_within_bound(run_product(lib, qt, blocks, x, rows, cols), blocks, qt, x, rows, cols)
+
+
+def test_the_bound_catches_a_wrong_scale(lib):
+    """The check above fails a product that is off by one run's scale (so it would catch a misplaced one)."""
+    rng = np.random.default_rng(5)
+    rows, cols, qt = 64, 256, "Q4_K"
+    blocks = random_blocks(qt, rows * cols // 256, rng)
+    x = _x(9, cols, rng)
+    wrong = blocks.reshape(rows, -1).copy()
+    wrong[:, 4] ^= 1                          # sub-block 0's 6-bit scale, one bit off
+    out = run_product(lib, qt, wrong.reshape(-1), x, rows, cols)
+    with pytest.raises(AssertionError):
+        assert_within_bound(out, blocks, qt, x, rows, cols)
+
+
+def test_tiles_and_applies():
+    assert [batched_mma.tile(n) for n in (9, 16, 17, 32, 33, 256)] == [16, 16, 32, 32, 32, 32]
+    assert batched_mma.grids(256, 4096, 4096) == ((32, 256), (8, 64))
+    assert batched_mma.applies("Q4_K", 4096) and not batched_mma.applies("Q4_K", 4000)
+    assert not batched_mma.applies("IQ2_XXS", 4096)
