@@ -14,6 +14,7 @@ consecutive columns under one scale; here (batched_quantize_x) runs are 32 conse
 q8_1 blocks), in planes an mma's B fragments read directly: hi and lo (n, cols) int8, d and the run's sum of
 quantized x (Q4_K's minimums meet it) (n, cols / 32) float.
 """
+import contextlib
 import functools
 
 import numpy as np
@@ -61,15 +62,15 @@ def _module(device, names):
     return cupy.RawModule(code=c_source(), options=("--std=c++17",), name_expressions=list(names))
 
 
-def quantize(x, stream=None):
-    """(hi, lo, d, s): x (n, cols) float32 quantized as the product reads it (one launch on `stream`)."""
+def quantize(x):
+    """(hi, lo, d, s): x (n, cols) float32 quantized as the product reads it (one launch on CuPy's current stream)."""
     import cupy
     n, cols = x.shape
     x = cupy.ascontiguousarray(x, dtype=np.float32)
     hi, lo = cupy.empty((n, cols), np.int8), cupy.empty((n, cols), np.int8)
     d, s = cupy.empty((n, cols // 32), np.float32), cupy.empty((n, cols // 32), np.float32)
     mod = _module(cupy.cuda.runtime.getDevice(), (QUANTIZER,))
-    mod.get_function(QUANTIZER)(grids(n, 1, cols)[0], (128,), (x, hi, lo, d, s, np.int32(cols)), stream=stream)
+    mod.get_function(QUANTIZER)(grids(n, 1, cols)[0], (128,), (x, hi, lo, d, s, np.int32(cols)))
     return hi, lo, d, s
 
 
@@ -84,16 +85,18 @@ def launch(qtype, blocks, x, out, rows, cols, stream=None):
     n = x.shape[0]
     if x.shape != (n, cols) or out.shape != (n, rows):
         raise ValueError(f"batched_mma: x {x.shape} and out {out.shape} for a {rows} x {cols} weight")
-    hi, lo, d, s = quantize(x, stream)
     name = kernel_name(qtype, tile(n))
     product = _module(cupy.cuda.runtime.getDevice(), (name,)).get_function(name)
-    product(grids(n, rows, cols)[1], (128,), (blocks, hi, lo, d, s, out, np.int32(n), np.int32(rows), np.int32(cols)),
-            stream=stream)
+    with stream if stream is not None else contextlib.nullcontext():      # (the scratch on its stream too)
+        hi, lo, d, s = quantize(x)
+        product(grids(n, rows, cols)[1], (128,), (blocks, hi, lo, d, s, out, np.int32(n), np.int32(rows),
+                                                  np.int32(cols)))
 
 
 def product(qtype, blocks, x, rows, cols, stream=None):
     """A new (n, rows) float32 array x @ W.T (launch's)."""
     import cupy
-    out = cupy.empty((x.shape[0], rows), np.float32)
-    launch(qtype, blocks, x, out, rows, cols, stream)
+    with stream if stream is not None else contextlib.nullcontext():
+        out = cupy.empty((x.shape[0], rows), np.float32)
+        launch(qtype, blocks, x, out, rows, cols)
     return out

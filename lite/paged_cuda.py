@@ -234,8 +234,10 @@ class CUDABatchOps(BatchOps):
 # Pad rows: token 0 at position 0, slot -1 (nothing stored), one key over a zero table row;
 # their outputs are dropped.
 #
-# Steps with prompt chunks run eagerly (Stage.forward_batch), as does every step of a bucket whose
-# capture failed (logged once; cuBLAS, which CuPy refuses to capture, serves products of many rows).
+# Steps with prompt chunks run eagerly (Stage.forward_batch), as does every step of a bucket past the
+# stage's max_rows (where a product would call cuBLAS, which CuPy refuses to capture: past the 8-row
+# fused matvecs' reach, unless BackendConfig.batched_mma covers the stage's weights) or whose capture
+# failed (logged once).
 
 
 def buckets(n_slots):
@@ -273,7 +275,7 @@ def max_rows(stage, n_slots):
         # past the router's kernel path the router multiplies through cuBLAS, which capture refuses
         from lite.backends.cuda_moe import FUSED_MAX_TOKENS
         return min(n_slots, FUSED_MAX_TOKENS)
-    return n_slots
+    return min(n_slots, stage.ops.graph_rows())    # past it a product would call cuBLAS
 
 
 class DecodeStep:

@@ -3,6 +3,8 @@ through tests/cuda_c_emulator.py (the mma fragments emulated lane by lane), agai
 dequantize. Bound: W times quantized x is within fp32 rounding of the product (1e-5 of |x| @ |W|), and
 quantized x within max |x| of its run of 32 / 64,516 of x (kernels/batched_mma.py's docstring), so
 |out - x @ W.T| <= 1e-5 |x| @ |W| + |W| @ e. The GPU twin at full size: tests/test_batched_mma_gpu.py."""
+import types
+
 import numpy as np
 import pytest
 
@@ -116,3 +118,43 @@ def test_tiles_and_applies():
     assert batched_mma.grids(256, 4096, 4096) == ((32, 256), (8, 64))
     assert batched_mma.applies("Q4_K", 4096) and not batched_mma.applies("Q4_K", 4000)
     assert not batched_mma.applies("IQ2_XXS", 4096)
+
+
+# --- the backend's choice and the graph rule (lite/backends/cuda_linear.py, lite/paged_cuda.py max_rows) ---
+
+def _backend(qtypes, **config):
+    """A CUDABackend without a device: its weights' types and shapes and a BackendConfig."""
+    from lite.backend_config import BackendConfig
+    from lite.backends.cuda import CUDABackend
+    be = object.__new__(CUDABackend)
+    be.config = BackendConfig(**config)
+    be.w = {f"blk.0.w{i}.weight": types.SimpleNamespace(qtype=q, shape=(4096, 4096), data=np.zeros(1, np.uint8))
+            for i, q in enumerate(qtypes)}
+    be.w["output_norm.weight"] = types.SimpleNamespace(qtype="F32", shape=(4096,))
+    return be
+
+
+def test_products_of_9_to_256_rows_take_it_with_the_switch():
+    be, off = _backend(["Q4_K"], batched_mma=True), _backend(["Q4_K"])
+    w = be.w["blk.0.w0.weight"]
+    assert [be._batched(w, t) for t in (8, 9, 64, 256, 257)] == [False, True, True, True, False]
+    assert not off._batched(w, 64)
+    assert not be._batched(types.SimpleNamespace(qtype="IQ4_XS", shape=(4096, 4096), data=w.data), 64)
+
+
+def test_graphs_take_steps_up_to_256_rows_only_where_every_weight_is_covered():
+    from lite.backends.cuda_linear import SPLIT_MAX_TOKENS
+    from lite.paged_cuda import DecodeGraphs, max_rows
+    from lite.stage import Stage, StageSpec
+    cfg = types.SimpleNamespace(is_moe=False, is_recurrent_layer=lambda il: False)
+    pools = [types.SimpleNamespace(block_size=16)]
+    n = 64
+    for be, rows in [(_backend(["Q4_K", "Q6_K", "Q8_0"]), SPLIT_MAX_TOKENS),        # off: cuBLAS past 32
+                     (_backend(["Q4_K", "Q6_K", "Q8_0"], batched_mma=True), batched_mma.MAX_ROWS),
+                     (_backend(["Q4_K", "IQ4_XS"], batched_mma=True), SPLIT_MAX_TOKENS)]:   # one not covered
+        assert be.graph_rows() == rows
+        st = object.__new__(Stage)
+        st.spec, st.cfg, st.use_graphs, st.ops = StageSpec(range(0, 1), True, True), cfg, True, be
+        assert max_rows(st, 512) == rows and max_rows(st, 16) == 16
+        step = DecodeGraphs([st], pools, 256, 16).step(list(range(n)), [0] * n, [1] * n, [[i] for i in range(n)])
+        assert (step is not None and step.size == n) == (rows >= n)

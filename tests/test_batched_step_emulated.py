@@ -309,7 +309,7 @@ def test_padded_layout_holds_every_row_and_pads():
 def test_only_pure_decode_steps_on_cuda_stages_replay():
     st = object.__new__(Stage)
     st.spec, st.cfg, st.use_graphs = StageSpec(range(0, 2), True, True), GRAPH_CFG, True
-    st.ops = types.SimpleNamespace(name="cuda", supports_graphs=True)
+    st.ops = types.SimpleNamespace(name="cuda", supports_graphs=True, graph_rows=lambda: 32)
     pools = [BlockPool(GRAPH_CFG, [0], 8, 4, "f16")]
     graphs = DecodeGraphs([st], pools, 4, 16)
     assert graphable(st) and graphs.step([1, 2], [0, 3], [1, 1], [[0], [1]]).size == 2
@@ -465,7 +465,7 @@ class _HostGraph:
 def test_graphed_llama_decode_steps_give_the_eager_logits(pa, tiny, monkeypatch):  # noqa: F811
     stage, cfg = tiny.stages[0], tiny.cfg
     for name, value in (("name", "cuda"), ("supports_graphs", True), ("replay", _HostGraph.launch),
-                        ("capture", lambda fn: (lambda g: (g, g.out))(_HostGraph(fn)))):
+                        ("graph_rows", lambda: 32), ("capture", lambda fn: (lambda g: (g, g.out))(_HostGraph(fn)))):
         monkeypatch.setattr(stage.ops, name, value, raising=False)
     monkeypatch.setattr(stage, "use_graphs", True)
     rng = np.random.default_rng(9)

@@ -45,6 +45,7 @@ def fake_backend(fake, device_id, graph_io):
         be._pos_host = fake.empty_pinned(1, np.int64)
     be.capturing = False
     be._graph_memory = []
+    be.w, be.config = {}, BackendConfig()
     return be
 
 

@@ -115,15 +115,17 @@ class CUDABackend(CUDAWeights, CUDALinear, CUDAFoldNorm, CUDAHandoff, CUDAAttent
         """Can a decode step be captured? CuPy refuses cuBLAS calls during capture, so every
         matrix a token multiplies must have a fused matvec kernel (F32 norms and router aside)."""
         from lite.kernels import get_matvec
+        return all(get_matvec(w.qtype) is not None for w in self.multiplied_weights())
+
+    def multiplied_weights(self):
+        """The matrices a token is multiplied with (F32 norms and router aside; experts: cuda_moe.py)."""
         last = "output_norm.weight" in self.w
         for n, w in self.w.items():
             if len(w.shape) != 2 or w.qtype == "F32":
                 continue
             if n == "token_embd.weight" and (not last or "output.weight" in self.w):
                 continue          # only looked up by rows here, never multiplied
-            if get_matvec(w.qtype) is None:
-                return False
-        return True
+            yield w
 
     def persistent_input(self, x):
         """A device buffer that keeps its address, for a graph's input (token ids or hidden)."""

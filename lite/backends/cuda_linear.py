@@ -2,7 +2,8 @@
 
 Over many tokens (prefill) a weight is dequantized to fp16 into the backend's scratch buffer and
 multiplied with cuBLAS (fp16 inputs, fp32 accumulation); over a few (decode) the fused
-dequantize-and-dot kernels run (lite.kernels.matvec), and where the next op can ride along, the
+dequantize-and-dot kernels run (lite.kernels.matvec); with BackendConfig.batched_mma, 9 to 256 rows
+(a server step) run on the tensor cores (kernels/batched_mma.py), capturable in a graph; and where the next op can ride along, the
 epilogue kernels of kernels/matvec_epilogue.py: the residual add (linear_add) or the FFN's gated
 activation (linear_gated). With the norm split (cuda_norm.py) linear_add may return an AddLater
 and an input may be a ScaledLater: folded_product and _one_launch take the latter, everything else
@@ -13,7 +14,7 @@ import functools
 import numpy as np
 
 from lite.backends.cuda_moe import FUSED_MAX_TOKENS
-from lite.kernels import matvec_epilogue
+from lite.kernels import batched_mma, matvec_epilogue
 
 SPLIT_MAX_TOKENS = 4 * FUSED_MAX_TOKENS    # up to this many rows: fused matvecs of 8 rows each
 
@@ -50,6 +51,9 @@ class CUDALinear:
         T = x.shape[0]
         if w.qtype == "F32":
             return x @ w.data.T
+        if self._batched(w, T):
+            return batched_mma.product(w.qtype, w.data, cp.ascontiguousarray(x, dtype=np.float32), rows, cols,
+                                       self.stream)
         if w.qtype not in ("F16",) and T <= SPLIT_MAX_TOKENS and get_matvec(w.qtype) is not None:
             x = cp.ascontiguousarray(x)
             if T <= FUSED_MAX_TOKENS:
@@ -61,6 +65,20 @@ class CUDALinear:
                                    for r in range(0, T, FUSED_MAX_TOKENS)])
         w16 = w.data if w.qtype == "F16" else self._dequant_f16(w).reshape(rows, cols)
         return gemm_f16_f32(cp, x.astype(np.float16), w16, self.stream)
+
+    def _batched(self, w, T):
+        """Does a product of T rows with w take the tensor-core batched product (BackendConfig.batched_mma)?"""
+        return (self.config.batched_mma and FUSED_MAX_TOKENS < T <= batched_mma.MAX_ROWS and w.data.ndim == 1
+                and batched_mma.applies(w.qtype, w.shape[-1]))
+
+    def graph_rows(self):
+        """The most rows of a step whose products can all be captured in a graph (lite/paged_cuda.py
+        max_rows): past SPLIT_MAX_TOKENS a product goes to cuBLAS, unless BackendConfig.batched_mma is on
+        and its kernels take every weight a step multiplies (then batched_mma.MAX_ROWS)."""
+        if self.config.batched_mma and all(batched_mma.applies(w.qtype, w.shape[-1])
+                                           for w in self.multiplied_weights()):
+            return batched_mma.MAX_ROWS
+        return SPLIT_MAX_TOKENS
 
     def linear(self, x, name):
         y = self.folded_product(x, self.w[name])
