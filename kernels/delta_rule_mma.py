@@ -4,7 +4,7 @@
         out = chunked(q, k, v, g, beta, S, scale, stream)     # as kernels/delta_rule.chunked
 
 Two launches: the per-chunk WY parts of every (chunk, value head) at once (the inverse in fp32, the
-products on tf32 mma.sync), then a block a (value head, column tile of S) over the chunks in order
+products on tf32 mma.sync, or 3xTF32 with split), then a block a (value head, column tile of S) over the chunks in order
 (S fp32 in memory, its products on tf32 mma.sync). The same semantics as kernels/delta_rule.chunked,
 to tf32's precision (tests/test_delta_rule_mma_emulated.py runs this C on the host against
 lite/backends/cpu_recurrent.py). BackendConfig.delta_rule_mma selects it.
@@ -20,7 +20,7 @@ from lite.kernels.delta_rule import MAX_SHARED, _check, _f32
 CHUNK = 64                 # DRM_BT
 THREADS = 256              # a block's threads in both kernels
 COLUMN_TILE = 32           # the most value columns of S a chunks block takes
-_functions = {}            # (device, dk, dv, tile, name) -> the kernel
+_functions = {}            # (device, dk, dv, tile, split, name) -> the kernel
 
 
 def column_tile(dv):
@@ -44,25 +44,27 @@ def supports(dk, dv):
 
 
 @functools.lru_cache(maxsize=None)
-def _module(device, dk, dv, tile):
+def _module(device, dk, dv, tile, split):
     smem = max(prep_bytes(dk, dv), chunks_bytes(dk, tile))
-    defines = {"DRM_DK": dk, "DRM_DV": dv, "DRM_DVT": tile, "DRM_SMEM": smem}
+    defines = {"DRM_DK": dk, "DRM_DV": dv, "DRM_DVT": tile, "DRM_SPLIT": int(split), "DRM_SMEM": smem}
     return cp.RawModule(code=source("delta_rule_mma.cu", defines=defines), options=("--std=c++17",))
 
 
-def _function(name, dk, dv, tile, smem):
-    key = (current_device(cp), dk, dv, tile, name)
+def _function(name, dk, dv, tile, split, smem):
+    key = (current_device(cp), dk, dv, tile, split, name)
     if key not in _functions:
-        fn = _module(key[0], dk, dv, tile).get_function(name)
+        fn = _module(key[0], dk, dv, tile, split).get_function(name)
         if smem > 48 * 1024:                        # above the default dynamic limit
             fn.max_dynamic_shared_size_bytes = smem
         _functions[key] = fn
     return _functions[key]
 
 
-def chunked(q, k, v, g, beta, S, scale, stream):
+def chunked(q, k, v, g, beta, S, scale, stream, split=False):
     """T tokens: q, k (T, Hk, dk), v (T, Hv, dv), g, beta (T, Hv); S (Hv, dk, dv) updated in place
-    -> out (T, Hv, dv). Scratch of about T Hv (dk + dv + 1 + CHUNK) floats for the call."""
+    -> out (T, Hv, dv). split: every product as three tf32 products of its inputs' high and low
+    parts (3xTF32, about fp32's precision at three times the mma work). Scratch of about
+    T Hv (dk + dv + 1 + CHUNK) floats for the call."""
     q, k, v, g, beta = (_f32(a) for a in (q, k, v, g, beta))
     T, Hk, dk, Hv, dv = _check(q, k, v, g, beta, S)
     if not supports(dk, dv):
@@ -76,12 +78,12 @@ def chunked(q, k, v, g, beta, S, scale, stream):
     W, U = cp.empty((T, Hv, dk), np.float32), cp.empty((T, Hv, dv), np.float32)
     G, M = cp.empty((T, Hv), np.float32), cp.empty((n_chunks, Hv, CHUNK, CHUNK), np.float32)
     smem = prep_bytes(dk, dv)
-    _function("delta_rule_mma_prep", dk, dv, tile, smem)(
+    _function("delta_rule_mma_prep", dk, dv, tile, split, smem)(
         (n_chunks, Hv), (THREADS,),
         (q, k, v, g, beta, W, U, G, M, np.int32(T), np.int32(Hk), np.int32(Hv), np.float32(scale)),
         stream=stream, shared_mem=smem)
     smem = chunks_bytes(dk, tile)
-    _function("delta_rule_mma_chunks", dk, dv, tile, smem)(
+    _function("delta_rule_mma_chunks", dk, dv, tile, split, smem)(
         (Hv, -(-dv // tile)), (THREADS,),
         (q, k, W, U, G, M, S, out, np.int32(T), np.int32(Hk), np.int32(Hv), np.float32(scale)),
         stream=stream, shared_mem=smem)

@@ -11,7 +11,8 @@
 // in shared and global memory, the inverse T is fp32 CUDA-core math.
 //
 // Set by the wrapper: DRM_DK, DRM_DV (head dims, multiples of 16), DRM_DVT (value columns a
-// chunks block, a multiple of 16), DRM_SMEM (the larger kernel's dynamic shared bytes, for the
+// chunks block, a multiple of 16), DRM_SPLIT (1: each product as three tf32 products of the inputs'
+// high and low parts, about fp32's precision), DRM_SMEM (the larger kernel's dynamic shared bytes, for the
 // host emulator's static stand-in).
 
 #define DRM_BT 64                  // tokens a chunk (cpu_recurrent.DELTA_CHUNK)
@@ -22,6 +23,7 @@
 
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__) || defined(__CUDA_ARCH__)
 #define DRM_DYN_SMEM(name) extern __shared__ __align__(16) float name[]
+__device__ __forceinline__ float drm_float(unsigned u) { return __uint_as_float(u); }
 __device__ __forceinline__ unsigned drm_tf32(float x) {
     unsigned u;
     asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(u) : "f"(x));
@@ -37,6 +39,7 @@ __device__ __forceinline__ void drm_mma(float (&c)[4], unsigned a0, unsigned a1,
 }
 #else   // the host emulator (tests/cuda_c_emulator.py): blocks one at a time, the warp's fragments exchanged
 #define DRM_DYN_SMEM(name) alignas(16) static float name[DRM_SMEM / 4]
+inline float drm_float(unsigned u) { float v; std::memcpy(&v, &u, 4); return v; }
 inline unsigned drm_tf32(float x) {       // round to nearest, ties away, onto 10 stored fraction bits
     unsigned u;
     std::memcpy(&u, &x, 4);
@@ -47,13 +50,12 @@ inline void drm_mma(float (&c)[4], unsigned a0, unsigned a1, unsigned a2, unsign
     unsigned* mine = tl_warp->mma[lane];
     mine[0] = a0; mine[1] = a1; mine[2] = a2; mine[3] = a3; mine[4] = b0; mine[5] = b1;
     tl_warp->bar->arrive_and_wait();
-    auto f = [](unsigned u) { float v; std::memcpy(&v, &u, 4); return v; };
     for (int i = 0; i < 4; i++) {
         const int row = g + 8 * (i >> 1), col = 2 * q + (i & 1);
         float s = c[i];
         for (int k = 0; k < 8; k++)      // tf32 products are exact in fp32
-            s += f(tl_warp->mma[4 * (row & 7) + (k & 3)][(row >= 8) + 2 * (k >= 4)]) *
-                 f(tl_warp->mma[4 * col + (k & 3)][4 + (k >= 4)]);
+            s += drm_float(tl_warp->mma[4 * (row & 7) + (k & 3)][(row >= 8) + 2 * (k >= 4)]) *
+                 drm_float(tl_warp->mma[4 * col + (k & 3)][4 + (k >= 4)]);
         c[i] = s;
     }
     tl_warp->bar->arrive_and_wait();
@@ -63,18 +65,35 @@ inline void drm_mma(float (&c)[4], unsigned a0, unsigned a1, unsigned a2, unsign
 // An operand of a product read from shared memory: element (r, c) at p[r * rs + c * cs].
 struct DrmOperand { const float* p; int rs, cs; };
 
-// acc (a 16 x 16 strip at rows m0, columns n0) += A (m0.., k0..k1) B (k0..k1, n0..); k0, k1 multiples of 8.
+// x as tf32, and with DRM_SPLIT what it leaves (x = hi + lo to about 22 bits: "3xTF32").
+struct DrmTf32 { unsigned hi, lo; };
+__device__ __forceinline__ DrmTf32 drm_split(float x) {
+    const unsigned hi = drm_tf32(x);
+#if DRM_SPLIT
+    return {hi, drm_tf32(x - drm_float(hi))};
+#else
+    return {hi, 0u};
+#endif
+}
+
+// acc (a 16 x 16 strip at rows m0, columns n0) += A (m0.., k0..k1) B (k0..k1, n0..); k0, k1
+// multiples of 8. DRM_SPLIT: a_lo b_hi + a_hi b_lo + a_hi b_hi, the small terms first.
 __device__ __forceinline__ void drm_strip(float (&acc)[2][4], int m0, int n0, int k0, int k1,
                                           DrmOperand A, DrmOperand B) {
     const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
     for (int k = k0; k < k1; k += 8) {
         const float* a = A.p + (m0 + g) * A.rs + (k + q) * A.cs;
-        const unsigned a0 = drm_tf32(a[0]), a1 = drm_tf32(a[8 * A.rs]);
-        const unsigned a2 = drm_tf32(a[4 * A.cs]), a3 = drm_tf32(a[8 * A.rs + 4 * A.cs]);
+        const DrmTf32 a0 = drm_split(a[0]), a1 = drm_split(a[8 * A.rs]);
+        const DrmTf32 a2 = drm_split(a[4 * A.cs]), a3 = drm_split(a[8 * A.rs + 4 * A.cs]);
         #pragma unroll
         for (int j = 0; j < 2; ++j) {
             const float* b = B.p + (k + q) * B.rs + (n0 + 8 * j + g) * B.cs;
-            drm_mma(acc[j], a0, a1, a2, a3, drm_tf32(b[0]), drm_tf32(b[4 * B.rs]));
+            const DrmTf32 b0 = drm_split(b[0]), b1 = drm_split(b[4 * B.rs]);
+#if DRM_SPLIT
+            drm_mma(acc[j], a0.lo, a1.lo, a2.lo, a3.lo, b0.hi, b1.hi);
+            drm_mma(acc[j], a0.hi, a1.hi, a2.hi, a3.hi, b0.lo, b1.lo);
+#endif
+            drm_mma(acc[j], a0.hi, a1.hi, a2.hi, a3.hi, b0.hi, b1.hi);
         }
     }
 }
