@@ -1,4 +1,5 @@
-"""Kernel benchmark: dequantize and fused matvec bandwidth per quant type, beside device copy.
+"""Kernel benchmark: dequantize and fused matvec bandwidth per quant type, beside device copy;
+and the chunked delta rule's kernels (`python3 -m lite.kernels.bench --delta-rule 8192`).
 
     rows = bench_kernels(["Q4_K", "Q6_K"])
     print(format_table(rows))
@@ -196,6 +197,40 @@ def bench_kernels(types=None, shapes=None, numba_variants=True, pdl=None, int8_d
     return rows
 
 
+def delta_rule_timings(T=8192, Hk=16, Hv=32, dk=128, dv=128):
+    """Milliseconds (median of REPEATS, after a warm-up call) of one chunked delta rule over T
+    tokens at qwen3next-80B's shape: the fp32 CUDA-core kernel and the tensor-core one (tf32,
+    3xtf32), each on its own copy of one state. Events around plain calls: the wrappers allocate."""
+    import cupy
+    from lite.kernels import delta_rule, delta_rule_mma
+    rng = np.random.default_rng(0)
+    unit = lambda x: x / cupy.linalg.norm(x, axis=-1, keepdims=True)   # noqa: E731
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        q = unit(cupy.asarray(rng.standard_normal((T, Hk, dk)), np.float32))
+        k = unit(cupy.asarray(rng.standard_normal((T, Hk, dk)), np.float32))
+        v = cupy.asarray(rng.standard_normal((T, Hv, dv)), np.float32)
+        g = cupy.asarray(-rng.exponential(0.1, (T, Hv)), np.float32)
+        beta = cupy.asarray(rng.uniform(0, 1, (T, Hv)), np.float32)
+        S0 = cupy.asarray(rng.standard_normal((Hv, dk, dv)), np.float32)
+    kernels = {"fp32 (delta_rule.chunked)": delta_rule.chunked,
+               "tf32 (delta_rule_mma)": delta_rule_mma.chunked,
+               "3xtf32 (delta_rule_mma)": lambda *a: delta_rule_mma.chunked(*a, split=True)}
+    rows = []
+    for label, fn in kernels.items():
+        S = S0.copy()
+        fn(q, k, v, g, beta, S, dk ** -0.5, stream)
+        start, stop, times = cupy.cuda.Event(), cupy.cuda.Event(), []
+        for _ in range(REPEATS):
+            start.record(stream)
+            fn(q, k, v, g, beta, S, dk ** -0.5, stream)
+            stop.record(stream)
+            stop.synchronize()
+            times.append(cupy.cuda.get_elapsed_time(start, stop))
+        rows.append((label, statistics.median(times)))
+    return rows
+
+
 def format_table(rows):
     """Markdown table of bench_kernels() rows."""
     lines = ["| type | shape | kernel | us | GB/s | % of copy |", "| --- | --- | --- | ---: | ---: | ---: |"]
@@ -212,8 +247,14 @@ if __name__ == "__main__":
     p.add_argument("types", nargs="*")
     p.add_argument("--json")
     p.add_argument("--no-numba", action="store_true")
+    p.add_argument("--delta-rule", type=int, metavar="T",
+                   help="time the chunked delta rule over T tokens (qwen3next-80B's heads) instead")
     a = p.parse_args()
     logging.basicConfig(level=logging.INFO)
+    if a.delta_rule:
+        for label, ms in delta_rule_timings(a.delta_rule):
+            print(f"delta rule T={a.delta_rule}: {label}: {ms:.3f} ms")  # noqa: T201 - command-line entry point
+        raise SystemExit(0)
     result = bench_kernels(a.types or None, numba_variants=not a.no_numba)
     if a.json:
         with open(a.json, "w") as f:

@@ -38,6 +38,9 @@ class BackendConfig:
     # shared expert's gate in one, and one captured graph per stage with recurrent layers or a
     # shared expert (off until tests/test_qwen3next_gpu.py's graphed-decode tests pass on a GPU)
     hybrid_graphs: bool = False
+    # qwen3next's prefill: the chunked delta rule's products on tensor cores (kernels/delta_rule_mma.py),
+    # "tf32" or "3xtf32" (fp32's precision), instead of fp32 CUDA cores (off until measured on a GPU)
+    delta_rule_mma: str = "off"
     # Experts kept in host RAM (--experts host)
     expert_prefetch: bool = True      # copy the next layer's experts during this layer's compute
     expert_device_cache: bool = True  # decode's expert cache managed on the device (graph-safe)
@@ -58,8 +61,15 @@ class BackendConfig:
         return dataclasses.replace(self, **changes)
 
 
+CHOICES = {"delta_rule_mma": ("off", "tf32", "3xtf32")}   # str settings with a fixed set of values
+
+
 def _parse(key, value, current):
     low = value.lower()
+    if key in CHOICES:
+        if low not in CHOICES[key]:
+            raise LiteError(f"--config: {key} takes one of {', '.join(CHOICES[key])}, got {value!r}")
+        return low
     if isinstance(current, bool) or current is None:
         if low in ("1", "on", "true", "yes"):
             return True

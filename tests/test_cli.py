@@ -412,6 +412,7 @@ def test_bench_config_reaches_the_engine(capsys, tiny, monkeypatch):
 @pytest.mark.parametrize("setting,needle", [
     ("nonsense=1", "unknown setting 'nonsense=1'"), ("pdl=maybe", "pdl takes on or off"),
     ("expert_full_layer=many", "expert_full_layer takes a int"), ("pdl", "unknown setting 'pdl'"),
+    ("delta_rule_mma=on", "delta_rule_mma takes one of off, tf32, 3xtf32"),
 ])
 def test_bench_config_bad_setting_is_one_line(capsys, tiny, setting, needle):
     rc, out, err = cli(capsys, "bench", tiny, "-p", "8", "-n", "2", "-r", "1", "--device", "cpu",

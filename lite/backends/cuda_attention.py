@@ -11,6 +11,8 @@ __init__.
 """
 import numpy as np
 
+from lite.backend_config import CHOICES
+
 
 ATTN_SCRATCH_BYTES = 2 << 30      # scores + probabilities of the heads attended at once
 
@@ -242,9 +244,17 @@ class CUDARecurrent:
 
     def delta_rule(self, q, k, v, g, beta, state, scale):
         """The gated delta rule over a chunk: the recurrence for one token (decode), the chunked
-        form for more; state (Hv, dk, dv) updated in place. -> (T, Hv, dv)."""
+        form for more (on the tensor cores with BackendConfig.delta_rule_mma, where the head dims
+        allow); state (Hv, dk, dv) updated in place. -> (T, Hv, dv)."""
         dr = _dr()
         step = dr.decode if q.shape[0] == 1 else dr.chunked
+        mode = self.config.delta_rule_mma
+        if mode not in CHOICES["delta_rule_mma"]:
+            raise ValueError(f"delta_rule_mma {mode!r}: expected one of {', '.join(CHOICES['delta_rule_mma'])}")
+        if step is dr.chunked and mode != "off":
+            from lite.kernels import delta_rule_mma
+            if delta_rule_mma.supports(state.shape[1], state.shape[2]):
+                return delta_rule_mma.chunked(q, k, v, g, beta, state, scale, self.stream, split=mode == "3xtf32")
         return step(q, k, v, g, beta, state, scale, self.stream)
 
     @property
