@@ -30,7 +30,7 @@
 # --config settings for every run), DEVICE (cuda; cpu skips the GPU-only steps with a line), DIR (/tmp),
 # OUT (logs, JSON rows, kernels.md, table.md; default $DIR/qwen3next_bench), LLAMA_BENCH (the
 # binary), LLAMA_WAIT (seconds to wait for it to appear, while it builds in the background; 0), NCMOE
-# (48), STEPS (`tests lite profile llama`: a subset splits the work over calls; each call's table
+# (48), STEPS (`tests decode prefill host profile llama`: a subset splits the work over calls; each call's table
 # holds what it measured).
 set -u
 
@@ -114,7 +114,7 @@ qwen3next() {
     L="python3 -m lite.cli.main"
     f="$DIR/qwen3next-$PRESET-$QUANT.gguf"
     gpu=""; [ "$DEVICE" = cuda ] && gpu=1
-    STEPS=${STEPS:-tests lite profile llama}
+    STEPS=${STEPS:-tests decode prefill host profile llama}
     want() { case " $STEPS " in *" $1 "*) ;; *) echo "== $1: skipped (not in STEPS)"; return 1 ;; esac; }
     [ -n "$gpu" ] && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
     synth=""
@@ -151,12 +151,12 @@ for r in json.load(open(sys.argv[1])): print(f\"   {r['test']:>14s} {r['tok_s']:
         fi
     }
     cfg=${CONFIG:+--config $CONFIG}; hyb=${CONFIG:+$CONFIG,}hybrid_graphs
-    want lite && {
+    want decode && {
     lb decode-off -p "$PROMPT" -n "$NGEN" --experts gpu --config "$hyb=off"
     lb decode-on -p "$PROMPT" -n "$NGEN" --experts gpu --config "$hyb=on"
-    lb prefill -p "$PROMPT,$LONG" -n 0 --experts gpu $cfg
-    lb host -p "$LONG" -n "$NGEN" --experts host --expert-cache 25% --verbose $cfg
     }
+    want prefill && lb prefill -p "$PROMPT,$LONG" -n 0 --experts gpu $cfg
+    want host && lb host -p "$LONG" -n "$NGEN" --experts host --expert-cache 25% --verbose $cfg
 
     hyb=$hyb=on
     if ! want profile; then
