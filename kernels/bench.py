@@ -1,5 +1,6 @@
 """Kernel benchmark: dequantize and fused matvec bandwidth per quant type, beside device copy;
-and the chunked delta rule's kernels (`python3 -m lite.kernels.bench --delta-rule 8192`).
+the chunked delta rule's kernels (`python3 -m lite.kernels.bench --delta-rule 8192`) and the flash
+prefill attention's (`--flash-attn 8192`: ms and TFLOP/s at head dims 128 and 256).
 
     rows = bench_kernels(["Q4_K", "Q6_K"])
     print(format_table(rows))
@@ -231,6 +232,38 @@ def delta_rule_timings(T=8192, Hk=16, Hv=32, dk=128, dv=128):
     return rows
 
 
+# (label, head dim, query heads, KV heads): the 8B's attention and qwen3next-80B's gated attention
+FLASH_SHAPES = (("8B", 128, 32, 8), ("qwen3next-80B", 256, 16, 2))
+
+
+def flash_timings(T=8192):
+    """(label, ms, TFLOP/s) of one causal prefill of T tokens from position 0 through
+    kernels/flash_attention.py at FLASH_SHAPES (median of REPEATS after a warm-up call); FLOPs are
+    the two products over the unmasked query-key pairs, 4 D H T (T + 1) / 2."""
+    import cupy
+    from lite.kernels.flash_attention import flash_prefill
+    rng = np.random.default_rng(0)
+    stream = cupy.cuda.Stream(non_blocking=True)
+    rows = []
+    for label, D, H, Hkv in FLASH_SHAPES:
+        with stream:
+            q = cupy.asarray(rng.standard_normal((T, H, D)), np.float32)
+            K = cupy.asarray(rng.standard_normal((Hkv, T, D)) * 0.5, np.float16)
+            V = cupy.asarray(rng.standard_normal((Hkv, T, D)), np.float16)
+        run = lambda: flash_prefill(q, K, V, 0, 0, D ** -0.5, stream)   # noqa: E731
+        run()
+        start, stop, times = cupy.cuda.Event(), cupy.cuda.Event(), []
+        for _ in range(REPEATS):
+            start.record(stream)
+            run()
+            stop.record(stream)
+            stop.synchronize()
+            times.append(cupy.cuda.get_elapsed_time(start, stop))
+        ms = statistics.median(times)
+        rows.append((f"{label} (D={D}, {H}/{Hkv} heads)", ms, 4 * D * H * T * (T + 1) / 2 / ms / 1e9))
+    return rows
+
+
 def format_table(rows):
     """Markdown table of bench_kernels() rows."""
     lines = ["| type | shape | kernel | us | GB/s | % of copy |", "| --- | --- | --- | ---: | ---: | ---: |"]
@@ -249,8 +282,14 @@ if __name__ == "__main__":
     p.add_argument("--no-numba", action="store_true")
     p.add_argument("--delta-rule", type=int, metavar="T",
                    help="time the chunked delta rule over T tokens (qwen3next-80B's heads) instead")
+    p.add_argument("--flash-attn", type=int, metavar="T",
+                   help="time the flash prefill attention over T tokens (the 8B's and qwen3next-80B's heads) instead")
     a = p.parse_args()
     logging.basicConfig(level=logging.INFO)
+    if a.flash_attn:
+        for label, ms, tflops in flash_timings(a.flash_attn):
+            print(f"flash attention T={a.flash_attn}: {label}: {ms:.3f} ms, {tflops:.1f} TFLOP/s")  # noqa: T201
+        raise SystemExit(0)
     if a.delta_rule:
         for label, ms in delta_rule_timings(a.delta_rule):
             print(f"delta rule T={a.delta_rule}: {label}: {ms:.3f} ms")  # noqa: T201 - command-line entry point

@@ -10,9 +10,10 @@ Here scores never leave registers.
 One CTA = BM query rows (BM/16 warps of 16 rows; BM by head dim in TILE) of one head. The CTAs of
 the heads that share a KV head run next to each other, so they read the same K/V tiles while those
 are in L2; the last query tiles (the ones that attend to the most keys, when causal) start first.
-Per tile of 64 keys, staged in shared memory by cp.async (double-buffered: the next tile loads while
-this one is used):
-  S = Q K^T   mma.sync, Q fragments held in registers for the whole kernel, K by ldmatrix;
+Per tile of keys (64; 32 at D = 256), staged in shared memory by cp.async (double-buffered: the
+next tile loads while this one is used):
+  S = Q K^T   mma.sync, Q fragments held in registers for the whole kernel (at D = 256 read from
+              shared memory by ldmatrix), K by ldmatrix;
   mask        causal from pos0 (the chunk sees the whole cache before it) and the sliding window,
               only on tiles that cross a mask edge;
   softmax     online, in the m16n8 accumulator layout (a thread holds rows lane/4 and lane/4+8,
@@ -21,48 +22,65 @@ this one is used):
   O += P V    P repacked from the S accumulators straight into A fragments (fp16), V by
               ldmatrix.trans, O in fp32 registers rescaled by exp2(m_old - m_new).
 Shapes: q (T, H, D) f32; K/V caches (Hkv, S_max, D) f16, positions 0..pos0+T-1 used; out (T, H, D)
-f32. D = Dv = 64 or 128 (other head dims, e.g. 256, take the materialized path). An int8 KV cache is
-served through the fp16 copy of its first S positions that the backend makes anyway.
-The CUDA C is kernels/cuda/flash_attention.cu; tests/test_flash_attn.py holds a NumPy twin of its
-fragment layouts (CPU CI). The CUDA backend's default prefill attention where the head dim allows
-(BackendConfig.flash_attention).
+f32. D = Dv = 64, 128 or 256 (other head dims take the materialized path); at 256 Q's fragments
+are read from shared memory each tile instead of held in registers (TILE says why). An int8 KV
+cache is served through the fp16 copy of its first S positions that the backend makes anyway.
+The CUDA C is kernels/cuda/flash_attention.cu (its PTX in flash_attention_ptx.cuh);
+tests/test_flash_attn_emulated.py runs it under the host CUDA C emulator, tests/test_flash_attn.py
+holds a NumPy twin of its D <= 128 fragment layouts (CPU CI). The CUDA backend's default prefill
+attention where the head dim allows (BackendConfig.flash_attention; D = 256 also needs
+BackendConfig.flash_attention_256).
 """
 from collections import namedtuple
 
 import numpy as np
 
-from lite.kernels.cuda_source import source
+from lite.kernels.cuda_source import current_device, source
 
-BN = 64                                                # keys a tile (the kernel's BN)
 LOG2E = 1.4426950408889634
-# Query rows a CTA (16 a warp: BM) and CTAs an SM it is compiled to fit (__launch_bounds__: the
-# register cap, MIN_CTAS), by head dim: the shapes measured fastest on the H200 (at D=128 one CTA of
-# 128 rows, 230 registers; at D=64 three of 64 rows, 166 registers, no spills).
-Tile = namedtuple("Tile", "rows min_ctas")
-TILE = {64: Tile(rows=64, min_ctas=3), 128: Tile(rows=128, min_ctas=1)}
+# By head dim: query rows a CTA (16 a warp), keys a tile, CTAs an SM it is compiled to fit
+# (__launch_bounds__: the register cap), and whether Q's fragments live in shared memory.
+# D=64 and 128: the shapes measured fastest on the H200 (at D=128 one CTA of 128 rows, 230
+# registers; at D=64 three of 64 rows, 166 registers, no spills).
+# D=256: O alone is 128 registers a thread, so Q moves to shared memory (as FlashAttention-2 does)
+# and the tile is 64 rows by 32 keys, whose 99 KiB (Q plus double-buffered K and V) let two CTAs
+# share an H100/H200 SM (FlashAttention-2's 64-row choice there) and still fit sm_86's opt-in limit.
+Tile = namedtuple("Tile", "rows keys min_ctas q_smem")
+TILE = {64: Tile(rows=64, keys=64, min_ctas=3, q_smem=False),
+        128: Tile(rows=128, keys=64, min_ctas=1, q_smem=False),
+        256: Tile(rows=64, keys=32, min_ctas=2, q_smem=True)}
 _kernels = {}
+
+
+def smem_bytes(D, bm=None):
+    """Dynamic shared bytes: K and V (two stages of the tile's keys), and Q where it lives there;
+    rows padded by 8 halves."""
+    tile = TILE[D]
+    rows = 2 * 2 * tile.keys + (bm or tile.rows) * tile.q_smem
+    return rows * (D + 8) * 2
 
 
 def kernel_source(D, bm, min_ctas):
     """The text NVRTC compiles: kernels/cuda/flash_attention.cu for head dim D, bm query rows a CTA
     and min_ctas CTAs an SM."""
-    return source("flash_attention.cu", defines={"D": D, "BM": bm, "MIN_CTAS": min_ctas})
-
-
-def smem_bytes(D):
-    return 2 * 2 * BN * (D + 8) * 2                    # K and V, two stages, padded rows
+    tile = TILE[D]
+    return source("flash_attention.cu", defines={
+        "D": D, "BM": bm, "BN": tile.keys, "MIN_CTAS": min_ctas, "Q_SMEM": int(tile.q_smem),
+        "FA_SMEM": smem_bytes(D, bm)})
 
 
 def supported(D, Dv):
-    return D == Dv and D in (64, 128)
+    """Head dims the kernel takes (the backend gates 256 behind BackendConfig.flash_attention_256)."""
+    return D == Dv and D in TILE
 
 
 def _kernel(D, bm, min_ctas):
     import cupy as cp
-    key = (cp.cuda.Device().id, D, bm, min_ctas)
+    key = (current_device(cp), D, bm, min_ctas)
     if key not in _kernels:
-        k = cp.RawKernel(kernel_source(D, bm, min_ctas), "flash_fwd", options=("--std=c++17",))
-        k.max_dynamic_shared_size_bytes = smem_bytes(D)
+        module = cp.RawModule(code=kernel_source(D, bm, min_ctas), options=("--std=c++17",))
+        k = module.get_function("flash_fwd")
+        k.max_dynamic_shared_size_bytes = smem_bytes(D, bm)
         _kernels[key] = k
     return _kernels[key]
 
@@ -74,8 +92,8 @@ def flash_prefill(q, K, V, pos0, window, scale, stream, bm=None, min_ctas=None):
     T, H, D = q.shape
     Hkv, S_max, Dv = V.shape
     if not supported(D, Dv) or K.shape != V.shape or H % Hkv:
-        raise ValueError(f"flash prefill needs D = Dv in (64, 128) and H a multiple of Hkv, got "
-                         f"q {q.shape}, K {K.shape}, V {V.shape}")
+        raise ValueError(f"flash prefill needs D = Dv in {tuple(TILE)} and H a multiple of Hkv, "
+                         f"got q {q.shape}, K {K.shape}, V {V.shape}")
     if pos0 + T > S_max:
         raise ValueError(f"positions up to {pos0 + T} past the cache's {S_max}")
     tile = TILE[D]
@@ -86,5 +104,6 @@ def flash_prefill(q, K, V, pos0, window, scale, stream, bm=None, min_ctas=None):
     args = (cp.ascontiguousarray(q, dtype=np.float32), cp.ascontiguousarray(K),
             cp.ascontiguousarray(V), out, np.int32(T), np.int32(H), np.int32(Hkv), np.int32(S_max),
             np.int64(pos0), np.int32(window), np.float32(scale * LOG2E))
-    _kernel(D, bm, min_ctas)(grid, (bm // 16 * 32,), args, shared_mem=smem_bytes(D), stream=stream)
+    _kernel(D, bm, min_ctas)(grid, (bm // 16 * 32,), args, shared_mem=smem_bytes(D, bm),
+                             stream=stream)
     return out

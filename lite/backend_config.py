@@ -32,6 +32,9 @@ class BackendConfig:
     graph_io: bool = True             # decode graph's token, position and logits through pinned buffers
     gate_up_interleave: bool = True   # [gate; up] stored with rows alternating
     flash_attention: bool = True      # one-pass prefill attention where the head dim allows
+    # ... at head dim 256 too (qwen3next's gated attention, gemma3), Q's fragments from shared memory
+    # (off until tests/test_flash_attn.py's D = 256 cases pass on a GPU)
+    flash_attention_256: bool = False
     moe_gated: bool = True            # MoE decode's gate, up and activation in one launch
     iq3_layout: str = "bands16"       # IQ3_XXS on the GPU: "bands16" (tensor cores), "groups4", "file"
     # qwen3next's decode: a recurrent layer's conv, norms, gates and delta rule in one launch, the

@@ -2,12 +2,14 @@
 
 CPU CI: its NumPy twin (flash_fwd at the end of this file: the kernel's fragment and mask
 arithmetic over NumPy models of mma.sync and ldmatrix) against a float64 attention. On a GPU: the kernel itself
-against the same reference, and the engine with it against the engine with the materialized path."""
+against the same reference (head dim 256 too), and the engine with it against the engine with the
+materialized path. The kernel itself also runs on the CPU: tests/test_flash_attn_emulated.py."""
 import numpy as np
 import pytest
 
 from lite.backend_config import BackendConfig
 from lite.backends import cuda_unavailable_reason
+from lite.backends.cuda_attention import CUDAAttention
 from lite.engine import Engine
 from lite.synth import synth
 
@@ -91,8 +93,46 @@ def test_flash_prefill_long_context(bm):
         np.testing.assert_allclose(got, reference(q, K, V, 3000, window, scale), rtol=1e-2, atol=1e-2)
 
 
-@pytest.fixture(scope="module", params=[("llama", "Q4_K"), ("qwen3", "Q6_K")],
-                ids=lambda p: f"{p[0]}-{p[1]}")        # head dims 64 and 128
+# head dim 256 (Q's fragments from shared memory, 32-key tiles): qwen3next's gated attention
+# (GQA 16/2) after a long prefix, gemma3's (2/1, 4/1) with its local window, partial tiles
+CASES_256 = [(256, 70, 4, 2, 50, 0), (256, 45, 4, 1, 100, 45), (256, 20, 2, 1, 7, 500),
+             (256, 300, 16, 2, 3000, 0), (256, 130, 2, 1, 600, 512)]
+
+
+@needs_gpu
+@pytest.mark.parametrize("bm", ROWS)
+@pytest.mark.parametrize("case", CASES_256, ids=lambda c: CASE_ID(*c))
+def test_flash_prefill_256_matches_reference(case, bm):
+    import cupy as cp
+    from lite.kernels.flash_attention import flash_prefill
+    D, T, H, Hkv, pos0, window = case
+    q, K, V = make_inputs(D, T, H, Hkv, pos0, seed=11)
+    scale = 1 / np.sqrt(D)
+    got = flash_prefill(cp.asarray(q), cp.asarray(K), cp.asarray(V), pos0, window, scale,
+                        cp.cuda.Stream.null, bm=bm).get()
+    # P rounded to fp16 moves an output by about 2^-11 max|V| (tests/test_flash_attn_emulated.py)
+    atol = 2.0 ** -10 * float(np.abs(V[:, :pos0 + T]).max())
+    np.testing.assert_allclose(got, reference(q, K, V, pos0, window, scale), rtol=0, atol=atol)
+
+
+class _Backend(CUDAAttention):                       # the mixin's routing, no device behind it
+    def __init__(self, **settings):
+        self.config = BackendConfig(**settings)
+
+
+@pytest.mark.parametrize("settings,takes", [
+    ({}, {64: True, 128: True, 256: False, 96: False}),
+    ({"flash_attention_256": True}, {64: True, 128: True, 256: True, 96: False}),
+    ({"flash_attention": False, "flash_attention_256": True}, {64: False, 128: False, 256: False}),
+])
+def test_backend_routes_head_dims(settings, takes):
+    """Head dim 256 reaches the kernel only with flash_attention_256 on (and flash_attention)."""
+    backend = _Backend(**settings)
+    assert {D: backend.flash_prefill_takes(D, D) for D in takes} == takes
+
+
+@pytest.fixture(scope="module", params=[("llama", "Q4_K"), ("qwen3", "Q6_K"), ("gemma3", "Q4_K")],
+                ids=lambda p: f"{p[0]}-{p[1]}")        # head dims 64, 128 and 256
 def synth_model(request, tmp_path_factory):
     arch, quant = request.param
     path = tmp_path_factory.mktemp("synth") / f"{arch}-{quant}.gguf"
@@ -103,12 +143,14 @@ def synth_model(request, tmp_path_factory):
 @needs_gpu
 @pytest.mark.parametrize("kv", ["f16", "int8"])
 def test_flash_prefill_in_the_engine(synth_model, kv):
+    """The flash kernel (head dim 256 with flash_attention_256) = the materialized path, through
+    the f16 cache and the int8 one's f16 copy; gemma3's local layers exercise its window."""
     ids = list(range(3, 150))
     plain = Engine(synth_model, device="cuda", max_context=256, prefill_chunk=64, kv=kv,
                    config=BackendConfig(flash_attention=False))
     want = plain.prefill(ids, all_logits=True)
     flash = Engine(synth_model, device="cuda", max_context=256, prefill_chunk=64, kv=kv,
-                   config=BackendConfig(flash_attention=True))
+                   config=BackendConfig(flash_attention=True, flash_attention_256=True))
     got = flash.prefill(ids, all_logits=True)
     np.testing.assert_allclose(got, want, rtol=1e-2, atol=1e-2 * np.abs(want).max())
 

@@ -1,60 +1,21 @@
 // One-pass prefill attention on tensor cores (kernels/flash_attention.py says how). Set by the
-// launcher: D (head dim), BM (query rows a CTA), MIN_CTAS (CTAs an SM: the register cap).
+// launcher: D (head dim), BM (query rows a CTA), BN (keys a tile), MIN_CTAS (CTAs an SM: the
+// register cap), Q_SMEM (1: Q's fragments read from shared memory each tile, not held in
+// registers), FA_SMEM (the dynamic shared bytes).
 #include <cuda_fp16.h>
-
 
 #define WARPS (BM / 16)            // a warp owns 16 query rows
 #define THREADS (WARPS * 32)
-#define BN 64                      // keys a tile
 #define KS (D + 8)                 // shared row stride in halves: the 8 rows an ldmatrix reads
                                    // start 16 bytes apart in bank terms, so no bank conflicts
 #define NEG_INF (-__int_as_float(0x7f800000))
 
-__device__ __forceinline__ unsigned pack_half2(float lo, float hi) {
-    __half2 h = __floats2half2_rn(lo, hi);             // lo in the low 16 bits: the lower column
-    return *reinterpret_cast<unsigned*>(&h);
-}
-
-__device__ __forceinline__ void mma_16816(float* c, const unsigned* a, unsigned b0, unsigned b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// a shared-memory address for PTX (inline PTX rather than __cvta_generic_to_shared: no header)
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-    unsigned a;
-    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
-    return a;
-}
-
-__device__ __forceinline__ void ldmatrix_x4(unsigned* r, const __half* p) {
-    unsigned a = smem_addr(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a) : "memory");
-}
-
-__device__ __forceinline__ void ldmatrix_x4_trans(unsigned* r, const __half* p) {
-    unsigned a = smem_addr(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a) : "memory");
-}
-
-// 16 bytes global -> shared without passing through registers; zero-filled when !valid
-__device__ __forceinline__ void cp_async_16(__half* dst, const __half* src, bool valid) {
-    unsigned d = smem_addr(dst);
-    int n = valid ? 16 : 0;
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(d), "l"(src), "r"(n)
-                 : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-__device__ __forceinline__ void cp_async_wait_1() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
+#include "flash_attention_ptx.cuh"
 
 extern "C" __global__ void __launch_bounds__(THREADS, MIN_CTAS) flash_fwd(const float* __restrict__ q,
         const __half* __restrict__ K, const __half* __restrict__ V, float* __restrict__ out,
         int T, int H, int Hkv, int S_max, long long pos0, int window, float scale_log2) {
-    extern __shared__ __align__(16) unsigned char smem[];
+    FA_DYN_SMEM(smem);
     __half* Ks = (__half*)smem;                        // 2 stages x BN x KS
     __half* Vs = Ks + 2 * BN * KS;                     // 2 stages x BN x KS
     const int G = H / Hkv, n_qt = (T + BM - 1) / BM;
@@ -68,6 +29,17 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_CTAS) flash_fwd(const 
     const int r0 = t0 + warp * 16 + g, r1 = r0 + 8;    // this thread's two query rows
     const int qp0 = p0 + r0, qp1 = p0 + r1;            // and their positions
 
+#if Q_SMEM
+    // Q (BM x D, fp16) in shared memory, its A fragments read by ldmatrix for each tile's S: at
+    // D = 256 they would take 64 registers beside O's 128 (FlashAttention-2 keeps Q there too)
+    __half* Qs = Vs + 2 * BN * KS;                     // BM x KS
+    for (int i = tid; i < BM * D / 2; i += THREADS) {
+        const int r = i / (D / 2), c = (i % (D / 2)) * 2, t = t0 + r;
+        float2 x = make_float2(0.f, 0.f);              // rows past the chunk: zeros
+        if (t < T) x = *reinterpret_cast<const float2*>(q + ((long long)t * H + h) * D + c);
+        *reinterpret_cast<unsigned*>(Qs + r * KS + c) = pack_half2(x.x, x.y);
+    }                                                  // (visible after the loop's first barrier)
+#else
     // Q as A fragments (fp16), the whole kernel long: regs {row g, k 2tg..}, {g+8, 2tg..},
     // {g, 2tg+8..}, {g+8, 2tg+8..} of each 16-wide slice of D
     unsigned qa[D / 16][4];
@@ -83,6 +55,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_CTAS) flash_fwd(const 
             qa[kk][3] = r1 < T ? pack_half2(q1[c + 8], q1[c + 9]) : 0u;
         }
     }
+#endif
     float o[D / 8][4];
     #pragma unroll
     for (int n = 0; n < D / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
@@ -128,12 +101,19 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_CTAS) flash_fwd(const 
         for (int n = 0; n < BN / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
         #pragma unroll
         for (int kk = 0; kk < D / 16; ++kk) {
+#if Q_SMEM
+            // matrices (rows +0, dims +0), (rows +8, dims +0), (rows +0, dims +8), (rows +8, dims +8)
+            unsigned qk[4];
+            ldmatrix_x4(qk, Qs + (warp * 16 + (mi & 1) * 8 + mr) * KS + kk * 16 + (mi >> 1) * 8);
+#else
+            const unsigned* qk = qa[kk];
+#endif
             #pragma unroll
             for (int np = 0; np < BN / 16; ++np) {
                 unsigned b[4];
                 ldmatrix_x4(b, ks + (np * 16 + (mi >> 1) * 8 + mr) * KS + kk * 16 + (mi & 1) * 8);
-                mma_16816(s[2 * np], qa[kk], b[0], b[1]);
-                mma_16816(s[2 * np + 1], qa[kk], b[2], b[3]);
+                mma_16816(s[2 * np], qk, b[0], b[1]);
+                mma_16816(s[2 * np + 1], qk, b[2], b[3]);
             }
         }
 

@@ -45,11 +45,12 @@ class CUDAAttention:
 
     def attention(self, kv, il, q, k, v, pos0, scale, window=0):
         """A chunk of T queries against the cache up to pos0+T, on tensor cores (one token: the decode
-        path below). Head dims 64 and 128 (with BackendConfig.flash_attention): one flash-attention
-        kernel, kernels/flash_attention.py. Else, the materialized path (every head dim): per KV head,
-        scores (G*T, S) = Q K^T (fp16 in, fp32 out), masked softmax to fp16 probabilities, then
-        P V (fp16 in, fp32 out), heads batched in groups whose scores fit ATTN_SCRATCH_BYTES, so a
-        chunk x context score matrix never exists for all heads at once."""
+        path below). Head dims 64 and 128 (with BackendConfig.flash_attention), and 256 (with
+        flash_attention_256 too): one flash-attention kernel, kernels/flash_attention.py. Else,
+        the materialized path (every head dim): per KV head, scores (G*T, S) = Q K^T (fp16 in,
+        fp32 out), masked softmax to fp16 probabilities, then P V (fp16 in, fp32 out), heads
+        batched in groups whose scores fit ATTN_SCRATCH_BYTES, so a chunk x context score matrix
+        never exists for all heads at once."""
         cp = self.cp
         T, H, D = q.shape
         if T == 1:
@@ -61,7 +62,7 @@ class CUDAAttention:
         else:
             K, V = (a.astype(np.float16) for a in kv.read(il, S))
         from lite.kernels import flash_attention
-        if self.config.flash_attention and flash_attention.supported(D, V.shape[2]):  # int8: copied
+        if self.flash_prefill_takes(D, V.shape[2]):    # int8: through the f16 copy above
             out = flash_attention.flash_prefill(q, K, V, pos0, window, scale, self.stream)
             return out.reshape(T, -1)
         Hkv, s_stride, Dv = V.shape[0], V.shape[1], V.shape[2]
@@ -70,7 +71,8 @@ class CUDAAttention:
         # q and the probabilities each go in as two fp16 halves (x = hi + lo, lo = fp16(x - hi)):
         # four GEMMs instead of two, but scores and weights then carry ~fp32 precision. One fp16
         # rounding of q and P moved Gemma 3 logits by up to 1.4 at a position with sharp attention
-        # (CPU emulation reproduces it); this path serves head dims flash does not (Gemma's 256).
+        # (CPU emulation reproduces it); this path serves head dims flash does not (Gemma's 256
+        # unless flash_attention_256: the flash kernel rounds q and P to fp16 once).
         qf = cp.ascontiguousarray(q.reshape(T, Hkv, G, D).transpose(1, 2, 0, 3))
         q16 = qf.astype(np.float16)
         q16_lo = (qf - q16).astype(np.float16)
@@ -96,6 +98,14 @@ class CUDAAttention:
                              out[h0:h0 + nb], 0, Dv, rows * Dv, nb, beta=beta)
         o = out.reshape(Hkv, G, T, Dv).transpose(2, 0, 1, 3)
         return cp.ascontiguousarray(o).reshape(T, H * Dv)
+
+    def flash_prefill_takes(self, D, Dv):
+        """Whether a prefill chunk's attention at head dims D, Dv runs the flash kernel: with
+        BackendConfig.flash_attention where the kernel takes them, head dim 256 only with
+        BackendConfig.flash_attention_256 too."""
+        from lite.kernels.flash_attention import supported
+        return (self.config.flash_attention and supported(D, Dv)
+                and (D <= 128 or self.config.flash_attention_256))
 
     def _attention_decode(self, kv, il, q, k, v, scale, window):
         """One token: norm and rotate q and k, store k, v at pos_dev, attend over 0..pos_dev; two
