@@ -3,6 +3,7 @@ through tests/cuda_c_emulator.py (the mma fragments emulated lane by lane), agai
 dequantize. Bound: W times quantized x is within fp32 rounding of the product (1e-5 of |x| @ |W|), and
 quantized x within max |x| of its run of 32 / 64,516 of x (kernels/batched_mma.py's docstring), so
 |out - x @ W.T| <= 1e-5 |x| @ |W| + |W| @ e. The GPU twin at full size: tests/test_batched_mma_gpu.py."""
+import contextlib
 import types
 
 import numpy as np
@@ -201,3 +202,37 @@ def test_graph_rows_counts_the_fused_groups():
     assert be.graph_rows() == SPLIT_MAX_TOKENS
     be.fused[pair] = (types.SimpleNamespace(qtype="IQ3_XXS_B16", shape=(8192, 4096)), [4096, 4096], True)
     assert be.graph_rows() == batched_mma.MAX_ROWS
+
+
+# --- MoE stages (lite/backends/cuda_moe.py moe_graph_rows): the router's kernel and the sorted products ---
+
+def test_moe_steps_graph_up_to_64_rows_with_the_experts_on_the_device():
+    from lite.backends.cuda_linear import SPLIT_MAX_TOKENS
+    from lite.backends.cuda_moe import FUSED_MAX_TOKENS
+    from lite.paged_cuda import max_rows
+    from lite.stage import Stage, StageSpec
+    st = object.__new__(Stage)
+    st.spec, st.use_graphs = StageSpec(range(0, 1), True, True), True
+    st.cfg = types.SimpleNamespace(is_moe=True, is_recurrent_layer=lambda il: False)
+    off_device = _backend(["Q4_K"], batched_mma=True)
+    off_device.host_experts = object()            # experts off the device: the host reads their ids past decode
+    for be, rows in [(_backend(["Q4_K"], batched_mma=True), 64),
+                     (_backend(["Q4_K"]), FUSED_MAX_TOKENS),      # only with the switch
+                     (_backend(["Q4_K", "IQ2_XXS"], batched_mma=True), SPLIT_MAX_TOKENS),   # 8-row matvecs
+                     (off_device, FUSED_MAX_TOKENS)]:
+        st.ops = be
+        assert be.moe_graph_rows() == rows and max_rows(st, 256) == rows and max_rows(st, 4) == 4
+
+
+def test_the_router_takes_its_kernel_up_to_64_rows(monkeypatch):
+    """Its logits by moe_logits (capturable), not cuBLAS's h @ W.T, for every row count a graph may take."""
+    from lite.backends import cuda_moe
+    calls = []
+    monkeypatch.setattr(cuda_moe.mk, "logits", lambda h, w, out, pdl=False: calls.append(h.shape[0]))
+    monkeypatch.setattr(cuda_moe.mk, "topk", lambda *a, **k: None)
+    be = _backend([])
+    be.cp, be.stream, be.pdl = np, contextlib.nullcontext(), False
+    be.w["r"] = types.SimpleNamespace(qtype="F32", shape=(8, 64), data=np.ones((8, 64), np.float32))
+    for T in (1, 9, 64, 65):
+        be.moe_route(np.ones((T, 64), np.float32), "r", 2, True)
+    assert calls == [1, 9, 64]
