@@ -1,10 +1,12 @@
-"""Batched products on the tensor cores: out = x @ W.T for 9 to 256 rows of x over Q4_K, Q6_K and Q8_0 weights,
+"""Batched products on the tensor cores: out = x @ W.T for 9 to 256 rows of x over Q4_K, Q5_K, Q6_K, Q8_0, IQ4_XS
+and IQ3_XXS weights (the latter in each GPU layout: the file's, IQ3_XXS_G4, IQ3_XXS_B16),
 each weight tile dequantized once per 32 rows of x (the rest of x's rows find it in L2), no cuBLAS and no host
 synchronization, so a server step of up to MAX_ROWS rows can be captured in a CUDA graph (lite/paged_cuda.py).
 As llama.cpp's MMQ: the weights dequantized inside the kernel into int8 tiles with their scales, x quantized to
 int8, `mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32` (Q6_K: m16n8k16, its scales go by 16 weights), fp32
 sums of the scaled int32 products. CUDA C: kernels/cuda/batched_mma.cu (the product),
-batched_mma_common.cuh (the mma, its host emulation, the x quantizer), batched_mma_weights.cuh (the types).
+batched_mma_common.cuh (the mma, its host emulation, the x quantizer), batched_mma_weights.cuh (the K types and
+Q8_0), batched_mma_iq.cuh (the IQ types).
 
 x in two int8 parts, as kernels/matvec_q8.py's x quantizer: a run takes a = max |x|, t = x 127 / a,
 hi = rint(t), lo = rint((t - hi) 254), x = d (254 hi + lo) with d = a / (127 254), off by at most a / 64,516;
@@ -21,12 +23,17 @@ import numpy as np
 
 from lite.kernels.cuda_source import source
 
-STRUCTS = {"Q4_K": "BmmaQ4K", "Q6_K": "BmmaQ6K", "Q8_0": "BmmaQ80"}
+# a weight's type as the GPU backend holds it at product time (kernels/gpu_layout.py: IQ3_XXS in one of its
+# three layouts) -> the struct that dequantizes its tiles
+STRUCTS = {"Q4_K": "BmmaQ4K", "Q5_K": "BmmaQ5K", "Q6_K": "BmmaQ6K", "Q8_0": "BmmaQ80", "IQ4_XS": "BmmaIq4Xs",
+           "IQ3_XXS": "BmmaIq3Xxs", "IQ3_XXS_G4": "BmmaIq3XxsGroups4", "IQ3_XXS_B16": "BmmaIq3XxsBands16"}
 TYPES = tuple(STRUCTS)
+COLS = {"IQ3_XXS_G4": 1024}        # the columns a row must be a multiple of, where more than K_STEP
 MIN_ROWS, MAX_ROWS = 9, 256        # rows of x it is meant for (below: the fused matvecs of kernels/matvec_q8)
 CTA_ROWS, K_STEP = 64, 256         # weight rows a CTA (BMMA_ROWS), columns a K step (BMMA_K)
 TILES = (8, 16, 32)                # rows of x a CTA (NT): the smallest tile that holds n, else the largest
-ALIGN = {"Q4_K": 4, "Q6_K": 2, "Q8_0": 2}   # the loads of a block's words and halves
+ALIGN = {"Q4_K": 4, "Q5_K": 4, "Q6_K": 2, "Q8_0": 2, "IQ4_XS": 4, "IQ3_XXS": 2, "IQ3_XXS_G4": 8,
+         "IQ3_XXS_B16": 16}        # the loads of a block's words and halves
 
 
 def c_source():
@@ -48,7 +55,7 @@ QUANTIZER = "batched_quantize_x"
 
 def applies(qtype, cols):
     """True when the batched product takes a weight of this type and width."""
-    return qtype in STRUCTS and cols % K_STEP == 0
+    return qtype in STRUCTS and cols % COLS.get(qtype, K_STEP) == 0
 
 
 def grids(n, rows, cols):

@@ -23,8 +23,8 @@ class BackendConfig:
     pdl: bool | None = None           # programmatic dependent launch; None: where compute capability >= 9.0
     int8_dot_types: tuple = ("Q4_K", "Q6_K", "IQ3_XXS")  # dense decode products on dp4a over x as int8
     moe_int8_dot: bool = True         # MoE decode products on the same int8 form (for int8_dot_types)
-    # server steps of 9 to 256 rows on the int8 tensor cores (kernels/batched_mma.py: Q4_K, Q6_K, Q8_0),
-    # capturable up to 256 rows (off until tests/test_batched_mma_gpu.py passes on a GPU)
+    # server steps of 9 to 256 rows on the int8 tensor cores (kernels/batched_mma.py: Q4_K, Q5_K, Q6_K, Q8_0,
+    # IQ4_XS, IQ3_XXS), capturable up to 256 rows (off until tests/test_batched_mma_gpu.py passes on a GPU)
     batched_mma: bool = False
     epilogues: bool = True            # residual add / gated activation inside the decode product
     fold_norm: bool = True            # decode RMSNorm split across the product before it and after it

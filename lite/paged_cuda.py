@@ -236,8 +236,9 @@ class CUDABatchOps(BatchOps):
 #
 # Steps with prompt chunks run eagerly (Stage.forward_batch), as does every step of a bucket past the
 # stage's max_rows (where a product would call cuBLAS, which CuPy refuses to capture: past the 8-row
-# fused matvecs' reach, unless BackendConfig.batched_mma covers the stage's weights) or whose capture
-# failed (logged once).
+# fused matvecs' reach, unless BackendConfig.batched_mma covers the stage's weights; an MoE stage's
+# experts on the device also past their sorted products' reach, off it past their decode) or whose
+# capture failed (logged once).
 
 
 def buckets(n_slots):
@@ -271,10 +272,8 @@ def max_rows(stage, n_slots):
     """The most rows this stage's graphs take (0: none)."""
     if not graphable(stage):
         return 0
-    if stage.cfg.is_moe:
-        # past the router's kernel path the router multiplies through cuBLAS, which capture refuses
-        from lite.backends.cuda_moe import FUSED_MAX_TOKENS
-        return min(n_slots, FUSED_MAX_TOKENS)
+    if stage.cfg.is_moe:                          # past it the router or an expert product would call cuBLAS
+        return min(n_slots, stage.ops.moe_graph_rows())
     return min(n_slots, stage.ops.graph_rows())    # past it a product would call cuBLAS
 
 

@@ -1,30 +1,31 @@
 """kernels/batched_mma.py on the GPU at full size (skipped without one; the emulated twin on small shapes:
-tests/test_batched_mma_emulated.py): 4096 x 4096 and 14336 x 4096 weights of Q4_K, Q6_K and Q8_0 with 9, 64 and
-256 rows of x, against float64 within the bound of that test, against today's path (the 8-row fused matvecs), and
-the product captured in a CUDA graph replaying to the same bytes. Prints each shape's time beside the 8-row
-matvecs' and the fp16 dequantization + cuBLAS's (for the lead's notes; nothing asserted on it)."""
+tests/test_batched_mma_emulated.py): 4096 x 4096 and 14336 x 4096 weights of every type it takes (IQ3_XXS in
+each of the GPU backend's layouts) with 9, 64 and 256 rows of x, against float64 within the bound of that test,
+against today's path (the 8-row fused matvecs), and the product captured in a CUDA graph replaying to the same
+bytes. Prints each shape's time beside the 8-row matvecs' and the fp16 dequantization + cuBLAS's (for the lead's
+notes; nothing asserted on it)."""
 import numpy as np
 import pytest
 
-from kernel_blocks import random_blocks, reference
+from kernel_blocks import reference
 from lite.backends import cuda_unavailable_reason
-from test_batched_mma_emulated import BLOCK, _x, quant_error
+from lite.kernels import batched_mma
+from test_batched_mma_emulated import _x, quant_error, weight as random_weight
 
 GPU_WHY = cuda_unavailable_reason()
 pytestmark = pytest.mark.skipif(GPU_WHY is not None, reason=f"needs a GPU: {GPU_WHY}")
 SHAPES = [(4096, 4096), (14336, 4096)]
 
 
-@pytest.fixture(scope="module", params=[(qt, s) for qt in ("Q4_K", "Q6_K", "Q8_0") for s in SHAPES],
+@pytest.fixture(scope="module", params=[(qt, s) for qt in batched_mma.TYPES for s in SHAPES],
                 ids=lambda p: f"{p[0]}-{p[1][0]}x{p[1][1]}")
 def weight(request):
-    """(qtype, rows, cols, host blocks, device blocks, float64 weight on the device)."""
+    """(qtype or layout, rows, cols, device bytes as the product reads them, float64 weight on the device)."""
     import cupy
     qt, (rows, cols) = request.param
-    rng = np.random.default_rng(rows + cols)
-    blocks = random_blocks(qt, rows * cols // BLOCK[qt], rng)
-    w64 = cupy.asarray(reference(blocks, qt).reshape(rows, cols)).astype(np.float64)
-    return qt, rows, cols, cupy.asarray(blocks), w64
+    data, ft, blocks = random_weight(qt, rows, cols, np.random.default_rng(rows + cols))
+    w64 = cupy.asarray(reference(blocks, ft).reshape(rows, cols)).astype(np.float64)
+    return qt, rows, cols, cupy.asarray(data), w64
 
 
 def _ms(fn, reps=20):
@@ -44,7 +45,7 @@ def test_batched_product_on_the_gpu(weight, n):
     import cupy
 
     from lite.backends.cuda_linear import gemm_f16_f32
-    from lite.kernels import batched_mma, gpu_layout, matvec
+    from lite.kernels import gpu_layout, matvec
     qt, rows, cols, blocks, w64 = weight
     x = _x(n, cols, np.random.default_rng(n))
     xd = cupy.asarray(x)

@@ -7,6 +7,7 @@
 // d_x (w_scale (254 C_hi + C_lo)) (- w_min s_x) to its fp32 sums.
 #include "batched_mma_common.cuh"
 #include "batched_mma_weights.cuh"
+#include "batched_mma_iq.cuh"
 
 template <class W, int NT>
 __global__ void __launch_bounds__(128) batched_mma_product(const unsigned char* __restrict__ w, const signed char* __restrict__ xhi,

@@ -1,3 +1,4 @@
+#include "iq3_b16_fields.cuh"
 
 // O's CTA: W warps (a record each), the staging tile's row stride S (elements; the padding keeps the
 // fragment-order writes at 2 (fp16) / 4 (fp32) wavefronts, the optimum for their bytes). 33 KB a CTA.
@@ -29,11 +30,7 @@ dequantize_bands16(const unsigned char* __restrict__ w, O* __restrict__ out, int
     const unsigned char* rec = w + ((long long)band * nblk + j) * 1632;
     O* const t = (O*)tile[warp];
     unsigned wd[12];
-    #pragma unroll
-    for (int p = 0; p < 3; p++) {
-        const uint4 v = __ldg((const uint4*)(rec + 512 * p) + lane);
-        wd[4 * p] = v.x; wd[4 * p + 1] = v.y; wd[4 * p + 2] = v.z; wd[4 * p + 3] = v.w;
-    }
+    band_words(rec, lane, wd);
     const uint2 sc = __ldg((const uint2*)(rec + 1536) + g);
     const unsigned dd = __ldg((const unsigned*)(rec + 1600) + g);
     #pragma unroll
@@ -42,18 +39,9 @@ dequantize_bands16(const unsigned char* __restrict__ w, O* __restrict__ out, int
         for (int odd = 0; odd < 2; odd++)
             #pragma unroll
             for (int k = 0; k < 4; k++) {
-                const int n = 4 * cp + k, c = 2 * cp + odd, row = g + 8 * (k & 1), word = q + 4 * (k >> 1);
+                const int c = 2 * cp + odd, row = g + 8 * (k & 1), word = q + 4 * (k >> 1);
                 unsigned idx, signs;
-                if (odd) {
-                    idx = (wd[6 + cp] >> (8 * k)) & 255u;
-                    const unsigned s = wd[10 + (n >> 3)] >> (n & 7);
-                    signs = (s & 1u) | ((s >> 7) & 2u) | ((s >> 14) & 4u) | ((s >> 21) & 8u);
-                } else {
-                    const int bit = 12 * n, wi = bit >> 5, sh = bit & 31;
-                    const unsigned f = (sh > 20 ? __funnelshift_r(wd[wi], wd[wi + 1], sh) : wd[wi] >> sh) & 0xFFFu;
-                    idx = f & 255u;
-                    signs = f >> 8;
-                }
+                band_field(wd, cp, odd, k, idx, signs);
                 const float d = h2f((unsigned short)((k & 1) ? dd >> 16 : dd & 0xFFFFu));
                 const unsigned s4 = (((k & 1) ? sc.y : sc.x) >> (4 * c)) & 15u;
                 const float db = d * (0.5f + (float)s4) * 0.5f;

@@ -118,7 +118,9 @@ class CUDABackend(CUDAWeights, CUDALinear, CUDAFoldNorm, CUDAHandoff, CUDAAttent
         return all(get_matvec(w.qtype) is not None for w in self.multiplied_weights())
 
     def multiplied_weights(self):
-        """The matrices a token is multiplied with (F32 norms and router aside; experts: cuda_moe.py)."""
+        """The matrices a token is multiplied with (F32 norms and router aside; experts: cuda_moe.py): the
+        fused groups too (an interleaved [gate; up] pair's members are gone from self.w)."""
+        yield from (w for w, *_ in self.fused.values())
         last = "output_norm.weight" in self.w
         for n, w in self.w.items():
             if len(w.shape) != 2 or w.qtype == "F32":

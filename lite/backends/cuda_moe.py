@@ -100,6 +100,16 @@ class CUDAExperts:
         exps = [w for n, w in self.w.items() if n.endswith("_exps.weight")]
         return all(mp.fits(w.qtype, w.data.data.ptr, expert_bytes(w)) for w in exps)
 
+    def moe_graph_rows(self):
+        """The most rows of a step of this MoE stage whose launches can all be captured (lite/paged_cuda.py
+        max_rows), where moe_graph_safe holds: the router's kernel and the experts' sorted products take up
+        to MOE_FUSED_MAX_TOKENS, within what the dense products take (graph_rows), with BackendConfig.batched_mma
+        (off until its GPU tests pass); experts off the device only their decode (past it the host reads the
+        routed ids)."""
+        if self.host_experts is not None or not self.config.batched_mma:
+            return FUSED_MAX_TOKENS
+        return min(self.MOE_FUSED_MAX_TOKENS, self.graph_rows())
+
     def add_sigmoid_gated(self, base, x, h, name):
         """base + x scaled row by row by sigmoid(h . w) (the shared expert's gate, w an F32 vector):
         one kernel with BackendConfig.hybrid_graphs (capturable), else CuPy ops and cuBLAS."""
@@ -117,7 +127,7 @@ class CUDAExperts:
         T = h.shape[0]
         with self.stream:
             h = cp.ascontiguousarray(h, dtype=np.float32)
-            if T <= FUSED_MAX_TOKENS:                         # no cuBLAS: capturable
+            if T <= self.MOE_FUSED_MAX_TOKENS:                # no cuBLAS: capturable (moe_graph_rows)
                 lg = cp.empty((T, w.shape[0]), np.float32)
                 mk.logits(h, w, lg, pdl=self.pdl)
             else:
