@@ -4,6 +4,7 @@ part, however the pieces split it."""
 import numpy as np
 import pytest
 
+from lite import sampling
 from lite.sampling import Sampler, SamplingParams
 from lite.sampling import StopMatcher
 
@@ -136,3 +137,60 @@ def test_no_stop_strings_pass_everything_through():
     m = StopMatcher([])
     assert m.push("abc") == ("abc", False) and m.flush() == ""
     assert StopMatcher(["", ""]).push("x") == ("x", False)
+
+
+# --- the top-k pre-selection (lite/sampling.py top_k_sorted) --------------------------------------
+def _partitioned(logits, k):
+    """The candidates as the sampler took them before the pre-selection: a partition of the whole
+    vocabulary, then a stable sort by logit."""
+    idx = np.argpartition(-logits, k - 1)[:k]
+    return idx[np.argsort(-logits[idx], kind="stable")]
+
+
+def _vocab_logits(seed, n=128256):
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal(n) * 3).astype(np.float32)
+
+
+@pytest.mark.parametrize("k", [1, 2, 40, 200])
+def test_top_k_preselection_equals_the_full_partition(k):
+    for seed in range(5):
+        lg = _vocab_logits(seed)
+        got = sampling.top_k_sorted(lg, k)
+        assert got is not None and np.array_equal(got, _partitioned(lg, k))
+
+
+@pytest.mark.parametrize("tie", ["inside", "boundary", "flat", "masked"])
+def test_top_k_preselection_gives_way_to_the_partition_where_logits_tie(tie):
+    """Equal logits among the k + 1 largest: which comes first is the partition's, so no answer."""
+    lg = _vocab_logits(7)
+    order = np.argsort(-lg)
+    if tie == "inside":
+        lg[order[5]] = lg[order[3]]
+    elif tie == "boundary":
+        lg[order[40]] = lg[order[39]]
+    elif tie == "flat":
+        lg[:] = 1.0
+    else:                                  # fewer finite logits than k
+        lg[order[10:]] = -np.inf
+    assert sampling.top_k_sorted(lg, 40) is None
+
+
+def test_sampled_tokens_unchanged_and_the_vocabulary_not_partitioned(monkeypatch):
+    """Default settings over a llama-3-sized vocabulary: the same draws as the full partition
+    (top_k_sorted off), and no partition of the whole vocabulary on the way."""
+    params = SamplingParams(seed=11, repeat_penalty=1.1)
+    logits = [_vocab_logits(s) for s in range(20)]
+    history = list(range(100, 200))
+    s = Sampler(params)
+    new = [s(lg, history) for lg in logits]
+    sizes = []
+    real = (np.argpartition, np.partition)
+    monkeypatch.setattr(np, "argpartition", lambda a, *x, **kw: sizes.append(a.size) or real[0](a, *x, **kw))
+    monkeypatch.setattr(np, "partition", lambda a, *x, **kw: sizes.append(a.size) or real[1](a, *x, **kw))
+    s = Sampler(params)
+    assert [s(lg, history) for lg in logits] == new
+    assert sizes and max(sizes) < logits[0].size // 4
+    monkeypatch.setattr(sampling, "top_k_sorted", lambda lg, k: None)
+    s = Sampler(params)
+    assert [s(lg, history) for lg in logits] == new
