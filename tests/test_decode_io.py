@@ -299,3 +299,42 @@ def test_no_garbage_collection_while_a_graph_is_captured():
     finally:
         gc.set_threshold(*old)
     assert seen[0] is False and len(seen) == 201 and not any(seen), seen[:5]
+
+
+def test_one_chunk_prefill_waits_once_and_copies_back_one_row(monkeypatch):
+    """Engine.prefill of a 512-token prompt in one chunk on one GPU stage (what `lite bench -p 512`
+    times): the ids go up once, and the host waits once, for the one row of logits it reads back
+    (into pinned memory); nothing else crosses to the host. The toy forward stands in for the
+    layers (their ops enqueue and never wait: lite/backends/cuda*.py)."""
+    from lite.engine import Engine
+    fake = FakeCupy()
+    with installed(monkeypatch, fake):
+        st = toy_stage(fake, 0, True, True, True)
+        ops = st.ops
+
+        def forward(x, pos0, all_logits):              # embed's upload, then the last row's logits
+            ops.begin(pos0, x.shape[0])
+            ids = fake.asarray(np.asarray(x, dtype=np.int64))
+            out = fake.empty((1, V), np.float32)
+            last = pos0 + x.shape[0] - 1
+
+            def fn():
+                out[0, :] = float(ids[-1]) * 1000 + last + np.arange(V)
+            fake.kernel(ops.stream, [ids], [out], fn)
+            return out
+        st._forward = forward
+        st.kv.recurrent = types.SimpleNamespace(after_chunk=lambda end, last: None)
+        eng = object.__new__(Engine)
+        eng.stages, eng.chain = [st], StageChain([st], device_times=False)
+        eng.cfg, eng.chunk, eng.profile = types.SimpleNamespace(is_hybrid=False), 512, None
+        eng.cached_ids, eng.n_requests = [], 0
+        prompt = [int(t) for t in np.random.default_rng(0).integers(1, 40, 512)]
+        n_ops, n_calls = len(fake.ops), len(fake.calls)
+        logits = eng.prefill(prompt)
+        ops_run, calls = fake.ops[n_ops:], fake.calls[n_calls:]
+    np.testing.assert_array_equal(logits, expected([prompt[-1]], [511], 1)[0])
+    assert [c[0] for c in calls] == ["synchronize"]
+    assert [op["what"] for op in ops_run] == ["asarray", "kernel", "memcpyAsync2"]
+    (lo, hi), = ops_run[-1]["writes"]
+    assert hi - lo == V * 4 and fake.device_of(lo, V * 4) is None     # one row, into pinned memory
+    assert fake.check_order() == []
