@@ -3,6 +3,7 @@
 It keeps the token ids whose KV is in the cache, so a request that starts with the same prefix
 (a chat that grows turn by turn) reuses it instead of recomputing it (a one-entry prefix cache).
 """
+import functools
 import logging
 import time
 from dataclasses import dataclass, field
@@ -120,9 +121,10 @@ class Engine:
         tot["hit_rate"] = round(tot["hits"] / n, 4) if n else 0.0
         return tot
 
-    @property
+    @functools.cached_property
     def model_key(self):
-        """The model shape and its tensor types: what the cost profile's constants depend on."""
+        """The model shape and its tensor types: what the cost profile's constants depend on (the
+        file's, so made once: --prefill auto asks at every prompt)."""
         c = self.cfg
         types = "+".join(sorted({t.qtype.name for t in self.gguf.tensors.values()}))
         moe = f"-e{c.n_expert}x{c.n_expert_used}" if c.is_moe else ""

@@ -244,6 +244,25 @@ def test_a_new_key_recalibrates(tiny, cache_dir, monkeypatch):
     assert made == [1] and e2.profile.stages == "1x2"
 
 
+def test_auto_reads_the_profile_and_the_tensor_table_once_for_many_prompts(tiny, cache_dir, monkeypatch):
+    """--prefill auto asks for the profile key at every prompt: no file read, no walk over the
+    file's tensors past the first."""
+    e = engine(tiny, prefill_chunk="auto")
+    CostProfile(fixed_s=0.5).with_key(profile_key(e)).save()
+    e = engine(tiny, prefill_chunk="auto")
+
+    class Counted(dict):
+        walks = 0
+
+        def values(self):
+            Counted.walks += 1
+            return super().values()
+    e.gguf.tensors = Counted(e.gguf.tensors)
+    loads, load = [], CostProfile.load
+    monkeypatch.setattr(CostProfile, "load", lambda key: loads.append(key) or load(key))
+    assert [e.chunk_for(n) for n in (300, 200, 100)] == [choose_chunk(n, 1, e.profile) for n in (300, 200, 100)]
+    assert len(loads) == 1 and Counted.walks == 1
+
 def test_a_schedule_through_the_chain_and_bench_prints_it(tiny, cache_dir):
     """An uneven schedule gives the logits of even chunks; `lite bench` rows name the schedule
     auto chose (a saved profile: no calibration here)."""
