@@ -337,7 +337,7 @@ def toy_stage(fake, first, last, fail_capture=False, device_key="cuda:0"):
     st.ops = be = fake_backend(fake, 0, graph_io=True)
     be.device_key, be.copy_stream = device_key, None
 
-    def forward_rows(ops, x):
+    def forward_rows(ops, x, kv=None, pos0=0, rows=None):
         if fail_capture and be.capturing:
             raise NotImplementedError("calling cuBLAS API during stream capture is currently unsupported")
         lay = ops.layout()
