@@ -12,7 +12,7 @@ from lite.paged_cuda import batch_ops
 from lite.errors import DeviceError, LiteError
 from lite.kv_cache import KVCache, kv_bytes_per_token
 from lite.models import family
-from lite.pipeline import StreamTimer
+from lite.pipeline import StepJob, StreamTimer
 
 
 @dataclass
@@ -56,7 +56,8 @@ def stage_tensor_names(gguf, cfg, spec):
 
 class Stage:
     """A layer range on one backend; also the StageRunner the stage chain drives (lite.pipeline):
-    run() computes one chunk, and the hand-off buffers come from the backend (pinned on a GPU)."""
+    run() computes one job (a request's chunk or decode step, a server step's rows), and the
+    hand-off buffers come from the backend (pinned on a GPU)."""
 
     def __init__(self, gguf, cfg, spec, backend_cls, max_context, kv_kind, device_id=None,
                  experts="auto", expert_cache="auto", handoff="host", handoff_stream=False,
@@ -115,6 +116,8 @@ class Stage:
 
     # --- StageRunner ---------------------------------------------------------------------------
     def run(self, job, x):
+        if isinstance(job, StepJob):
+            return self.run_step(job, x)
         if job.decode and self.use_graphs and job.n_tokens == 1:
             y = self._decode_graphed(x, job.start)
         else:
@@ -122,6 +125,24 @@ class Stage:
             if not job.decode and self.kv is not None:
                 self.kv.recurrent.after_chunk(job.end, job.last)
         return self.ops.to_host(y) if self.spec.last else y
+
+    def run_step(self, job, x):
+        """A server step's rows through this stage (job.stage is its index): the step's decode
+        graph replayed where the server's graphs serve this stage, else forward_batch over each
+        sequence's KV view here. Returns hidden states, or the last stage's logits on the host."""
+        si, graphs = job.stage, job.graphs
+        if graphs is not None and graphs.serves(si, job.graph_step):
+            return graphs.forward(si, x, job.graph_step)
+        return self.forward_batch(x, job.starts, job.counts, job.kv_views(si))
+
+    def pass_on(self, y, successor):
+        """A server step's rows to the next stage (StageChain.decode of a StepJob): through the host
+        to another device; on the same one the array itself, once this stage's stream has made it
+        (the successor computes on its own stream)."""
+        if successor.ops.device_key != self.ops.device_key:
+            return self.ops.to_host(y)
+        self.ops.synchronize()
+        return y
 
     def _decode_graphed(self, x, pos):
         """One token through this stage by replaying its captured graph. The input is copied into
