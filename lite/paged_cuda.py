@@ -366,7 +366,7 @@ class DecodeGraphs:
     def _capture(self, si, stage, g):
         """Warm up, then capture g's graph; the warm-up's output where the capture fails."""
         def run():
-            return stage.forward_rows(g.ops, g.x)
+            return stage.forward_rows(g.ops, g.x)          # one row a sequence: every row's logits
         y = run()
         try:
             g.graph, g.out = stage.ops.capture(run)

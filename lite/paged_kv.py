@@ -258,6 +258,12 @@ class BatchOps(Ops):
     def norm_now(self, x):
         return self.ops.norm_now(x)
 
+    def last_rows(self, x):
+        """Each sequence's last row, whose logits the step returns (a prompt chunk has several)."""
+        if x.shape[0] == len(self.rows) - 1:
+            return x
+        return self.done(x)[self.xp.asarray(np.asarray(self.rows[1:]) - 1)]
+
     def activate(self):
         return self.ops.activate()
 

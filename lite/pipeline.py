@@ -21,10 +21,13 @@ The StageRunner protocol (what the engine implements per layer range):
         return buf itself; a GPU stage whose copy is asynchronous must either have it finished by
         the end of its job (the host path: a non-last stage's to_handoff synchronizes its stream)
         or leave an event the producer's device waits on before writing buf again (p2p).
+    pass_on(y, successor) -> x     (only for a server step, StepJob)
+        Hand a step's rows to the successor's runner without a buffer (a lite Stage: the array
+        itself on the same device once its stream is done, else a host copy).
 
-Prefill runs each runner's calls on that stage's worker thread; `decode` runs them on the caller's
-thread. So a runner must not depend on thread-local state: a GPU runner enters its device and
-passes its stream explicitly on every call.
+Prefill runs each runner's calls on that stage's worker thread; `decode` (a decode step, or a
+server step's rows) runs them on the caller's thread. So a runner must not depend on thread-local
+state: a GPU runner enters its device and passes its stream explicitly on every call.
 
 Scheduling (docs/design.md "The stage chain"): a stage computes a chunk, writes its hand-off buffer,
 waits only if its successor still holds `handoff_depth` earlier chunks, submits the chunk to the
@@ -37,55 +40,18 @@ import threading
 from contextlib import nullcontext as _nullcontext
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor, wait
-from dataclasses import dataclass
 from time import perf_counter, thread_time
-from typing import Any, Protocol, Sequence, runtime_checkable
+from typing import Protocol, Sequence, runtime_checkable
 
 
 from lite.backends.cpu import HostHandoff  # noqa: F401  (the CPU hand-off, re-exported for runners)
 from lite.errors import LiteError
+from lite.jobs import ChunkJob, StageError, StepJob, make_jobs  # noqa: F401  (the chain's jobs)
 from lite.timeline import Timeline
 
 log = logging.getLogger(__name__)
 
 MODES = ("chain", "sync")
-
-
-class StageError(LiteError):
-    """A stage failed on a chunk; the runner's own exception is the __cause__."""
-
-    def __init__(self, stage, job, cause):
-        self.stage, self.chunk, self.request_id = stage, job.index, job.request_id
-        what = "decode step" if job.decode else f"chunk {job.index}"
-        super().__init__(
-            f"stage {stage} failed on {what} (tokens {job.start}..{job.end - 1}) of request "
-            f"{job.request_id}: {type(cause).__name__}: {cause}")
-        self.__cause__ = cause
-
-
-@dataclass(frozen=True)
-class ChunkJob:
-    request_id: int
-    index: int          # chunk number within the request, from 0
-    start: int          # position of the chunk's first token in the sequence (KV/RoPE position)
-    end: int            # one past its last token
-    input: Any = None   # the first stage's input: token ids (T,) of this chunk
-    last: bool = False  # the request's final chunk (the last stage computes logits for it)
-    decode: bool = False
-
-    @property
-    def n_tokens(self):
-        return self.end - self.start
-
-    @classmethod
-    def decode_step(cls, request_id, pos, ids):
-        """The job of one decode step at `pos` (ids: the token, shape (1,)): the same as
-        ChunkJob(request_id, pos, pos, pos + 1, ids, last=True, decode=True), built without the
-        frozen dataclass's per-field __setattr__ (a third of a decode step's Python)."""
-        job = object.__new__(cls)
-        job.__dict__.update(request_id=request_id, index=pos, start=pos, end=pos + 1, input=ids,
-                            last=True, decode=True)
-        return job
 
 
 @runtime_checkable
@@ -124,19 +90,6 @@ def device_timer(runner):
     return own() if callable(own) else None
 
 
-def make_jobs(ids, chunk, request_id=0, start=0):
-    """ChunkJobs of `chunk` tokens (the last may be shorter) or of a tuple's sizes, from `start`."""
-    if min(sizes := chunk if isinstance(chunk, tuple) else (chunk,)) < 1:
-        raise LiteError(f"chunk size must be at least 1, got {chunk}")
-    n = len(ids)
-    if n == 0 or (sizes is chunk and sum(sizes) != n):
-        raise LiteError(f"empty prompt, or a schedule not of its {n} tokens: nothing to prefill")
-    bounds = ([sum(sizes[:i]) for i in range(len(sizes) + 1)] if sizes is chunk
-              else [*range(0, n, chunk), n])
-    return [ChunkJob(request_id, i, start + a, start + b, ids[a:b], last=(b == n))
-            for i, (a, b) in enumerate(zip(bounds[:-1], bounds[1:]))]
-
-
 class _Cancelled(Exception):
     """A job skipped because an earlier job of the request failed."""
 
@@ -173,18 +126,19 @@ class _Stage:
             self.slots[i] = buf
         return buf[:T]
 
-    def compute(self, job, payload, slot_index):
+    def compute(self, job, payload, slot_index, buffered=True):
         """from_handoff + run + to_handoff; returns (y, buf, times): buf is None on the last
         stage; times = (host s, host cpu s, device marks or None) over from_handoff + run, or None
         in decode (no clocks: StageChain.decode does not read them, and two CUDA events a stage a
-        token would cost more than they tell)."""
+        token would cost more than they tell). buffered=False (a server step): no hand-off
+        buffer, y is what the runner's pass_on gives the successor."""
         timed = not job.decode
         try:
             if timed:
                 timer = self.timer
                 t0, c0 = perf_counter(), thread_time()
                 m0 = timer.mark() if timer is not None else None
-            x = payload if self.index == 0 else self.runner.from_handoff(payload)
+            x = payload if self.index == 0 or not buffered else self.runner.from_handoff(payload)
             y = self.runner.run(job, x)
             times = None
             if timed:
@@ -192,6 +146,8 @@ class _Stage:
                 times = (perf_counter() - t0, thread_time() - c0, marks)
             if self.next is None:
                 return y, None, times
+            if not buffered:
+                return self.runner.pass_on(y, self.next.runner), None, times
             buf = self.slot(slot_index, y)
             self.runner.to_handoff(y, buf)
             return y, buf, times
@@ -225,7 +181,8 @@ class _Stage:
 
 class StageChain:
     """S stages in a row. `run(jobs)` / `prefill(ids, chunk)` return the last stage's output per
-    chunk, in order; `decode(x, job)` passes one step through all stages."""
+    chunk, in order; `decode(x, job)` passes one step (a decode step, a server step) through all
+    stages."""
 
     def __init__(self, stages: Sequence[StageRunner], mode="chain", handoff_depth=1,
                  device_times=True):
@@ -310,22 +267,27 @@ class StageChain:
         return outs
 
     def decode(self, x, job, timeline=None):
-        """One step (usually one token) through all stages in order, on the caller's thread.
+        """One step through all stages in order, on the caller's thread: a decode step (usually
+        one token, ChunkJob.decode_step) or a server step (StepJob: the stacked rows of several
+        sequences; x its input, each stage runs job.at(stage)). Returns the last stage's output.
 
         Decode is strictly serial: stage k+1 needs stage k's output for the same token, and the
         next token needs the last stage's. Worker threads could overlap nothing and would add two
-        thread wake-ups per stage per token to a step meant to cost a few graph replays."""
+        thread wake-ups per stage per token to a step meant to cost a few graph replays. A
+        server step's rows go stage to stage without a hand-off buffer (the runner's pass_on)."""
+        rows = isinstance(job, StepJob)
+        name = "step" if rows else "decode"
         with self._lock:
             self._check_open()
             if self._error is not None or self._marks or self._abort.is_set():
                 self._reset()
             for st in self._stages:
                 t0 = perf_counter()
-                y, buf, _ = st.compute(job, x, 0)
+                y, buf, _ = st.compute(job.at(st.index) if rows else job, x, 0, not rows)
                 if timeline is not None:
                     timeline.record(st.index, job.index, t0, perf_counter(), job.request_id,
-                                    name="decode")
-                x = buf
+                                    name=name)
+                x = y if rows else buf
             return y
 
     def _reset(self):

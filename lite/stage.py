@@ -12,7 +12,7 @@ from lite.paged_cuda import batch_ops
 from lite.errors import DeviceError, LiteError
 from lite.kv_cache import KVCache, kv_bytes_per_token
 from lite.models import family
-from lite.pipeline import StreamTimer
+from lite.pipeline import StepJob, StreamTimer
 
 
 @dataclass
@@ -56,7 +56,8 @@ def stage_tensor_names(gguf, cfg, spec):
 
 class Stage:
     """A layer range on one backend; also the StageRunner the stage chain drives (lite.pipeline):
-    run() computes one chunk, and the hand-off buffers come from the backend (pinned on a GPU)."""
+    run() computes one job (a request's chunk or decode step, a server step's rows), and the
+    hand-off buffers come from the backend (pinned on a GPU)."""
 
     def __init__(self, gguf, cfg, spec, backend_cls, max_context, kv_kind, device_id=None,
                  experts="auto", expert_cache="auto", handoff="host", handoff_stream=False,
@@ -115,6 +116,8 @@ class Stage:
 
     # --- StageRunner ---------------------------------------------------------------------------
     def run(self, job, x):
+        if isinstance(job, StepJob):
+            return self.run_step(job, x)
         if job.decode and self.use_graphs and job.n_tokens == 1:
             y = self._decode_graphed(x, job.start)
         else:
@@ -122,6 +125,24 @@ class Stage:
             if not job.decode and self.kv is not None:
                 self.kv.recurrent.after_chunk(job.end, job.last)
         return self.ops.to_host(y) if self.spec.last else y
+
+    def run_step(self, job, x):
+        """A server step's rows through this stage (job.stage is its index): the step's decode
+        graph replayed where the server's graphs serve this stage, else forward_batch over each
+        sequence's KV view here. Returns hidden states, or the last stage's logits on the host."""
+        si, graphs = job.stage, job.graphs
+        if graphs is not None and graphs.serves(si, job.graph_step):
+            return graphs.forward(si, x, job.graph_step)
+        return self.forward_batch(x, job.starts, job.counts, job.kv_views(si))
+
+    def pass_on(self, y, successor):
+        """A server step's rows to the next stage (StageChain.decode of a StepJob): through the host
+        to another device; on the same one the array itself, once this stage's stream has made it
+        (the successor computes on its own stream)."""
+        if successor.ops.device_key != self.ops.device_key:
+            return self.ops.to_host(y)
+        self.ops.synchronize()
+        return y
 
     def _decode_graphed(self, x, pos):
         """One token through this stage by replaying its captured graph. The input is copied into
@@ -140,7 +161,7 @@ class Stage:
                 snap = rec.snapshot() if rec is not None else None
                 self._in = ops.persistent_input(x)
                 ops.begin(pos, 1)
-                self._forward(self._in, pos, False)        # warm-up: compiles, fills the pool
+                self.forward_rows(ops, self._in, self.kv, pos)   # warm-up: compiles, fills the pool
                 if rec is not None:
                     rec.put_back(snap)
                 with self._in_graph(rec):
@@ -171,7 +192,7 @@ class Stage:
     def _captured_step(self, pos, io):
         if io is not None:
             io.capture_in()                                # the graph's first node
-        return self._forward(self._in, pos, False)
+        return self.forward_rows(self.ops, self._in, self.kv, pos)
 
     def device_timer(self):
         """The chain's clock of this stage's device time: a StreamTimer on a GPU backend's stream,
@@ -189,10 +210,12 @@ class Stage:
         return self.ops.from_handoff(buf)
 
     def forward(self, x, pos0, all_logits=False):
-        """x: token ids (T,) on the first stage, else hidden states (T, n_embd).
-        Returns hidden states, or on the last stage the logits (T or 1, n_vocab) as float32."""
+        """x: token ids (T,) on the first stage, else hidden states (T, n_embd), at positions pos0..
+        of this stage's KV cache. Returns hidden states, or on the last stage the logits (T or 1,
+        n_vocab) as float32."""
         with self.ops.activate():
-            return self._forward(x, pos0, all_logits)
+            rows = None if all_logits or x.shape[0] == 1 else last_row
+            return self.forward_rows(self.ops, x, self.kv, pos0, rows)
 
     def forward_batch(self, x, starts, counts, kvs):
         """Rows of several sequences stacked: token ids (sum(counts),) on the first stage, else
@@ -200,44 +223,38 @@ class Stage:
         kvs[i] (lite/paged_kv.py BatchOps). Returns hidden states, or on the last stage the logits
         (len(counts), n_vocab) of each sequence's last row."""
         with self.ops.activate():
-            y = self.forward_rows(batch_ops(self.ops, starts, counts, kvs), x)
+            ops = batch_ops(self.ops, starts, counts, kvs)
+            if not self.spec.first and isinstance(x, np.ndarray) and ops.xp is not np:
+                x = ops.xp.asarray(x)              # hidden states from a stage on another device
+            y = self.forward_rows(ops, x, rows=ops.last_rows)
             return self.ops.to_host(y) if self.spec.last else y
 
-    def forward_rows(self, ops, x):
-        """forward_batch's work over its batched ops `ops` (BatchOps; the server's decode graphs
-        capture it over persistent buffers, lite/paged_cuda.py DecodeGraphs), inside activate(): the hidden
-        states, or the last stage's logits still on the device."""
-        cfg, rows = self.cfg, ops.rows
-        if self.spec.first:
-            x = ops.embed(x)
-            if cfg.embed_scale != 1.0:
-                x = ops.scale(x, cfg.embed_scale)
-        elif isinstance(x, np.ndarray) and ops.xp is not np:
-            x = ops.xp.asarray(x)              # hidden states from a stage on another device
-        for il in self.spec.layers:
-            x = self.fwd(ops, cfg, il, x, None, 0)
-        if not self.spec.last:
-            return ops.done(x)
-        if x.shape[0] != len(rows) - 1:        # prompt chunks: each sequence's last row
-            x = ops.done(x)[ops.xp.asarray(np.asarray(rows[1:]) - 1)]
-        x = ops.rms_norm(x, "output_norm.weight", cfg.rms_eps)
-        return ops.output(x)
-
-    def _forward(self, x, pos0, all_logits):
-        ops, cfg = self.ops, self.cfg
+    def forward_rows(self, ops, x, kv=None, pos0=0, rows=None):
+        """The forward of this stage's layers, inside activate(), for one sequence and for a step
+        of several alike. One sequence: `ops` the backend, `kv` its KVCache, x's rows at positions
+        pos0... A step: `ops` its BatchOps (each sequence's positions and KV view are in it; the
+        server's decode graphs capture this over persistent buffers, lite/paged_cuda.py
+        DecodeGraphs), kv None. Returns the hidden states, or on the last stage the logits, still
+        on the device, of the rows `rows(x)` picks (None: every row)."""
+        cfg = self.cfg
         ops.begin(pos0, x.shape[0])
         if self.spec.first:
             x = ops.embed(x)
             if cfg.embed_scale != 1.0:
                 x = ops.scale(x, cfg.embed_scale)
         for il in self.spec.layers:
-            x = self.fwd(ops, cfg, il, x, self.kv, pos0)
+            x = self.fwd(ops, cfg, il, x, kv, pos0)
         if not self.spec.last:              # (the last residual add may be lazy: cuda_norm.py)
             return ops.done(x)
-        if not all_logits and x.shape[0] > 1:
-            x = x[-1:]
+        if rows is not None:
+            x = rows(x)
         x = ops.rms_norm(x, "output_norm.weight", cfg.rms_eps)
         return ops.output(x)
+
+
+def last_row(x):
+    """The rows a prompt chunk's logits are of: its last one."""
+    return x[-1:]
 
 
 def decode_graphs(ops, cfg, layers):

@@ -4,7 +4,8 @@ small-matrix kernels sum in another order than its gemm), its attention (a row's
 any chunk from any position, so a prompt served partly from the prefix cache gives its uncached
 logits) and prompt chunks that end at multiples of the chunk size in the sequence's own positions,
 however many prompts share the step's budget. tests/test_server.py checks the whole: seeded
-requests under load, or from the prefix cache, give their lone texts."""
+requests under load, or from the prefix cache, give their lone texts. And a step of two stages is
+a job of the engine's stage chain, with the bytes of the stages run one after the other."""
 from types import SimpleNamespace
 
 import numpy as np
@@ -12,9 +13,11 @@ import pytest
 
 from lite.backends.cpu import CPUBackend
 from lite.paged_kv import BlockPool, PagedKV
+from lite.pipeline import StageError
 from lite.sampling import SamplingParams
 from lite.server.scheduler import Scheduler
 from lite.server.sequence import GenParams, Sequence
+from lite.timeline import Timeline
 
 SHAPES = [(576, 576), (192, 576), (1536, 576), (576, 1536), (64, 64), (8, 256), (3000, 64)]
 
@@ -101,3 +104,51 @@ def test_prompt_chunks_end_at_multiples_of_the_chunk():
     assert _plan(64, [200], [48]) == [(0, 16)]
     # decoding rows run beside the chunks and do not count against the budget
     assert _plan(16, [3, 40], [4, 0]) == [(0, 1), (1, 16)]
+
+
+# --- a step through the stage chain ----------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def two_stages(tmp_path_factory):
+    from lite.engine import Engine
+    from lite.synth import synth
+    path = tmp_path_factory.mktemp("synth") / "llama-q8.gguf"
+    synth("llama", "tiny", "Q8_0", str(path), seed=4)
+    return Engine(str(path), device="cpu", max_context=64, contiguous_kv=False, layer_split=2)
+
+
+def test_a_two_stage_step_is_a_job_of_the_stage_chain(two_stages, monkeypatch):
+    """Steps of prompt chunks and decode rows on two CPU stages: each stage runs each step as a job
+    of the engine's stage chain (the scheduler's timeline records stage 0, then 1, per step), the
+    logits are the bytes of the stages' forward_batch called one after the other on pools of their
+    own, and a stage's failure names the stage and the step."""
+    e = two_stages
+    timeline = Timeline()
+    sched = Scheduler(e, n_slots=2, chunk=16, timeline=timeline)
+    rng = np.random.default_rng(7)
+    seqs = [SimpleNamespace(tokens=[int(t) for t in rng.integers(3, 400, 20)], n_computed=0,
+                            blocks=table, recurrent=None) for table in ([5, 2, 7, 0], [1, 6, 3, 4])]
+    pools = [BlockPool(e.cfg, st.spec.layers, sched.blocks.n_blocks, sched.blocks.block_size,
+                       e.kv_kind) for st in e.stages]
+    steps = [[(0, 12), (1, 5)], [(0, 1), (1, 1)], [(1, 3), (0, 1)], [(0, 1), (1, 1)]]
+    for k, step in enumerate(steps):
+        plan = [(seqs[i], n) for i, n in step]
+        want = np.asarray([t for s, n in plan for t in s.tokens[s.n_computed:s.n_computed + n]],
+                          np.int32)
+        starts, counts = [s.n_computed for s, _ in plan], [n for _, n in plan]
+        for st, pool in zip(e.stages, pools):
+            want = st.forward_batch(want, starts, counts,
+                                    [PagedKV(pool, s.blocks, sched.ctx) for s, _ in plan])
+        got = sched._forward(plan, k, sched.timeline)
+        assert got.shape == (len(plan), e.cfg.n_vocab) and np.array_equal(got, want), k
+        for s, n in plan:
+            s.n_computed += n
+    in_time = sorted(timeline.events, key=lambda ev: ev.start)
+    assert [(ev.stage, ev.chunk, ev.name) for ev in in_time] == [
+        (si, k, "step") for k in range(len(steps)) for si in (0, 1)]
+
+    def broken(*args):
+        raise RuntimeError("no")
+    monkeypatch.setattr(e.stages[1], "forward_batch", broken)
+    with pytest.raises(StageError, match=r"stage 1 failed on step 4 \(2 rows of 2 sequences\)"):
+        sched._forward([(s, 1) for s in seqs], 4)

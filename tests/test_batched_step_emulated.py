@@ -8,7 +8,7 @@ The decode graphs (DecodeGraphs in lite/paged_cuda.py), also without a GPU:
 
 - The bucket of a step, and the padded layout a graph reads (positions, slots, lengths, tables).
 - On tests/fake_cupy.py's FakeCupy (stream capture, graph replay): the real CUDABackend capture,
-  replay and to_host, driven by the scheduler's own stage loop (Scheduler._forward), over toy
+  replay and to_host, driven by the scheduler's step through the stage chain (Scheduler._forward), over toy
   stages whose one "kernel" turns every row's inputs and layout into numbers: graphed steps equal
   eager ones, one or two stages; a replayed step is one pinned host-to-device copy, the graph and
   the logits' copy; a capture that fails leaves its bucket eager (logged once).
@@ -29,6 +29,7 @@ from lite.errors import ContextOverflowError
 from lite.paged_cuda import (DecodeGraphs, DecodeLayout, StepLayout, bucket, buckets,
                              decode_step_host, graphable)
 from lite.paged_kv import BlockPool, PagedKV
+from lite.pipeline import StageChain
 from lite.server.scheduler import Scheduler
 from lite.stage import Stage, StageSpec
 from test_decode_io import fake_backend
@@ -337,7 +338,7 @@ def toy_stage(fake, first, last, fail_capture=False, device_key="cuda:0"):
     st.ops = be = fake_backend(fake, 0, graph_io=True)
     be.device_key, be.copy_stream = device_key, None
 
-    def forward_rows(ops, x):
+    def forward_rows(ops, x, kv=None, pos0=0, rows=None):
         if fail_capture and be.capturing:
             raise NotImplementedError("calling cuBLAS API during stream capture is currently unsupported")
         lay = ops.layout()
@@ -379,7 +380,8 @@ def _sequences(rng):
 
 def _scheduler(stages, graphs):
     pools = [BlockPool(GRAPH_CFG, [0], SLOTS * CTX // B, B, "f16") for _ in stages]
-    return types.SimpleNamespace(engine=types.SimpleNamespace(stages=stages), pools=pools, ctx=CTX,
+    engine = types.SimpleNamespace(stages=stages, chain=StageChain(stages, device_times=False))
+    return types.SimpleNamespace(engine=engine, pools=pools, ctx=CTX,
                                  graphs=DecodeGraphs(stages, pools, SLOTS, CTX, enabled=graphs))
 
 

@@ -1,7 +1,8 @@
 """The scheduler: one thread owns the engine and runs every request in slots, step by step.
 
 Requests wait in a bounded queue and are admitted into at most n_slots running sequences. Each
-step runs one forward over the stacked rows of all of them (Stage.forward_batch): one row for
+step is one job of the engine's stage chain (a StepJob through StageChain.decode; each stage runs
+Stage.forward_batch, or replays a decode graph) over the stacked rows of all of them: one row for
 every sequence that is decoding, plus up to `chunk` prompt tokens of the sequences still
 prefilling, so a long prompt delays the others' next token by one chunk at most. A sequence's KV
 lives in blocks of the paged pool (lite/paged_kv.py); its prompt's full blocks are looked up in
@@ -19,6 +20,7 @@ from lite.errors import LiteError, NonFiniteLogitsError
 from lite.kv_cache import RecurrentState
 from lite.paged_cuda import DecodeGraphs
 from lite.paged_kv import DEFAULT_BLOCK_SIZE, BlockManager, BlockPool, PagedKV, block_hashes
+from lite.pipeline import StepJob
 from lite.server.sequence import Sequence
 
 log = logging.getLogger(__name__)
@@ -41,7 +43,7 @@ def describe(e):
 
 class Scheduler:
     def __init__(self, engine, n_slots=4, max_queue=DEFAULT_MAX_QUEUE, block_size=DEFAULT_BLOCK_SIZE,
-                 chunk=None, graphs=True, on_failure=None):
+                 chunk=None, graphs=True, on_failure=None, timeline=None):
         if engine.device not in ("cpu", "cuda"):
             raise LiteError(f"lite serve runs on the CPU or a CUDA GPU, not {engine.device!r}")
         if engine.device == "cuda" and engine.kv_kind not in ("f16", "int8"):
@@ -66,6 +68,7 @@ class Scheduler:
                                   for st in engine.stages] if cfg.is_hybrid else [])
         # graphs=False (the tests' twin run): every step eager, as on the CPU
         self.graphs = DecodeGraphs(engine.stages, self.pools, self.n_slots, self.ctx, enabled=graphs)
+        self.timeline = timeline            # a Timeline the chain records every step's stages on, or None
         self.waiting, self.running = deque(), []
         self.cv = threading.Condition()
         self.counters = dict.fromkeys(
@@ -213,7 +216,7 @@ class Scheduler:
                 for s, n in plan:
                     while len(s.blocks) * B < s.n_computed + n:
                         s.blocks.append(self.blocks.allocate())
-            x = self._forward(plan)
+            x = self._forward(plan, self.counters["steps"], self.timeline)
         except Exception as e:          # the server stays up: these requests fail, others go on
             with self.cv:
                 for s, _ in plan:
@@ -230,25 +233,19 @@ class Scheduler:
                 except Exception as e:  # this row's sampling, decoding or stop strings
                     self._fail(s, e)
 
-    def _forward(self, plan):
-        """The step's rows through every stage: the last stage's logits, a row per sequence."""
+    def _forward(self, plan, index=0, timeline=None):
+        """The step's rows through the stage chain (StageChain.decode of a StepJob): the last
+        stage's logits, a row per sequence."""
         ids = np.asarray([t for s, n in plan for t in s.tokens[s.n_computed:s.n_computed + n]],
                          np.int32)
         starts, counts = [s.n_computed for s, _ in plan], [n for _, n in plan]
-        step = self.graphs.step(ids, starts, counts, [s.blocks for s, _ in plan])
-        x, stages = ids, self.engine.stages
-        for si, (stage, pool) in enumerate(zip(stages, self.pools)):
-            if si and stage.ops.device_key != stages[si - 1].ops.device_key:
-                x = stages[si - 1].ops.to_host(x)    # to the next device through the host
-            elif si:                                 # the same device, another stream
-                stages[si - 1].ops.synchronize()
-            if self.graphs.serves(si, step):
-                x = self.graphs.forward(si, x, step)
-                continue
-            kvs = [PagedKV(pool, s.blocks, self.ctx, s.recurrent[si] if s.recurrent else None)
-                   for s, _ in plan]
-            x = stage.forward_batch(x, starts, counts, kvs)
-        return x
+        graph_step = self.graphs.step(ids, starts, counts, [s.blocks for s, _ in plan])
+
+        def kv_views(si):                   # each sequence's KV in stage si's pool
+            return [PagedKV(self.pools[si], s.blocks, self.ctx,
+                            s.recurrent[si] if s.recurrent else None) for s, _ in plan]
+        job = StepJob(index, ids, starts, counts, kv_views, self.graphs, graph_step)
+        return self.engine.chain.decode(ids, job, timeline)
 
     def _key_full_blocks(self, s):
         B = self.blocks.block_size
