@@ -312,7 +312,7 @@ def test_one_chunk_prefill_waits_once_and_copies_back_one_row(monkeypatch):
         st = toy_stage(fake, 0, True, True, True)
         ops = st.ops
 
-        def forward(x, pos0, all_logits):              # embed's upload, then the last row's logits
+        def forward(ops_, x, kv=None, pos0=0, rows=None):   # embed's upload, then the last row's logits
             ops.begin(pos0, x.shape[0])
             ids = fake.asarray(np.asarray(x, dtype=np.int64))
             out = fake.empty((1, V), np.float32)
@@ -322,7 +322,7 @@ def test_one_chunk_prefill_waits_once_and_copies_back_one_row(monkeypatch):
                 out[0, :] = float(ids[-1]) * 1000 + last + np.arange(V)
             fake.kernel(ops.stream, [ids], [out], fn)
             return out
-        st._forward = forward
+        st.forward_rows = forward
         st.kv.recurrent = types.SimpleNamespace(after_chunk=lambda end, last: None)
         eng = object.__new__(Engine)
         eng.stages, eng.chain = [st], StageChain([st], device_times=False)
