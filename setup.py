@@ -11,7 +11,8 @@ setup(
     python_requires=">=3.10",
     # kernels/, models/ and cli/ sit at the top of the repository but install under lite.*,
     # so nothing named `kernels` or `models` lands at the top of site-packages.
-    packages=["lite", "lite.backends", "lite.server", "lite.kernels", "lite.models", "lite.cli"],
+    packages=["lite", "lite.backends", "lite.chain", "lite.engine", "lite.files", "lite.server",
+              "lite.kernels", "lite.models", "lite.cli"],
     package_dir={
         "lite": "lite",
         "lite.kernels": "kernels",

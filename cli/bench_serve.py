@@ -18,9 +18,9 @@ def _counts(ctx, param, value):
 
 def _model_vocab(model):
     """The model file's vocabulary size (prompt ids must be below it)."""
-    from lite.config import ModelConfig
-    from lite.gguf_file import GGUFFile
-    from lite.hub import resolve_model
+    from lite.files.config import ModelConfig
+    from lite.files.gguf_file import GGUFFile
+    from lite.files.hub import resolve_model
     g = GGUFFile(resolve_model(model))
     return ModelConfig.from_gguf(g.metadata, g.path).n_vocab
 

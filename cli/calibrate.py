@@ -4,7 +4,7 @@ import json
 
 import click
 
-from lite.kv_cache import KV_KINDS
+from lite.engine.kv_cache import KV_KINDS
 
 DEFAULT_CONTEXT = 2 * 16384        # room for the largest calibration chunk twice (plan_points)
 
@@ -47,11 +47,11 @@ def calibrate(model, device, layer_split, max_context, kv, quick, budget, check_
     lite calibrate /tmp/8b.gguf --device cuda
     lite calibrate model.gguf --layer-split 8,8,8,8 --check 16384
     """
-    from lite.calibrate import (calibrate_engine, check_prediction, chosen_chunks,
+    from lite.chain.calibrate import (calibrate_engine, check_prediction, chosen_chunks,
                                 stage_layout)
-    from lite.chunking import describe_schedule, stack_time
-    from lite.engine import Engine
-    from lite.hub import resolve_model
+    from lite.chain.chunking import describe_schedule, stack_time
+    from lite.engine.engine import Engine
+    from lite.files.hub import resolve_model
     split = None
     if layer_split not in (None, "auto"):
         counts = _ints(layer_split, "--layer-split")

@@ -44,12 +44,12 @@ def cli(verbose):
               "sizes, the layers block_count promises, and a known model's sha256.")
 def info(model, tensors, verify):
     """Architecture, size, quant mix and context length of a GGUF file."""
-    from lite.hub import resolve_model
-    from lite.info import describe, verify as verify_file
+    from lite.files.hub import resolve_model
+    from lite.files.info import describe, verify as verify_file
     path = resolve_model(model)
     click.echo(describe(path, tensors))
     if verify:
-        from lite.gguf_file import GGUFFile
+        from lite.files.gguf_file import GGUFFile
         from lite.progress import Progress
         progress = Progress(sum(t.nbytes for t in GGUFFile(path).tensors.values()), "verifying tensors")
         lines, problems = verify_file(path, progress)
@@ -108,7 +108,7 @@ def bench(target, n_prompt, n_gen, repetitions, as_json, timeline, show_counters
         raise click.BadParameter("--types goes with `lite bench kernels`", param_hint="--types")
     from lite.backend_config import BackendConfig
     from lite.bench import bench_model, format_table
-    from lite.hub import resolve_model
+    from lite.files.hub import resolve_model
     config = BackendConfig().with_settings(settings)    # a bad key fails before the model loads
     if threads is not None:
         from lite.api import set_cpu_threads

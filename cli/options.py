@@ -5,7 +5,7 @@ import math
 
 import click
 
-from lite.kv_cache import KV_KINDS
+from lite.engine.kv_cache import KV_KINDS
 
 DEVICE = click.Choice(["auto", "cpu", "cuda"])
 
@@ -83,7 +83,7 @@ def engine_kwargs(device, max_context, kv, prefill_chunk, layer_split, pipeline,
 
 
 def _expert_cache(ctx, param, value):
-    from lite.experts import parse_cache
+    from lite.backends.experts import parse_cache
     try:
         parse_cache(value)
     except ValueError as e:

@@ -1,7 +1,7 @@
 """`lite synth`: write a random-weight GGUF file in a real model's layout (for benchmarks and tests)."""
 import click
 
-from lite.synth import ARCHS, PRESETS, QUANT_TYPES, get_preset, plan, synth as write_synth
+from lite.files.synth import ARCHS, PRESETS, QUANT_TYPES, get_preset, plan, synth as write_synth
 
 
 def _summary(arch, preset, quant, layers=None):

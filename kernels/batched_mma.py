@@ -1,7 +1,7 @@
 """Batched products on the tensor cores: out = x @ W.T for 9 to 256 rows of x over Q4_K, Q5_K, Q6_K, Q8_0, IQ4_XS
 and IQ3_XXS weights (the latter in each GPU layout: the file's, IQ3_XXS_G4, IQ3_XXS_B16),
 each weight tile dequantized once per 32 rows of x (the rest of x's rows find it in L2), no cuBLAS and no host
-synchronization, so a server step of up to MAX_ROWS rows can be captured in a CUDA graph (lite/paged_cuda.py).
+synchronization, so a server step of up to MAX_ROWS rows can be captured in a CUDA graph (lite/engine/paged_cuda.py).
 As llama.cpp's MMQ: the weights dequantized inside the kernel into int8 tiles with their scales, x quantized to
 int8, `mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32` (Q6_K: m16n8k16, its scales go by 16 weights), fp32
 sums of the scaled int32 products. CUDA C: kernels/cuda/batched_mma.cu (the product),

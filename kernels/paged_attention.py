@@ -6,7 +6,7 @@ Two launches a layer for all rows of a step, whatever the number of sequences:
   attention    decode attention of N sequences at once, each query row against its own length and
                block table (GQA, sliding window), its keys cut into splits merged by a second small
                launch when one split per sequence would leave the GPU idle.
-Pool layout (lite/paged_kv.py BlockPool): K (n_blocks, Hkv, B, D), V (n_blocks, Hkv, B, Dv); scales
+Pool layout (lite/engine/paged_kv.py BlockPool): K (n_blocks, Hkv, B, D), V (n_blocks, Hkv, B, Dv); scales
 (n_blocks, Hkv, B) f32. Every wrapper takes the CuPy stream to launch on and never synchronizes.
 attention_reference is the plain NumPy twin the tests hold the kernel to.
 """

@@ -22,11 +22,11 @@ import os
 import threading
 from contextlib import contextmanager
 
-from lite.engine import Engine, GenStats
+from lite.engine.engine import Engine, GenStats
 from lite.errors import ContextOverflowError, LiteError
-from lite.hub import resolve_model
-from lite.sampling import Sampler, SamplingParams
-from lite.sampling import StopMatcher
+from lite.files.hub import resolve_model
+from lite.engine.sampling import Sampler, SamplingParams
+from lite.engine.sampling import StopMatcher
 
 log = logging.getLogger("lite")
 _SAMPLING_KEYS = {"temperature", "top_k", "top_p", "min_p", "repeat_penalty", "repeat_last_n", "seed"}

@@ -8,9 +8,9 @@ import time
 
 import numpy as np
 
-from lite.chunking import as_sizes, describe_schedule
-from lite.engine import Engine
-from lite.sampling import Sampler, SamplingParams
+from lite.chain.chunking import as_sizes, describe_schedule
+from lite.engine.engine import Engine
+from lite.engine.sampling import Sampler, SamplingParams
 
 
 def _prompt(engine, n_tokens, nonce):

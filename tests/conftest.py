@@ -1,6 +1,6 @@
 """Test setup: use the CUDA simulator for kernel tests where no GPU driver is present; and
 real_model, the small real models the tests run on, fetched once from the package registry
-(lite.hub; tests import it as `from conftest import real_model`); and
+(lite.files.hub; tests import it as `from conftest import real_model`); and
 assert_stage_counts_agree, the layer split's byte-for-byte check."""
 import ctypes
 import os
@@ -24,7 +24,7 @@ if not HAS_GPU:
 
 def real_model(alias):
     import pytest
-    from lite.hub import model_path
+    from lite.files.hub import model_path
     try:
         return str(model_path(alias, quiet=True))
     except Exception as e:  # no network or index: the test cannot run here
@@ -35,7 +35,7 @@ def assert_stage_counts_agree(make_engine, ids, n_tokens, counts=(1, 2, 3, 4)):
     """For each stage count n in counts, make_engine(n) (an Engine with layer_split=n) gives the
     first count's bytes: every prompt position's logits and n_tokens greedy tokens."""
     import numpy as np
-    from lite.sampling import Sampler, SamplingParams
+    from lite.engine.sampling import Sampler, SamplingParams
     greedy = Sampler(SamplingParams.greedy())
     ref_logits = ref_tokens = None
     for stages in counts:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lite.chunking import chain_time, even_sizes
+from lite.chain.chunking import chain_time, even_sizes
 
 FIXED_CHUNKS = (1024, 2048, 4096, 8192, 16384)
 PROMPTS = (2048, 8192, 32768)

@@ -14,7 +14,7 @@ try:                    # the openai client's HTTP library (renamed httpx2 in it
 except ImportError:
     import httpx
 
-from lite.server.scheduler import parse_prometheus
+from lite.engine.scheduler import parse_prometheus
 
 START_TIMEOUT_S = 180
 

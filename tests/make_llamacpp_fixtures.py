@@ -12,7 +12,7 @@ are kept as they are):
   generation  generate.json: greedy continuations and top-5 logits on the two real models
   tokens      tokens.json: token ids, detokenized text, token bytes and chat renderings on the two real models
   synth       synth.json: logits and greedy tokens on lite's tiny synthetic files (no download)
-The real models are the two lite fetches (`lite.hub.model_path`); each command's docstring says what it records.
+The real models are the two lite fetches (`lite.files.hub.model_path`); each command's docstring says what it records.
 """
 import argparse
 import ctypes
@@ -365,7 +365,7 @@ N_GREEDY = 8
 
 def token_ids(arch, preset):
     """12 fixed ids: BOS first where the model adds one, then ordinary tokens across the vocab."""
-    from lite.synth import get_preset
+    from lite.files.synth import get_preset
     p = get_preset(arch, preset)
     ids = [37, 300, 17, 45, 256, 400, 1, 99, 128, 270, 77, 12]
     ids = [i % p.n_text for i in ids]
@@ -378,7 +378,7 @@ def run_case(arch, out_dir, threads):
     import llama_cpp
     import numpy as np
 
-    from lite.synth import synth
+    from lite.files.synth import synth
 
     preset, quant, seed = CASES[arch]
     path = os.path.join(out_dir, f"synth_{arch}.gguf")
@@ -435,7 +435,7 @@ def synth_fixtures(args):
     """synth.json, keyed by arch: llama.cpp's outputs on lite's tiny synth files. The synth files are
     random-weight models in llama.cpp's own layouts; running them through llama.cpp gives an
     independent reference for lite's CPU forward of the llama, qwen3, qwen3moe, qwen2moe and gemma3
-    layers, without downloading a model. For each arch it writes the tiny file with lite.synth (seed
+    layers, without downloading a model. For each arch it writes the tiny file with lite.files.synth (seed
     and quant in CASES), then records under the arch's key:
       file_sha256          so that a test can tell when synth's output changed and the fixture is stale
       token_ids            the 12 ids evaluated (one batch, positions 0..11)

@@ -131,8 +131,8 @@ def hf_state(st, tensors):
 def write_gguf(path, tensors):
     from gguf import GGUFWriter
 
-    from lite.synth import Preset
-    from lite.synth_vocab import vocab
+    from lite.files.synth import Preset
+    from lite.files.synth_vocab import vocab
     arch = "qwen3next"
     w = GGUFWriter(path, arch)
     w.add_type("model")
@@ -222,7 +222,7 @@ def llamacpp_logits(path, ids, n_greedy, threads=2):
 def main_llamacpp():
     import tempfile
 
-    from lite.synth import synth
+    from lite.files.synth import synth
     ids = np.load(REF_PATH)["ids"]
     logits, greedy = llamacpp_logits(GGUF_PATH, ids, N_GREEDY)
     with tempfile.TemporaryDirectory() as d:

@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 
 from lite.backends.cpu import CPUBackend
-from lite.paged_kv import BlockPool, PagedKV
-from lite.pipeline import StageError
-from lite.sampling import SamplingParams
-from lite.server.scheduler import Scheduler
-from lite.server.sequence import GenParams, Sequence
-from lite.timeline import Timeline
+from lite.engine.paged_kv import BlockPool, PagedKV
+from lite.chain.pipeline import StageError
+from lite.engine.sampling import SamplingParams
+from lite.engine.scheduler import Scheduler
+from lite.engine.sequence import GenParams, Sequence
+from lite.chain.timeline import Timeline
 
 SHAPES = [(576, 576), (192, 576), (1536, 576), (576, 1536), (64, 64), (8, 256), (3000, 64)]
 
@@ -110,8 +110,8 @@ def test_prompt_chunks_end_at_multiples_of_the_chunk():
 
 @pytest.fixture(scope="module")
 def two_stages(tmp_path_factory):
-    from lite.engine import Engine
-    from lite.synth import synth
+    from lite.engine.engine import Engine
+    from lite.files.synth import synth
     path = tmp_path_factory.mktemp("synth") / "llama-q8.gguf"
     synth("llama", "tiny", "Q8_0", str(path), seed=4)
     return Engine(str(path), device="cpu", max_context=64, contiguous_kv=False, layer_split=2)

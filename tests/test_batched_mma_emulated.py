@@ -150,7 +150,7 @@ def test_tiles_and_applies():
     assert batched_mma.applies("IQ3_XXS_G4", 2048) and not batched_mma.applies("IQ3_XXS_G4", 768)
 
 
-# --- the backend's choice and the graph rule (lite/backends/cuda_linear.py, lite/paged_cuda.py max_rows) ---
+# --- the backend's choice and the graph rule (lite/backends/cuda_linear.py, lite/engine/paged_cuda.py max_rows) ---
 
 def _backend(qtypes, **config):
     """A CUDABackend without a device: its weights' types and shapes and a BackendConfig."""
@@ -175,8 +175,8 @@ def test_products_of_9_to_256_rows_take_it_with_the_switch():
 
 def test_graphs_take_steps_up_to_256_rows_only_where_every_weight_is_covered():
     from lite.backends.cuda_linear import SPLIT_MAX_TOKENS
-    from lite.paged_cuda import DecodeGraphs, max_rows
-    from lite.stage import Stage, StageSpec
+    from lite.engine.paged_cuda import DecodeGraphs, max_rows
+    from lite.engine.stage import Stage, StageSpec
     cfg = types.SimpleNamespace(is_moe=False, is_recurrent_layer=lambda il: False)
     pools = [types.SimpleNamespace(block_size=16)]
     n = 64
@@ -209,8 +209,8 @@ def test_graph_rows_counts_the_fused_groups():
 def test_moe_steps_graph_up_to_64_rows_with_the_experts_on_the_device():
     from lite.backends.cuda_linear import SPLIT_MAX_TOKENS
     from lite.backends.cuda_moe import FUSED_MAX_TOKENS
-    from lite.paged_cuda import max_rows
-    from lite.stage import Stage, StageSpec
+    from lite.engine.paged_cuda import max_rows
+    from lite.engine.stage import Stage, StageSpec
     st = object.__new__(Stage)
     st.spec, st.use_graphs = StageSpec(range(0, 1), True, True), True
     st.cfg = types.SimpleNamespace(is_moe=True, is_recurrent_layer=lambda il: False)

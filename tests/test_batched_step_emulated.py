@@ -1,10 +1,10 @@
 """The server's GPU batched step without a GPU: the CUDA C of kernels/paged_attention.py compiled
 with g++ against tests/cuda_c_emulator.py (through its real Python wrapper, a NumPy-backed `cupy`
-standing in), against NumPy; then lite/paged_cuda.py's CUDABatchOps driving those kernels inside
+standing in), against NumPy; then lite/engine/paged_cuda.py's CUDABatchOps driving those kernels inside
 Stage.forward_batch on a synthetic llama, against the CPU's BatchOps step for step. Also the step
 layout (positions, page slots, block tables) on its own, which needs no compiler.
 
-The decode graphs (DecodeGraphs in lite/paged_cuda.py), also without a GPU:
+The decode graphs (DecodeGraphs in lite/engine/paged_cuda.py), also without a GPU:
 
 - The bucket of a step, and the padded layout a graph reads (positions, slots, lengths, tables).
 - On tests/fake_cupy.py's FakeCupy (stream capture, graph replay): the real CUDABackend capture,
@@ -26,12 +26,12 @@ from cuda_c_emulator import available, emulated_kernels
 from fake_cupy import FakeCupy, installed
 from lite.backends.cpu import CPUBackend
 from lite.errors import ContextOverflowError
-from lite.paged_cuda import (DecodeGraphs, DecodeLayout, StepLayout, bucket, buckets,
+from lite.engine.paged_cuda import (DecodeGraphs, DecodeLayout, StepLayout, bucket, buckets,
                              decode_step_host, graphable)
-from lite.paged_kv import BlockPool, PagedKV
-from lite.pipeline import StageChain
-from lite.server.scheduler import Scheduler
-from lite.stage import Stage, StageSpec
+from lite.engine.paged_kv import BlockPool, PagedKV
+from lite.chain.pipeline import StageChain
+from lite.engine.scheduler import Scheduler
+from lite.engine.stage import Stage, StageSpec
 from test_decode_io import fake_backend
 
 needs_gxx = pytest.mark.skipif(not available(), reason="needs g++ (C++20) to emulate CUDA C")
@@ -160,8 +160,8 @@ def test_step_layout_places_every_row():
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    from lite.engine import Engine
-    from lite.synth import synth
+    from lite.engine.engine import Engine
+    from lite.files.synth import synth
     path = tmp_path_factory.mktemp("synth") / "llama-q8.gguf"
     synth("llama", "tiny", "Q8_0", str(path), seed=4)
     return Engine(str(path), device="cpu", max_context=160, contiguous_kv=False)
@@ -218,7 +218,7 @@ def test_one_row_step_takes_the_backends_deferred_qk_norms(pa, kind):
     as the CPU does over the same pages."""
     from lite.backend_config import BackendConfig
     from lite.backends.cuda_attention import CUDAAttention, NormLater
-    from lite.paged_cuda import CUDABatchOps
+    from lite.engine.paged_cuda import CUDABatchOps
     small_ops = _emulated_small_ops()
     rng = np.random.default_rng(6)
     H, Hkv, D, B, pos, eps = 4, 2, 64, 16, 40, 1e-6
@@ -261,7 +261,7 @@ def _emulated_small_ops():
 def test_the_gpu_scheduler_keeps_f16_or_int8_kv():
     """The batched step's kernels store f16 or int8 pages: --kv f32 on the GPU is refused up front."""
     from lite.errors import LiteError
-    from lite.server.scheduler import Scheduler
+    from lite.engine.scheduler import Scheduler
     with pytest.raises(LiteError, match="f16 or int8"):
         Scheduler(types.SimpleNamespace(device="cuda", kv_kind="f32"))
     with pytest.raises(LiteError, match="CPU or a CUDA GPU"):
@@ -433,7 +433,7 @@ def _check_replay(fake, ops, n_stages, n):
 
 def test_a_failed_capture_leaves_its_bucket_eager(monkeypatch, caplog):
     fake = FakeCupy()
-    with installed(monkeypatch, fake), caplog.at_level(logging.WARNING, "lite.paged_cuda"):
+    with installed(monkeypatch, fake), caplog.at_level(logging.WARNING, "lite.engine.paged_cuda"):
         stage = toy_stage(fake, True, True, fail_capture=True)
         sched, seqs = _scheduler([stage], True), _sequences(np.random.default_rng(4))
         for step in ([0, 1, 2], [0, 1, 2, 3], [2]):

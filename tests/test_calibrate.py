@@ -1,7 +1,7 @@
 """Measuring the prefill cost model. Calibration on the CPU backend with a tiny synthetic llama: the
 profile it fits, its round trip through save/load into Engine.chunk_for, first-use calibration, the
 prefix it must not touch, the time budget, and `lite calibrate` (each of these tests with its own
-profile cache, `cache_dir`). Then cost tables (lite/cost_tables.py): the format's round trip and
+profile cache, `cache_dir`). Then cost tables (lite/chain/cost_tables.py): the format's round trip and
 errors, the heuristic checked against synthetic tables written in the recorded format, the recorder
 on the CPU, and the data-driven test over the tables recorded on a device
 (tests/data/cost_tables/*.json)."""
@@ -15,19 +15,19 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-import lite.calibrate as cal
-from lite.calibrate import (CalibrationError, HandoffProbe, attention_share, calibrate_engine,
+import lite.chain.calibrate as cal
+from lite.chain.calibrate import (CalibrationError, HandoffProbe, attention_share, calibrate_engine,
                             chain_hop_seconds, check_prediction, chosen_chunks, expert_setting,
                             measure_stack, memory_max_chunk, plan_points, profile_device,
                             profile_key, stage_layout)
-from lite.chunking import CostProfile, choose_chunk, choose_schedule, even_sizes, stack_time
-from lite.cost_fit import calibrate, fit_table
-from lite.cost_profile import ProfileKey
-from lite.cost_tables import (CostTable, CostTableError, format_verdicts, heuristic_on_grid,
+from lite.chain.chunking import CostProfile, choose_chunk, choose_schedule, even_sizes, stack_time
+from lite.chain.cost_fit import calibrate, fit_table
+from lite.chain.cost_profile import ProfileKey
+from lite.chain.cost_tables import (CostTable, CostTableError, format_verdicts, heuristic_on_grid,
                               measured_auto, read_table, read_tables, refit)
 from lite.cli.calibrate import calibrate as calibrate_cmd
-from lite.engine import Engine
-from lite.synth import synth
+from lite.engine.engine import Engine
+from lite.files.synth import synth
 
 from cost_regimes import E, TOP_K, regimes, table as regime_table
 
@@ -105,7 +105,7 @@ def test_first_use_calibrates_once_and_saves(tiny, cache_dir, caplog, monkeypatc
         calls.append(kw)
         return real(engine, **{**kw, "budget_s": 0.5, "context": 128})
     monkeypatch.setattr(cal, "calibrate_engine", short)
-    with caplog.at_level(logging.WARNING, logger="lite.engine"):
+    with caplog.at_level(logging.WARNING, logger="lite.engine.engine"):
         ids = list(range(5, 205))
         first = e.prefill(ids)
         c = e.last_chunk
@@ -208,7 +208,7 @@ def test_cli_calibrate(tiny, cache_dir):
 
 def test_first_use_with_no_room_to_calibrate_uses_the_defaults(tiny, cache_dir, caplog):
     e = engine(tiny, max_context=100, prefill_chunk="auto")
-    with caplog.at_level(logging.WARNING, logger="lite.engine"):
+    with caplog.at_level(logging.WARNING, logger="lite.engine.engine"):
         assert e.chunk_for(90) == choose_chunk(90, 1, CostProfile())
     assert e.profile == CostProfile(max_chunk=e.profile.max_chunk).with_key(profile_key(e))
     assert not cache_dir.exists()
@@ -347,7 +347,7 @@ def test_heuristic_on_synthetic_tables(name):
 
 def test_recorder_on_the_cpu(tmp_path, monkeypatch):
     """tools/record_cost_tables.py end to end on a tiny model (timings are noise here)."""
-    from lite.synth import synth
+    from lite.files.synth import synth
     monkeypatch.setenv("LITE_CACHE", str(tmp_path / "cache"))
     model = tmp_path / "tiny.gguf"
     synth("llama", "tiny", "Q4_K", model)

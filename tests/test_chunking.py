@@ -5,9 +5,9 @@ import math
 import numpy as np
 import pytest
 
-from lite.chunking import (CostProfile, ProfileError, ProfileKey, candidate_chunks, choose_chunk,
+from lite.chain.chunking import (CostProfile, ProfileError, ProfileKey, candidate_chunks, choose_chunk,
                            predict_time, profile_path, stack_time)
-from lite.cost_fit import calibrate
+from lite.chain.cost_fit import calibrate
 from lite.errors import LiteError
 
 PROFILES = {
@@ -267,16 +267,16 @@ def test_calibrate_records_samples_and_stack_time():
 
 # --- the regimes of issue 28: expert traffic, in-chunk attention, schedules, memory ------------
 
-from lite.chunking import (chain_time, choose_schedule, describe_schedule,  # noqa: E402
+from lite.chain.chunking import (chain_time, choose_schedule, describe_schedule,  # noqa: E402
                            device_times, distinct_experts, equal_time_sizes, even_sizes,
                            memory_chunk_limit)
-from lite.cost_fit import fit_table  # noqa: E402
-from lite.pipeline import make_jobs  # noqa: E402
+from lite.chain.cost_fit import fit_table  # noqa: E402
+from lite.chain.pipeline import make_jobs  # noqa: E402
 
 from cost_regimes import E, FIXED_CHUNKS, TOP_K, regimes, table  # noqa: E402
 
 REGIMES = regimes()
-CAL_CHUNKS = (16, 64, 256, 1024, 4096, 16384)     # lite.calibrate.plan_points at 32K positions
+CAL_CHUNKS = (16, 64, 256, 1024, 4096, 16384)     # lite.chain.calibrate.plan_points at 32K positions
 
 
 def calibrated(regime, seed=0):

@@ -11,8 +11,8 @@ import pytest
 from gguf import GGUFWriter
 
 from lite.cli.main import main
-from lite.gguf_file import GGUFFile
-from lite.synth import synth
+from lite.files.gguf_file import GGUFFile
+from lite.files.synth import synth
 from conftest import real_model
 
 

@@ -13,9 +13,9 @@ import pytest
 
 from lite.backends.cpu import physical_cores
 from lite.cli import generate
-from lite.engine import GenStats
-from lite.gguf_file import GGUFFile
-from lite.tokenizer import Tokenizer
+from lite.engine.engine import GenStats
+from lite.files.gguf_file import GGUFFile
+from lite.files.tokenizer import Tokenizer
 from test_cli import cli, lite, tiny  # noqa: F401  (tiny: the synthetic model fixture)
 
 TIMEOUT = 300

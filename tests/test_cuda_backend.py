@@ -14,9 +14,9 @@ import pytest
 
 from lite.backend_config import BackendConfig
 from lite.backends import cuda_unavailable_reason
-from lite.engine import Engine
-from lite.sampling import Sampler, SamplingParams
-from lite.synth import synth
+from lite.engine.engine import Engine
+from lite.engine.sampling import Sampler, SamplingParams
+from lite.files.synth import synth
 from test_cupy_kernels_emulated import decode_attention_reference
 
 WHY = cuda_unavailable_reason()
@@ -105,7 +105,7 @@ def test_decode_graph_matches_plain_launches(synth_model):
 
 @pytest.mark.parametrize("key", ["smollm2", "gemma3"])
 def test_real_model_gpu_matches_cpu(key):
-    from lite.hub import KNOWN, cache_dir
+    from lite.files.hub import KNOWN, cache_dir
     path = cache_dir() / "models" / KNOWN[key].filename
     doc = FIXTURES / "generate.json"
     cases = json.loads(doc.read_text()).get(key, {}).get("cases") if doc.exists() else None
@@ -143,7 +143,7 @@ def q8_atol(path):
     the normed x) quantize it differently, each within max|x| / 64,516 of its run, and the
     differences go through every layer and step (measured on the H200, tiny llama: up to 5.4e-5 of
     the max logit after 8 steps; tokens equal)."""
-    from lite.gguf_file import GGUFFile
+    from lite.files.gguf_file import GGUFFile
     from lite.kernels import matvec_q8
     f = GGUFFile(path)
     types = {t.type_name for t in f.tensors.values()}

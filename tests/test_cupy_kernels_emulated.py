@@ -76,7 +76,7 @@ def test_rope_kv_store(emulated, kind, neox, n_rot):
 
 
 def _check_rope_kv_store(dec, kind, neox, n_rot, pdl=False):
-    from lite.kv_cache import KVCache
+    from lite.engine.kv_cache import KVCache
     rng = np.random.default_rng(1)
     H, Hkv, D, Dv, S, pos = 6, 2, 64, 48, 40, 17
     q = rng.standard_normal((H, D)).astype(np.float32)
@@ -252,7 +252,7 @@ def test_backend_decode_attention_matches_cpu(emulated, kind, defer_k, qk_norm):
     norms are applied in rope_kv_store (or, for a rotation done early, by the rms_norm kernel)."""
     from lite.backends.cpu import CPUBackend
     from lite.backends.cuda_attention import CUDAAttention, NormLater
-    from lite.kv_cache import KVCache
+    from lite.engine.kv_cache import KVCache
     ops, dec = emulated
     rng = np.random.default_rng(3)
     H, Hkv, D, S, pos, il, eps = 8, 2, 64, 600, 321, 0, 1e-6
@@ -337,7 +337,7 @@ def test_qwen3_attention_block_folds_qk_norm(emulated, fold):
     from lite.backend_config import BackendConfig
     from lite.backends.cpu import CPUBackend
     from lite.backends.cuda_attention import CUDAAttention
-    from lite.kv_cache import KVCache
+    from lite.engine.kv_cache import KVCache
     from lite.models.llama import attention_block
     H, Hkv, D, S, pos, il = 8, 2, 128, 300, 200, 1
     cfg = types.SimpleNamespace(n_head=H, n_head_kv=Hkv, head_dim=D, v_head_dim=D, qk_norm=True,

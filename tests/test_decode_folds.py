@@ -9,11 +9,11 @@ import inspect
 import sys
 import numpy as np
 import pytest
-import lite.engine
+import lite.engine.engine
 from lite.backends.cpu import CPUBackend
 from lite.backends.cuda_norm import MATERIALIZE, TAKE, AddLater, ScaledLater, feeds_router
-from lite.engine import Engine
-from lite.synth import synth
+from lite.engine.engine import Engine
+from lite.files.synth import synth
 import types
 from lite.backends.cuda_linear import CUDALinear
 from lite.kernels import matvec_epilogue, pdl
@@ -100,7 +100,7 @@ def test_split_norms_give_the_plain_results(tmp_path, monkeypatch, arch, split):
     ids = list(range(3, 20))
     plain = Engine(path, device="cpu", max_context=64, layer_split=split)
     want = [plain.prefill(ids)] + [plain.decode_step(t) for t in (7, 8, 9)]
-    monkeypatch.setattr(lite.engine, "resolve_backend", lambda device: ("cpu", NormSplitCPU))
+    monkeypatch.setattr(lite.engine.engine, "resolve_backend", lambda device: ("cpu", NormSplitCPU))
     NormSplitCPU.taken = 0
     folded = Engine(path, device="cpu", max_context=64, layer_split=split)
     got = [folded.prefill(ids)]
@@ -161,7 +161,7 @@ def test_decode_fusions_give_the_plain_results(tmp_path, monkeypatch, arch):
     ids = list(range(3, 20))
     plain = Engine(path, device="cpu", max_context=64)
     want = [plain.prefill(ids)] + [plain.decode_step(t) for t in (7, 8, 9)]
-    monkeypatch.setattr(lite.engine, "resolve_backend", lambda device: ("cpu", FoldingCPU))
+    monkeypatch.setattr(lite.engine.engine, "resolve_backend", lambda device: ("cpu", FoldingCPU))
     FoldingCPU.calls = {"linear_add": 0, "linear_gated": 0}
     folded = Engine(path, device="cpu", max_context=64)
     got = [folded.prefill(ids)]

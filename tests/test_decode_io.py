@@ -19,8 +19,8 @@ from lite.backend_config import BackendConfig
 from lite.backends import cuda_graph_io
 from lite.backends.cuda import CUDABackend
 from lite.backends.cuda_graph_io import DecodeIO, LeasePool
-from lite.pipeline import ChunkJob, StageChain
-from lite.stage import Stage, StageSpec, as_ids
+from lite.chain.pipeline import ChunkJob, StageChain
+from lite.engine.stage import Stage, StageSpec, as_ids
 
 V, H = 48, 8
 
@@ -232,9 +232,9 @@ def _gpu_why():
 @pytest.mark.parametrize("arch,quant,split", [("llama", "Q8_0", None), ("qwen3moe", "Q4_K", None),
                                               ("llama", "Q8_0", 2)])
 def test_gpu_graph_io_identical(tmp_path, arch, quant, split):
-    from lite.engine import Engine
-    from lite.sampling import Sampler, SamplingParams
-    from lite.synth import synth
+    from lite.engine.engine import Engine
+    from lite.engine.sampling import Sampler, SamplingParams
+    from lite.files.synth import synth
     path = str(tmp_path / f"{arch}.gguf")
     synth(arch, "tiny", quant, path, seed=3)
     greedy = Sampler(SamplingParams.greedy())
@@ -306,7 +306,7 @@ def test_one_chunk_prefill_waits_once_and_copies_back_one_row(monkeypatch):
     times): the ids go up once, and the host waits once, for the one row of logits it reads back
     (into pinned memory); nothing else crosses to the host. The toy forward stands in for the
     layers (their ops enqueue and never wait: lite/backends/cuda*.py)."""
-    from lite.engine import Engine
+    from lite.engine.engine import Engine
     fake = FakeCupy()
     with installed(monkeypatch, fake):
         st = toy_stage(fake, 0, True, True, True)

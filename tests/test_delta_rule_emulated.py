@@ -218,9 +218,9 @@ def _forward(ops, cfg, kv, ids, pos0):
 def test_qwen3next_forward_on_the_cuda_ops_matches_cpu(emulated_modules):
     """The fixture prompt in chunks of 1, 37, 64 and 48 (the first one token: the decode kernels),
     then six greedy decode steps: the logits within 1e-3 of the largest, the tokens equal."""
-    from lite.config import ModelConfig
-    from lite.gguf_file import GGUFFile
-    from lite.kv_cache import KVCache
+    from lite.files.config import ModelConfig
+    from lite.files.gguf_file import GGUFFile
+    from lite.engine.kv_cache import KVCache
     from make_qwen3next_fixture import GGUF_PATH, REF_PATH
     gguf = GGUFFile(GGUF_PATH)
     cfg = ModelConfig.from_gguf(gguf.metadata)

@@ -103,9 +103,9 @@ def test_qwen3next_forward_with_delta_rule_mma_matches_cpu(emulated_modules, mon
     import lite.kernels
     from lite.backend_config import BackendConfig
     from lite.backends.cpu import CPUBackend
-    from lite.config import ModelConfig
-    from lite.gguf_file import GGUFFile
-    from lite.kv_cache import KVCache
+    from lite.files.config import ModelConfig
+    from lite.files.gguf_file import GGUFFile
+    from lite.engine.kv_cache import KVCache
     from make_qwen3next_fixture import GGUF_PATH, REF_PATH
     drm = emulated_modules["delta_rule_mma"]
     calls = []

@@ -20,12 +20,12 @@ from lite.backends import cuda_expert_dev as xd
 from lite.backends import cuda_unavailable_reason
 from lite.backends.cpu import CPUBackend
 from lite.cli.main import main as cli_main
-from lite.engine import Engine
+from lite.engine.engine import Engine
 from lite.errors import LiteError
-from lite.gguf_file import GGUFFile
+from lite.files.gguf_file import GGUFFile
 from lite.kernels import expert_cache as kx
-from lite.sampling import Sampler, SamplingParams
-from lite.synth import synth
+from lite.engine.sampling import Sampler, SamplingParams
+from lite.files.synth import synth
 
 GPU_WHY = cuda_unavailable_reason()
 needs_gpu = pytest.mark.skipif(GPU_WHY is not None, reason=f"needs a GPU: {GPU_WHY}")
@@ -187,7 +187,7 @@ def test_gpu_engine_experts_host_matches_gpu(tiny_moe, monkeypatch, experts, cac
 def test_copies_fill_the_right_slots(tiny_moe, monkeypatch, mode, n_slots):
     import sys
     from lite.backends import cuda_host_experts as hx_mod
-    from lite.experts import run_layer
+    from lite.backends.experts import run_layer
     monkeypatch.setitem(sys.modules, "cupyx", types.SimpleNamespace(empty_pinned=lambda n, dt: np.zeros(n, dt)))
     g = GGUFFile(tiny_moe)
     names = [n for n in g.tensors if n.endswith("_exps.weight")]

@@ -4,13 +4,13 @@ the GPU machine (skipped elsewhere)."""
 import numpy as np
 import pytest
 
-from lite import experts as ex
+from lite.backends import experts as ex
 from lite.backends import cuda_unavailable_reason
 from lite.backends.cpu import CPUBackend
-from lite.gguf_file import GGUFFile
+from lite.files.gguf_file import GGUFFile
 from lite.kernels import moe_layer as mk
 from lite.kernels import moe_products as mp
-from lite.synth import synth
+from lite.files.synth import synth
 
 GPU_WHY = cuda_unavailable_reason()
 needs_gpu = pytest.mark.skipif(GPU_WHY is not None, reason=f"needs a GPU: {GPU_WHY}")

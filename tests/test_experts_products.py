@@ -9,7 +9,7 @@ from kernel_blocks import random_blocks, reference
 from lite.backends import cuda_unavailable_reason
 from lite.kernels import moe_products as mp
 from lite.kernels import quant_info
-from lite.synth import synth
+from lite.files.synth import synth
 from test_experts import check_layer_experts_match_cpu
 from test_experts import _cpu, _gpu
 

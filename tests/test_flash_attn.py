@@ -10,8 +10,8 @@ import pytest
 from lite.backend_config import BackendConfig
 from lite.backends import cuda_unavailable_reason
 from lite.backends.cuda_attention import CUDAAttention
-from lite.engine import Engine
-from lite.synth import synth
+from lite.engine.engine import Engine
+from lite.files.synth import synth
 
 WHY = cuda_unavailable_reason()
 needs_gpu = pytest.mark.skipif(WHY is not None, reason=f"needs a GPU: {WHY}")

@@ -6,7 +6,7 @@ from gguf import GGUFWriter, GGMLQuantizationType
 from gguf.quants import quantize
 
 from lite.errors import GGUFError
-from lite.gguf_file import GGUFFile
+from lite.files.gguf_file import GGUFFile
 
 
 @pytest.fixture(scope="module")

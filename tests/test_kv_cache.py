@@ -6,11 +6,11 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from lite.config import ModelConfig
+from lite.files.config import ModelConfig
 from lite.errors import ContextOverflowError
-from lite.kv_cache import KVCache, kv_bytes_per_token
-from lite.paged_kv import BlockManager, BlockPool, PagedKV, block_hashes
-from lite.sampling import StopMatcher
+from lite.engine.kv_cache import KVCache, kv_bytes_per_token
+from lite.engine.paged_kv import BlockManager, BlockPool, PagedKV, block_hashes
+from lite.engine.sampling import StopMatcher
 
 
 def cfg():
@@ -59,7 +59,7 @@ def test_bytes_per_token():
     assert kv_bytes_per_token(c, 2, "int8") < kv_bytes_per_token(c, 2, "f16")
 
 
-# --- the server's paged KV cache (lite/paged_kv.py) ---
+# --- the server's paged KV cache (lite/engine/paged_kv.py) ---
 
 CFG = SimpleNamespace(n_head_kv=2, head_dim=8, v_head_dim=8, is_recurrent_layer=lambda il: False)
 
@@ -112,11 +112,11 @@ def test_stop_split_across_pieces_never_leaks():
 def test_f32_cache_refused_on_the_gpu(monkeypatch, tmp_path):
     """The GPU's decode kernels read f16 or int8 caches: --kv f32 there is one clear error, not a cache
     read with the wrong element type."""
-    import lite.engine
+    import lite.engine.engine
     from lite.errors import LiteError
-    from lite.synth import synth
+    from lite.files.synth import synth
     path = tmp_path / "tiny.gguf"
     synth("llama", "tiny", "Q8_0", str(path))
-    monkeypatch.setattr(lite.engine, "resolve_backend", lambda device: ("cuda", object))
+    monkeypatch.setattr(lite.engine.engine, "resolve_backend", lambda device: ("cuda", object))
     with pytest.raises(LiteError, match="--kv f32 runs on the CPU only"):
-        lite.engine.Engine(str(path), device="cuda", kv="f32")
+        lite.engine.engine.Engine(str(path), device="cuda", kv="f32")

@@ -18,10 +18,10 @@ from fake_cupy import FakeCupy, _overlap, _span, installed
 from lite.backend_config import BackendConfig
 from lite.backends import cuda_handoff, cuda_unavailable_reason
 from lite.backends.cuda_handoff import CUDAHandoff, HandoffBuffer
-from lite.engine import Engine
-from lite.pipeline import ChunkJob, StageChain
-from lite.sampling import Sampler, SamplingParams
-from lite.synth import synth
+from lite.engine.engine import Engine
+from lite.chain.pipeline import ChunkJob, StageChain
+from lite.engine.sampling import Sampler, SamplingParams
+from lite.files.synth import synth
 
 WHY = cuda_unavailable_reason()
 
@@ -313,11 +313,11 @@ def test_configure_rejects_unknown_modes(monkeypatch):
         ToyGPUStage(fake, 0, 1.0, "auto")
 
 
-# --- how the resolved mode reaches the backends (lite/engine.py -> lite/stage.py) ----------------
+# --- how the resolved mode reaches the backends (lite/engine/engine.py -> lite/engine/stage.py) ----------------
 
 @pytest.fixture(scope="module")
 def tiny_llama(tmp_path_factory):
-    from lite.synth import synth
+    from lite.files.synth import synth
     path = tmp_path_factory.mktemp("synth") / "llama-Q8_0.gguf"
     synth("llama", "tiny", "Q8_0", str(path), seed=1)
     return str(path)
@@ -325,9 +325,9 @@ def tiny_llama(tmp_path_factory):
 
 def test_stage_configures_its_backend_only_off_the_default(tiny_llama):
     from lite.backends.cpu import CPUBackend
-    from lite.config import ModelConfig
-    from lite.gguf_file import GGUFFile
-    from lite.stage import Stage, split_layers
+    from lite.files.config import ModelConfig
+    from lite.files.gguf_file import GGUFFile
+    from lite.engine.stage import Stage, split_layers
     calls = []
 
     class Recording(CPUBackend):
@@ -345,7 +345,7 @@ def test_stage_configures_its_backend_only_off_the_default(tiny_llama):
 
 
 def test_engine_hands_the_resolved_mode_to_every_stage(tiny_llama, monkeypatch):
-    from lite import engine as eng
+    from lite.engine import engine as eng
     seen, asked = [], []
 
     class Recording(eng.Stage):

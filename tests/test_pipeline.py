@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from lite.errors import LiteError
-from lite.pipeline import ChunkJob, HostHandoff, StageChain, StageError, make_jobs
-from lite.timeline import Timeline
+from lite.chain.pipeline import ChunkJob, HostHandoff, StageChain, StageError, make_jobs
+from lite.chain.timeline import Timeline
 
 D = 16          # hidden size of the toy model
 VOCAB = 32
@@ -401,7 +401,7 @@ def test_unreadable_device_clock_leaves_none_and_the_prefill_succeeds(caplog):
 
 
 def test_device_timer_discovery():
-    from lite.pipeline import device_timer
+    from lite.chain.pipeline import device_timer
 
     class Ops:
         stream = None
@@ -445,7 +445,7 @@ def test_timeline_host_device_summary_lines_and_trace():
 # --- device assignment and hand-off options -----------------------------------------------------
 
 def test_parse_and_assign_devices():
-    from lite.devices import assign_devices, parse_devices
+    from lite.engine.devices import assign_devices, parse_devices
     assert parse_devices(None) is None and parse_devices(" ") is None
     assert parse_devices("0, 1,3") == [0, 1, 3] and parse_devices([2, 0]) == [2, 0]
     for bad, msg in [("0,x", "comma-separated"), ("-1", "start at 0")]:
@@ -466,7 +466,7 @@ def test_parse_and_assign_devices():
 
 
 def test_resolve_handoff():
-    from lite.devices import resolve_handoff
+    from lite.engine.devices import resolve_handoff
     peers = lambda a, b: True
     assert resolve_handoff("host", [0, 1], "cuda", peers) == "host"
     assert resolve_handoff("auto", [0, 0], "cuda", peers) == "host"
@@ -499,7 +499,7 @@ def test_resolve_handoff():
 
 
 def test_resolve_handoff_without_p2p_copies(monkeypatch):
-    from lite import devices
+    from lite.engine import devices
     monkeypatch.setattr(devices, "P2P_IMPLEMENTED", False)
     peers = lambda a, b: True
     assert devices.resolve_handoff("auto", [0, 1], "cuda", peers) == "host"

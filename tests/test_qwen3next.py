@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 
 from lite.backends.cpu_recurrent import causal_conv_silu, delta_rule_chunked, delta_rule_recurrent
-from lite.config import ModelConfig
-from lite.engine import Engine
+from lite.files.config import ModelConfig
+from lite.engine.engine import Engine
 from lite.errors import ConfigError
-from lite.gguf_file import GGUFFile
-from lite.sampling import Sampler, SamplingParams
+from lite.files.gguf_file import GGUFFile
+from lite.engine.sampling import Sampler, SamplingParams
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -123,7 +123,7 @@ def test_old_fused_ssm_in_layout_gives_the_same_logits(tmp_path, ref):
 
 
 def test_info_shows_the_layer_kinds():
-    from lite.info import describe
+    from lite.files.info import describe
     out = describe(GGUF)
     assert "layer kinds:   2 Gated DeltaNet (recurrent), 2 full attention" in out
 
@@ -171,7 +171,7 @@ def test_whole_prompt_and_greedy_match_llamacpp(ref):
 
 def test_llamacpp_runs_the_synth_layout(tmp_path):
     """llama.cpp loads what `lite synth --arch qwen3next` writes, and agrees with lite on it."""
-    from lite.synth import synth
+    from lite.files.synth import synth
     ll = np.load(fixture.LLAMACPP_PATH)
     preset, quant, seed = fixture.SYNTH_CASE
     path = str(tmp_path / "synth.gguf")
@@ -321,7 +321,7 @@ def test_prefill_auto_calibrates_before_choosing_what_to_reuse(ref, tmp_path, mo
 # --- the stage chain ---------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def synth_tiny(tmp_path_factory):
-    from lite.synth import synth
+    from lite.files.synth import synth
     path = tmp_path_factory.mktemp("q3n") / "qwen3next.gguf"
     synth("qwen3next", "tiny", "Q4_K", str(path), seed=3)
     return str(path)
@@ -352,7 +352,7 @@ def test_synth_80b_layout_and_metadata(tmp_path):
 
     from gguf import GGUFWriter
 
-    from lite import synth as synth_mod
+    from lite.files import synth as synth_mod
     from lite.models import qwen3next
     p = synth_mod.get_preset("qwen3next", "80b-a3b")
     path = str(tmp_path / "meta.gguf")
@@ -391,7 +391,7 @@ def test_synth_tiny_runs_and_checks(synth_tiny):
 
 def test_synth_writes_the_first_layers_of_a_preset(tmp_path):
     """--layers: a short file in a big layout (the GPU tests' 80B-A3B file has 4 of its 48)."""
-    from lite.synth import SynthError, synth
+    from lite.files.synth import SynthError, synth
     synth("qwen3next", "tiny", "Q4_K", str(tmp_path / "two.gguf"), seed=3, n_layer=2)
     e = Engine(str(tmp_path / "two.gguf"), device="cpu", max_context=32)
     assert e.cfg.n_layer == 2 and e.cfg.recurrent == (True, False)
@@ -420,8 +420,8 @@ def test_the_server_batches_hybrid_sequences_each_with_its_own_states(stages):
     each gets the text it gets alone from Engine.generate; the prefix cache is not used, since a
     recurrent state cannot be rebuilt from KV blocks."""
     import threading
-    from lite.server.scheduler import Scheduler
-    from lite.server.sequence import GenParams
+    from lite.engine.scheduler import Scheduler
+    from lite.engine.sequence import GenParams
     e = Engine(GGUF, device="cpu", max_context=128, contiguous_kv=False, layer_split=stages)
     sched = Scheduler(e, n_slots=3, chunk=16).start()
     prompts = [list(range(5, 45)), list(range(7, 20)), list(range(30, 90)), list(range(5, 45))]

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from lite.backends import cuda_unavailable_reason
-from lite.engine import Engine
+from lite.engine.engine import Engine
 from conftest import assert_stage_counts_agree  # noqa: F401  (used where the GPU runs)
 from test_qwen3next import (GGUF, GREEDY, chunked_logits, engine, fixture, ref,  # noqa: F401  (fixtures)
                             rel_err, synth_tiny)
@@ -88,7 +88,7 @@ def test_gpu_matches_cpu_on_the_80b_layout(tmp_path):
     """Qwen3-Next-80B-A3B's shapes in its first 4 layers (3 Gated DeltaNet, 1 gated attention: head
     dim 256 with 64 rotated, dk 128, 32 value heads on 16 key heads, 512 experts, top 10), Q4_0 (the
     CPU dequantizes it fastest): a short prompt and 2 decode steps."""
-    from lite.synth import synth
+    from lite.files.synth import synth
     path = str(tmp_path / "q3n-80b-4l.gguf")
     synth("qwen3next", "80b-a3b", "Q4_0", path, seed=1, n_layer=4)
     ids = list(range(1000, 1008))

@@ -7,7 +7,7 @@ On the tiny synthetic llama, qwen3, qwen3moe, qwen2moe and gemma3 files (fixture
 tests/make_llamacpp_fixtures.py synth): the logits of llama.cpp's top 10 at the last position, and 8 greedy
 tokens. For qwen3moe this is the independent check of the MoE forward; for qwen2moe, of the
 attention biases, the un-renormalized top-k weights and the gated shared expert (leaving out any one
-of them moves these logits by 0.08 or more; see lite/synth_archs.py); for gemma3, of the
+of them moves these logits by 0.08 or more; see lite/files/synth_archs.py); for gemma3, of the
 synthetic layout itself (llama.cpp loads it as Gemma 3) and the forward with head dim 256, post
 norms and a sliding window of 16 that the greedy steps pass (12 + 8 positions).
 
@@ -21,10 +21,10 @@ import pytest
 from gguf import quants as gguf_quants
 
 from lite.backends.cpu import dequantize_tensor
-from lite.engine import Engine
-from lite.gguf_file import GGUFFile
-from lite.sampling import Sampler, SamplingParams
-from lite.synth import QUANT_TYPES, synth
+from lite.engine.engine import Engine
+from lite.files.gguf_file import GGUFFile
+from lite.engine.sampling import Sampler, SamplingParams
+from lite.files.synth import QUANT_TYPES, synth
 from conftest import real_model
 
 FIXTURES = Path(__file__).parent / "fixtures"

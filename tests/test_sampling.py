@@ -1,12 +1,12 @@
 """Choosing and ending the text: sampling (greedy, temperature, top-k, top-p, min-p, repetition
-penalty, seeds) and lite/sampling.py's StopMatcher, where a stop string ends the text and never shows, whole or in
+penalty, seeds) and lite/engine/sampling.py's StopMatcher, where a stop string ends the text and never shows, whole or in
 part, however the pieces split it."""
 import numpy as np
 import pytest
 
-from lite import sampling
-from lite.sampling import Sampler, SamplingParams
-from lite.sampling import StopMatcher
+from lite.engine import sampling
+from lite.engine.sampling import Sampler, SamplingParams
+from lite.engine.sampling import StopMatcher
 
 
 def logits_from_probs(p):
@@ -82,7 +82,7 @@ def test_bad_parameters(bad):
         SamplingParams(**bad)
 
 
-# --- lite/sampling.py's StopMatcher: stop strings ---
+# --- lite/engine/sampling.py's StopMatcher: stop strings ---
 
 def feed(stops, pieces):
     m = StopMatcher(stops)
@@ -139,7 +139,7 @@ def test_no_stop_strings_pass_everything_through():
     assert StopMatcher(["", ""]).push("x") == ("x", False)
 
 
-# --- the top-k pre-selection (lite/sampling.py top_k_sorted) --------------------------------------
+# --- the top-k pre-selection (lite/engine/sampling.py top_k_sorted) --------------------------------------
 def _partitioned(logits, k):
     """The candidates as the sampler took them before the pre-selection: a partition of the whole
     vocabulary, then a stable sort by logit."""

@@ -1,5 +1,5 @@
 """lite serve's scheduler on the GPU (runs on the GPU machine; skips elsewhere): the batched step
-(lite/paged_cuda.py: paged KV in device memory, the rope-store and paged attention kernels,
+(lite/engine/paged_cuda.py: paged KV in device memory, the rope-store and paged attention kernels,
 prompt chunks through the backend's prefill attention) against the CPU.
 
 - One batched step at a time, logits against the CPU's batched step on the same plans (prompt
@@ -8,7 +8,7 @@ prompt chunks through the backend's prefill attention) against the CPU.
   gets alone (a fresh scheduler, one request at a time) and, sent again, the same tokens from
   the prefix cache; every token is a greedy choice of the CPU reference (teacher-forced logits);
   no slot or KV block is held afterwards.
-- The decode steps replayed from CUDA graphs (lite/paged_cuda.py DecodeGraphs, on by default, so every
+- The decode steps replayed from CUDA graphs (lite/engine/paged_cuda.py DecodeGraphs, on by default, so every
   scheduler test above runs them) give the tokens of the same requests run eagerly.
 GPU and CPU (and batched and alone, whose products may run on other kernels: fused matvecs up to
 8 rows, cuBLAS past that) differ by float rounding, so two runs may part where two tokens' logits
@@ -21,14 +21,14 @@ import numpy as np
 import pytest
 
 from lite.backends import cuda_unavailable_reason
-from lite.engine import Engine
-from lite.hub import KNOWN, cache_dir
-from lite.paged_cuda import graphable
-from lite.paged_kv import BlockPool, PagedKV
-from lite.sampling import SamplingParams
-from lite.server.scheduler import Scheduler
-from lite.server.sequence import GenParams
-from lite.synth import synth
+from lite.engine.engine import Engine
+from lite.files.hub import KNOWN, cache_dir
+from lite.engine.paged_cuda import graphable
+from lite.engine.paged_kv import BlockPool, PagedKV
+from lite.engine.sampling import SamplingParams
+from lite.engine.scheduler import Scheduler
+from lite.engine.sequence import GenParams
+from lite.files.synth import synth
 
 WHY = cuda_unavailable_reason()
 pytestmark = pytest.mark.skipif(WHY is not None, reason=f"needs a GPU: {WHY}")
@@ -187,7 +187,7 @@ def _same_or_tie(a, b, logits, eog_ids, what):
 
 
 def _greedy():
-    from lite.sampling import Sampler
+    from lite.engine.sampling import Sampler
     return Sampler(SamplingParams.greedy())
 
 

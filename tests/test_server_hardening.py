@@ -20,9 +20,9 @@ pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 
 from conftest import real_model  # noqa: E402
-from lite.sampling import Sampler, SamplingParams  # noqa: E402
+from lite.engine.sampling import Sampler, SamplingParams  # noqa: E402
 from live_server import ServerProcess, free_port, httpx, running  # noqa: E402
-from lite.synth import synth  # noqa: E402
+from lite.files.synth import synth  # noqa: E402
 
 KEY = "hardening-key"
 READ_TIMEOUT_S = 1
@@ -256,8 +256,8 @@ def test_an_exception_anywhere_is_a_json_500_with_the_request_id():
 # In the server's process: sampling fails for seed 13 (an error of that request), and the
 # scheduler's loop itself fails once a request with seed 66 is running (a bug in the loop).
 FAULTS = """
-from lite import sampling
-from lite.server import scheduler
+from lite.engine import sampling
+from lite.engine import scheduler
 draw, plan = sampling.Sampler.__call__, scheduler.Scheduler._plan
 def failing_draw(self, logits, history=()):
     if self.p.seed == 13:
@@ -293,7 +293,7 @@ def test_failures_inside_the_scheduler_answer_500():
         srv.close()
 
 
-WITHOUT_TEMPLATE = """from lite.tokenizer import Tokenizer
+WITHOUT_TEMPLATE = """from lite.files.tokenizer import Tokenizer
 real = Tokenizer.from_metadata.__func__
 Tokenizer.from_metadata = classmethod(
     lambda cls, md: real(cls, {k: v for k, v in md.items() if k != "tokenizer.chat_template"}))"""

@@ -3,7 +3,7 @@ layout, and the shared expert's sigmoid gate on the CPU.
 
 The expected layouts below are written from llama.cpp's tensor naming (llama-arch.cpp, the
 create_tensor calls of src/models/{llama,qwen3,qwen3moe}.cpp, shapes there in ggml order {ne0, ne1}
-reversed here to numpy order) and from the presets' numbers in the brief, not from lite/synth.py.
+reversed here to numpy order) and from the presets' numbers in the brief, not from lite/files/synth.py.
 qwen2moe's expected values come from llama.cpp's src/models/qwen2moe.cpp (create_tensor shapes
 reversed the same way; build_moe_ffn called with norm_w false; the n_ff fallbacks), its converter's
 Qwen2MoeModel (metadata keys) and Qwen1.5-MoE-A2.7B's config.json; not from lite. The forwards
@@ -22,10 +22,10 @@ from gguf.constants import GGMLQuantizationType as QT
 
 from cli.synth import synth as synth_cmd
 from lite.backends.cpu import CPUBackend
-from lite.config import ModelConfig
+from lite.files.config import ModelConfig
 from lite.errors import ConfigError
-from lite.gguf_file import GGUFFile
-from lite.synth import QUANT_TYPES, SynthError, TensorSpec, plan, synth, tensor_bytes
+from lite.files.gguf_file import GGUFFile
+from lite.files.synth import QUANT_TYPES, SynthError, TensorSpec, plan, synth, tensor_bytes
 
 HERE = os.path.dirname(__file__)
 ARCHS = ("llama", "qwen3", "qwen3moe")
@@ -182,7 +182,7 @@ def test_norms_are_one_and_file_is_deterministic(tiny, tmp_path):
 
 @pytest.mark.parametrize("arch", ARCHS)
 def test_lite_cpu_forward_gives_finite_spread_logits(tiny, arch):
-    from lite.engine import Engine
+    from lite.engine.engine import Engine
     eng = Engine(tiny[arch], device="cpu", max_context=64)
     logits = eng.prefill([5, 300, 17, 45, 256, 400, 1, 99, 128, 270, 77, 12])
     assert logits.shape == (eng.cfg.n_vocab,) and np.isfinite(logits).all()
@@ -227,7 +227,7 @@ def test_fixture_matches_this_synth_and_lite_tokenizer(tiny, arch, tmp_path):
     f = synth(arch, fx["preset"], fx["quant"], tmp_path / "f.gguf", seed=fx["seed"])["path"]
     assert hashlib.sha256(open(f, "rb").read()).hexdigest() == fx["file_sha256"], \
         "synth's output changed: rerun tests/make_llamacpp_fixtures.py synth"
-    from lite.tokenizer import Tokenizer
+    from lite.files.tokenizer import Tokenizer
     tok = Tokenizer.from_metadata(GGUFFile(f).metadata)
     assert tok.encode(fx["text"]) == fx["text_ids"]
     assert len(fx["token_ids"]) == 12 and len(fx["top_ids"]) == 10 and len(fx["greedy"]) == 8
@@ -238,7 +238,7 @@ def test_tiny_gemma3_has_the_real_files_layout(tmp_path):
     q/k norms of head_dim, post norms), the output is tied (no output.weight), the config reads it
     as gemma3 with head dim 256, a window of 16 and layer 5 global; the CPU forward past the window
     gives finite, spread logits."""
-    from lite.engine import Engine
+    from lite.engine.engine import Engine
     path = synth("gemma3", "tiny", "Q4_K", tmp_path / "g.gguf", seed=0)["path"]
     got = _table(path)
     layer = {"attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "attn_q_norm", "attn_k_norm",
@@ -379,7 +379,7 @@ def test_cpu_sigmoid_gate_scales_each_row_by_its_own_gate():
 
 def test_fixture_is_from_this_synth_and_lite_tokenizes_alike(tmp_path):
     """tests/fixtures/synth.json's qwen2moe (llama.cpp's outputs) was made from the file synth writes now."""
-    from lite.tokenizer import Tokenizer
+    from lite.files.tokenizer import Tokenizer
     fx = json.load(open(os.path.join(HERE, "fixtures", "synth.json")))["qwen2moe"]
     f = synth("qwen2moe", fx["preset"], fx["quant"], tmp_path / "f.gguf", seed=fx["seed"])["path"]
     assert hashlib.sha256(open(f, "rb").read()).hexdigest() == fx["file_sha256"], \

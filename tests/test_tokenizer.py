@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lite.chat_template import CHATML, GEMMA, ChatTemplateError, builtin_template, render_chat
+from lite.files.chat_template import CHATML, GEMMA, ChatTemplateError, builtin_template, render_chat
 from lite.errors import ConfigError
-from lite.pretokenizer import BYTE_ENC, PRESETS
-from lite.tokenizer import Tokenizer
+from lite.files.pretokenizer import BYTE_ENC, PRESETS
+from lite.files.tokenizer import Tokenizer
 
 FIXTURES = Path(__file__).parent / "fixtures"
 MODELS = ("smollm2", "gemma3")
@@ -22,9 +22,9 @@ MODELS = ("smollm2", "gemma3")
 
 def _metadata(path):
     try:
-        from lite.gguf_file import GGUFFile
+        from lite.files.gguf_file import GGUFFile
         return GGUFFile(path).metadata
-    except ImportError:  # pragma: no cover - before lite.gguf_file existed
+    except ImportError:  # pragma: no cover - before lite.files.gguf_file existed
         import gguf
         md = {}
         for key, field in gguf.GGUFReader(path).fields.items():
@@ -39,7 +39,7 @@ def _metadata(path):
 def model(request):
     name = request.param
     try:
-        from lite.hub import model_path
+        from lite.files.hub import model_path
         path = model_path(name, quiet=True)
     except Exception as e:  # no network / no package index: nothing to compare against
         pytest.skip(f"model {name} not available: {e}")
@@ -211,7 +211,7 @@ def test_lone_surrogate_does_not_crash():
 
 
 def test_unknown_pre_tokenizer_falls_back_with_warning(caplog):
-    with caplog.at_level(logging.WARNING, logger="lite.pretokenizer"):
+    with caplog.at_level(logging.WARNING, logger="lite.files.pretokenizer"):
         tok = _byte_bpe("no-such-pre")
     assert tok.pre == "default"
     assert "no-such-pre" in caplog.text
@@ -295,7 +295,7 @@ def test_chat_content_tokens_are_llama_cpps_plain_tokens():
     fx = json.loads((FIXTURES / "tokens.json").read_text(encoding="utf-8"))["smollm2"]
     case = next(c for c in fx["cases"] if c["text"].startswith("<|im_start|>user\nHi there"))
     try:
-        from lite.hub import model_path
+        from lite.files.hub import model_path
         tok = Tokenizer.from_metadata(_metadata(str(model_path("smollm2", quiet=True))))
     except Exception as e:  # no network / no package index
         pytest.skip(f"model smollm2 not available: {e}")

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from lite.chat_template import CHATML, GEMMA
+from lite.files.chat_template import CHATML, GEMMA
 from lite.server.openai_protocol import RequestError
 from lite.server.tool_calls import HERMES, LLAMA3, ToolCallStream, ToolRequest, family, parse, stream_deltas
 
@@ -146,7 +146,7 @@ def render(template, body):
     from lite.server.openai_protocol import chat_messages
     req = ToolRequest(body, template)
     msgs = req.messages(body["messages"], chat_messages(body))
-    from lite.chat_template import render_chat
+    from lite.files.chat_template import render_chat
     return render_chat(template, msgs, **req.template_vars())
 
 
@@ -201,8 +201,8 @@ def test_bad_call_arguments_in_history_are_400():
 def tok():
     pytest.importorskip("llguidance")
     from conftest import real_model
-    from lite.gguf_file import GGUFFile
-    from lite.tokenizer import Tokenizer
+    from lite.files.gguf_file import GGUFFile
+    from lite.files.tokenizer import Tokenizer
     return Tokenizer.from_metadata(GGUFFile(real_model("smollm2")).metadata)
 
 

@@ -148,18 +148,18 @@ def test_the_scan_sees_each_form_of_read():
 # (all they may import from the product) or `not` (what they may not import). A rule whose modules
 # do not exist yet checks nothing.
 LEAVES = ("lite.errors",)          # what kernels/ may import from lite's own modules
-PURE = LEAVES + ("lite.gguf_file", "lite.config", "lite.tokenizer", "lite.pretokenizer", "lite.chat_template",
-                 "lite.sampling", "lite.chunking", "lite.cost_profile", "lite.cost_fit",
-                 "lite.cost_tables", "lite.timeline", "lite.hub", "lite.progress")
+PURE = LEAVES + ("lite.files.gguf_file", "lite.files.config", "lite.files.tokenizer", "lite.files.pretokenizer", "lite.files.chat_template",
+                 "lite.engine.sampling", "lite.chain.chunking", "lite.chain.cost_profile", "lite.chain.cost_fit",
+                 "lite.chain.cost_tables", "lite.chain.timeline", "lite.files.hub", "lite.progress")
 LAYERS = [
     ("kernels/ imports only kernels and the leaves (lite.errors)",
      ("lite.kernels",), {"only": ("lite.kernels",) + LEAVES}),
     ("models/ imports no backend, no kernels and nothing above it (engine, stage chain, bench, api, cli)",
-     ("lite.models",), {"not": ("lite.backends", "lite.kernels", "lite.engine", "lite.pipeline",
-                                "lite.stage", "lite.bench", "lite.calibrate", "lite.api", "lite.cli")}),
+     ("lite.models",), {"not": ("lite.backends", "lite.kernels", "lite.engine.engine", "lite.chain.pipeline",
+                                "lite.engine.stage", "lite.bench", "lite.chain.calibrate", "lite.api", "lite.cli")}),
     ("lite/backends/ imports nothing above the ops (models, stage chain, engine, bench, api, cli)",
-     ("lite.backends",), {"not": ("lite.models", "lite.engine", "lite.pipeline", "lite.stage",
-                                  "lite.bench", "lite.calibrate", "lite.api", "lite.cli")}),
+     ("lite.backends",), {"not": ("lite.models", "lite.engine.engine", "lite.chain.pipeline", "lite.engine.stage",
+                                  "lite.bench", "lite.chain.calibrate", "lite.api", "lite.cli")}),
     ("the leaves (gguf file, config, tokenizer, sampling, chunking, timeline: pure, no device) import only leaves",
      PURE, {"only": PURE}),
     ("nothing below cli/ imports lite.cli",
@@ -319,8 +319,8 @@ def test_the_graph_reads_package_dir_relative_and_function_level_imports(tmp_pat
     assert imports("lite.m", src, known) == [("lite.b.c", 1), ("lite.a", 2), ("lite.b.c", 3), ("lite.b", 3),
                                              ("lite.b", 5), ("lite.b", 6)]
     assert cycles({"a": {"b": 1}, "b": {"c": 1}, "c": {"a": 1, "d": 1}, "d": {}}) == [["a", "b", "c", "a"]]
-    assert violations({"lite.kernels.x": {"lite.errors": 1, "lite.engine": 2}}) == [
-        (LAYERS[0][0], "lite.kernels.x", "lite.engine", 2)]
+    assert violations({"lite.kernels.x": {"lite.errors": 1, "lite.engine.engine": 2}}) == [
+        (LAYERS[0][0], "lite.kernels.x", "lite.engine.engine", 2)]
 
 
 def test_no_import_cycles():

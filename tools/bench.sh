@@ -60,7 +60,7 @@ moe() {
     for q in $quants; do
         f="$DIR/qwen3moe-$PRESET-$q.gguf"
         [ -f "$f" ] || $L synth --arch qwen3moe --preset "$PRESET" --quant "$q" "$f" >/dev/null || exit 1
-        gib=$(python3 -c "from lite.gguf_file import GGUFFile; g = GGUFFile('$f')
+        gib=$(python3 -c "from lite.files.gguf_file import GGUFFile; g = GGUFFile('$f')
 print(sum(t.nbytes for n, t in g.tensors.items() if n.endswith('_exps.weight')) / 2**30)")
         for cfg in "gpu auto" "host off" "host 0.25" "host 0.5"; do
             set -- $cfg

@@ -10,7 +10,7 @@
 #      run(command="mkdir -p /tmp/m && cp .mdl/all/*.part.* /tmp/m/", carry=[".mdl/all/NAME.part.K"])
 #   3. run(command="source tools/device_setup.sh; bash tools/carry_model.sh --join && ...",
 #          carry=[".mdl"] or [".whl"])  # --join puts the pieces together into ~/.cache/lite/models
-#      and checks each file's sha256 against lite/hub.py; then the tests (gpu_first_checks real).
+#      and checks each file's sha256 against lite/files/hub.py; then the tests (gpu_first_checks real).
 set -euo pipefail
 if [ "${1:-}" = "--join" ]; then                  # on the device
   mkdir -p ~/.cache/lite/models
@@ -19,7 +19,7 @@ if [ "${1:-}" = "--join" ]; then                  # on the device
     cat /tmp/m/"$name".part.* > ~/.cache/lite/models/"$name"
     python3 - "$name" <<'PY'
 import hashlib, os, sys
-from lite.hub import KNOWN
+from lite.files.hub import KNOWN
 name = sys.argv[1]
 path = os.path.expanduser(f"~/.cache/lite/models/{name}")
 want = [m.sha256 for m in KNOWN.values() if m.filename == name]

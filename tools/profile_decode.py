@@ -23,8 +23,8 @@ from collections import defaultdict
 import numpy as np
 
 from lite.backend_config import BackendConfig
-from lite.engine import Engine
-from lite.sampling import Sampler, SamplingParams
+from lite.engine.engine import Engine
+from lite.engine.sampling import Sampler, SamplingParams
 
 
 def profile(path, n=512, settings=""):

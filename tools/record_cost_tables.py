@@ -1,4 +1,4 @@
-"""Record a cost table (lite/cost_tables.py): prefill seconds per (prompt length, fixed chunk), and
+"""Record a cost table (lite/chain/cost_tables.py): prefill seconds per (prompt length, fixed chunk), and
 what `--prefill auto` chose and took, for one model and setting; or check recorded tables.
 
     python3 tools/record_cost_tables.py MODEL OUT.json [--prompts 2048,8192,32768]
@@ -49,12 +49,12 @@ def _prefill(engine, setting, ids):
 
 
 def record(args):
-    from lite.calibrate import CalibrationError, calibrate_engine, memory_max_chunk, profile_key
-    from lite.cost_profile import CostProfile
-    from lite.chunking import as_sizes
-    from lite.cost_tables import CostTable
-    from lite.engine import Engine
-    from lite.hub import resolve_model
+    from lite.chain.calibrate import CalibrationError, calibrate_engine, memory_max_chunk, profile_key
+    from lite.chain.cost_profile import CostProfile
+    from lite.chain.chunking import as_sizes
+    from lite.chain.cost_tables import CostTable
+    from lite.engine.engine import Engine
+    from lite.files.hub import resolve_model
     split = None
     if args.layer_split:
         counts = _ints(args.layer_split)
@@ -112,7 +112,7 @@ def record(args):
 def check(paths):
     """Print, per table and prompt length, auto's measured time and the grid heuristic's pick
     against the best fixed chunk; exit status 1 when one is outside 3%."""
-    from lite.cost_tables import format_verdicts, heuristic_on_grid, measured_auto, read_table, refit
+    from lite.chain.cost_tables import format_verdicts, heuristic_on_grid, measured_auto, read_table, refit
     bad = 0
     for p in paths:
         t = read_table(p)

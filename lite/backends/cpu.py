@@ -97,7 +97,7 @@ def dequantize_tensor(t) -> np.ndarray:
 
 
 class HostHandoff:
-    """Hand-off between stages (lite.pipeline) through plain numpy buffers, with no copy on the
+    """Hand-off between stages (lite.chain.pipeline) through plain numpy buffers, with no copy on the
     way in: a mixin for CPU runners."""
 
     def alloc_handoff(self, shape, dtype):

@@ -201,7 +201,7 @@ def gemm_strided(cp, stream, transa, transb, m, n, k, A, a_type, lda, stride_a, 
 # The Gated DeltaNet's conv, norms, gates and delta rule (kernels/delta_rule.py), gated attention's
 # output gate, and the per-layer recurrent state: the CPU backend's "hybrid's ops" (lite/backends/
 # cpu.py), float32 on the backend's stream. The states are the stage's RecurrentState
-# (lite/kv_cache.py), made with the backend's array module, so they live on this device. A mixin of
+# (lite/engine/kv_cache.py), made with the backend's array module, so they live on this device. A mixin of
 # CUDABackend: it uses its cp, stream, w (the weights) and as_array (lazy values made arrays, cuda_norm.py).
 def _dr():
     """kernels/delta_rule.py, imported on first use: it needs CuPy, which this module must not

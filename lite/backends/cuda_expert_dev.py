@@ -1,6 +1,6 @@
 """A decode-time expert cache kept entirely on the device (--experts host).
 
-Why: with the experts in host RAM, the host-managed cache (lite/experts.py ExpertCache through
+Why: with the experts in host RAM, the host-managed cache (lite/backends/experts.py ExpertCache through
 cuda_host_experts.HostExperts) must read each layer's routed ids on the host (one sync a layer),
 run the cache's Python and launch the layer's kernels one by one: a decode step could not be
 captured in a CUDA graph, and the syncs and eager launches, not the copies, bounded decode.

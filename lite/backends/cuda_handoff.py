@@ -1,7 +1,7 @@
-"""Hand-off of hidden states between GPU stages: the StageRunner calls of lite.pipeline
+"""Hand-off of hidden states between GPU stages: the StageRunner calls of lite.chain.pipeline
 (alloc_handoff, to_handoff, from_handoff) for the CUDA backend, a mixin of CUDABackend.
 
-Three ways, chosen per chain by lite.devices.resolve_handoff and set here by configure_handoff:
+Three ways, chosen per chain by lite.engine.devices.resolve_handoff and set here by configure_handoff:
 
 host (the default, unchanged since before --handoff existed): the producer copies y into a pinned
   host buffer and synchronizes its stream; the consumer copies the buffer onto its own GPU.

@@ -1,9 +1,9 @@
-"""Experts kept off the GPU (--experts host|mmap): the device side of lite/experts.py.
+"""Experts kept off the GPU (--experts host|mmap): the device side of lite/backends/experts.py.
 
 Dense weights and the KV cache stay on the device; each layer's three expert tensors live in pinned
 host RAM (host: one pinned copy of the file's bytes, so copies are true async DMA) or stay in the
-file's mapped pages (mmap: through lite.experts.Stager's two pinned buffers). A GPU cache of slots
-(lite.experts.ExpertCache, least recently used out) serves them: a layer's routed experts are copied
+file's mapped pages (mmap: through lite.backends.experts.Stager's two pinned buffers). A GPU cache of slots
+(lite.backends.experts.ExpertCache, least recently used out) serves them: a layer's routed experts are copied
 on a copy stream into free or evicted slots, the compute stream waits on the copies' events (on the
 device; the host does not block), and the grouped kernels read the slots through slot_of. A layer
 whose routed experts outnumber the slots runs in rounds; each round writes only its experts' rows,
@@ -19,7 +19,7 @@ import time
 import numpy as np
 
 from lite.backends.cuda_expert_dev import MAX_EXPERTS, DeviceExpertCache
-from lite.experts import ExpertCache, Stager, run_layer
+from lite.backends.experts import ExpertCache, Stager, run_layer
 
 KINDS = ("gate", "up", "down")
 STAGING_BYTES = 64 << 20        # each of mmap mode's two pinned staging buffers
@@ -60,7 +60,7 @@ class _Pool:
         self.n_slots = n_slots
         self.dev = None
         self.bufs = [cp.empty(n_slots * eb, np.uint8) for eb in ebytes]
-        # layers in forward order: evict the expert whose layer comes back last (lite/experts.py)
+        # layers in forward order: evict the expert whose layer comes back last (lite/backends/experts.py)
         self.cache = ExpertCache(n_slots, lambda il, e, s, after: copy(self, il, e, s, after), wait,
                                  lambda il: sum(ebytes), retain=retain, layers=layers)
 

@@ -72,7 +72,7 @@ class CUDALinear:
                 and batched_mma.applies(w.qtype, w.shape[-1]))
 
     def graph_rows(self):
-        """The most rows of a step whose products can all be captured in a graph (lite/paged_cuda.py
+        """The most rows of a step whose products can all be captured in a graph (lite/engine/paged_cuda.py
         max_rows): past SPLIT_MAX_TOKENS a product goes to cuBLAS, unless BackendConfig.batched_mma is on
         and its kernels take every weight a step multiplies (then batched_mma.MAX_ROWS)."""
         if self.config.batched_mma and all(batched_mma.applies(w.qtype, w.shape[-1])

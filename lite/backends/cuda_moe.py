@@ -10,7 +10,7 @@ import os
 
 import numpy as np
 
-from lite import experts as ex
+from lite.backends import experts as ex
 from lite.backends.cuda_host_experts import HostExperts
 from lite.kernels import dequantize, moe_layer as mk, moe_products as mp
 
@@ -47,7 +47,7 @@ class CUDAExperts:
 
     def place_experts(self, gguf, names, experts="auto", expert_cache="auto", n_slots=None, dev_slots=None):
         """Put a stage's expert tensors where --experts says; called after the dense weights and
-        the KV cache are allocated, so auto sees the VRAM that is left. -> lite.experts.Residency.
+        the KV cache are allocated, so auto sees the VRAM that is left. -> lite.backends.experts.Residency.
         n_slots overrides the host-managed cache's size in slots (tests: a cache of one expert),
         dev_slots the device cache's (decode; cuda_expert_dev.py)."""
         cp = self.cp
@@ -101,7 +101,7 @@ class CUDAExperts:
         return all(mp.fits(w.qtype, w.data.data.ptr, expert_bytes(w)) for w in exps)
 
     def moe_graph_rows(self):
-        """The most rows of a step of this MoE stage whose launches can all be captured (lite/paged_cuda.py
+        """The most rows of a step of this MoE stage whose launches can all be captured (lite/engine/paged_cuda.py
         max_rows), where moe_graph_safe holds: the router's kernel and the experts' sorted products take up
         to MOE_FUSED_MAX_TOKENS, within what the dense products take (graph_rows), with BackendConfig.batched_mma
         (off until its GPU tests pass); experts off the device only their decode (past it the host reads the

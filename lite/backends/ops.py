@@ -1,8 +1,8 @@
 """The ops interface: every op and capability that models/, the stage and the batched step call on a
 backend, with the defaults a backend inherits unless it overrides them.
 
-The CPU backend (cpu.py), the CUDA backend (cuda.py) and the batched step's ops (lite/paged_kv.py
-BatchOps, lite/paged_cuda.py CUDABatchOps) derive from Ops, so callers never ask an ops object what
+The CPU backend (cpu.py), the CUDA backend (cuda.py) and the batched step's ops (lite/engine/paged_kv.py
+BatchOps, lite/engine/paged_cuda.py CUDABatchOps) derive from Ops, so callers never ask an ops object what
 it has: a fused op (linear_add, linear_gated, add_rms_norm) is composed here from the plain ones
 unless a backend fuses it, and each capability is a plain attribute or method with its default.
 

@@ -25,7 +25,7 @@ from lite.server.anthropic_protocol import api_key_of, error_response, message_r
 from lite.server.grammar import completion_constraint
 from lite.server.openai_protocol import (Reply, RequestError, chat_messages, completion_prompt,
                                          context_error, gen_params, model_field, parse_json, sse)
-from lite.server.scheduler import QueueFull, SchedulerStopped, describe, prometheus_text
+from lite.engine.scheduler import QueueFull, SchedulerStopped, describe, prometheus_text
 from lite.server.tool_calls import chat_prompt, message_calls, stream_deltas
 
 log = logging.getLogger(__name__)

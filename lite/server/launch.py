@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from lite.errors import LiteError
-from lite.server.scheduler import DEFAULT_MAX_QUEUE, Scheduler, describe
+from lite.engine.scheduler import DEFAULT_MAX_QUEUE, Scheduler, describe
 
 log = logging.getLogger("lite.server")
 
@@ -41,7 +41,9 @@ def configure_logging(fmt="text"):
     handler = logging.StreamHandler()
     handler.setFormatter(JSONFormatter() if fmt == "json"
                          else logging.Formatter("lite: %(levelname)s: %(message)s"))
-    for name, level in (("lite.server", logging.INFO), ("uvicorn", logging.WARNING)):
+    # the scheduler (lite/engine/) reports a request's failure: one of the server's own lines
+    for name, level in (("lite.server", logging.INFO), ("lite.engine.scheduler", logging.INFO),
+                        ("uvicorn", logging.WARNING)):
         logger = logging.getLogger(name)
         logger.handlers = [handler]
         logger.setLevel(level)
@@ -81,7 +83,7 @@ def serve(model=None, host="127.0.0.1", port=8080, n_slots=4, api_key=None, alia
     except ImportError as e:
         raise LiteError(f"lite serve needs the server extra: pip install 'lite[server]' "
                         f"({e.name} is missing)") from None
-    from lite.hub import resolve_model
+    from lite.files.hub import resolve_model
     configure_logging(log_format)
     sock = bind(host, port)                 # before a model is fetched or loaded
     port = sock.getsockname()[1]            # the one the system chose, for --port 0
@@ -106,7 +108,7 @@ def serve(model=None, host="127.0.0.1", port=8080, n_slots=4, api_key=None, alia
 
     def load():
         try:
-            from lite.engine import Engine
+            from lite.engine.engine import Engine
             t0 = time.perf_counter()
             eng = engine or Engine(path, contiguous_kv=False, **engine_kwargs)
             state.scheduler = Scheduler(eng, n_slots=n_slots, max_queue=max_queue,

@@ -5,8 +5,8 @@ import math
 import time
 import uuid
 
-from lite.sampling import SamplingParams
-from lite.server.sequence import GenParams
+from lite.engine.sampling import SamplingParams
+from lite.engine.sequence import GenParams
 
 MAX_STOPS = 16
 MAX_STOP_CHARS = 1024

@@ -330,7 +330,7 @@ def chat_prompt(body, messages, tok):
     """A chat request -> (prompt ids, Constraint or None, ToolRequest): the messages rendered with
     the tools through the model's template, and the grammar the request asks for (response_format,
     grammar, regex) or the one that forces a tool call. Slow: run it off the event loop."""
-    from lite.chat_template import builtin_template
+    from lite.files.chat_template import builtin_template
     tools = ToolRequest(body, tok.chat_template or builtin_template(tok.architecture))
     text, param = grammar.request_grammar(body)
     forced = tools.grammar()

@@ -12,7 +12,7 @@ import logging
 import regex
 
 from lite.errors import ConfigError
-from lite.pretokenizer import BYTE_DEC, PreTokenizer, byte_encode
+from lite.files.pretokenizer import BYTE_DEC, PreTokenizer, byte_encode
 
 log = logging.getLogger(__name__)
 
@@ -339,10 +339,10 @@ class Tokenizer:
 
     def chat_spans(self, messages, add_generation_prompt=True, template=None, whole=False, **extra):
         """`messages` rendered with the file's chat template (or a built-in one by architecture) as
-        (text, parse_special) spans for encode(): lite.chat_template.chat_spans. A leading BOS
+        (text, parse_special) spans for encode(): lite.files.chat_template.chat_spans. A leading BOS
         spelling is removed when encode() adds BOS itself, as llama.cpp's common chat code does,
         so that the ids start with exactly one BOS."""
-        from lite.chat_template import builtin_template, chat_spans
+        from lite.files.chat_template import builtin_template, chat_spans
         tmpl = template or self.chat_template or builtin_template(self.architecture)
         bos = self.tokens[self.bos_id] if self.bos_id is not None else ""
         eos = self.tokens[self.eos_id] if self.eos_id is not None else ""

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lite.config import ModelConfig
+from lite.files.config import ModelConfig
 from lite.errors import ConfigError
-from lite.gguf_file import GGUFFile
+from lite.files.gguf_file import GGUFFile
 
 
 def describe(path, list_tensors=False) -> str:
@@ -153,7 +153,7 @@ def file_sha256(path) -> str:
 
 def known_file_digest(path):
     """(alias, expected sha256) when the file has the name of a model lite fetches, else None."""
-    from lite.hub import KNOWN
+    from lite.files.hub import KNOWN
     base = os.path.basename(path)
     for m in KNOWN.values():
         if m.filename == base and m.sha256:

@@ -1,7 +1,7 @@
 """The chunk-size cost model's calibrated constants (`CostProfile`) and what they are keyed by
 (`ProfileKey`): saved per key under the cache directory, so that a profile measured with one
 expert placement, cache size, stage layout or KV type is never used for another
-(docs/design.md "The chunk model"; the model itself is in lite/chunking.py)."""
+(docs/design.md "The chunk model"; the model itself is in lite/chain/chunking.py)."""
 import json
 import math
 import re
@@ -47,7 +47,7 @@ KEY_FIELDS = tuple(f.name for f in fields(ProfileKey))
 @dataclass
 class CostProfile:
     """Calibrated constants (seconds) for one ProfileKey; the terms are described in
-    lite/chunking.py. The whole-stack terms are for the full layer stack on one device."""
+    lite/chain/chunking.py. The whole-stack terms are for the full layer stack on one device."""
     fixed_s: float = 0.01              # per chunk, whole layer stack (split among stages)
     per_token_s: float = 1e-4          # per token, whole layer stack
     attn_s: float = 2.5e-9             # per token per context token before the chunk
@@ -165,7 +165,7 @@ def _version_of(text):
 def profile_dir(root=None):
     if root is not None:
         return Path(root)
-    from lite.hub import cache_dir
+    from lite.files.hub import cache_dir
     return cache_dir() / "profiles"
 
 

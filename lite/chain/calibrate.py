@@ -1,7 +1,7 @@
 """Calibration of the chunk-size cost model on an engine's own device (`lite calibrate`, and the
 first `--prefill auto` on a device and model shape that has no saved profile yet).
 
-What is measured (docs/design.md "The chunk model"; the model is at the top of lite/chunking.py):
+What is measured (docs/design.md "The chunk model"; the model is at the top of lite/chain/chunking.py):
 - one prefill chunk of c tokens after ctx tokens through the whole layer stack: every stage's
   run() in turn on the caller's thread, each followed by a device synchronize, so the time is the
   devices' compute, whatever the stage split (a hand-off between stages on different devices is
@@ -12,7 +12,7 @@ What is measured (docs/design.md "The chunk model"; the model is at the top of l
   stage_fixed_s (intercept) and handoff_s (slope). Measured even with one stage, because the
   profile is per device and model shape, not per split.
 
-The profile is keyed (lite/cost_profile.py ProfileKey, `profile_key`) by the model shape, the
+The profile is keyed (lite/chain/cost_profile.py ProfileKey, `profile_key`) by the model shape, the
 device, where the experts live and the expert cache's share, the stage layout and the KV type; the
 routing (experts, top-k) and the share of full-attention layers come from the model's config, not
 from the fit. The largest chunk comes from free memory (`memory_max_chunk`).
@@ -27,11 +27,11 @@ from time import perf_counter
 
 import numpy as np
 
-from lite.chunking import choose_schedule, memory_chunk_limit, predict_time
-from lite.cost_fit import calibrate
-from lite.cost_profile import ProfileKey
+from lite.chain.chunking import choose_schedule, memory_chunk_limit, predict_time
+from lite.chain.cost_fit import calibrate
+from lite.chain.cost_profile import ProfileKey
 from lite.errors import LiteError
-from lite.pipeline import ChunkJob, HostHandoff, StageChain
+from lite.chain.pipeline import ChunkJob, HostHandoff, StageChain
 
 log = logging.getLogger(__name__)
 

@@ -46,8 +46,8 @@ from typing import Protocol, Sequence, runtime_checkable
 
 from lite.backends.cpu import HostHandoff  # noqa: F401  (the CPU hand-off, re-exported for runners)
 from lite.errors import LiteError
-from lite.jobs import ChunkJob, StageError, StepJob, make_jobs  # noqa: F401  (the chain's jobs)
-from lite.timeline import Timeline
+from lite.chain.jobs import ChunkJob, StageError, StepJob, make_jobs  # noqa: F401  (the chain's jobs)
+from lite.chain.timeline import Timeline
 
 log = logging.getLogger(__name__)
 

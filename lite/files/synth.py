@@ -23,9 +23,9 @@ from gguf import GGUFWriter, LlamaFileType
 from gguf import quants as gguf_quants
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType as QT
 
-from lite import synth_archs
+from lite.files import synth_archs
 from lite.errors import SynthError
-from lite.synth_vocab import vocab
+from lite.files.synth_vocab import vocab
 
 log = logging.getLogger(__name__)
 

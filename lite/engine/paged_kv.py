@@ -15,7 +15,7 @@ import numpy as np
 
 from lite.backends.ops import Ops
 from lite.errors import ContextOverflowError
-from lite.kv_cache import KV_KINDS
+from lite.engine.kv_cache import KV_KINDS
 
 DEFAULT_BLOCK_SIZE = 16
 
@@ -130,7 +130,7 @@ class PagedKV:
     def write(self, il, k, v, pos0):
         """k (T, Hkv, D), v (T, Hkv, Dv) float32 at positions pos0..pos0+T-1 (blocks allocated), as
         arrays of the pool's module. (A CUDA stage's batched step stores through its rope-store
-        kernel instead: lite/paged_cuda.py.)"""
+        kernel instead: lite/engine/paged_cuda.py.)"""
         pool, B, xp = self.pool, self.pool.block_size, self.pool.xp
         pos = np.arange(pos0, pos0 + k.shape[0])
         blk, off = (xp.asarray(a) for a in (np.asarray(self.table, np.int64)[pos // B], pos % B))
@@ -169,7 +169,7 @@ class PagedKV:
 # sequence's KV, run per sequence on that sequence's rows; so do a hybrid's causal conv and delta
 # rule, on the recurrent state each sequence's KV view carries (kvs[i].recurrent). A sequence contributes one row in decode
 # and a chunk of rows while its prompt is prefilled, so one step can mix both. On a CUDA stage,
-# CUDABatchOps (lite/paged_cuda.py) does RoPE and attention of all rows in a few launches instead.
+# CUDABatchOps (lite/engine/paged_cuda.py) does RoPE and attention of all rows in a few launches instead.
 class BatchOps(Ops):
     fused_delta_step = False     # each sequence's recurrent states are their own (delta_rule below)
 

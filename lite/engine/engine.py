@@ -12,16 +12,16 @@ import numpy as np
 
 from lite.backend_config import BackendConfig
 from lite.backends import resolve_backend
-from lite.chunking import CostProfile, choose_schedule
-from lite.config import ModelConfig
-from lite.devices import assign_devices, parse_devices, resolve_handoff
+from lite.chain.chunking import CostProfile, choose_schedule
+from lite.files.config import ModelConfig
+from lite.engine.devices import assign_devices, parse_devices, resolve_handoff
 from lite.errors import ContextOverflowError, DeviceError, LiteError, NonFiniteLogitsError
-from lite.gguf_file import GGUFFile
-from lite.kv_cache import KV_KINDS
-from lite.pipeline import ChunkJob, StageChain, StageError
-from lite.stage import Stage, as_ids, split_layers
-from lite.tokenizer import Tokenizer
-from lite.info import check_layers
+from lite.files.gguf_file import GGUFFile
+from lite.engine.kv_cache import KV_KINDS
+from lite.chain.pipeline import ChunkJob, StageChain, StageError
+from lite.engine.stage import Stage, as_ids, split_layers
+from lite.files.tokenizer import Tokenizer
+from lite.files.info import check_layers
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +91,7 @@ class Engine:
         else:
             stage_devs, can_peer = [None] * len(specs), None
         self.handoff = resolve_handoff(handoff, stage_devs, self.device, can_peer, handoff_stream)
-        from lite.experts import MODES, parse_cache
+        from lite.backends.experts import MODES, parse_cache
         if experts not in MODES:
             raise LiteError(f"--experts must be one of {', '.join(MODES)}, got {experts!r}")
         try:
@@ -136,7 +136,7 @@ class Engine:
         and the profile: a size, or a schedule of sizes (a tuple) when uneven chunks win."""
         if self.chunk != "auto":
             return int(self.chunk)
-        from lite.calibrate import profile_key
+        from lite.chain.calibrate import profile_key
         key = profile_key(self)
         if self.profile is None or self.profile.key != key:   # placement, cache, split changed
             self.profile = self.cost_profile(start)
@@ -155,7 +155,7 @@ class Engine:
         (seconds, once; saved for later runs). Its max_chunk is what free memory holds now.
         Calibrating writes KV positions from `start` on, so a prefix cached below `start` stays
         valid."""
-        from lite.calibrate import (CalibrationError, calibrate_engine, memory_max_chunk,
+        from lite.chain.calibrate import (CalibrationError, calibrate_engine, memory_max_chunk,
                                     profile_key)
         key = profile_key(self)
         prof = CostProfile.load(key)

@@ -2,7 +2,7 @@
 size) and `choose_schedule(...)` (the sizes along the prompt, possibly uneven).
 
 One chunk of c tokens whose first token sits at position p costs the whole layer stack on one
-device (the constants of a CostProfile, lite/cost_profile.py):
+device (the constants of a CostProfile, lite/chain/cost_profile.py):
 
     cost(c, p) = fixed + compute + copy - overlap * min(compute, copy)
     compute    = per_token * max(c, min_gemm_chunk)            GEMMs (below a minimum, no cheaper)
@@ -39,7 +39,7 @@ import math
 
 import numpy as np
 
-from lite.cost_profile import (MEMORY_CHUNK_LIMIT, PROFILE_VERSION, CostProfile,  # noqa: F401
+from lite.chain.cost_profile import (MEMORY_CHUNK_LIMIT, PROFILE_VERSION, CostProfile,  # noqa: F401
                                ProfileError, ProfileKey, profile_path)
 from lite.errors import LiteError
 
@@ -125,7 +125,7 @@ def predict_time(prompt_tokens, chunk, n_stages, profile, start=0, stages_per_de
 def chain_time(times, n_stages, depth=1):
     """The stage chain's makespan step by step for chunk times `times` (every device the same):
     a device starts a chunk when its input has arrived and it has handed its previous chunk on,
-    which waits while the successor still holds `depth` earlier chunks (lite/pipeline.py)."""
+    which waits while the successor still holds `depth` earlier chunks (lite/chain/pipeline.py)."""
     S, n = int(n_stages), len(times)
     finish = [[0.0] * n for _ in range(S)]
     handed = [[0.0] * n for _ in range(S)]

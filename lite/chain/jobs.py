@@ -1,4 +1,4 @@
-"""The jobs the stage chain (lite/pipeline.py) carries through its stages: a request's prompt chunk
+"""The jobs the stage chain (lite/chain/pipeline.py) carries through its stages: a request's prompt chunk
 or decode step (ChunkJob), and a server step (StepJob: the stacked rows of several sequences)."""
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
@@ -46,11 +46,11 @@ class ChunkJob:
 
 @dataclass(frozen=True)
 class StepJob:
-    """A server step (lite/server/scheduler.py): prompt chunks and decode tokens of several
+    """A server step (lite/engine/scheduler.py): prompt chunks and decode tokens of several
     sequences stacked, sequence i's counts[i] rows from its position starts[i]. The chain carries
     it through every stage in order on the caller's thread (StageChain.decode) and hands the
     runner of stage k the job `at(k)`: the stage reads its sequences' KV through kv_views(k) or,
-    where `graphs` serves it, replays the decode graph of `graph_step` (lite/paged_cuda.py
+    where `graphs` serves it, replays the decode graph of `graph_step` (lite/engine/paged_cuda.py
     DecodeGraphs, graph_step its step or None)."""
     index: int                                   # the scheduler's step number
     input: Any                                   # the rows' token ids, stacked

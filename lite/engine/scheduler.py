@@ -5,9 +5,9 @@ step is one job of the engine's stage chain (a StepJob through StageChain.decode
 Stage.forward_batch, or replays a decode graph) over the stacked rows of all of them: one row for
 every sequence that is decoding, plus up to `chunk` prompt tokens of the sequences still
 prefilling, so a long prompt delays the others' next token by one chunk at most. A sequence's KV
-lives in blocks of the paged pool (lite/paged_kv.py); its prompt's full blocks are looked up in
+lives in blocks of the paged pool (lite/engine/paged_kv.py); its prompt's full blocks are looked up in
 the prefix cache on admission, and every block it fills is keyed there for later requests.
-A step of decode rows only (no prompt chunk) replays CUDA graphs on GPU stages (lite/paged_cuda.py DecodeGraphs).
+A step of decode rows only (no prompt chunk) replays CUDA graphs on GPU stages (lite/engine/paged_cuda.py DecodeGraphs).
 """
 import logging
 import threading
@@ -17,11 +17,11 @@ from collections import deque
 import numpy as np
 
 from lite.errors import LiteError, NonFiniteLogitsError
-from lite.kv_cache import RecurrentState
-from lite.paged_cuda import DecodeGraphs
-from lite.paged_kv import DEFAULT_BLOCK_SIZE, BlockManager, BlockPool, PagedKV, block_hashes
-from lite.pipeline import StepJob
-from lite.server.sequence import Sequence
+from lite.engine.kv_cache import RecurrentState
+from lite.engine.paged_cuda import DecodeGraphs
+from lite.engine.paged_kv import DEFAULT_BLOCK_SIZE, BlockManager, BlockPool, PagedKV, block_hashes
+from lite.chain.pipeline import StepJob
+from lite.engine.sequence import Sequence
 
 log = logging.getLogger(__name__)
 

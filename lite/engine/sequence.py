@@ -10,8 +10,8 @@ Events go out through `emit(event)`, a callable the HTTP side gives (it must be 
 import time
 from dataclasses import dataclass
 
-from lite.sampling import Sampler, SamplingParams
-from lite.sampling import StopMatcher
+from lite.engine.sampling import Sampler, SamplingParams
+from lite.engine.sampling import StopMatcher
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ A table is a JSON object:
      "setting": {"model_key", "device", "experts", "expert_cache", "stages", "kv"},
      "profile": the CostProfile auto used (or null),
      "calibration": [[chunk, context, seconds], ["handoff", tokens, seconds], ...] (optional: the
-                    timings that profile was fitted to, as lite/calibrate.py keeps them),
+                    timings that profile was fitted to, as lite/chain/calibrate.py keeps them),
      "rows": [{"prompt": 8192, "chunk": 4096 or "auto", "schedule": [sizes], "seconds": [...]}]}
 
 Each row's seconds are the repeats of one prefill after the same warm-up; the figure used is
@@ -21,9 +21,9 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lite.chunking import choose_chunk, choose_schedule, describe_schedule, even_sizes
-from lite.cost_fit import calibrate
-from lite.cost_profile import CostProfile, ProfileKey
+from lite.chain.chunking import choose_chunk, choose_schedule, describe_schedule, even_sizes
+from lite.chain.cost_fit import calibrate
+from lite.chain.cost_profile import CostProfile, ProfileKey
 from lite.errors import LiteError
 
 FORMAT = "lite-cost-table"

@@ -1,6 +1,6 @@
-"""The parts of `lite synth` that only one architecture has (lite.synth builds on them; apart from
+"""The parts of `lite synth` that only one architecture has (lite.files.synth builds on them; apart from
 synth.py to hold its size). Each section names its source in llama.cpp; this module imports nothing
-from lite.synth, so lite.synth can import it at the top."""
+from lite.files.synth, so lite.files.synth can import it at the top."""
 from collections import namedtuple
 
 # --- gemma3 ------------------------------------------------------------------------------------
@@ -15,7 +15,7 @@ from collections import namedtuple
 # What synth gives a gemma3 file that no other arch does: head dim 256 (the decode attention's v1/v2
 # limit), GELU in the gated product, sliding-window layers and their own RoPE base.
 
-# Preset fields (lite.synth.Preset). Tiny: 7 layers, so that layer 5 is global and the others local;
+# Preset fields (lite.files.synth.Preset). Tiny: 7 layers, so that layer 5 is global and the others local;
 # a window of 16 tokens, shorter than the tests' prompts; rows multiples of 256 (K types fit).
 GEMMA3_PRESETS = {
     "tiny": dict(n_layer=7, n_embd=256, n_head=2, n_head_kv=1, head_dim=256, n_ff=512, n_vocab=600,
@@ -43,7 +43,7 @@ def gemma3_metadata(w, p):
 # with q/k/v biases; a router and 3-D experts as qwen3moe; and a shared expert, a gated FFN
 # ffn_{gate,up,down}_shexp of width expert_shared_feed_forward_length, whose output is scaled per
 # token by sigmoid(h . ffn_gate_inp_shexp), a vector of n_embd (F32, like the router).
-# Preset fields (lite.synth.Preset). The tiny one keeps rows multiples of 256 (K/IQ types fit),
+# Preset fields (lite.files.synth.Preset). The tiny one keeps rows multiples of 256 (K/IQ types fit),
 # uses n_ff_shexp != n_ff != n_ff_exp so that reading the wrong width key cannot pass, and 2 of 16
 # experts (many, few used, as Qwen's 4 of 60): the chosen softmax weights then sum to well under
 # one, so renormalizing them (qwen3moe's rule, not qwen2moe's) moves the logits by ~0.04-0.09, beyond
@@ -96,7 +96,7 @@ def qwen2moe_metadata(w, p):
 # qwen3next_layer pattern (every interval-th qwen3next_layer is full attention).
 SSM = namedtuple("SSM", "conv_kernel k_heads v_heads k_dim v_dim full_attention_interval")
 
-# Preset fields (lite.synth.Preset). Tiny keeps rows multiples of 256 (K/IQ types fit) and has both
+# Preset fields (lite.files.synth.Preset). Tiny keeps rows multiples of 256 (K/IQ types fit) and has both
 # qwen3next_layer kinds in any split of its 4 layers into stages of 2 (interval 2); 80b-a3b is Qwen3-Next-80B-A3B.
 QWEN3NEXT_PRESETS = {
     "tiny": dict(n_layer=4, n_embd=256, n_head=4, n_head_kv=2, head_dim=64, n_ff=512, n_vocab=600,

@@ -1,6 +1,6 @@
-"""Fitting the chunk-size cost model (lite/chunking.py) to timings: `calibrate` from chunk timings
-(one chunk at a context through the whole stack, what lite/calibrate.py measures on a device) and
-`fit_table` from whole-prefill timings (a recorded cost table, lite/cost_tables.py).
+"""Fitting the chunk-size cost model (lite/chain/chunking.py) to timings: `calibrate` from chunk timings
+(one chunk at a context through the whole stack, what lite/chain/calibrate.py measures on a device) and
+`fit_table` from whole-prefill timings (a recorded cost table, lite/chain/cost_tables.py).
 
 Both are one least-squares problem with coefficients >= 0: every term of the model is a constant
 times a known function of the schedule, so a timing is a dot product of the constants with the
@@ -12,8 +12,8 @@ import math
 
 import numpy as np
 
-from lite.chunking import distinct_experts
-from lite.cost_profile import CostProfile, ProfileKey
+from lite.chain.chunking import distinct_experts
+from lite.chain.cost_profile import CostProfile, ProfileKey
 from lite.errors import LiteError
 
 log = logging.getLogger(__name__)

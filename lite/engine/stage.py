@@ -8,11 +8,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lite.paged_cuda import batch_ops
+from lite.engine.paged_cuda import batch_ops
 from lite.errors import DeviceError, LiteError
-from lite.kv_cache import KVCache, kv_bytes_per_token
+from lite.engine.kv_cache import KVCache, kv_bytes_per_token
 from lite.models import family
-from lite.pipeline import StepJob, StreamTimer
+from lite.chain.pipeline import StepJob, StreamTimer
 
 
 @dataclass
@@ -55,7 +55,7 @@ def stage_tensor_names(gguf, cfg, spec):
 
 
 class Stage:
-    """A layer range on one backend; also the StageRunner the stage chain drives (lite.pipeline):
+    """A layer range on one backend; also the StageRunner the stage chain drives (lite.chain.pipeline):
     run() computes one job (a request's chunk or decode step, a server step's rows), and the
     hand-off buffers come from the backend (pinned on a GPU)."""
 
@@ -85,13 +85,13 @@ class Stage:
                 f"{backend_cls.name}: split the layers over more devices (--layer-split, "
                 f"--devices) or use a smaller quant") from None
         if handoff != "host" or handoff_stream:
-            # the chain's resolved --handoff / --handoff-stream (lite.devices.resolve_handoff
+            # the chain's resolved --handoff / --handoff-stream (lite.engine.devices.resolve_handoff
             # allows them only on GPU stages, whose backend implements configure_handoff)
             self.ops.configure_handoff(handoff, handoff_stream)
         try:
             # on the stage's own GPU: allocated under another device's context, the cache of a
             # stage on GPU 1 sat on GPU 0 and every attention read it over the link
-            # (the server keeps its KV in a paged pool instead, lite/paged_kv.py)
+            # (the server keeps its KV in a paged pool instead, lite/engine/paged_kv.py)
             with self.ops.activate():
                 self.kv = (KVCache(cfg, spec.layers, max_context, kv_kind, self.ops.xp)
                            if contiguous_kv else None)
@@ -220,7 +220,7 @@ class Stage:
     def forward_batch(self, x, starts, counts, kvs):
         """Rows of several sequences stacked: token ids (sum(counts),) on the first stage, else
         hidden states; sequence i's counts[i] rows sit at positions starts[i].. of its KV view
-        kvs[i] (lite/paged_kv.py BatchOps). Returns hidden states, or on the last stage the logits
+        kvs[i] (lite/engine/paged_kv.py BatchOps). Returns hidden states, or on the last stage the logits
         (len(counts), n_vocab) of each sequence's last row."""
         with self.ops.activate():
             ops = batch_ops(self.ops, starts, counts, kvs)
@@ -233,7 +233,7 @@ class Stage:
         """The forward of this stage's layers, inside activate(), for one sequence and for a step
         of several alike. One sequence: `ops` the backend, `kv` its KVCache, x's rows at positions
         pos0... A step: `ops` its BatchOps (each sequence's positions and KV view are in it; the
-        server's decode graphs capture this over persistent buffers, lite/paged_cuda.py
+        server's decode graphs capture this over persistent buffers, lite/engine/paged_cuda.py
         DecodeGraphs), kv None. Returns the hidden states, or on the last stage the logits, still
         on the device, of the rows `rows(x)` picks (None: every row)."""
         cfg = self.cfg

@@ -1,4 +1,4 @@
-"""The batched step's ops on a CUDA stage: BatchOps (lite/paged_kv.py) with RoPE, the KV store into
+"""The batched step's ops on a CUDA stage: BatchOps (lite/engine/paged_kv.py) with RoPE, the KV store into
 the pages and decode attention done for all rows of a step in few launches.
 
 Per attention layer, whatever the number of sequences:
@@ -23,7 +23,7 @@ import logging
 import numpy as np
 
 from lite.errors import ContextOverflowError
-from lite.paged_kv import BatchOps
+from lite.engine.paged_kv import BatchOps
 
 log = logging.getLogger(__name__)
 
