@@ -150,7 +150,8 @@ def test_tiles_and_applies():
     assert batched_mma.applies("IQ3_XXS_G4", 2048) and not batched_mma.applies("IQ3_XXS_G4", 768)
 
 
-# --- the backend's choice and the graph rule (lite/backends/cuda_linear.py, lite/engine/paged_cuda.py max_rows) ---
+# --- the backend's choice and the graph rule (lite/backends/cuda_linear.py,
+#     lite/engine/paged_cuda.py max_rows) ---
 
 def _backend(qtypes, **config):
     """A CUDABackend without a device: its weights' types and shapes and a BackendConfig."""

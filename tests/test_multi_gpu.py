@@ -313,7 +313,7 @@ def test_configure_rejects_unknown_modes(monkeypatch):
         ToyGPUStage(fake, 0, 1.0, "auto")
 
 
-# --- how the resolved mode reaches the backends (lite/engine/engine.py -> lite/engine/stage.py) ----------------
+# --- how the resolved mode reaches the backends (lite/engine/engine.py -> lite/engine/stage.py) ---
 
 @pytest.fixture(scope="module")
 def tiny_llama(tmp_path_factory):

@@ -1,6 +1,6 @@
 """Choosing and ending the text: sampling (greedy, temperature, top-k, top-p, min-p, repetition
-penalty, seeds) and lite/engine/sampling.py's StopMatcher, where a stop string ends the text and never shows, whole or in
-part, however the pieces split it."""
+penalty, seeds) and lite/engine/sampling.py's StopMatcher, where a stop string ends the text and
+never shows, whole or in part, however the pieces split it."""
 import numpy as np
 import pytest
 

@@ -148,19 +148,22 @@ def test_the_scan_sees_each_form_of_read():
 # (all they may import from the product) or `not` (what they may not import). A rule whose modules
 # do not exist yet checks nothing.
 LEAVES = ("lite.errors",)          # what kernels/ may import from lite's own modules
-PURE = LEAVES + ("lite.files.gguf_file", "lite.files.config", "lite.files.tokenizer", "lite.files.pretokenizer", "lite.files.chat_template",
-                 "lite.engine.sampling", "lite.chain.chunking", "lite.chain.cost_profile", "lite.chain.cost_fit",
-                 "lite.chain.cost_tables", "lite.chain.timeline", "lite.files.hub", "lite.progress")
+PURE = LEAVES + ("lite.files", "lite.progress", "lite.engine.sampling", "lite.chain.chunking",
+                 "lite.chain.cost_profile", "lite.chain.cost_fit", "lite.chain.cost_tables",
+                 "lite.chain.timeline")
+ABOVE_ENGINE = ("lite.server", "lite.api", "lite.bench", "lite.bench_serve", "lite.cli")
 LAYERS = [
     ("kernels/ imports only kernels and the leaves (lite.errors)",
      ("lite.kernels",), {"only": ("lite.kernels",) + LEAVES}),
-    ("models/ imports no backend, no kernels and nothing above it (engine, stage chain, bench, api, cli)",
-     ("lite.models",), {"not": ("lite.backends", "lite.kernels", "lite.engine.engine", "lite.chain.pipeline",
-                                "lite.engine.stage", "lite.bench", "lite.chain.calibrate", "lite.api", "lite.cli")}),
-    ("lite/backends/ imports nothing above the ops (models, stage chain, engine, bench, api, cli)",
-     ("lite.backends",), {"not": ("lite.models", "lite.engine.engine", "lite.chain.pipeline", "lite.engine.stage",
-                                  "lite.bench", "lite.chain.calibrate", "lite.api", "lite.cli")}),
-    ("the leaves (gguf file, config, tokenizer, sampling, chunking, timeline: pure, no device) import only leaves",
+    ("models/ imports no backend, no kernels and nothing above it (stage chain, engine, server, bench, api, cli)",
+     ("lite.models",), {"not": ("lite.backends", "lite.kernels", "lite.chain", "lite.engine") + ABOVE_ENGINE}),
+    ("lite/backends/ imports nothing above the ops (models, stage chain, engine, server, bench, api, cli)",
+     ("lite.backends",), {"not": ("lite.models", "lite.chain", "lite.engine") + ABOVE_ENGINE}),
+    ("lite/chain/ (the stage chain, its chunk model and calibration) imports no model and nothing of the engine "
+     "or above it", ("lite.chain",), {"not": ("lite.models", "lite.engine") + ABOVE_ENGINE}),
+    ("lite/engine/ imports nothing above it (server, bench, api, cli)",
+     ("lite.engine",), {"not": ABOVE_ENGINE}),
+    ("the leaves (lite/files/, sampling, the chunk model, timeline: pure, no device) import only leaves",
      PURE, {"only": PURE}),
     ("nothing below cli/ imports lite.cli",
      ("lite",), {"not": ("lite.cli",), "except": ("lite.cli",)}),
@@ -321,6 +324,9 @@ def test_the_graph_reads_package_dir_relative_and_function_level_imports(tmp_pat
     assert cycles({"a": {"b": 1}, "b": {"c": 1}, "c": {"a": 1, "d": 1}, "d": {}}) == [["a", "b", "c", "a"]]
     assert violations({"lite.kernels.x": {"lite.errors": 1, "lite.engine.engine": 2}}) == [
         (LAYERS[0][0], "lite.kernels.x", "lite.engine.engine", 2)]
+    chain_rule = next(rule for rule, applies, _ in LAYERS if applies == ("lite.chain",))
+    assert violations({"lite.chain.pipeline": {"lite.engine.stage": 3, "lite.backends.cpu": 4}}) == [
+        (chain_rule, "lite.chain.pipeline", "lite.engine.stage", 3)]
 
 
 def test_no_import_cycles():

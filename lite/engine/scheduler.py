@@ -7,7 +7,8 @@ every sequence that is decoding, plus up to `chunk` prompt tokens of the sequenc
 prefilling, so a long prompt delays the others' next token by one chunk at most. A sequence's KV
 lives in blocks of the paged pool (lite/engine/paged_kv.py); its prompt's full blocks are looked up in
 the prefix cache on admission, and every block it fills is keyed there for later requests.
-A step of decode rows only (no prompt chunk) replays CUDA graphs on GPU stages (lite/engine/paged_cuda.py DecodeGraphs).
+A step of decode rows only (no prompt chunk) replays CUDA graphs on GPU stages
+(lite/engine/paged_cuda.py DecodeGraphs).
 """
 import logging
 import threading

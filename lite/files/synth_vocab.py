@@ -1,6 +1,7 @@
 """The tokenizer of a synth file (lite/files/synth.py): a gpt2-style byte-level BPE whose merges build
 real-looking word pieces, with Llama 3's or Qwen 3's special tokens and chat template, as llama.cpp's
-converter writes them. This module imports nothing from lite.files.synth, so lite.files.synth can import it."""
+converter writes them. This module imports nothing from lite.files.synth, so lite.files.synth can
+import it."""
 from gguf import TokenType
 
 from lite.errors import SynthError
