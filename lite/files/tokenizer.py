@@ -6,37 +6,18 @@ Two models: byte-level BPE (`tokenizer.ggml.model == "gpt2"`, with the pre-token
 way llama.cpp's tokenizer_st_partition does. Text is Python str; pieces are bytes.
 """
 import codecs
-import heapq
 import logging
 
 import regex
 
 from lite.errors import ConfigError
 from lite.files.pretokenizer import BYTE_DEC, PreTokenizer, byte_encode
+from lite.files.vocab import (A_BYTE, A_CONTROL, A_LSTRIP, A_NORMAL, A_RSTRIP, A_UNKNOWN, A_UNUSED, A_USER,
+                              EOG_TEXTS, EOT_TEXTS, FIM_TEXTS, TYPE_ATTR, merge)
 
 log = logging.getLogger(__name__)
 
-# GGUF token types -> llama.cpp token attributes (llama.h)
-A_UNKNOWN, A_UNUSED, A_NORMAL, A_CONTROL, A_USER, A_BYTE = 1, 2, 4, 8, 16, 32
-A_LSTRIP, A_RSTRIP = 128, 256
 _WS = " \t\n\v\f\r"
-_TYPE_ATTR = {1: A_NORMAL, 2: A_UNKNOWN, 3: A_CONTROL, 4: A_USER, 5: A_UNUSED, 6: A_BYTE}
-
-# Token texts llama.cpp treats as end of generation (llama_vocab::impl::load).
-_EOG_TEXTS = {
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
-    "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
-    "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
-    "<｜end▁of▁sentence｜>", "[e~[",
-}
-_EOT_TEXTS = ["<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
-              "<|end_of_text|>", "<EOT>", "_<EOT>", "[EOT]", "<｜end▁of▁sentence｜>",
-              "<end_of_utterance>"]
-_FIM_TEXTS = {  # metadata key suffix -> texts llama.cpp recognises when the key is absent
-    "fim_pad": ["<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"],
-    "fim_rep": ["<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"],
-    "fim_sep": ["<|file_sep|>"],
-}
 
 
 class Tokenizer:
@@ -54,7 +35,7 @@ class Tokenizer:
         self.n_vocab = len(self.tokens)
         self.scores = [float(s) for s in scores] if scores is not None else [0.0] * self.n_vocab
         types = token_types if token_types is not None else [1] * self.n_vocab
-        self.attrs = [_TYPE_ATTR.get(int(t), 0) for t in types]
+        self.attrs = [TYPE_ATTR.get(int(t), 0) for t in types]
         self.vocab = {t: i for i, t in enumerate(self.tokens)}
         special_ids = dict(special_ids or {})
         self._clean_spaces = self._ignore_merges = False
@@ -121,12 +102,12 @@ class Tokenizer:
             tid = self._valid(special_ids.get(key), None)
             return tid if tid is not None else find(texts)
 
-        self.eot_id = given_or_found("eot", _EOT_TEXTS)
+        self.eot_id = given_or_found("eot", EOT_TEXTS)
         self.eom_id = given_or_found("eom", ["<|eom_id|>"])
         mark_control(self.eot_id)
         mark_control(self.eom_id)
         eog = set()
-        for key, texts in _FIM_TEXTS.items():
+        for key, texts in FIM_TEXTS.items():
             tid = given_or_found(key, texts)
             mark_control(tid)
             if tid is not None:
@@ -134,7 +115,7 @@ class Tokenizer:
         for tid, attr in enumerate(self.attrs):
             if attr & A_CONTROL and "unused" in self.tokens[tid]:
                 self.attrs[tid] |= A_UNUSED
-        for text in _EOG_TEXTS & self.vocab.keys():
+        for text in EOG_TEXTS & self.vocab.keys():
             eog.add(self.vocab[text])
             mark_control(self.vocab[text])
         eog.update(t for t in (self.eos_id, self.eot_id, self.eom_id) if t is not None)
@@ -249,7 +230,7 @@ class Tokenizer:
         if self._ignore_merges and word in vocab:
             return [vocab[word]]
         ids = []
-        for s in _merge(list(word), lambda a, b: ranks.get((a, b))):
+        for s in merge(list(word), lambda a, b: ranks.get((a, b))):
             tid = vocab.get(s)
             if tid is not None:
                 ids.append(tid)
@@ -264,7 +245,7 @@ class Tokenizer:
         def priority(a, b):
             tid = vocab.get(a + b)
             return None if tid is None else -scores[tid]
-        for s in _merge(list(text), priority):
+        for s in merge(list(text), priority):
             tid = vocab.get(s)
             if tid is not None:
                 out.append(tid)
@@ -355,34 +336,6 @@ class Tokenizer:
     def __repr__(self):
         return (f"Tokenizer({self.model}, n_vocab={self.n_vocab}, bos={self.bos_id}, "
                 f"eos={self.eos_id}, eog={sorted(self.eog_ids)})")
-
-
-def _merge(syms, priority):
-    """Merge neighbouring symbols, the pair with the lowest priority(a, b) first and the leftmost on
-    ties (None: never); the symbols left, in order."""
-    n = len(syms)
-    nxt, prv = list(range(1, n + 1)), list(range(-1, n - 1))
-    heap = []
-
-    def add(left, right):
-        if left >= 0 and right < n:
-            p = priority(syms[left], syms[right])
-            if p is not None:
-                heapq.heappush(heap, (p, left, right, syms[left] + syms[right]))
-
-    for i in range(n - 1):
-        add(i, i + 1)
-    while heap:
-        _, left, right, merged = heapq.heappop(heap)
-        if not syms[left] or not syms[right] or syms[left] + syms[right] != merged:
-            continue                  # a pair one of whose symbols has merged since
-        syms[left], syms[right] = merged, ""
-        nxt[left] = nxt[right]
-        if nxt[right] < n:
-            prv[nxt[right]] = left
-        add(prv[left], left)
-        add(left, nxt[left])
-    return [s for s in syms if s]
 
 
 def _clean_spaces(b):

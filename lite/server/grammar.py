@@ -12,7 +12,7 @@ import threading
 import numpy as np
 
 from lite.server.openai_protocol import RequestError
-from lite.files.tokenizer import A_CONTROL
+from lite.files.vocab import A_CONTROL
 
 # JSON as people write it on one line: ", " and ": " between items and no other whitespace, so a
 # small model cannot wander into endless newlines between tokens.
