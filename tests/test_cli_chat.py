@@ -16,7 +16,8 @@ from lite.cli import generate
 from lite.engine.engine import GenStats
 from lite.files.gguf_file import GGUFFile
 from lite.files.tokenizer import Tokenizer
-from test_cli import cli, lite, tiny  # noqa: F401  (tiny: the synthetic model fixture)
+from test_cli import lite
+from test_cli_flags import cli, tiny  # noqa: F401  (tiny: the synthetic model fixture)
 
 TIMEOUT = 300
 

@@ -9,7 +9,8 @@ from lite.backends import cuda_unavailable_reason
 from lite.engine.engine import Engine
 from conftest import assert_stage_counts_agree  # noqa: F401  (used where the GPU runs)
 from test_qwen3next import (GGUF, GREEDY, chunked_logits, engine, fixture, ref,  # noqa: F401  (fixtures)
-                            rel_err, synth_tiny)
+                            rel_err)
+from test_qwen3next_chain import synth_tiny  # noqa: F401  (the fixture)
 
 # --- the GPU against the CPU (the GPU machine; skipped elsewhere) -------------------------------
 # The CUDA backend rounds each product's input to f16 (cuBLAS over f16, fp32 accumulation) and
