@@ -48,7 +48,7 @@ def calibrate(model, device, layer_split, max_context, kv, quick, budget, check_
     lite calibrate model.gguf --layer-split 8,8,8,8 --check 16384
     """
     from lite.chain.calibrate import (calibrate_engine, check_prediction, chosen_chunks,
-                                stage_layout)
+                                      stage_layout)
     from lite.chain.chunking import describe_schedule, stack_time
     from lite.engine.engine import Engine
     from lite.files.hub import resolve_model

@@ -17,14 +17,14 @@ from click.testing import CliRunner
 
 import lite.chain.calibrate as cal
 from lite.chain.calibrate import (CalibrationError, HandoffProbe, attention_share, calibrate_engine,
-                            chain_hop_seconds, check_prediction, chosen_chunks, expert_setting,
-                            measure_stack, memory_max_chunk, plan_points, profile_device,
-                            profile_key, stage_layout)
+                                  chain_hop_seconds, check_prediction, chosen_chunks, expert_setting,
+                                  measure_stack, memory_max_chunk, plan_points, profile_device,
+                                  profile_key, stage_layout)
 from lite.chain.chunking import CostProfile, choose_chunk, choose_schedule, even_sizes, stack_time
 from lite.chain.cost_fit import calibrate, fit_table
 from lite.chain.cost_profile import ProfileKey
 from lite.chain.cost_tables import (CostTable, CostTableError, format_verdicts, heuristic_on_grid,
-                              measured_auto, read_table, read_tables, refit)
+                                    measured_auto, read_table, read_tables, refit)
 from lite.cli.calibrate import calibrate as calibrate_cmd
 from lite.engine.engine import Engine
 from lite.files.synth import synth

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from lite.chain.chunking import (CostProfile, ProfileError, ProfileKey, candidate_chunks, choose_chunk,
-                           predict_time, profile_path, stack_time)
+                                 predict_time, profile_path, stack_time)
 from lite.chain.cost_fit import calibrate
 from lite.errors import LiteError
 
@@ -268,8 +268,8 @@ def test_calibrate_records_samples_and_stack_time():
 # --- the regimes of issue 28: expert traffic, in-chunk attention, schedules, memory ------------
 
 from lite.chain.chunking import (chain_time, choose_schedule, describe_schedule,  # noqa: E402
-                           device_times, distinct_experts, equal_time_sizes, even_sizes,
-                           memory_chunk_limit)
+                                 device_times, distinct_experts, equal_time_sizes, even_sizes,
+                                 memory_chunk_limit)
 from lite.chain.cost_fit import fit_table  # noqa: E402
 from lite.chain.pipeline import make_jobs  # noqa: E402
 

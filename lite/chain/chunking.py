@@ -40,7 +40,7 @@ import math
 import numpy as np
 
 from lite.chain.cost_profile import (MEMORY_CHUNK_LIMIT, PROFILE_VERSION, CostProfile,  # noqa: F401
-                               ProfileError, ProfileKey, profile_path)
+                                     ProfileError, ProfileKey, profile_path)
 from lite.errors import LiteError
 
 MIN_CHUNK = 16          # below this a chunk is all launch overhead on any device

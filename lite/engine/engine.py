@@ -156,7 +156,7 @@ class Engine:
         Calibrating writes KV positions from `start` on, so a prefix cached below `start` stays
         valid."""
         from lite.chain.calibrate import (CalibrationError, calibrate_engine, memory_max_chunk,
-                                    profile_key)
+                                          profile_key)
         key = profile_key(self)
         prof = CostProfile.load(key)
         if prof is None:
