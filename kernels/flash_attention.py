@@ -150,7 +150,9 @@ def paged_prefill(q, chunks, tables, K, V, ks, vs, max_rows, scale, window, stre
         return out
     bm, min_ctas = _tile_shape(D, bm, min_ctas)
     grid = (-(-int(max_rows) // bm) * (H // Hkv), Hkv * N)
-    args = (cp.ascontiguousarray(q, dtype=np.float32), chunks, tables, np.int32(tables.shape[1]), K, V, ks, vs, out, np.int32(H),
+    null = np.uint64(0)                       # f16 pages: no scales (a null pointer)
+    args = (cp.ascontiguousarray(q, dtype=np.float32), chunks, tables, np.int32(tables.shape[1]),
+            K, V, null if ks is None else ks, null if vs is None else vs, out, np.int32(H),
             np.int32(Hkv), np.int32(B), np.int32(window), np.float32(scale * LOG2E))
     _kernel(D, bm, min_ctas, pages)(grid, (bm // 16 * 32,), args, shared_mem=smem_bytes(D, bm),
                                     stream=stream)
