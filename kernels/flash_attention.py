@@ -27,7 +27,8 @@ are read from shared memory each tile instead of held in registers (TILE says wh
 cache is served through the fp16 copy of its first S positions that the backend makes anyway.
 paged_prefill: the same tiles over the server's paged pool (lite/paged_kv.py BlockPool: K, V
 (n_blocks, Hkv, B, D), f16, or int8 with a scale per (block, head, position) dequantized to fp16
-as a tile is loaded, the very fp16 of the pool's gathered copy), the prompt chunks of all the
+as a tile is loaded, the very fp16 of the pool's gathered copy; those loads go through registers,
+not cp.async, so they overlap less with the math than f16 pages do), the prompt chunks of all the
 sequences of a step in one launch (grid.y: KV head and chunk; a chunk's key rows through its block
 table; CTAs past a shorter chunk's rows return at once).
 The CUDA C is kernels/cuda/flash_attention.cu and flash_attention_paged.cu over the tile loop of

@@ -8,7 +8,8 @@ Per attention layer, whatever the number of sequences:
     prompt's last lone token), each against its own length and block table;
   - for the sequences with several rows (prompt chunks), with BackendConfig.paged_flash where the
     flash kernel takes the head dims: one flash attention launch over the pages for all of them
-    (kernels/flash_attention.py paged_prefill), each chunk through its block table; else, per
+    (kernels/flash_attention.py paged_prefill), each chunk through its block table (one launch,
+    not one a chunk: launches cost host time, and short chunks fill the GPU together); else, per
     chunk, its pages gathered into a contiguous fp16 copy (a copy of its context a layer) for the
     backend's own prefill attention (attend).
 rope() leaves the rotation to attention (a _Rotation), as the backend's own one-token path does;
