@@ -151,17 +151,23 @@ def bench(target, n_prompt, n_gen, repetitions, as_json, timeline, show_counters
 @click.option("--log-format", default="text", type=click.Choice(["text", "json"]), show_default=True,
               help="The server's log lines on stderr (start-up, one per request: method, route, "
               "status, tokens, ms): `lite: INFO: ...` text or one JSON object a line.")
+@click.option("--config", "settings", default=None, metavar="KEY=VALUE,..",
+              help="GPU backend settings, e.g. paged_flash=on (the fields of BackendConfig: "
+              "docs/configuration.md).")
 @model_options
 def serve(model_arg, model, host, port, n_slots, max_queue, api_key, alias, webui, max_body_mb,
-          read_timeout, max_connections, log_format, **engine_opts):
+          read_timeout, max_connections, log_format, settings, **engine_opts):
     """Serve a model over the OpenAI API (/v1/chat/completions, /v1/completions, ...) and Anthropic's
     Messages API (/v1/messages), with a chat page at /."""
+    from lite.backend_config import BackendConfig
     from lite.server.launch import serve as run_server
     if model_arg and model:
         raise click.UsageError("give the model once: as MODEL or as -m")
+    config = BackendConfig().with_settings(settings)    # a bad key fails before the model loads
     run_server(model_arg or model, host=host, port=port, n_slots=n_slots, api_key=api_key, alias=alias,
                max_queue=max_queue, webui=webui, max_body_mb=max_body_mb, read_timeout=read_timeout,
-               max_connections=max_connections, log_format=log_format, **engine_kwargs(**engine_opts))
+               max_connections=max_connections, log_format=log_format, config=config,
+               **engine_kwargs(**engine_opts))
 
 
 from lite.cli.calibrate import calibrate  # noqa: E402

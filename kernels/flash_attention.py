@@ -25,9 +25,17 @@ Shapes: q (T, H, D) f32; K/V caches (Hkv, S_max, D) f16, positions 0..pos0+T-1 u
 f32. D = Dv = 64, 128 or 256 (other head dims take the materialized path); at 256 Q's fragments
 are read from shared memory each tile instead of held in registers (TILE says why). An int8 KV
 cache is served through the fp16 copy of its first S positions that the backend makes anyway.
-The CUDA C is kernels/cuda/flash_attention.cu (its PTX in flash_attention_ptx.cuh);
+paged_prefill: the same tiles over the server's paged pool (lite/engine/paged_kv.py BlockPool: K, V
+(n_blocks, Hkv, B, D), f16, or int8 with a scale per (block, head, position) dequantized to fp16
+as a tile is loaded, the very fp16 of the pool's gathered copy; those loads go through registers,
+not cp.async, so they overlap less with the math than f16 pages do), the prompt chunks of all the
+sequences of a step in one launch (grid.y: KV head and chunk; a chunk's key rows through its block
+table; CTAs past a shorter chunk's rows return at once).
+The CUDA C is kernels/cuda/flash_attention.cu and flash_attention_paged.cu over the tile loop of
+flash_attention_body.cuh (its PTX in flash_attention_ptx.cuh);
 tests/test_flash_attn_emulated.py runs it under the host CUDA C emulator, tests/test_flash_attn.py
-holds a NumPy twin of its D <= 128 fragment layouts (CPU CI). The CUDA backend's default prefill
+holds a NumPy twin of its D <= 128 fragment layouts (CPU CI), tests/test_paged_flash_emulated.py
+runs the paged kernel. The CUDA backend's default prefill
 attention where the head dim allows (BackendConfig.flash_attention; D = 256 also needs
 BackendConfig.flash_attention_256).
 """
@@ -60,13 +68,15 @@ def smem_bytes(D, bm=None):
     return rows * (D + 8) * 2
 
 
-def kernel_source(D, bm, min_ctas):
+def kernel_source(D, bm, min_ctas, pages=None):
     """The text NVRTC compiles: kernels/cuda/flash_attention.cu for head dim D, bm query rows a CTA
-    and min_ctas CTAs an SM."""
+    and min_ctas CTAs an SM; with pages ("f16" or "int8") flash_attention_paged.cu over such pages."""
     tile = TILE[D]
-    return source("flash_attention.cu", defines={
-        "D": D, "BM": bm, "BN": tile.keys, "MIN_CTAS": min_ctas, "Q_SMEM": int(tile.q_smem),
-        "FA_SMEM": smem_bytes(D, bm)})
+    defines = {"D": D, "BM": bm, "BN": tile.keys, "MIN_CTAS": min_ctas,
+               "Q_SMEM": int(tile.q_smem), "FA_SMEM": smem_bytes(D, bm)}
+    if pages is None:
+        return source("flash_attention.cu", defines=defines)
+    return source("flash_attention_paged.cu", defines=dict(defines, PAGE_INT8=int(pages == "int8")))
 
 
 def supported(D, Dv):
@@ -74,12 +84,12 @@ def supported(D, Dv):
     return D == Dv and D in TILE
 
 
-def _kernel(D, bm, min_ctas):
+def _kernel(D, bm, min_ctas, pages=None):
     import cupy as cp
-    key = (current_device(cp), D, bm, min_ctas)
+    key = (current_device(cp), D, bm, min_ctas, pages)
     if key not in _kernels:
-        module = cp.RawModule(code=kernel_source(D, bm, min_ctas), options=("--std=c++17",))
-        k = module.get_function("flash_fwd")
+        module = cp.RawModule(code=kernel_source(D, bm, min_ctas, pages), options=("--std=c++17",))
+        k = module.get_function("flash_fwd" if pages is None else "flash_fwd_paged")
         k.max_dynamic_shared_size_bytes = smem_bytes(D, bm)
         _kernels[key] = k
     return _kernels[key]
@@ -96,9 +106,7 @@ def flash_prefill(q, K, V, pos0, window, scale, stream, bm=None, min_ctas=None):
                          f"got q {q.shape}, K {K.shape}, V {V.shape}")
     if pos0 + T > S_max:
         raise ValueError(f"positions up to {pos0 + T} past the cache's {S_max}")
-    tile = TILE[D]
-    bm = bm or tile.rows
-    min_ctas = min_ctas or max(1, tile.min_ctas * tile.rows // bm)
+    bm, min_ctas = _tile_shape(D, bm, min_ctas)
     out = cp.empty((T, H, D), np.float32)
     grid = (-(-T // bm) * (H // Hkv), Hkv)
     args = (cp.ascontiguousarray(q, dtype=np.float32), cp.ascontiguousarray(K),
@@ -106,4 +114,47 @@ def flash_prefill(q, K, V, pos0, window, scale, stream, bm=None, min_ctas=None):
             np.int64(pos0), np.int32(window), np.float32(scale * LOG2E))
     _kernel(D, bm, min_ctas)(grid, (bm // 16 * 32,), args, shared_mem=smem_bytes(D, bm),
                              stream=stream)
+    return out
+
+
+def _tile_shape(D, bm, min_ctas):
+    """(query rows a CTA, CTAs an SM): TILE's for head dim D unless given."""
+    tile = TILE[D]
+    bm = bm or tile.rows
+    return bm, min_ctas or max(1, tile.min_ctas * tile.rows // bm)
+
+
+def paged_prefill(q, chunks, tables, K, V, ks, vs, max_rows, scale, window, stream, out=None,
+                  bm=None, min_ctas=None):
+    """The prompt chunks of a server step in one launch, over the paged pool K, V (n_blocks, Hkv,
+    B, D), f16, or int8 with scales ks, vs (n_blocks, Hkv, B) (else None). Chunk n is the rows
+    chunks[n, 0] .. + chunks[n, 1] of q (R, H, D) f32 (rotated, its k and v already in the pages)
+    at positions from chunks[n, 2], causal over its keys through block table tables[n] (tables
+    (N, max_blocks) int32), within a sliding window when window > 0 -> those rows of out (R, H * D)
+    f32 (made if None; other rows untouched). max_rows: the most rows of a chunk (the host knows it)."""
+    import cupy as cp
+    R, H, D = q.shape
+    n_blocks, Hkv, B, Dv = V.shape
+    N = tables.shape[0]
+    if not supported(D, Dv) or K.shape != V.shape or H % Hkv:
+        raise ValueError(f"paged flash prefill needs D = Dv in {tuple(TILE)} and H a multiple of "
+                         f"Hkv, got q {q.shape}, K {K.shape}, V {V.shape}")
+    if chunks.shape != (N, 3) or chunks.dtype != np.int32 or tables.dtype != np.int32:
+        raise ValueError(f"chunks (N, 3) and tables (N, max_blocks) int32, got {chunks.shape} "
+                         f"{chunks.dtype}, {tables.shape} {tables.dtype}")
+    pages = "int8" if ks is not None else "f16"
+    if (K.dtype != np.int8) if ks is not None else (K.dtype != np.float16):
+        raise ValueError(f"{pages} pages expected, got {K.dtype}")
+    if out is None:
+        out = cp.empty((R, H * D), np.float32)
+    if N == 0 or max_rows == 0:
+        return out
+    bm, min_ctas = _tile_shape(D, bm, min_ctas)
+    grid = (-(-int(max_rows) // bm) * (H // Hkv), Hkv * N)
+    null = np.uint64(0)                       # f16 pages: no scales (a null pointer)
+    args = (cp.ascontiguousarray(q, dtype=np.float32), chunks, tables, np.int32(tables.shape[1]),
+            K, V, null if ks is None else ks, null if vs is None else vs, out, np.int32(H),
+            np.int32(Hkv), np.int32(B), np.int32(window), np.float32(scale * LOG2E))
+    _kernel(D, bm, min_ctas, pages)(grid, (bm // 16 * 32,), args, shared_mem=smem_bytes(D, bm),
+                                    stream=stream)
     return out

@@ -35,6 +35,10 @@ class BackendConfig:
     # ... at head dim 256 too (qwen3next's gated attention, gemma3), Q's fragments from shared memory
     # (off until tests/test_flash_attn.py's D = 256 cases pass on a GPU)
     flash_attention_256: bool = False
+    # lite serve's prompt chunks: the flash kernel over the paged pool, all of a step's chunks in one
+    # launch, instead of each chunk's pages gathered into a contiguous copy every layer (off until
+    # tests/test_paged_flash_gpu.py passes on a GPU)
+    paged_flash: bool = False
     moe_gated: bool = True            # MoE decode's gate, up and activation in one launch
     iq3_layout: str = "bands16"       # IQ3_XXS on the GPU: "bands16" (tensor cores), "groups4", "file"
     # qwen3next's decode: a recurrent layer's conv, norms, gates and delta rule in one launch, the

@@ -213,10 +213,15 @@ class Kernels:
             fn(ctypes.c_uint(grid[0]), ctypes.c_uint(grid[1]), ctypes.c_uint(block[0]), ptrs)
 
 
+# -fno-gnu-unique: a static (the emulated __shared__) in an inline or template function would
+# otherwise be one object for the whole process, shared by every kernel library loaded
+GXX_FLAGS = ("-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-w", "-fno-gnu-unique")
+
+
 def compile_kernels(source):
     """Build (once per source text) and load the emulated kernels of a CUDA C source."""
     text = HEADER + source + "\n" + _wrappers(source)
-    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    digest = hashlib.sha256(" ".join(GXX_FLAGS + (text,)).encode()).hexdigest()[:16]
     cache = Path(tempfile.gettempdir()) / "lite_cuda_emu"
     cache.mkdir(exist_ok=True)
     lib = cache / f"{digest}.so"
@@ -224,8 +229,7 @@ def compile_kernels(source):
         src = cache / f"{digest}.cpp"
         src.write_text(text)
         tmp = cache / f"{digest}.{id(text)}.so"
-        subprocess.run(["g++", "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-w",
-                        "-o", str(tmp), str(src)], check=True)
+        subprocess.run(["g++", *GXX_FLAGS, "-o", str(tmp), str(src)], check=True)
         tmp.replace(lib)
     return Kernels(lib)
 

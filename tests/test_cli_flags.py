@@ -236,6 +236,18 @@ def test_bench_config_reaches_the_engine(capsys, tiny, monkeypatch):
     assert "pp8" in out
 
 
+def test_serve_config_reaches_the_engine(capsys, tiny, monkeypatch):
+    import lite.server.launch
+    seen = []
+    monkeypatch.setattr(lite.server.launch, "serve", lambda *a, **kw: seen.append(kw["config"]))
+    rc, out, err = cli(capsys, "serve", tiny, "--device", "cpu", "--config", "paged-flash=on")
+    assert rc == 0, err
+    assert seen[0].paged_flash and not seen[0].flash_attention_256
+    rc, out, err = cli(capsys, "serve", tiny, "--config", "paged_flash=maybe")
+    assert rc != 0 and len(seen) == 1
+    assert len(err.strip().splitlines()) == 1 and "paged_flash takes on or off" in err, err
+
+
 @pytest.mark.parametrize("setting,needle", [
     ("nonsense=1", "unknown setting 'nonsense=1'"), ("pdl=maybe", "pdl takes on or off"),
     ("expert_full_layer=many", "expert_full_layer takes a int"), ("pdl", "unknown setting 'pdl'"),

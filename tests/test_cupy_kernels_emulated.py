@@ -364,7 +364,7 @@ def test_qwen3_attention_block_folds_qk_norm(emulated, fold):
 
     class CPU(_QKNormOps):
         rms_norm, rope, attention = CPUBackend.rms_norm, CPUBackend.rope, CPUBackend.attention
-        pad_rows, _attend = False, staticmethod(CPUBackend._attend)     # attention's own parts
+        attend, pad_rows, _attend = CPUBackend.attend, False, staticmethod(CPUBackend._attend)   # attention's own parts
     h = np.zeros((1, 16), np.float32)          # the products ignore it
     got = attention_block(gpu, cfg, il, h, caches[0], pos)
     want = attention_block(CPU(qkv, w), cfg, il, h, caches[1], pos)

@@ -206,7 +206,12 @@ class CPUBackend(HostHandoff, Ops):
         """Write k, v (T, Hkv, D) into the cache at pos0; attend q (T, H, D) causally -> (T, H*Dv)."""
         T = q.shape[0]
         kv.write(il, k, v, pos0)
-        K, V = kv.read(il, pos0 + T)                          # (Hkv, S, D), (Hkv, S, Dv)
+        return self.attend(q, *kv.read(il, pos0 + T), pos0, scale, window)   # (Hkv, S, D), (Hkv, S, Dv)
+
+    def attend(self, q, K, V, pos0, scale, window=0):
+        """q (T, H, D) at positions pos0.. causally over the first pos0 + T positions of K, V."""
+        T = q.shape[0]
+        K, V = (a[:, :pos0 + T].astype(np.float32, copy=False) for a in (K, V))
         if not self.pad_rows or T == 1:
             return self._attend(q, K, V, pos0, scale, window)
         # the row_invariant view: a row over its own keys alone, the shapes of its products and

@@ -51,16 +51,23 @@ class CUDAAttention:
         fp32 out), masked softmax to fp16 probabilities, then P V (fp16 in, fp32 out), heads
         batched in groups whose scores fit ATTN_SCRATCH_BYTES, so a chunk x context score matrix
         never exists for all heads at once."""
-        cp = self.cp
-        T, H, D = q.shape
+        T = q.shape[0]
         if T == 1:
             return self._attention_decode(kv, il, q, k, v, scale, window)
         kv.write(il, k, v, pos0)
-        S = pos0 + T
         if kv.kind == "f16":
             K, V = kv.k[il], kv.v[il]                          # (Hkv, S_max, D) f16, first S used
         else:
-            K, V = (a.astype(np.float16) for a in kv.read(il, S))
+            K, V = (a.astype(np.float16) for a in kv.read(il, pos0 + T))
+        return self.attend(q, K, V, pos0, scale, window)
+
+    def attend(self, q, K, V, pos0, scale, window=0):
+        """q (T, H, D) at positions pos0.. causally over the first pos0 + T positions of the f16
+        caches K (Hkv, S_max, D), V (Hkv, S_max, Dv), their k and v already there -> (T, H * Dv):
+        flash attention where flash_prefill_takes the head dims, else the materialized path."""
+        cp = self.cp
+        T, H, D = q.shape
+        S = pos0 + T
         from lite.kernels import flash_attention
         if self.flash_prefill_takes(D, V.shape[2]):    # int8: through the f16 copy above
             out = flash_attention.flash_prefill(q, K, V, pos0, window, scale, self.stream)
@@ -106,6 +113,12 @@ class CUDAAttention:
         from lite.kernels.flash_attention import supported
         return (self.config.flash_attention and supported(D, Dv)
                 and (D <= 128 or self.config.flash_attention_256))
+
+    def paged_flash_takes(self, D, Dv):
+        """Whether a server step's prompt chunks at head dims D, Dv run the flash kernel over the
+        pages (BackendConfig.paged_flash, where flash_prefill_takes them); else their pages are
+        gathered for attend."""
+        return self.config.paged_flash and self.flash_prefill_takes(D, Dv)
 
     def _attention_decode(self, kv, il, q, k, v, scale, window):
         """One token: norm and rotate q and k, store k, v at pos_dev, attend over 0..pos_dev; two

@@ -47,6 +47,12 @@ class Ops:
     def attention(self, kv, il, q, k, v, pos0, scale, window=0):
         raise self._missing("attention")
 
+    def attend(self, q, K, V, pos0, scale, window=0):        # attention's part after the KV write
+        raise self._missing("attend")
+
+    def paged_flash_takes(self, D, Dv):        # a flash kernel over the server's pages for these dims?
+        return False
+
     def act_mul(self, gate, up, act):                        # act(gate) * up
         raise self._missing("act_mul")
 

@@ -6,9 +6,12 @@ Per attention layer, whatever the number of sequences:
     position, k and v stored into its page slot;
   - one paged decode attention launch for every sequence that has one row this step (decoding, or a
     prompt's last lone token), each against its own length and block table;
-  - per sequence with several rows (a prompt chunk): its pages gathered into the contiguous fp16
-    layout of KVCache, then the backend's own prefill attention (flash attention where the head
-    dims allow) — a copy of its context a layer, the price of reusing that kernel.
+  - for the sequences with several rows (prompt chunks), with BackendConfig.paged_flash where the
+    flash kernel takes the head dims: one flash attention launch over the pages for all of them
+    (kernels/flash_attention.py paged_prefill), each chunk through its block table (one launch,
+    not one a chunk: launches cost host time, and short chunks fill the GPU together); else, per
+    chunk, its pages gathered into a contiguous fp16 copy (a copy of its context a layer) for the
+    backend's own prefill attention (attend).
 rope() leaves the rotation to attention (a _Rotation), as the backend's own one-token path does;
 a one-row step may hand attention the backend's deferred per-head norms (NormLater), which are
 resolved first (its norm_now). Every other op is the backend's own over all rows; the lazy values
@@ -52,7 +55,9 @@ class StepLayout:
     positions, slots (R,): every row's position and page slot (block * B + offset);
     query_rows, lens (N,), tables (N, max_blocks): the N sequences of one row, their row, length
     (position + 1) and block table (zero-padded); chunks: (sequence, first row, end row) of the
-    sequences of several rows. All sequences share one pool (the stage's)."""
+    sequences of several rows, and for the paged prefill attention chunk_rows (C, 3) (first row,
+    rows, first position), chunk_tables (C, blocks) and max_chunk (their most rows). All sequences
+    share one pool (the stage's)."""
 
     def __init__(self, starts, rows, kvs, xp):
         self.pool = kvs[0].pool
@@ -78,14 +83,24 @@ class StepLayout:
             t = kvs[i].table[:-(-int(lens[j]) // B)]
             tables[j, :len(t)] = t
         self.max_len = int(lens.max()) if N else 0
+        ends = [starts[i] + r1 - r0 for i, r0, r1 in self.chunks]
+        ctables = np.zeros((len(ends), max([-(-e // B) for e in ends], default=1)), np.int64)
+        for j, (i, _, _) in enumerate(self.chunks):
+            t = kvs[i].table[:-(-ends[j] // B)]
+            ctables[j, :len(t)] = t
+        crows = np.asarray([(r0, r1 - r0, starts[i]) for i, r0, r1 in self.chunks], np.int64)
+        self.max_chunk = max([r1 - r0 for _, r0, r1 in self.chunks], default=0)
         packed = np.concatenate([pos, slots, np.asarray([r0 for _, r0, _ in singles], np.int64), lens,
-                                 tables.ravel()])
+                                 tables.ravel(), crows.ravel(), ctables.ravel()])
         if packed.size and packed.max() >= 2**31:
             raise ValueError("page slots past int32")
         dev = xp.asarray(packed.astype(np.int32))
         self.positions, self.slots = dev[:R], dev[R:2 * R]
         self.query_rows, self.lens = dev[2 * R:2 * R + N], dev[2 * R + N:2 * R + 2 * N]
-        self.tables = dev[2 * R + 2 * N:].reshape(N, width)
+        at = 2 * R + 2 * N + tables.size
+        self.tables = dev[2 * R + 2 * N:at].reshape(N, width)
+        self.chunk_rows = dev[at:at + crows.size].reshape(len(ends), 3)
+        self.chunk_tables = dev[at + crows.size:].reshape(ctables.shape)
 
 
 def decode_step_host(ids, starts, tables, size, block_size, max_context):
@@ -147,24 +162,6 @@ class DecodeLayout:
             self.dev.set(self.host, stream=stream)
 
 
-class _Gathered:
-    """A prompt chunk's view of its first n positions of layer il, gathered from its pages into the
-    contiguous (Hkv, n, D) float16 layout the backend's prefill attention reads (KVCache's, kind
-    f16; int8 pages dequantized). The rope-store launch already stored the chunk's rows, so write()
-    has nothing left to do."""
-    kind = "f16"
-
-    def __init__(self, paged, il, n):
-        k, v = paged.read(il, n, np.float16)
-        self.k, self.v = {il: k}, {il: v}
-
-    def write(self, il, k, v, pos0):
-        pass
-
-    def read(self, il, n):                     # as KVCache.read (backends that take float32)
-        return self.k[il][:, :n].astype(np.float32), self.v[il][:, :n].astype(np.float32)
-
-
 class CUDABatchOps(BatchOps):
     def __init__(self, ops, starts, counts, kvs, kernels=None, layout=None):
         # layout: a DecodeLayout the step reads (the decode graphs'); None: a StepLayout of this step
@@ -178,6 +175,12 @@ class CUDABatchOps(BatchOps):
             from lite.kernels import paged_attention
             self._kernels = paged_attention
         return self._kernels
+
+    @property
+    def flash(self):
+        """kernels/flash_attention.py (the tests' one compiled by the host emulator where installed)."""
+        from lite.kernels import flash_attention
+        return flash_attention
 
     def layout(self):
         if self._layout is None:
@@ -212,11 +215,21 @@ class CUDABatchOps(BatchOps):
             keys = min(lay.max_len, window) if window else lay.max_len
             kern.attention(q_rot, lay.query_rows, lay.lens, lay.tables, K, V, ks, vs, scale, window,
                            stream, out=out, max_keys=keys)
-        for i, r0, r1 in lay.chunks:
-            n = self.starts[i] + r1 - r0
-            out[r0:r1] = ops.attention(_Gathered(self.kvs[i], il, n), il, q_rot[r0:r1], k[r0:r1],
-                                       v[r0:r1], self.starts[i], scale, window)
+        if lay.chunks and ops.paged_flash_takes(q.shape[2], v.shape[2]):
+            self.flash.paged_prefill(q_rot, lay.chunk_rows, lay.chunk_tables, K, V, ks, vs,
+                                     lay.max_chunk, scale, window, stream, out=out)
+        else:
+            for i, r0, r1 in lay.chunks:
+                out[r0:r1] = self._attend_gathered(i, il, q_rot[r0:r1], scale, window)
         return out
+
+    def _attend_gathered(self, i, il, q, scale, window):
+        """Sequence i's chunk q (its k and v already in the pages) against its pages gathered into
+        a contiguous fp16 copy, through the backend's prefill attention: where the paged flash
+        kernel does not serve the head dims (or BackendConfig.paged_flash is off)."""
+        start = self.starts[i]
+        K, V = self.kvs[i].read(il, start + q.shape[0], np.float16)
+        return self.ops.attend(q, K, V, start, scale, window)
 
 
 # --- CUDA graphs of the pure-decode steps -------------------------------------------------------
