@@ -226,14 +226,17 @@ def test_moe_steps_graph_up_to_64_rows_with_the_experts_on_the_device():
 
 
 def test_the_router_takes_its_kernel_up_to_64_rows(monkeypatch):
-    """Its logits by moe_logits (capturable), not cuBLAS's h @ W.T, for every row count a graph may take."""
+    """Its logits by moe_logits (capturable), not cuBLAS's h @ W.T, for every row count a graph may take:
+    up to 64 rows with batched_mma, else decode's 8 (the default path stays as verified on the GPU)."""
     from lite.backends import cuda_moe
     calls = []
     monkeypatch.setattr(cuda_moe.mk, "logits", lambda h, w, out, pdl=False: calls.append(h.shape[0]))
     monkeypatch.setattr(cuda_moe.mk, "topk", lambda *a, **k: None)
-    be = _backend([])
-    be.cp, be.stream, be.pdl = np, contextlib.nullcontext(), False
-    be.w["r"] = types.SimpleNamespace(qtype="F32", shape=(8, 64), data=np.ones((8, 64), np.float32))
-    for T in (1, 9, 64, 65):
-        be.moe_route(np.ones((T, 64), np.float32), "r", 2, True)
-    assert calls == [1, 9, 64]
+    for on, want in [(True, [1, 8, 9, 64]), (False, [1, 8])]:
+        calls.clear()
+        be = _backend([], batched_mma=on)
+        be.cp, be.stream, be.pdl = np, contextlib.nullcontext(), False
+        be.w["r"] = types.SimpleNamespace(qtype="F32", shape=(8, 64), data=np.ones((8, 64), np.float32))
+        for T in (1, 8, 9, 64, 65):
+            be.moe_route(np.ones((T, 64), np.float32), "r", 2, True)
+        assert calls == want

@@ -127,7 +127,8 @@ class CUDAExperts:
         T = h.shape[0]
         with self.stream:
             h = cp.ascontiguousarray(h, dtype=np.float32)
-            if T <= self.MOE_FUSED_MAX_TOKENS:                # no cuBLAS: capturable (moe_graph_rows)
+            # no cuBLAS: capturable (moe_graph_rows); past decode only with batched_mma, whose graphs need it
+            if T <= FUSED_MAX_TOKENS or (T <= self.MOE_FUSED_MAX_TOKENS and self.config.batched_mma):
                 lg = cp.empty((T, w.shape[0]), np.float32)
                 mk.logits(h, w, lg, pdl=self.pdl)
             else:
