@@ -7,7 +7,7 @@ import pytest
 
 import cuda_c_emulator as emu
 from kernel_blocks import random_blocks, reference
-from test_matvec_q8_emulated import ARGS, _gpu, _iq3_source, _x, assert_product_matches
+from matvec_q8_checks import ARGS, _gpu, _iq3_source, _x, assert_product_matches
 
 from lite.kernels import iq3_b16, matvec_mma, matvec_q8
 
@@ -140,7 +140,7 @@ def test_bands16_product_fused_end_epilogues_match_float64(mma_lib, cfg, e, nm):
     gelu_tanh), against float64 within the product's bound carried through the op."""
     if not (e or nm):
         pytest.skip("that is bands16_product (test_bands16_product_matches_float64)")
-    from test_matvec_q8_emulated import quant_bound
+    from matvec_q8_checks import quant_bound
     w_, p, a, sg, d = cfg
     rows, cols = 64, 1024
     rng = np.random.default_rng(17 + e + nm)
@@ -183,7 +183,7 @@ def test_bands16_product_fused_end_norm_out_matches_float64(mma_lib, cfg):
     """bands16_product_fused_end's norm out ("add" with the next RMSNorm's first half): out = product + res, xg = out * g and scale =
     rsqrt(mean(out^2) + eps) from the CTAs' sums of squares (the last CTA's), against float64; twice, so that the
     counter the last CTA leaves at 0 serves again (a 9-band product: a partial round of every CTA shape)."""
-    from test_matvec_q8_emulated import quant_bound
+    from matvec_q8_checks import quant_bound
     w_, p, a, sg, d = cfg
     rows, cols, eps = 144, 512, 1e-6
     rng = np.random.default_rng(29)
@@ -244,7 +244,7 @@ def test_gpu_bands16_product_fused_end_full_size():
     """matvec_mma.launch with each epilogue, scale_in and norm_out at 4096x14336 and 14336x4096 (config's two
     forms), against float64 as under the emulator."""
     import cupy
-    from test_matvec_q8_emulated import quant_bound
+    from matvec_q8_checks import quant_bound
     for rows, cols in ((4096, 14336), (14336, 4096)):
         rng = np.random.default_rng(rows + 5)
         blocks = random_blocks("IQ3_XXS", rows * cols // 256, rng)
@@ -294,7 +294,7 @@ def test_gpu_bands16_product_full_size():
     """4096x14336, 14336x4096 and 2 rows of x at 64x2048 through the registry's IQ3_XXS_B16 matvec and
     other CTA shapes, the records repacked on the GPU: within 1e-3 of float64 plus the x quantization's bound."""
     import cupy
-    from test_matvec_q8_emulated import quant_bound
+    from matvec_q8_checks import quant_bound
 
     from lite.kernels.registry import get_matvec
     matvec = get_matvec("IQ3_XXS_B16")
@@ -320,7 +320,7 @@ def test_gpu_bands16_product_full_size():
 @pytest.fixture(scope="module")
 def dequant_lib():
     from cuda_c_emulator import HOST_SHIMS
-    from test_matvec_q8_emulated import Q8_SHIMS
+    from matvec_q8_checks import Q8_SHIMS
 
     from lite.kernels import iq3_b16
     wraps = ('extern "C" __global__ void dequantize_bands16_f32(const unsigned char* w, float* out, int rows, '

@@ -16,8 +16,8 @@ import pytest
 
 from cuda_c_emulator import available, emulated_kernels
 from lite.engine.paged_kv import BlockPool, PagedKV
+from paged_emulated import _tables, tiny  # noqa: F401 (tiny: a fixture)
 from test_flash_attn import reference
-from test_batched_step_emulated import _tables, tiny  # noqa: F401 (tiny: a fixture)
 from test_flash_attn_emulated import bound
 
 pytestmark = pytest.mark.skipif(not available(), reason="needs g++ (C++20) to emulate CUDA C")

@@ -38,7 +38,7 @@ dense() {
     out=${OUT:-/tmp/lite-bench}; mkdir -p "$out"
     L="python3 -m lite.cli.main"
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/bench.log"
-    python3 -m pytest -q tests/test_cuda_backend.py 2>&1 | tail -3 | tee "$out/tests.log"
+    python3 -m pytest -q tests/test_cuda_backend.py tests/test_cuda_decode_attention.py 2>&1 | tail -3 | tee "$out/tests.log"
     [ -f /tmp/8b.gguf ] || $L synth --arch llama --preset 8b --quant Q4_K /tmp/8b.gguf 2>&1 | tail -1
     run() { echo "\$ lite $*" | tee -a "$out/bench.log"; $L "$@" 2>&1 | tee -a "$out/bench.log"; }
     run bench /tmp/8b.gguf -p 512,2048,8192 -n 128 -r 3 --device cuda --prefill 2048
