@@ -108,7 +108,12 @@ class CUDAExperts:
         routed ids)."""
         if self.host_experts is not None or not self.config.batched_mma:
             return FUSED_MAX_TOKENS
-        return min(self.MOE_FUSED_MAX_TOKENS, self.graph_rows())
+        return min(self.router_kernel_rows(), self.graph_rows())
+
+    def router_kernel_rows(self):
+        """Up to how many rows the router's logits are moe_logits (no cuBLAS: capturable): decode's, or
+        with BackendConfig.batched_mma every row count moe_graph_rows may give."""
+        return self.MOE_FUSED_MAX_TOKENS if self.config.batched_mma else FUSED_MAX_TOKENS
 
     def add_sigmoid_gated(self, base, x, h, name):
         """base + x scaled row by row by sigmoid(h . w) (the shared expert's gate, w an F32 vector):
@@ -127,8 +132,7 @@ class CUDAExperts:
         T = h.shape[0]
         with self.stream:
             h = cp.ascontiguousarray(h, dtype=np.float32)
-            # no cuBLAS: capturable (moe_graph_rows); past decode only with batched_mma, whose graphs need it
-            if T <= FUSED_MAX_TOKENS or (T <= self.MOE_FUSED_MAX_TOKENS and self.config.batched_mma):
+            if T <= self.router_kernel_rows():
                 lg = cp.empty((T, w.shape[0]), np.float32)
                 mk.logits(h, w, lg, pdl=self.pdl)
             else:
